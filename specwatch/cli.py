@@ -1,0 +1,158 @@
+"""Command line: argument parsing and wiring only.
+
+Exit codes: 0 ok, 1 runtime failure (e.g. notifications left undelivered by replay), 2 bad usage
+or bad config.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import logging
+import os
+import sys
+from pathlib import Path
+
+from specwatch import __version__
+from specwatch.config import Config, ConfigError, LogSource, build_config, load_config
+
+
+def _load(path: str | None) -> Config:
+    return load_config(path) if path else build_config({})
+
+
+def cmd_check_config(args) -> int:
+    try:
+        cfg = load_config(args.file)
+    except ConfigError as e:
+        print(f"{args.file}: invalid config ({len(e.problems)} problem{'s' * (len(e.problems) != 1)}):", file=sys.stderr)
+        for p in e.problems:
+            print(f"  {p}", file=sys.stderr)
+        return 2
+    print(f"{args.file}: ok ({len(cfg.logs)} log file(s), metrics on {cfg.listen_address}:{cfg.listen_port}, "
+          f"slack {'configured' if cfg.slack.webhook_url else 'not configured'})")
+    return 0
+
+
+def cmd_replay(args) -> int:
+    from specwatch.alerts.dispatcher import Dispatcher
+    from specwatch.notifiers.slack import SlackNotifier
+    from specwatch.pipeline import Pipeline
+    from specwatch.replay import format_text, replay_files, summary
+
+    cfg = _load(args.config)
+    missing = [p for p in args.logs if not os.path.isfile(p)]
+    if missing:
+        print(f"specwatch replay: no such file: {', '.join(missing)}", file=sys.stderr)
+        return 2
+    known = {s.path for s in cfg.logs}
+    server = args.server or (cfg.logs[0].server if cfg.logs else "replay")
+    for p in args.logs:
+        if p not in known:
+            cfg.logs.append(LogSource(path=p, server=server))
+
+    notifiers = []
+    dry_out = io.StringIO() if args.json else sys.stdout
+    slack = None
+    if args.slack_dry_run:
+        slack = SlackNotifier("https://dry-run.invalid/", dry_run=dry_out)
+    elif cfg.slack.webhook_url:
+        slack = SlackNotifier(cfg.slack.webhook_url, timeout=cfg.slack.timeout,
+                              backoff_initial=cfg.slack.backoff_initial, backoff_max=cfg.slack.backoff_max,
+                              channel=cfg.slack.channel)
+    if slack is not None:
+        notifiers.append(slack)
+    dispatcher = Dispatcher(notifiers, repeat_interval=cfg.repeat_interval)
+    pipeline = Pipeline(cfg, dispatcher)
+    replay_files(pipeline, args.logs, cfg.follow.max_line_bytes)
+    rc = 0
+    if slack is not None:
+        if not slack.drain(timeout=args.slack_timeout):
+            print(f"specwatch replay: {slack.queue_depth} Slack notification(s) not delivered within "
+                  f"{args.slack_timeout:.0f}s", file=sys.stderr)
+            rc = 1
+    doc = summary(pipeline, list(dispatcher.history))
+    if args.json:
+        if args.slack_dry_run:
+            doc["slack_payloads"] = _json_stream(dry_out.getvalue())
+        print(json.dumps(doc, indent=2))
+    else:
+        print(format_text(doc))
+    return rc
+
+
+def _json_stream(text: str) -> list:
+    """Concatenated JSON documents (as the dry run prints them) → list."""
+    dec, docs, i = json.JSONDecoder(), [], 0
+    while True:
+        while i < len(text) and text[i].isspace():
+            i += 1
+        if i >= len(text):
+            return docs
+        doc, i = dec.raw_decode(text, i)
+        docs.append(doc)
+
+
+def cmd_run(args) -> int:
+    from specwatch.daemon import Daemon
+
+    try:
+        cfg = load_config(args.config)
+    except ConfigError as e:
+        print(f"{args.config}: invalid config:", file=sys.stderr)
+        for p in e.problems:
+            print(f"  {p}", file=sys.stderr)
+        return 2
+    if not cfg.logs:
+        print(f"{args.config}: logs: no log file configured; add `logs: [{{path: /var/log/sglang/server.log}}]`",
+              file=sys.stderr)
+        return 2
+    return Daemon(cfg).run()
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="specwatch", description=__doc__.splitlines()[0] if __doc__ else None)
+    p.add_argument("--version", action="version", version=f"specwatch {__version__}")
+    p.add_argument("--log-level", default=os.environ.get("SPECWATCH_LOG_LEVEL", "info"),
+                   choices=["debug", "info", "warning", "error"], help="specwatch's own log level (stderr)")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    r = sub.add_parser("run", help="follow SGLang logs, serve /metrics, send alerts (the daemon)")
+    r.add_argument("--config", required=True, help="YAML config file (see config.example.yaml)")
+    r.set_defaults(func=cmd_run)
+
+    rp = sub.add_parser("replay", help="run the same pipeline over recorded logs and print a summary")
+    rp.add_argument("logs", nargs="+", metavar="LOG")
+    rp.add_argument("--config", help="YAML config file (rules, Slack); optional")
+    rp.add_argument("--json", action="store_true", help="print the summary as JSON")
+    rp.add_argument("--slack-dry-run", action="store_true", help="print each Slack payload instead of posting it")
+    rp.add_argument("--server", help="server name for the replayed logs (default: from config, else 'replay')")
+    rp.add_argument("--slack-timeout", type=float, default=60.0, help="seconds to wait for Slack delivery (default 60)")
+    rp.set_defaults(func=cmd_replay)
+
+    c = sub.add_parser("check-config", help="validate a config file (exit 2 with every problem named)")
+    c.add_argument("file")
+    c.set_defaults(func=cmd_check_config)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        return args.func(args)
+    except ConfigError as e:
+        for problem in e.problems:
+            print(problem, file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

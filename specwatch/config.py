@@ -1,0 +1,282 @@
+"""Configuration: schema, defaults, loading and validation.
+
+Every problem is reported with its key path (`alerts.slack.webhook_url: ...`) and how to fix it;
+`load_config` collects all problems before raising `ConfigError`, so a user fixes a file in one
+pass. The defaults here are the ones documented in `config.example.yaml`.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+# Port 9849: a free slot near the GPU exporters (dcgm 9400, nvidia_gpu_exporter 9835) on the
+# Prometheus "Default port allocations" list (monitoring.md §5); see README, "Port".
+DEFAULT_PORT = 9849
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
+_UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, None: 1}
+
+
+class ConfigError(Exception):
+    """A config that cannot be used. `problems` lists `key.path: what is wrong; how to fix`."""
+
+    def __init__(self, problems: list[str]):
+        super().__init__("\n".join(problems))
+        self.problems = problems
+
+
+@dataclass
+class LogSource:
+    path: str
+    server: str
+    container_prefix: str | None = None  # regex; None = recognise `service  | ` automatically
+
+
+@dataclass
+class FollowConfig:
+    poll_interval: float = 1.0
+    max_line_bytes: int = 1_048_576
+    watchdog: bool = True
+
+
+@dataclass
+class CollapseConfig:
+    max_accept_length: float = 1.10
+    min_batches: int = 3
+    recover_accept_length: float = 1.5
+
+
+@dataclass
+class SlackConfig:
+    webhook_url: str | None = None  # resolved secret (from the value, the env var or the file)
+    channel: str | None = None
+    timeout: float = 10.0
+    backoff_initial: float = 1.0
+    backoff_max: float = 300.0
+
+    def __repr__(self) -> str:  # the webhook URL is a secret
+        return f"SlackConfig(webhook_url={'<redacted>' if self.webhook_url else None}, channel={self.channel!r})"
+
+
+@dataclass
+class Config:
+    logs: list[LogSource] = field(default_factory=list)
+    follow: FollowConfig = field(default_factory=FollowConfig)
+    listen_address: str = "127.0.0.1"
+    listen_port: int = DEFAULT_PORT
+    state_dir: str = "/var/lib/specwatch"
+    collapse: CollapseConfig = field(default_factory=CollapseConfig)
+    repeat_interval: float = 4 * 3600.0
+    slack: SlackConfig = field(default_factory=SlackConfig)
+    source_path: str | None = None
+
+
+def parse_duration(value) -> float:
+    """`30s`, `5m`, `4h`, `1d`, `250ms` or a number of seconds → seconds. Raises ValueError."""
+    if isinstance(value, bool):
+        raise ValueError(value)
+    if isinstance(value, (int, float)):
+        return float(value)
+    m = _DURATION.match(str(value))
+    if not m:
+        raise ValueError(value)
+    return float(m.group(1)) * _UNITS[m.group(2)]
+
+
+class _Reader:
+    """Walks a parsed YAML mapping, recording problems with key paths."""
+
+    def __init__(self) -> None:
+        self.problems: list[str] = []
+
+    def bad(self, path: str, msg: str) -> None:
+        self.problems.append(f"{path}: {msg}")
+
+    def section(self, data: dict, key: str, path: str, known: set[str]) -> dict:
+        value = data.get(key)
+        full = f"{path}.{key}" if path else key
+        if value is None:
+            return {}
+        if not isinstance(value, dict):
+            self.bad(full, f"must be a mapping, got {type(value).__name__}; write `{key}:` followed by indented keys")
+            return {}
+        self.unknown(value, full, known)
+        return value
+
+    def unknown(self, data: dict, path: str, known: set[str]) -> None:
+        for k in data:
+            if k not in known:
+                where = f"{path}.{k}" if path else str(k)
+                self.bad(where, f"unknown key; known keys here: {', '.join(sorted(known))}")
+
+    def number(self, data: dict, key: str, path: str, default, *, kind=float, lo=None, hi=None):
+        if key not in data or data[key] is None:
+            return default
+        v = data[key]
+        full = f"{path}.{key}"
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or (kind is int and not isinstance(v, int)):
+            self.bad(full, f"must be {'an integer' if kind is int else 'a number'}, got {v!r}; e.g. `{key}: {default}`")
+            return default
+        if (lo is not None and v < lo) or (hi is not None and v > hi):
+            rng = f"between {lo} and {hi}" if hi is not None else f">= {lo}"
+            self.bad(full, f"must be {rng}, got {v}; the default is {default}")
+            return default
+        return kind(v)
+
+    def duration(self, data: dict, key: str, path: str, default: float) -> float:
+        if key not in data or data[key] is None:
+            return default
+        try:
+            v = parse_duration(data[key])
+        except ValueError:
+            self.bad(f"{path}.{key}", f"not a duration: {data[key]!r}; write e.g. `30s`, `5m`, `4h` or a number of seconds")
+            return default
+        if v <= 0:
+            self.bad(f"{path}.{key}", f"must be positive, got {data[key]!r}")
+            return default
+        return v
+
+    def boolean(self, data: dict, key: str, path: str, default: bool) -> bool:
+        if key not in data or data[key] is None:
+            return default
+        if not isinstance(data[key], bool):
+            self.bad(f"{path}.{key}", f"must be true or false, got {data[key]!r}")
+            return default
+        return data[key]
+
+    def string(self, data: dict, key: str, path: str, default: str | None) -> str | None:
+        if key not in data or data[key] is None:
+            return default
+        if not isinstance(data[key], (str, int)) or isinstance(data[key], bool):
+            self.bad(f"{path}.{key}", f"must be a string, got {data[key]!r}")
+            return default
+        return str(data[key])
+
+
+def _resolve_secret(r: _Reader, data: dict, path: str, name: str) -> str | None:
+    """A secret from `name`, `name_env` (variable name) or `name_file` (path); at most one."""
+    given = [k for k in (name, f"{name}_env", f"{name}_file") if data.get(k)]
+    if len(given) > 1:
+        r.bad(f"{path}.{given[1]}", f"give only one of {', '.join(given)}")
+        return None
+    if not given:
+        return None
+    key = given[0]
+    raw = str(data[key])
+    if key == name:
+        return raw
+    if key.endswith("_env"):
+        value = os.environ.get(raw)
+        if not value:
+            r.bad(f"{path}.{key}", f"environment variable {raw} is not set or empty; export it, or use {name}_file")
+        return value or None
+    try:
+        value = Path(raw).read_text().strip()
+    except OSError as e:
+        r.bad(f"{path}.{key}", f"cannot read {raw}: {e.strerror}; check the path and that specwatch may read it")
+        return None
+    if not value:
+        r.bad(f"{path}.{key}", f"{raw} is empty; put the webhook URL in it")
+    return value or None
+
+
+def build_config(data: dict | None, source_path: str | None = None) -> Config:
+    """Validate a parsed YAML document. Raises ConfigError listing every problem."""
+    r = _Reader()
+    cfg = Config(source_path=source_path)
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError(["(top level): must be a mapping of keys such as `logs:`, `metrics:`, `alerts:`"])
+    r.unknown(data, "", {"server", "logs", "follow", "metrics", "state_dir", "rules", "alerts"})
+    default_server = r.string(data, "server", "", None) or socket.gethostname()
+
+    logs = data.get("logs") or []
+    if not isinstance(logs, list):
+        r.bad("logs", "must be a list of entries like `- path: /var/log/sglang/server.log`")
+        logs = []
+    for i, entry in enumerate(logs):
+        p = f"logs[{i}]"
+        if isinstance(entry, str):
+            entry = {"path": entry}
+        if not isinstance(entry, dict):
+            r.bad(p, "must be a mapping with `path:` (and optional `server:`, `container_prefix:`)")
+            continue
+        r.unknown(entry, p, {"path", "server", "container_prefix"})
+        path = r.string(entry, "path", p, None)
+        if not path:
+            r.bad(f"{p}.path", "missing; give the SGLang log file to follow")
+            continue
+        prefix = r.string(entry, "container_prefix", p, None)
+        if prefix is not None:
+            try:
+                re.compile(prefix)
+            except re.error as e:
+                r.bad(f"{p}.container_prefix", f"not a valid regular expression ({e}); e.g. '^\\S+\\s+\\| '")
+                prefix = None
+        cfg.logs.append(LogSource(path=path, server=r.string(entry, "server", p, default_server), container_prefix=prefix))
+
+    f = r.section(data, "follow", "", {"poll_interval", "max_line_bytes", "watchdog"})
+    cfg.follow = FollowConfig(
+        poll_interval=r.duration(f, "poll_interval", "follow", 1.0),
+        max_line_bytes=r.number(f, "max_line_bytes", "follow", 1_048_576, kind=int, lo=1024),
+        watchdog=r.boolean(f, "watchdog", "follow", True),
+    )
+
+    m = r.section(data, "metrics", "", {"listen_address", "listen_port"})
+    cfg.listen_address = r.string(m, "listen_address", "metrics", "127.0.0.1")
+    cfg.listen_port = r.number(m, "listen_port", "metrics", DEFAULT_PORT, kind=int, lo=0, hi=65535)
+
+    cfg.state_dir = r.string(data, "state_dir", "", cfg.state_dir)
+
+    rules = r.section(data, "rules", "", {"collapse"})
+    c = r.section(rules, "collapse", "rules", {"max_accept_length", "min_batches", "recover_accept_length"})
+    cfg.collapse = CollapseConfig(
+        max_accept_length=r.number(c, "max_accept_length", "rules.collapse", 1.10, lo=1.0),
+        min_batches=r.number(c, "min_batches", "rules.collapse", 3, kind=int, lo=1),
+        recover_accept_length=r.number(c, "recover_accept_length", "rules.collapse", 1.5, lo=1.0),
+    )
+    if cfg.collapse.recover_accept_length <= cfg.collapse.max_accept_length:
+        r.bad("rules.collapse.recover_accept_length",
+              f"must be above max_accept_length ({cfg.collapse.max_accept_length}) or the alert would flap; e.g. 1.5")
+
+    a = r.section(data, "alerts", "", {"repeat_interval", "slack"})
+    cfg.repeat_interval = r.duration(a, "repeat_interval", "alerts", 4 * 3600.0)
+    s = r.section(a, "slack", "alerts", {
+        "webhook_url", "webhook_url_env", "webhook_url_file", "channel", "timeout", "backoff_initial", "backoff_max",
+    })
+    url = _resolve_secret(r, s, "alerts.slack", "webhook_url")
+    if url is not None and not url.startswith(("https://", "http://")):
+        r.bad("alerts.slack.webhook_url", "must be an http(s) URL such as https://hooks.slack.com/services/T000/B000/XXXX (value not shown: it is a secret)")
+        url = None
+    cfg.slack = SlackConfig(
+        webhook_url=url,
+        channel=r.string(s, "channel", "alerts.slack", None),
+        timeout=r.duration(s, "timeout", "alerts.slack", 10.0),
+        backoff_initial=r.duration(s, "backoff_initial", "alerts.slack", 1.0),
+        backoff_max=r.duration(s, "backoff_max", "alerts.slack", 300.0),
+    )
+    if r.problems:
+        raise ConfigError(r.problems)
+    return cfg
+
+
+def load_config(path: str | os.PathLike) -> Config:
+    """Read and validate a YAML config file. Raises ConfigError (with key paths) on any problem."""
+    try:
+        text = Path(path).read_text()
+    except OSError as e:
+        raise ConfigError([f"{path}: cannot read ({e.strerror}); check the path given to --config"]) from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        raise ConfigError([f"{path}: not valid YAML{where}: {getattr(e, 'problem', e)}"]) from None
+    return build_config(data, str(path))

@@ -1,0 +1,153 @@
+"""Every specwatch Prometheus family from the log path, rendered at scrape time.
+
+A custom collector (prometheus_client's recommended shape for scraped state): the pipeline
+keeps plain Python state, `collect()` turns a snapshot of it into families. Names follow the
+Prometheus conventions (base units, `_total` counters, `_ratio`, `_timestamp_seconds`). The table
+in README.md "Metrics" lists each one; keep the two in sync.
+
+Rank labels: `dp_rank`, `tp_rank`, `pp_rank`, `ep_rank` from the line's prefix tokens (empty
+when the line has none, e.g. a single-GPU server). SGLang prints stats only from attention-CP
+rank 0 (0.5.23), so ATTN_CP/MOE_DP tokens are not labels; the full token string is in `rank`
+of the JSON summary.
+"""
+
+from __future__ import annotations
+
+import platform
+from typing import Callable, Iterable
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from specwatch import __version__
+from specwatch.pipeline import KINDS, Pipeline
+
+RANK_LABELS = ("server", "dp_rank", "tp_rank", "pp_rank", "ep_rank")
+_TOKEN_OF = {"dp_rank": "DP", "tp_rank": "TP", "pp_rank": "PP", "ep_rank": "EP"}
+
+
+def rank_label_values(server: str, ranks: dict[str, int]) -> list[str]:
+    return [server] + [str(ranks[t]) if t in ranks else "" for t in ("DP", "TP", "PP", "EP")]
+
+
+class PipelineCollector(Collector):
+    """Families from the log pipeline: per-rank decode/prefill state, line counts, rule state."""
+
+    def __init__(self, pipeline: Pipeline):
+        self.pipeline = pipeline
+
+    def collect(self) -> Iterable:
+        p = self.pipeline
+        g = lambda name, doc: GaugeMetricFamily(name, doc, labels=RANK_LABELS)  # noqa: E731
+        accept_length = g("specwatch_accept_length", "Accept length of the last decode batch line: tokens per request per verify round (1.0 = no draft token accepted).")
+        accept_rate = g("specwatch_accept_rate", "Accept rate of the last decode batch line, as SGLang printed it (its formula depends on the SGLang version).")
+        throughput = g("specwatch_gen_throughput_tokens_per_second", "Generated tokens per second over the last decode-log interval.")
+        running = g("specwatch_running_requests", "Requests running in the last decode batch line.")
+        queued = g("specwatch_queued_requests", "Requests waiting in the queue (last decode batch line).")
+        usage = g("specwatch_token_usage_ratio", "KV cache token usage 0-1 of the last decode batch line (the full-attention pool on hybrid models).")
+        tokens = g("specwatch_kv_tokens", "KV cache tokens in use (#token) in the last decode batch line.")
+        graph = g("specwatch_cuda_graph_enabled", "1 when the last decode batch ran with a CUDA (or cpu/npu/musa) graph, else 0.")
+        last_ts = g("specwatch_last_decode_batch_timestamp_seconds", "Log timestamp of the last decode batch line, seconds since the epoch.")
+        collapsed = g("specwatch_acceptance_collapsed", "1 while the acceptance-collapse rule fires for this rank, else 0.")
+        decode_total = CounterMetricFamily("specwatch_decode_batches", "Decode batch lines read.", labels=RANK_LABELS)
+        prefill_total = CounterMetricFamily("specwatch_prefill_batches", "Prefill batch lines read.", labels=RANK_LABELS)
+        lines = CounterMetricFamily("specwatch_log_lines", "Log lines read, by kind (decode, prefill, other, malformed).", labels=("server", "kind"))
+        spec = GaugeMetricFamily(
+            "specwatch_speculative_info",
+            "Speculative settings from the server's startup server_args line (value 1).",
+            labels=("server", "algorithm", "draft_model", "model", "num_steps", "eagle_topk", "num_draft_tokens"),
+        )
+        with p.lock:
+            ranks = list(p.ranks.values())
+            servers = list(p.servers.items())
+            collapse_state = {k for k, st in p.collapse._ranks.items() if st.collapsed}
+            for rs in ranks:
+                lv = rank_label_values(rs.server, rs.ranks)
+                decode_total.add_metric(lv, rs.decode_batches)
+                prefill_total.add_metric(lv, rs.prefill_batches)
+                d = rs.last_decode
+                if d is None:
+                    continue
+                collapsed.add_metric(lv, 1.0 if (rs.server, rs.rank) in collapse_state else 0.0)
+                last_ts.add_metric(lv, d.timestamp)
+                running.add_metric(lv, d.running_requests)
+                queued.add_metric(lv, d.queued_requests)
+                for fam, v in ((accept_length, d.accept_length), (accept_rate, d.accept_rate),
+                               (throughput, d.gen_throughput), (usage, d.token_usage), (tokens, d.num_tokens)):
+                    if v is not None:
+                        fam.add_metric(lv, v)
+                if d.graph_enabled is not None:
+                    graph.add_metric(lv, 1.0 if d.graph_enabled else 0.0)
+            for server, st in servers:
+                for kind in KINDS:
+                    lines.add_metric([server, kind], st.lines[kind])
+                if st.server_args is not None:
+                    a = st.server_args.args
+                    spec.add_metric([server] + [
+                        "" if a.get(k) is None else str(a.get(k)) for k in (
+                            "speculative_algorithm", "speculative_draft_model_path", "model_path",
+                            "speculative_num_steps", "speculative_eagle_topk", "speculative_num_draft_tokens")
+                    ], 1.0)
+        yield from (accept_length, accept_rate, throughput, running, queued, usage, tokens, graph,
+                    last_ts, collapsed, decode_total, prefill_total, lines, spec)
+
+
+class FollowerCollector(Collector):
+    """Families about the followed files: bytes, rotations, truncations, skipped lines."""
+
+    def __init__(self, followers: Callable[[], dict[str, object]]):
+        self.followers = followers  # path -> Follower
+
+    def collect(self) -> Iterable:
+        fams = {
+            "bytes_total": CounterMetricFamily("specwatch_log_read_bytes", "Bytes read from the followed log file.", labels=("path",)),
+            "rotations_total": CounterMetricFamily("specwatch_log_rotations", "Rotations (rename, delete/recreate) of the followed file seen.", labels=("path",)),
+            "truncations_total": CounterMetricFamily("specwatch_log_truncations", "Truncations (copytruncate) of the followed file seen.", labels=("path",)),
+            "long_lines_skipped_total": CounterMetricFamily("specwatch_log_long_lines_skipped", "Lines longer than follow.max_line_bytes, skipped.", labels=("path",)),
+            "read_errors_total": CounterMetricFamily("specwatch_log_read_errors", "Errors opening or reading the followed file (retried).", labels=("path",)),
+            "recovered_lines_total": CounterMetricFamily("specwatch_log_recovered_lines", "Lines recovered from <path>.1 after a copytruncate.", labels=("path",)),
+        }
+        last = GaugeMetricFamily("specwatch_log_last_line_timestamp_seconds", "Wall time the last line was read from the file, seconds since the epoch.", labels=("path",))
+        is_open = GaugeMetricFamily("specwatch_log_file_open", "1 when the followed file is open, 0 while it does not exist or cannot be read.", labels=("path",))
+        for path, f in self.followers().items():
+            for attr, fam in fams.items():
+                fam.add_metric([path], getattr(f, attr, 0))
+            if getattr(f, "last_line_timestamp", None) is not None:
+                last.add_metric([path], f.last_line_timestamp)
+            is_open.add_metric([path], 1.0 if getattr(f, "is_open", False) else 0.0)
+        yield from fams.values()
+        yield last
+        yield is_open
+
+
+class SelfCollector(Collector):
+    """specwatch's own health: build, alerts, notifications."""
+
+    def __init__(self, pipeline: Pipeline, notifiers: Callable[[], dict[str, object]]):
+        self.pipeline = pipeline
+        self.notifiers = notifiers
+
+    def collect(self) -> Iterable:
+        build = GaugeMetricFamily("specwatch_build_info", "specwatch build (value 1).", labels=("version", "python_version"))
+        build.add_metric([__version__, platform.python_version()], 1.0)
+        yield build
+        firing = GaugeMetricFamily("specwatch_alerts_firing", "Alerts currently firing, by alert name.", labels=("alertname",))
+        counts: dict[str, int] = {}
+        with self.pipeline.lock:
+            for a in self.pipeline.dispatcher.active.values():
+                counts[a.name] = counts.get(a.name, 0) + 1
+        for name, n in sorted(counts.items()):
+            firing.add_metric([name], n)
+        yield firing
+        sent = CounterMetricFamily("specwatch_notifications_sent", "Notifications delivered, by notifier.", labels=("notifier",))
+        failed = CounterMetricFamily("specwatch_notifications_failed", "Failed delivery attempts, by notifier and reason (retry: will be retried; permanent: dropped).", labels=("notifier", "reason"))
+        depth = GaugeMetricFamily("specwatch_notification_queue_depth", "Notifications waiting for delivery, by notifier.", labels=("notifier",))
+        last_ok = GaugeMetricFamily("specwatch_notification_last_success_timestamp_seconds", "Wall time of the last successful delivery.", labels=("notifier",))
+        for name, n in self.notifiers().items():
+            sent.add_metric([name], getattr(n, "sent_total", 0))
+            for reason, c in sorted(getattr(n, "failed_total", {}).items()):
+                failed.add_metric([name, reason], c)
+            depth.add_metric([name], getattr(n, "queue_depth", 0))
+            if getattr(n, "last_success_timestamp", None):
+                last_ok.add_metric([name], n.last_success_timestamp)
+        yield from (sent, failed, depth, last_ok)

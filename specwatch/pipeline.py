@@ -1,0 +1,134 @@
+"""One pipeline for `run` and `replay`: line → event → per-rank state and rules → alerts.
+
+The two commands differ only in where lines come from (followed files vs recorded logs) and in
+the clock (wall time vs the log's own timestamps). The per-rank state kept here is what
+`metrics.py` renders at scrape time, so the hot path does plain attribute updates only.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import threading
+from dataclasses import dataclass, field
+
+from specwatch.alerts.dispatcher import Dispatcher
+from specwatch.config import Config
+from specwatch.events import DecodeBatch, LogLine, MalformedLine, OtherLine, PrefillBatch, ServerArgs
+from specwatch.rules.collapse import CollapseRule
+from specwatch.sources.sglang_log import parse_line
+
+KINDS = ("decode", "prefill", "other", "malformed")
+
+
+@dataclass
+class RankStats:
+    """Everything specwatch knows about one (server, rank) from its batch lines."""
+
+    server: str
+    rank: str
+    ranks: dict[str, int]
+    decode_batches: int = 0
+    prefill_batches: int = 0
+    last_decode: DecodeBatch | None = None
+    last_prefill: PrefillBatch | None = None
+    accept_length_sum: float = 0.0
+    accept_length_count: int = 0
+    accept_length_min: float = math.inf
+    accept_length_max: float = -math.inf
+
+
+@dataclass
+class ServerStats:
+    lines: dict[str, int] = field(default_factory=lambda: dict.fromkeys(KINDS, 0))
+    server_args: ServerArgs | None = None
+    last_malformed_reason: str | None = None
+
+
+class Pipeline:
+    """Feed lines in; read `servers`, `ranks` and `dispatcher` out.
+
+    `feed` is called from one thread (the followers' or replay's); scrapes read the state from
+    another thread under `lock`.
+    """
+
+    def __init__(self, config: Config, dispatcher: Dispatcher):
+        self.config = config
+        self.dispatcher = dispatcher
+        self.collapse = CollapseRule(config.collapse)
+        self.servers: dict[str, ServerStats] = {}
+        self.ranks: dict[tuple[str, str], RankStats] = {}
+        self.lock = threading.Lock()
+        self._prefix: dict[str, re.Pattern | None] = {}
+        self._server_of: dict[str, str] = {}
+        for src in config.logs:
+            self._server_of[src.path] = src.server
+            self._prefix[src.path] = re.compile(src.container_prefix) if src.container_prefix else None
+
+    def server_for(self, path: str) -> str:
+        return self._server_of.get(path) or (self.config.logs[0].server if self.config.logs else "")
+
+    def feed(self, line: LogLine, now: float | None = None) -> object:
+        """Process one line. `now` is the clock for alert timing (None: the line's timestamp).
+
+        Returns the parsed event. Never raises on input.
+        """
+        server = self.server_for(line.path)
+        event = parse_line(line.text, container_prefix=self._prefix.get(line.path))
+        if not line.raw_ok and isinstance(event, (DecodeBatch, PrefillBatch)):
+            event = MalformedLine("non-UTF-8 bytes in a batch line", event.timestamp, event.rank)
+        with self.lock:
+            stats = self.servers.get(server)
+            if stats is None:
+                stats = self.servers[server] = ServerStats()
+            if type(event) is OtherLine:
+                stats.lines["other"] += 1
+                return event
+            if isinstance(event, DecodeBatch):
+                stats.lines["decode"] += 1
+                rs = self._rank(server, event)
+                rs.decode_batches += 1
+                rs.last_decode = event
+                if event.accept_length is not None:
+                    a = event.accept_length
+                    rs.accept_length_sum += a
+                    rs.accept_length_count += 1
+                    if a < rs.accept_length_min:
+                        rs.accept_length_min = a
+                    if a > rs.accept_length_max:
+                        rs.accept_length_max = a
+                alert = self.collapse.observe(server, event)
+                clock = event.timestamp if now is None else now
+                if alert is not None:
+                    self.dispatcher.handle(alert, clock)
+                if self.dispatcher.active:
+                    self.dispatcher.tick(clock)
+            elif isinstance(event, PrefillBatch):
+                stats.lines["prefill"] += 1
+                rs = self._rank(server, event)
+                rs.prefill_batches += 1
+                rs.last_prefill = event
+            elif isinstance(event, ServerArgs):
+                stats.lines["other"] += 1
+                stats.server_args = event
+                self.collapse.observe_server_args(server, event)
+            else:
+                stats.lines["malformed"] += 1
+                stats.last_malformed_reason = event.reason
+        return event
+
+    def _rank(self, server: str, event: DecodeBatch | PrefillBatch) -> RankStats:
+        key = (server, event.rank)
+        rs = self.ranks.get(key)
+        if rs is None:
+            rs = self.ranks[key] = RankStats(server, event.rank, dict(event.ranks))
+        return rs
+
+    def to_state(self) -> dict:
+        with self.lock:
+            return {"collapse": self.collapse.to_state(), "dispatcher": self.dispatcher.to_state()}
+
+    def load_state(self, state: dict) -> None:
+        with self.lock:
+            self.collapse.load_state(state.get("collapse", {}))
+            self.dispatcher.load_state(state.get("dispatcher", {}))

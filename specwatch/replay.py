@@ -1,0 +1,110 @@
+"""`specwatch replay`: the daemon's pipeline over recorded logs, then a summary.
+
+Lines come from the same Follower the daemon uses (read once from the first line to the end);
+time comes from the log's own timestamps.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Iterable
+
+from specwatch.alerts.model import Alert, iso8601
+from specwatch.pipeline import KINDS, Pipeline
+from specwatch.sources.follow import Follower
+
+
+def replay_files(pipeline: Pipeline, paths: Iterable[str], max_line_bytes: int) -> None:
+    """Feed every complete line of each file, in file order, through `pipeline`."""
+    for path in paths:
+        follower = Follower(path, pipeline.feed, max_line_bytes=max_line_bytes)
+        while follower.poll():
+            pass
+        follower.finish()  # a last line without a newline still counts in a recorded log
+
+
+def _round(v: float) -> float | None:
+    return None if v is None or math.isinf(v) else round(v, 4)
+
+
+def summary(pipeline: Pipeline, alerts: list[Alert]) -> dict:
+    """The `replay --json` document (shape fixed by issue #2; extra keys are additions)."""
+    lines = dict.fromkeys(KINDS, 0)
+    for st in pipeline.servers.values():
+        for k in KINDS:
+            lines[k] += st.lines[k]
+    multi = len({s for s, _ in pipeline.ranks}) > 1
+    ranks = {}
+    for (server, rank), rs in sorted(pipeline.ranks.items()):
+        if rs.decode_batches == 0:
+            continue
+        d = rs.last_decode
+        n = rs.accept_length_count
+        ranks[f"{server} {rank}".strip() if multi else rank] = {
+            "server": server,
+            "decode_batches": rs.decode_batches,
+            "accept_length": {
+                "last": d.accept_length if d else None,
+                "mean": round(rs.accept_length_sum / n, 4) if n else None,
+                "min": _round(rs.accept_length_min) if n else None,
+                "max": _round(rs.accept_length_max) if n else None,
+            },
+            "accept_rate_last": d.accept_rate if d else None,
+            "gen_throughput_last": d.gen_throughput if d else None,
+            "running_requests_last": d.running_requests if d else None,
+            "collapsed": pipeline.collapse.collapsed(server, rank),
+        }
+    servers = {}
+    for server, st in pipeline.servers.items():
+        servers[server] = {
+            "lines": dict(st.lines),
+            "server_args": st.server_args.args if st.server_args else None,
+        }
+    return {
+        "lines": {"total": sum(lines.values()), **lines},
+        "ranks": ranks,
+        "alerts": [
+            {
+                "name": a.name,
+                "status": a.status,
+                "server": a.labels.get("server", ""),
+                "rank": a.labels.get("rank", ""),
+                "starts_at": iso8601(a.starts_at),
+                "ends_at": iso8601(a.ends_at),
+                "summary": a.annotations.get("summary", ""),
+                "evidence": dict(a.evidence),
+                "fixes": list(a.fixes),
+            }
+            for a in alerts
+        ],
+        "servers": servers,
+    }
+
+
+def format_text(doc: dict) -> str:
+    """A readable replay report."""
+    out = []
+    ln = doc["lines"]
+    out.append(f"lines: {ln['total']} (decode {ln['decode']}, prefill {ln['prefill']}, "
+               f"other {ln['other']}, malformed {ln['malformed']})")
+    for rank, r in doc["ranks"].items():
+        al = r["accept_length"]
+        state = "COLLAPSED" if r["collapsed"] else "ok"
+        fmt = lambda v: "n/a" if v is None else f"{v:.2f}"  # noqa: E731
+        out.append(
+            f"rank {rank or '(single)'}: {r['decode_batches']} decode batches, accept len last "
+            f"{fmt(al['last'])} mean {fmt(al['mean'])} min {fmt(al['min'])} max {fmt(al['max'])}, "
+            f"accept rate {fmt(r['accept_rate_last'])}, {fmt(r['gen_throughput_last'])} token/s  [{state}]"
+        )
+    if not doc["alerts"]:
+        out.append("alerts: none")
+    for a in doc["alerts"]:
+        out.append("")
+        out.append(f"ALERT {a['name']} {a['status'].upper()} since {a['starts_at']}"
+                   + (f" until {a['ends_at']}" if a["ends_at"] else ""))
+        out.append(f"  {a['summary']}")
+        if a["status"] == "firing":
+            out.append("  what to check:")
+            for i, fix in enumerate(a["fixes"], 1):
+                out.append(f"   {i}. {fix}")
+    return "\n".join(out)

@@ -1,0 +1,178 @@
+"""Acceptance collapse: the draft model's tokens are (almost) all rejected.
+
+Decided from `accept len` only: its floor is 1.00 in every SGLang version, while `accept rate`
+changed meaning twice (0.25 vs 0.00 at the same total collapse; sglang.md §1.6).
+
+A rank collapses after `min_batches` consecutive decode batches with accept len <=
+`max_accept_length` while requests are running; it recovers after `min_batches` consecutive
+batches at or above `recover_accept_length`. Batches in between reset both runs, so a rank that
+hovers between the thresholds keeps its current state (no flapping).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from specwatch.alerts.model import FIRING, RESOLVED, Alert
+from specwatch.config import CollapseConfig
+from specwatch.events import DecodeBatch, ServerArgs
+
+ALERT_NAME = "AcceptanceCollapse"
+
+
+@dataclass
+class _RankState:
+    low_run: int = 0
+    high_run: int = 0
+    low_since: float | None = None
+    collapsed: bool = False
+    alert: Alert | None = None
+
+
+def _fmt(v, spec: str = ".2f") -> str:
+    return "n/a" if v is None else format(v, spec)
+
+
+def known_causes(args: dict[str, object] | None) -> list[str]:
+    """The three known causes of a total collapse, each with the check a user can run now.
+
+    Paths come from the server's `server_args` line when it was seen. Facts: sglang.md §4.2
+    (`midlayer` vs `layers.0`, 0.5.11/0.5.12 split), §4.4 (fc width check), §4.5 and §5 (capture).
+    """
+    args = args or {}
+    draft = str(args.get("speculative_draft_model_path") or "<draft dir>")
+    algo = args.get("speculative_algorithm")
+    fixes = [
+        "Unloaded draft weights: SGLang <= 0.5.11 loads the draft decoder layer only from "
+        "`midlayer.*` keys and silently drops `layers.0.*` (as saved by the speculators trainer). "
+        f"Check: `python -c \"from safetensors import safe_open; import glob; "
+        f"print(sorted({{k.split('.')[0] for f in glob.glob('{draft}/*.safetensors') "
+        f"for k in safe_open(f, 'np').keys()}}))\"` and `pip show sglang`. "
+        "Fix: rename `layers.0.` to `midlayer.` in the checkpoint, or upgrade to SGLang >= 0.5.12.",
+        "Missing aux hidden-state capture: the target model class must implement "
+        "`set_eagle3_layers_to_capture`, and a multimodal wrapper must forward it to its language "
+        "model (Gemma3/Llama4 wrappers skip it silently when the inner model lacks it). Check: "
+        "`grep -rn set_eagle3_layers_to_capture $(python -c 'import sglang, os; "
+        "print(os.path.dirname(sglang.__file__))')/srt/models/` for your target's architecture "
+        "(from its config.json). Fix: use a target class that captures, or upgrade SGLang.",
+        "fc bypass: the draft's `fc.weight` is [H, 3*H] (e.g. [7168, 21504]) and runs only when the "
+        "target feeds 3*H-wide aux hidden states; with capture off, a single captured layer, or "
+        "`--speculative-algorithm EAGLE` for an EAGLE-3 draft, H-wide states skip the fc silently. "
+        f"Check: the draft config's `eagle_config.eagle_aux_hidden_state_layer_ids` in {draft}/config.json "
+        "(3 ids below the target's num_hidden_layers) and that the server runs "
+        "`--speculative-algorithm EAGLE3`"
+        + (f" (this server: {algo})." if algo else "."),
+        "d2t map: SGLang reads `d2t` as offsets (target_id = draft_id + d2t[draft_id]); a map stored "
+        "as absolute target ids sends every draft token to the wrong target token. Check: "
+        "d2t[i] + i must be the target id of draft token i.",
+    ]
+    return fixes
+
+
+class CollapseRule:
+    """Per (server, rank) collapse state machine; `observe` returns alerts that changed state."""
+
+    def __init__(self, config: CollapseConfig):
+        self.config = config
+        self._ranks: dict[tuple[str, str], _RankState] = {}
+        self._server_args: dict[str, dict[str, object]] = {}
+
+    def observe_server_args(self, server: str, event: ServerArgs) -> None:
+        self._server_args[server] = event.args
+
+    def collapsed(self, server: str, rank: str) -> bool:
+        st = self._ranks.get((server, rank))
+        return bool(st and st.collapsed)
+
+    def observe(self, server: str, batch: DecodeBatch) -> Alert | None:
+        """Feed one decode batch; returns the alert when it fires or resolves, else None."""
+        if batch.accept_length is None:
+            return None
+        key = (server, batch.rank)
+        st = self._ranks.get(key)
+        if st is None:
+            st = self._ranks[key] = _RankState()
+        cfg = self.config
+        if batch.running_requests <= 0:
+            return None  # an idle rank says nothing about the draft
+        if batch.accept_length <= cfg.max_accept_length:
+            if st.low_run == 0:
+                st.low_since = batch.timestamp
+            st.low_run += 1
+            st.high_run = 0
+            if not st.collapsed and st.low_run >= cfg.min_batches:
+                st.collapsed = True
+                st.alert = self._alert(server, batch, st)
+                return st.alert
+            if st.collapsed and st.alert is not None:
+                self._update_evidence(st.alert, batch, st)
+        elif batch.accept_length >= cfg.recover_accept_length:
+            st.high_run += 1
+            st.low_run = 0
+            if st.collapsed and st.high_run >= cfg.min_batches:
+                st.collapsed = False
+                alert, st.alert = st.alert, None
+                if alert is not None:
+                    alert.status = RESOLVED
+                    alert.ends_at = batch.timestamp
+                    alert.evidence.append(("recovered accept len", _fmt(batch.accept_length)))
+                    return alert
+        else:
+            st.low_run = st.high_run = 0
+        return None
+
+    def _update_evidence(self, alert: Alert, batch: DecodeBatch, st: _RankState) -> None:
+        alert.evidence[:] = self._evidence(batch, st)
+
+    def _evidence(self, batch: DecodeBatch, st: _RankState) -> list[tuple[str, str]]:
+        return [
+            ("accept len", _fmt(batch.accept_length)),
+            ("accept rate", _fmt(batch.accept_rate)),
+            ("gen throughput (token/s)", _fmt(batch.gen_throughput)),
+            ("running requests", str(batch.running_requests)),
+            ("decode batches at or below threshold", str(st.low_run)),
+        ]
+
+    def _alert(self, server: str, batch: DecodeBatch, st: _RankState) -> Alert:
+        args = self._server_args.get(server, {})
+        evidence = self._evidence(batch, st)
+        for key in ("speculative_algorithm", "speculative_draft_model_path", "model_path",
+                    "speculative_num_steps", "speculative_eagle_topk", "speculative_num_draft_tokens"):
+            if args.get(key) is not None:
+                evidence.append((key, str(args[key])))
+        where = f"{server} {batch.rank}".strip()
+        return Alert(
+            labels={"alertname": ALERT_NAME, "severity": "critical", "server": server, "rank": batch.rank},
+            annotations={
+                "summary": f"Speculative decoding collapsed on {where}: accept len {batch.accept_length:.2f}",
+                "description": (
+                    f"accept len stayed at or below {self.config.max_accept_length:.2f} for "
+                    f"{st.low_run} consecutive decode batches with requests running: the target "
+                    "rejects (almost) every draft token, so the draft model costs time and saves none."
+                ),
+            },
+            starts_at=st.low_since if st.low_since is not None else batch.timestamp,
+            evidence=evidence,
+            fixes=known_causes(args),
+            status=FIRING,
+        )
+
+    # --- persistence (the daemon saves this with the file offsets, atomically) ---
+    def to_state(self) -> dict:
+        return {
+            "ranks": [
+                {"server": s, "rank": r, "low_run": st.low_run, "high_run": st.high_run,
+                 "low_since": st.low_since, "collapsed": st.collapsed,
+                 "alert": st.alert.to_dict() if st.alert else None}
+                for (s, r), st in self._ranks.items()
+            ],
+            "server_args": self._server_args,
+        }
+
+    def load_state(self, state: dict) -> None:
+        for d in state.get("ranks", []):
+            self._ranks[(d["server"], d["rank"])] = _RankState(
+                low_run=d["low_run"], high_run=d["high_run"], low_since=d["low_since"],
+                collapsed=d["collapsed"], alert=Alert.from_dict(d["alert"]) if d.get("alert") else None,
+            )
+        self._server_args.update(state.get("server_args", {}))

@@ -1,0 +1,279 @@
+"""The SGLang log grammar: one line of text in, one event out.
+
+`parse_line` is a pure function: it never logs and never raises on input. It reads every
+`Decode batch` / `Prefill batch` form SGLang printed from 0.4.6.post1 to 0.5.23 and the startup
+`server_args=ServerArgs(...)` line (facts: shared reference sglang.md §1; printing code in
+`sglang/srt/managers/scheduler_components/metrics_reporter.py@0.5.23` and its predecessors).
+
+Line layout::
+
+    [container prefix] [Ray prefix] "[" YYYY-MM-DD HH:MM:SS[.mmm] [ RANK<n>]* "] " message
+
+A line is a batch line only when the bracket prefix starts it (after an optional container prefix
+such as `sglang-1  | ` and an optional Ray actor prefix `(Name pid=1, ip=1.2.3.4) `), and the
+message starts with `Decode batch` or `Prefill batch`. Request logs carry user text that can
+contain a whole decode line, so the text is never searched anywhere else in a line.
+
+Fields are `name: value` pairs joined by ", " and are matched by name, so a field SGLang adds
+later does not break the line. A batch line must carry both `#running-req` and `#queue-req`
+(every version prints them); without them, or with an unreadable value in a known field, the
+line was cut short or garbled and is returned as `MalformedLine`.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from datetime import datetime
+
+from specwatch.events import (
+    DecodeBatch,
+    MalformedLine,
+    OtherLine,
+    ParsedLine,
+    PrefillBatch,
+    ServerArgs,
+)
+
+_OTHER = OtherLine()
+
+# "[2026-01-01 12:00:00.123 DP0 TP0] " — ms optional (SGLANG_LOG_MS, 0.5.6+), rank tokens optional.
+_PREFIX = re.compile(
+    r"\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)(?:[.,](\d{1,6}))?((?: [A-Z][A-Z_]*\d+)*)\] "
+)
+# "(SchedulerActor pid=123, ip=10.0.0.1) " — Ray actor prefix (debug_utils/log_parser.py@0.5.23).
+_RAY = re.compile(r"\([\w.-]+ pid=\d+(?:, ip=[\w.:]+)?\) ")
+# Compose-style collector prefix "service  | " (recognised when none is configured).
+_COMPOSE = re.compile(r"[\w.@-]+\s*\| ")
+_RANK = re.compile(r"([A-Z][A-Z_]*?)(\d+)")
+# "Decode batch." (<=0.5.3.post3), "Decode batch [12]," (0.5.4, or SGLANG_LOG_FORWARD_ITERS),
+# "Decode batch," (0.5.5+).
+_START = re.compile(r"(Decode|Prefill) batch(?:\.|(?: \[(\d+)\])?,) ")
+
+_GRAPH_KEYS = ("cuda graph", "cpu graph", "npu graph", "musa graph")
+
+# server_args keys specwatch uses (sglang.md §7); the rest of the line is kept too when it parses.
+SERVER_ARG_KEYS = (
+    "model_path",
+    "served_model_name",
+    "speculative_algorithm",
+    "speculative_draft_model_path",
+    "speculative_num_steps",
+    "speculative_eagle_topk",
+    "speculative_num_draft_tokens",
+    "decode_log_interval",
+    "tp_size",
+    "dp_size",
+    "pp_size",
+    "ep_size",
+    "log_level",
+    "enable_metrics",
+    "disaggregation_mode",
+    "port",
+)
+_ARG_VALUE = re.compile(r"\b(\w+)=('(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"|[^,()\[\]{}]+)")
+
+_ts_cache: dict[str, float] = {}
+_rank_cache: dict[str, dict[str, int]] = {}
+
+
+class _Bad(Exception):
+    """A known field whose value does not read (internal: becomes MalformedLine)."""
+
+
+def _timestamp(stamp: str, frac: str | None) -> float:
+    """Naive local `YYYY-MM-DD HH:MM:SS` → seconds since the epoch (cached per second)."""
+    ts = _ts_cache.get(stamp)
+    if ts is None:
+        ts = datetime(
+            int(stamp[0:4]), int(stamp[5:7]), int(stamp[8:10]),
+            int(stamp[11:13]), int(stamp[14:16]), int(stamp[17:19]),
+        ).timestamp()
+        if len(_ts_cache) > 4096:
+            _ts_cache.clear()
+        _ts_cache[stamp] = ts
+    if frac:
+        ts += int(frac) / 10 ** len(frac)
+    return ts
+
+
+def _split_fields(body: str) -> dict[str, str]:
+    """`a: 1, b: x, y, c: 2` → {"a": "1", "b": "x, y", "c": "2"}; a piece with no ": " continues
+    the previous value (the 0.4.9 SWA form `#token: full=1, swa=2`); `name:` maps to ""."""
+    fields: dict[str, str] = {}
+    last = None
+    for piece in body.split(", "):
+        name, sep, value = piece.partition(": ")
+        if sep:
+            fields[name] = last = value
+            last = name
+        elif piece.endswith(":"):  # a line cut right after a field name
+            fields[piece[:-1]] = ""
+        elif last is not None and piece:
+            fields[last] += ", " + piece
+    return fields
+
+
+def _int(v: str) -> int:
+    try:
+        return int(v)
+    except ValueError:
+        raise _Bad(v) from None
+
+
+def _float(v: str) -> float:
+    try:
+        return float(v)
+    except ValueError:
+        pass
+    if v.endswith("%"):
+        v = v[:-1]
+    elif v.startswith("full="):  # 0.4.9 SWA usage: "full=0.10, swa=0.20" → the full pool
+        v = v[5:].split(",", 1)[0]
+    try:
+        return float(v)
+    except ValueError:
+        raise _Bad(v) from None
+
+
+def _opt(fields: dict[str, str], name: str, conv):
+    v = fields.get(name)
+    return v if v is None else conv(v)
+
+
+def _graph(fields: dict[str, str]) -> tuple[bool | None, str | None]:
+    for key in _GRAPH_KEYS:
+        v = fields.get(key)
+        if v is not None:
+            if v not in ("True", "False"):
+                raise _Bad(v)
+            return v == "True", key.split()[0]
+    return None, None
+
+
+def _tokens(fields: dict[str, str]) -> int | None:
+    v = fields.get("#token", fields.get("#full token"))
+    if v is None:
+        return None
+    if v.startswith("full="):
+        v = v[5:].split(",", 1)[0]
+    return _int(v)
+
+
+def _usage(fields: dict[str, str]) -> float | None:
+    v = fields.get("token usage", fields.get("full token usage"))
+    return None if v is None else _float(v)
+
+
+def _ranks(rank: str) -> dict[str, int]:
+    r = _rank_cache.get(rank)
+    if r is None:
+        r = _rank_cache[rank] = {m.group(1): int(m.group(2)) for m in _RANK.finditer(rank)}
+    return dict(r)
+
+
+def _parse_batch(kind: str, iteration: str | None, ts: float, rank: str, body: str) -> ParsedLine:
+    fields = _split_fields(body)
+    get = fields.get
+    running, queued = get("#running-req"), get("#queue-req")
+    if running is None or queued is None:
+        return MalformedLine("missing #running-req or #queue-req (line cut short?)", ts, rank)
+    if "" in fields.values():
+        return MalformedLine("field without a value (line cut short?)", ts, rank)
+    try:
+        graph_enabled, graph_kind = _graph(fields)
+        args = (
+            ts, rank, _ranks(rank), fields, _int(running), _int(queued), _usage(fields),
+            graph_enabled, graph_kind, int(iteration) if iteration else None,
+        )
+        if kind == "Decode":
+            return DecodeBatch(
+                *args,
+                _opt(fields, "accept len", _float),
+                _opt(fields, "accept rate", _float),
+                _opt(fields, "gen throughput (token/s)", _float),
+                _tokens(fields),
+            )
+        return PrefillBatch(
+            *args,
+            _opt(fields, "#new-seq", _int),
+            _opt(fields, "#new-token", _int),
+            _opt(fields, "#cached-token", _int),
+            _opt(fields, "input throughput (token/s)", _float),
+        )
+    except _Bad as e:
+        return MalformedLine(f"unreadable value {str(e)[:40]!r}", ts, rank)
+
+
+def _literal(node: ast.AST, source: str):
+    try:
+        return ast.literal_eval(node)
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+        return ast.get_source_segment(source, node)
+
+
+def parse_server_args(text: str) -> dict[str, object]:
+    """`ServerArgs(model_path='m', tp_size=8, ...)` → {"model_path": "m", "tp_size": 8, ...}.
+
+    Every keyword is kept when the repr parses as Python (values that are not literals are kept
+    as source text); otherwise the keys in `SERVER_ARG_KEYS` are read one by one.
+    """
+    start = text.find("ServerArgs(")
+    if start < 0:
+        return {}
+    source = text[start:]
+    try:
+        call = ast.parse(source, mode="eval").body
+        if isinstance(call, ast.Call):
+            return {kw.arg: _literal(kw.value, source) for kw in call.keywords if kw.arg}
+    except (SyntaxError, ValueError, MemoryError, RecursionError):
+        pass
+    args: dict[str, object] = {}
+    for m in _ARG_VALUE.finditer(source):
+        key, raw = m.group(1), m.group(2).strip()
+        if key in SERVER_ARG_KEYS and key not in args:
+            try:
+                args[key] = ast.literal_eval(raw)
+            except (ValueError, SyntaxError):
+                args[key] = raw
+    return args
+
+
+def strip_container_prefix(text: str, container_prefix: re.Pattern | None) -> str:
+    """Remove a collector prefix: the configured pattern, else a recognised `service  | `."""
+    if container_prefix is not None:
+        m = container_prefix.match(text)
+        return text[m.end():] if m else text
+    if text[:1] not in ("[", "(") and "| " in text[:80]:
+        m = _COMPOSE.match(text)
+        if m:
+            return text[m.end():]
+    return text
+
+
+def parse_line(text: str, *, container_prefix: re.Pattern | None = None) -> ParsedLine:
+    """Classify and read one log line (no trailing newline).
+
+    Returns DecodeBatch, PrefillBatch, ServerArgs, MalformedLine, or OtherLine for everything
+    else. Never raises on input.
+    """
+    text = strip_container_prefix(text, container_prefix)
+    if text[:1] == "(":
+        m = _RAY.match(text)
+        if not m:
+            return _OTHER
+        text = text[m.end():]
+    m = _PREFIX.match(text)
+    if m is None:
+        return _OTHER
+    msg = text[m.end():]
+    if msg.startswith(("Decode batch", "Prefill batch")):
+        ts = _timestamp(m.group(1), m.group(2))
+        rank = m.group(3).strip()
+        s = _START.match(msg)
+        if s is None:
+            return MalformedLine("unknown batch line start", ts, rank)
+        return _parse_batch(s.group(1), s.group(2), ts, rank, msg[s.end():].rstrip(", "))
+    if msg.startswith("server_args=ServerArgs("):
+        return ServerArgs(_timestamp(m.group(1), m.group(2)), parse_server_args(msg))
+    return _OTHER
