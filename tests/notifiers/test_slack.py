@@ -1,0 +1,368 @@
+"""SlackNotifier against a real HTTP server on 127.0.0.1 standing in for the Slack webhook."""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+import socket
+import threading
+import time
+from collections import deque
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from specwatch.alerts.model import RESOLVED, Alert
+from specwatch.notifiers.slack import SlackNotifier, build_payload, escape_mrkdwn
+
+SECRET_PATH = "/services/T0SPEC/B0WATCH/s3cr3tT0ken"
+T0 = 1771864362.0  # 2026-02-23T16:32:42Z
+
+
+class FakeSlack:
+    """Scriptable webhook: answers with `script` entries in order, then 200 `ok`."""
+
+    def __init__(self, port: int = 0):
+        self.script: deque[tuple[int, dict, str]] = deque()
+        self.received: list[dict] = []  # JSON bodies of every request, answered or not
+        self.paths: list[str] = []
+        self.times: list[float] = []  # time.monotonic() of each request
+        self.lock = threading.Lock()
+        fake = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self):
+                body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                with fake.lock:
+                    fake.received.append(json.loads(body))
+                    fake.paths.append(self.path)
+                    fake.times.append(time.monotonic())
+                    status, headers, text = fake.script.popleft() if fake.script else (200, {}, "ok")
+                data = text.encode()
+                self.send_response(status)
+                for k, v in headers.items():
+                    self.send_header(k, v)
+                self.send_header("Content-Type", "text/plain")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, *args):
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
+        self.port = self.server.server_address[1]
+        self.url = f"http://127.0.0.1:{self.port}{SECRET_PATH}"
+        self.thread = threading.Thread(target=self.server.serve_forever, args=(0.05,), daemon=True)
+        self.thread.start()
+
+    def delivered_texts(self) -> list[str]:
+        with self.lock:
+            return [b["text"] for b in self.received]
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def slack():
+    s = FakeSlack()
+    yield s
+    s.close()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def make_alert(n: int = 1, **kw) -> Alert:
+    d = dict(
+        labels={"alertname": "AcceptanceCollapse", "severity": "critical", "server": f"sglang-{n}", "rank": "DP0 TP0"},
+        annotations={
+            "summary": "accept len 1.05 on sglang-0 DP0 TP0",
+            "description": "The draft model's tokens are all being rejected.",
+        },
+        starts_at=T0,
+        evidence=[("accept len", "1.05"), ("accept rate", "0.01"), ("running requests", "12"), ("since", "16:32:42")],
+        fixes=["Check that the draft model matches the target model", "Check --speculative-algorithm", "Lower --speculative-num-steps"],
+    )
+    d.update(kw)
+    return Alert(**d)
+
+
+def wait_for(cond, timeout=5.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if cond():
+            return True
+        time.sleep(0.01)
+    return cond()
+
+
+def notifier(url, **kw) -> SlackNotifier:
+    kw.setdefault("backoff_initial", 0.05)
+    kw.setdefault("backoff_max", 0.2)
+    kw.setdefault("timeout", 2.0)
+    return SlackNotifier(url, **kw)
+
+
+# -- payload ---------------------------------------------------------------------------------
+
+
+def test_firing_payload_structure():
+    p = build_payload(make_alert(0))
+    assert p["text"] == "[FIRING] AcceptanceCollapse on sglang-0 DP0 TP0: accept len 1.05"
+    blocks = p["blocks"]
+    assert [b["type"] for b in blocks] == ["header", "section", "section", "section", "context"]
+    assert blocks[0]["text"] == {"type": "plain_text", "text": ":rotating_light: AcceptanceCollapse", "emoji": True}
+    assert [f["text"] for f in blocks[1]["fields"]] == [
+        "*Server*\nsglang-0",
+        "*Rank*\nDP0 TP0",
+        "*accept len*\n1.05",
+        "*accept rate*\n0.01",
+        "*running requests*\n12",
+        "*since*\n16:32:42",
+    ]
+    assert blocks[2]["text"]["text"] == "The draft model's tokens are all being rejected."
+    assert blocks[3]["text"]["text"] == (
+        "*What to check*\n"
+        "1. Check that the draft model matches the target model\n"
+        "2. Check --speculative-algorithm\n"
+        "3. Lower --speculative-num-steps"
+    )
+    assert blocks[4]["elements"][0]["text"] == (
+        "started 2026-02-23T16:32:42Z · severity critical · fingerprint " + make_alert(0).fingerprint
+    )
+    assert "channel" not in p
+    assert build_payload(make_alert(0), channel="#alerts")["channel"] == "#alerts"
+
+
+def test_resolved_payload_and_single_rank():
+    a = make_alert(0, status=RESOLVED, ends_at=T0 + 312)
+    a.labels["rank"] = ""
+    p = build_payload(a)
+    assert p["text"] == "[RESOLVED] AcceptanceCollapse on sglang-0: resolved after 5m 12s"
+    blocks = p["blocks"]
+    assert [b["type"] for b in blocks] == ["header", "section", "section", "context"]
+    assert blocks[0]["text"]["text"] == ":white_check_mark: AcceptanceCollapse resolved"
+    assert blocks[1]["text"]["text"] == (
+        "Resolved after *5m 12s* (firing since 2026-02-23T16:32:42Z, ended 2026-02-23T16:37:54Z)."
+    )
+    assert blocks[2]["fields"][1]["text"] == "*Rank*\n(single rank)"
+    assert "What to check" not in json.dumps(p)
+
+
+def test_hostile_text_is_escaped():
+    a = make_alert(
+        0,
+        labels={"alertname": "AcceptanceCollapse", "server": "<!channel>", "rank": "<@U123>"},
+        annotations={"description": "R&D says *bold* _it_ ~s~ `code` but spec_len stays"},
+        evidence=[("accept len", "<http://evil|click>")],
+        fixes=["<!here> & run `rm`"],
+    )
+    p = build_payload(a)
+    fields = [f["text"] for f in p["blocks"][1]["fields"]]
+    assert fields == ["*Server*\n&lt;!channel&gt;", "*Rank*\n&lt;@U123&gt;", "*accept len*\n&lt;http://evil|click&gt;"]
+    assert p["blocks"][2]["text"]["text"] == "R&amp;D says ∗bold∗ ＿it＿ ∼s∼ ˋcodeˋ but spec_len stays"
+    assert p["blocks"][3]["text"]["text"] == "*What to check*\n1. &lt;!here&gt; &amp; run ˋrmˋ"
+    assert p["text"] == "[FIRING] AcceptanceCollapse on &lt;!channel&gt; &lt;@U123&gt;: accept len &lt;http://evil|click&gt;"
+    # No raw angle bracket survives anywhere a mention or link could form.
+    assert "<" not in json.dumps(p, ensure_ascii=False)
+    assert escape_mrkdwn("a&b<c>") == "a&amp;b&lt;c&gt;"
+
+
+def test_limits_are_respected():
+    a = make_alert(
+        0,
+        labels={"alertname": "X" * 400, "server": "s", "rank": ""},
+        annotations={"description": "&" * 2000},  # 10,000 chars once escaped
+        evidence=[(f"e{i}", "v") for i in range(1000)],
+        fixes=["fix " * 100] * 50,
+    )
+    p = build_payload(a)
+    assert len(p["blocks"]) == 50
+    assert len(p["blocks"][0]["text"]["text"]) == 150
+    for b in p["blocks"]:
+        if b["type"] == "section" and "text" in b:
+            assert len(b["text"]["text"]) <= 3000
+        for f in b.get("fields", []):
+            assert len(f["text"]) <= 2000
+        assert len(b.get("fields", [])) <= 10
+    desc = p["blocks"][-3]["text"]["text"]
+    assert desc.endswith("&amp;…") and desc.count("&amp;") == 599  # never cut inside an entity
+    assert p["blocks"][-2]["text"]["text"].endswith("…")
+    assert p["blocks"][-4]["fields"][-1]["text"] == "_543 more evidence items not shown_"
+
+
+# -- delivery --------------------------------------------------------------------------------
+
+
+def test_retries_5xx_then_delivers_once(slack):
+    slack.script.extend([(500, {}, "rollup_error"), (503, {}, "")])
+    n = notifier(slack.url)
+    n.notify(make_alert(1))
+    assert n.queue_depth == 1
+    assert n.drain(5) is True
+    assert len(slack.received) == 3  # two failed attempts + one success
+    assert slack.received[0] == slack.received[2]
+    assert slack.paths == [SECRET_PATH] * 3
+    assert n.sent_total == 1
+    assert n.failed_total == {"permanent": 0, "retry": 2}
+    assert n.queue_depth == 0
+    assert n.last_success_timestamp == pytest.approx(time.time(), abs=5)
+    # backoff grows: second wait ≥ 0.9 × 0.1 s
+    assert slack.times[2] - slack.times[1] >= 0.09
+
+
+def test_background_thread_delivers_in_order(slack):
+    n = notifier(slack.url)
+    n.start()
+    try:
+        seqs = [n.notify(make_alert(i)) for i in range(5)]
+        assert seqs == [1, 2, 3, 4, 5]
+        assert wait_for(lambda: n.sent_total == 5)
+    finally:
+        assert n.stop(5)
+    assert [b["text"].split(" on ")[1].split(":")[0] for b in slack.received] == [
+        f"sglang-{i} DP0 TP0" for i in range(5)
+    ]
+
+
+def test_notify_takes_a_snapshot(slack):
+    n = notifier(slack.url)
+    a = make_alert(1)
+    n.notify(a)
+    a.labels["server"] = "changed"
+    assert n.drain(5)
+    assert slack.received[0]["blocks"][1]["fields"][0]["text"] == "*Server*\nsglang-1"
+
+
+def test_429_honours_retry_after_without_burning_backoff(slack):
+    slack.script.append((429, {"Retry-After": "1"}, "rate_limited"))
+    n = notifier(slack.url, backoff_initial=5.0, backoff_max=10.0)  # a backoff would blow the drain
+    n.notify(make_alert(1))
+    assert n.drain(4) is True
+    assert len(slack.received) == 2
+    assert slack.times[1] - slack.times[0] >= 0.95
+    assert n.sent_total == 1
+    assert n.failed_total == {"permanent": 0, "retry": 1}
+    assert n._failures == 0
+
+
+@pytest.mark.parametrize("status,body", [(400, "invalid_payload"), (410, "channel_is_archived"), (200, "no_service")])
+def test_permanent_error_logged_once_dropped_next_delivered(slack, caplog, status, body):
+    slack.script.append((status, {}, body))
+    n = notifier(slack.url)
+    n.notify(make_alert(1))
+    n.notify(make_alert(2))
+    with caplog.at_level(logging.DEBUG):
+        assert n.drain(5) is True
+    assert len(slack.received) == 2
+    assert slack.received[1]["text"].startswith("[FIRING] AcceptanceCollapse on sglang-2 ")
+    errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert len(errors) == 1
+    assert errors[0].name == "specwatch.notifiers.slack"
+    assert f"HTTP {status}" in errors[0].getMessage() and body in errors[0].getMessage()
+    assert n.failed_total == {"permanent": 1, "retry": 0}
+    assert n.sent_total == 1
+    assert "s3cr3tT0ken" not in caplog.text
+
+
+def test_connection_refused_is_retried_until_server_appears(caplog):
+    port = free_port()
+    url = f"http://127.0.0.1:{port}{SECRET_PATH}"
+    n = notifier(url)
+    n.notify(make_alert(1))
+    with caplog.at_level(logging.DEBUG):
+        n.start()
+        try:
+            assert wait_for(lambda: n.failed_total["retry"] >= 2)
+            assert n.queue_depth == 1
+            server = FakeSlack(port)
+            try:
+                assert wait_for(lambda: n.sent_total == 1)
+                assert server.delivered_texts() == ["[FIRING] AcceptanceCollapse on sglang-1 DP0 TP0: accept len 1.05"]
+            finally:
+                server.close()
+        finally:
+            n.stop(5)
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert warnings and "ConnectionError" in warnings[0]
+    # The URL, its path and the token appear in no log line (ours or urllib3's) nor in repr.
+    for secret in (url, SECRET_PATH, "s3cr3tT0ken"):
+        assert secret not in caplog.text
+        assert secret not in repr(n)
+    assert "<redacted>" in warnings[0]
+    assert "webhook_url=<redacted>" in repr(n)
+
+
+def test_urllib3_debug_line_is_redacted(slack, caplog):
+    n = notifier(slack.url)
+    n.notify(make_alert(1))
+    with caplog.at_level(logging.DEBUG):
+        assert n.drain(5)
+    urllib3_lines = [r.getMessage() for r in caplog.records if r.name.startswith("urllib3")]
+    assert any('"POST <redacted> HTTP/1.1" 200' in m for m in urllib3_lines)
+    assert "s3cr3tT0ken" not in caplog.text
+
+
+def test_bad_url_error_hides_url():
+    with pytest.raises(ValueError) as ei:
+        SlackNotifier("hooks.slack.com/services/T/B/s3cr3tT0ken")
+    assert "s3cr3tT0ken" not in str(ei.value)
+
+
+def test_durable_queue_survives_restart(tmp_path):
+    qp = tmp_path / "q" / "slack-queue.json"
+    dead = f"http://127.0.0.1:{free_port()}{SECRET_PATH}"
+    n1 = notifier(dead, queue_path=qp)
+    for i in range(3):
+        n1.notify(make_alert(i))
+    n1.start()
+    assert wait_for(lambda: n1.failed_total["retry"] >= 1)
+    assert n1.stop(5)
+    on_disk = json.loads(qp.read_text())
+    assert [it["seq"] for it in on_disk["pending"]] == [1, 2, 3]
+    assert [it["alert"]["labels"]["server"] for it in on_disk["pending"]] == ["sglang-0", "sglang-1", "sglang-2"]
+    assert list(qp.parent.iterdir()) == [qp]  # no temp files left behind
+
+    server = FakeSlack()
+    try:
+        n2 = notifier(server.url, queue_path=qp)
+        assert n2.queue_depth == 3
+        assert n2.drain(5) is True
+        assert [t.split(" on ")[1].split(" ")[0] for t in server.delivered_texts()] == ["sglang-0", "sglang-1", "sglang-2"]
+        assert json.loads(qp.read_text())["pending"] == []
+        assert n2.notify(make_alert(9)) == 4  # sequence numbers continue across restarts
+        assert n2.drain(5)
+        # A third process on the same file finds nothing to resend: exactly once.
+        n3 = notifier(server.url, queue_path=qp)
+        assert n3.queue_depth == 0 and n3.drain(1)
+        assert len(server.received) == 4
+    finally:
+        server.close()
+
+
+def test_corrupt_queue_file_is_moved_aside(tmp_path, caplog):
+    qp = tmp_path / "slack-queue.json"
+    qp.write_text("{not json")
+    n = notifier("http://127.0.0.1:9/x", queue_path=qp)
+    assert n.queue_depth == 0
+    assert len([p for p in tmp_path.iterdir() if ".corrupt-" in p.name]) == 1
+    assert any(r.levelno == logging.ERROR for r in caplog.records)
+
+
+def test_dry_run_prints_json_and_sends_nothing(slack):
+    out = io.StringIO()
+    n = notifier(slack.url, dry_run=out)
+    n.notify(make_alert(1))
+    assert n.drain(2) is True
+    text = out.getvalue()
+    assert text.startswith('{\n  "text": "[FIRING] AcceptanceCollapse on sglang-1 DP0 TP0: accept len 1.05"')
+    assert json.loads(text) == build_payload(make_alert(1))
+    assert slack.received == []
+    assert n.sent_total == 1
