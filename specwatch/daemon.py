@@ -1,0 +1,168 @@
+"""`specwatch run`: lifecycle of the daemon — threads, signals, state, HTTP listener.
+
+Threads: the follower group (reads lines and feeds the pipeline), the HTTP server (scrapes), the
+Slack delivery thread, and the main thread, which waits on an Event and wakes once a second to
+re-send due alerts and, every `STATE_EVERY` seconds, to persist state. Nothing spins: idle CPU
+is the followers' poll (one stat per file per poll interval) plus these wake-ups.
+
+State (`<state_dir>/state.json`, written atomically): file offsets and the rule/alert state, so
+a restart resumes after the last line read and neither re-fires nor forgets a firing alert.
+The Slack queue lives beside it (`slack-queue.json`).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+import threading
+import time
+from pathlib import Path
+from socketserver import ThreadingMixIn
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
+
+from prometheus_client import CollectorRegistry, make_wsgi_app
+
+from specwatch import __version__
+from specwatch.alerts.dispatcher import Dispatcher
+from specwatch.config import Config
+from specwatch.metrics import FollowerCollector, PipelineCollector, SelfCollector
+from specwatch.pipeline import Pipeline
+from specwatch.sources.follow import FollowerGroup, read_json, write_json_atomic
+
+log = logging.getLogger("specwatch.daemon")
+
+STATE_EVERY = 10.0  # seconds between state snapshots (also written on stop)
+
+_LANDING = """<!doctype html><html><head><title>specwatch</title></head><body>
+<h1>specwatch {version}</h1><p>Speculative-decoding monitor for SGLang.</p>
+<ul><li><a href="/metrics">/metrics</a></li></ul>
+<p>Following: {logs}</p><p>Firing alerts: {firing}</p></body></html>"""
+
+
+def sd_notify(message: str) -> bool:
+    """Send one sd_notify(3) datagram to $NOTIFY_SOCKET; False when not run by systemd."""
+    addr = os.environ.get("NOTIFY_SOCKET")
+    if not addr:
+        return False
+    if addr.startswith("@"):
+        addr = "\0" + addr[1:]  # abstract namespace
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as s:
+            s.connect(addr)
+            s.sendall(message.encode())
+        return True
+    except OSError as e:
+        log.warning("sd_notify failed: %s", e)
+        return False
+
+
+class _ThreadingWSGIServer(ThreadingMixIn, WSGIServer):
+    daemon_threads = True
+
+
+class _QuietHandler(WSGIRequestHandler):
+    def log_message(self, *args) -> None:  # scrapes every 15 s would flood the journal
+        pass
+
+
+class Daemon:
+    def __init__(self, config: Config):
+        self.config = config
+        self.state_dir = Path(config.state_dir)
+        self.state_path = self.state_dir / "state.json"
+        self._stop = threading.Event()
+        self.notifiers: dict[str, object] = {}
+        self.httpd = None
+
+    # --- wiring ---
+    def _build(self) -> None:
+        cfg = self.config
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        if cfg.slack.webhook_url:
+            from specwatch.notifiers.slack import SlackNotifier
+
+            self.notifiers["slack"] = SlackNotifier(
+                cfg.slack.webhook_url, queue_path=self.state_dir / "slack-queue.json",
+                timeout=cfg.slack.timeout, backoff_initial=cfg.slack.backoff_initial,
+                backoff_max=cfg.slack.backoff_max, channel=cfg.slack.channel,
+            )
+        self.dispatcher = Dispatcher(list(self.notifiers.values()), repeat_interval=cfg.repeat_interval)
+        self.pipeline = Pipeline(cfg, self.dispatcher)
+        state = read_json(self.state_path, {})
+        self.pipeline.load_state(state.get("pipeline", {}))
+        offsets = state.get("offsets", {})
+        self.followers = FollowerGroup(
+            [s.path for s in cfg.logs], self._on_line, checkpoints=offsets,
+            poll_interval=cfg.follow.poll_interval, max_line_bytes=cfg.follow.max_line_bytes,
+            use_watchdog=cfg.follow.watchdog,
+        )
+        self.registry = CollectorRegistry()
+        self.registry.register(PipelineCollector(self.pipeline))
+        self.registry.register(FollowerCollector(lambda: self.followers.followers))
+        self.registry.register(SelfCollector(self.pipeline, lambda: self.notifiers))
+
+    def _on_line(self, line) -> None:
+        self.pipeline.feed(line, now=time.time())
+
+    def _app(self):
+        metrics_app = make_wsgi_app(self.registry)
+
+        def app(environ, start_response):
+            if environ.get("PATH_INFO", "/") in ("/", ""):
+                body = _LANDING.format(
+                    version=__version__,
+                    logs=", ".join(s.path for s in self.config.logs),
+                    firing=len(self.dispatcher.active),
+                ).encode()
+                start_response("200 OK", [("Content-Type", "text/html; charset=utf-8")])
+                return [body]
+            return metrics_app(environ, start_response)
+
+        return app
+
+    def save_state(self) -> None:
+        """Offsets and rule state in one atomic write, taken under the pipeline lock so they
+        describe the same set of lines."""
+        with self.pipeline.lock:
+            doc = {"version": 1, "offsets": self.followers.checkpoints(),
+                   "pipeline": {"collapse": self.pipeline.collapse.to_state(),
+                                "dispatcher": self.dispatcher.to_state()}}
+        write_json_atomic(self.state_path, doc)
+
+    # --- lifecycle ---
+    def run(self) -> int:
+        self._build()
+        cfg = self.config
+        try:
+            self.httpd = make_server(cfg.listen_address, cfg.listen_port, self._app(),
+                                     server_class=_ThreadingWSGIServer, handler_class=_QuietHandler)
+        except OSError as e:
+            log.error("cannot listen on %s:%s: %s (set metrics.listen_port)", cfg.listen_address, cfg.listen_port, e.strerror)
+            return 1
+        threading.Thread(target=self.httpd.serve_forever, name="http", daemon=True).start()
+        for n in self.notifiers.values():
+            n.start()
+        self.followers.start()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, lambda *_: self._stop.set())
+        port = self.httpd.server_address[1]
+        log.info("specwatch %s: following %d log(s), metrics on http://%s:%d/metrics",
+                 __version__, len(cfg.logs), cfg.listen_address, port)
+        sd_notify(f"READY=1\nSTATUS=following {len(cfg.logs)} log(s), metrics on port {port}")
+        last_save = time.monotonic()
+        while not self._stop.wait(1.0):
+            with self.pipeline.lock:
+                self.dispatcher.tick(time.time())
+            if time.monotonic() - last_save >= STATE_EVERY:
+                self.save_state()
+                last_save = time.monotonic()
+        sd_notify("STOPPING=1")
+        log.info("stopping")
+        self.followers.stop(timeout=5.0)
+        self.save_state()
+        for n in self.notifiers.values():
+            n.stop(timeout=5.0)
+        self.httpd.shutdown()
+        return 0
