@@ -6,71 +6,15 @@ import io
 import json
 import logging
 import socket
-import threading
 import time
-from collections import deque
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
 from specwatch.alerts.model import RESOLVED, Alert
 from specwatch.notifiers.slack import SlackNotifier, build_payload, escape_mrkdwn
+from slack_endpoint import SECRET_PATH, SlackEndpoint
 
-SECRET_PATH = "/services/T0SPEC/B0WATCH/s3cr3tT0ken"
 T0 = 1771864362.0  # 2026-02-23T16:32:42Z
-
-
-class FakeSlack:
-    """Scriptable webhook: answers with `script` entries in order, then 200 `ok`."""
-
-    def __init__(self, port: int = 0):
-        self.script: deque[tuple[int, dict, str]] = deque()
-        self.received: list[dict] = []  # JSON bodies of every request, answered or not
-        self.paths: list[str] = []
-        self.times: list[float] = []  # time.monotonic() of each request
-        self.lock = threading.Lock()
-        fake = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self):
-                body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
-                with fake.lock:
-                    fake.received.append(json.loads(body))
-                    fake.paths.append(self.path)
-                    fake.times.append(time.monotonic())
-                    status, headers, text = fake.script.popleft() if fake.script else (200, {}, "ok")
-                data = text.encode()
-                self.send_response(status)
-                for k, v in headers.items():
-                    self.send_header(k, v)
-                self.send_header("Content-Type", "text/plain")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def log_message(self, *args):
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
-        self.port = self.server.server_address[1]
-        self.url = f"http://127.0.0.1:{self.port}{SECRET_PATH}"
-        self.thread = threading.Thread(target=self.server.serve_forever, args=(0.05,), daemon=True)
-        self.thread.start()
-
-    def delivered_texts(self) -> list[str]:
-        with self.lock:
-            return [b["text"] for b in self.received]
-
-    def close(self):
-        self.server.shutdown()
-        self.server.server_close()
-
-
-@pytest.fixture
-def slack():
-    s = FakeSlack()
-    yield s
-    s.close()
 
 
 def free_port() -> int:
@@ -282,7 +226,7 @@ def test_connection_refused_is_retried_until_server_appears(caplog):
         try:
             assert wait_for(lambda: n.failed_total["retry"] >= 2)
             assert n.queue_depth == 1
-            server = FakeSlack(port)
+            server = SlackEndpoint(port)
             try:
                 assert wait_for(lambda: n.sent_total == 1)
                 assert server.delivered_texts() == ["[FIRING] AcceptanceCollapse on sglang-1 DP0 TP0: accept len 1.05"]
@@ -330,7 +274,7 @@ def test_durable_queue_survives_restart(tmp_path):
     assert [it["alert"]["labels"]["server"] for it in on_disk["pending"]] == ["sglang-0", "sglang-1", "sglang-2"]
     assert list(qp.parent.iterdir()) == [qp]  # no temp files left behind
 
-    server = FakeSlack()
+    server = SlackEndpoint()
     try:
         n2 = notifier(server.url, queue_path=qp)
         assert n2.queue_depth == 3
