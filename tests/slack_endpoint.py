@@ -19,6 +19,7 @@ class SlackEndpoint:
     def __init__(self, port: int = 0):
         self.script: deque[tuple[int, dict, str]] = deque()
         self.received: list[dict] = []  # JSON bodies of every request, answered or not
+        self.answered_ok: list[bool] = []  # per request: answered 200 `ok` (= delivered)
         self.paths: list[str] = []
         self.times: list[float] = []  # time.monotonic() of each request
         self.lock = threading.Lock()
@@ -32,6 +33,7 @@ class SlackEndpoint:
                     fake.paths.append(self.path)
                     fake.times.append(time.monotonic())
                     status, headers, text = fake.script.popleft() if fake.script else (200, {}, "ok")
+                    fake.answered_ok.append(status == 200 and text == "ok")
                 data = text.encode()
                 self.send_response(status)
                 for k, v in headers.items():

@@ -267,13 +267,18 @@ def parse_line(text: str, *, container_prefix: re.Pattern | None = None) -> Pars
     if m is None:
         return _OTHER
     msg = text[m.end():]
-    if msg.startswith(("Decode batch", "Prefill batch")):
+    try:
         ts = _timestamp(m.group(1), m.group(2))
+    except ValueError:  # an impossible date: garbled, or not SGLang's prefix
+        if msg.startswith(("Decode batch", "Prefill batch")):
+            return MalformedLine(f"impossible timestamp {m.group(1)!r}", None, m.group(3).strip())
+        return _OTHER
+    if msg.startswith(("Decode batch", "Prefill batch")):
         rank = m.group(3).strip()
         s = _START.match(msg)
         if s is None:
             return MalformedLine("unknown batch line start", ts, rank)
-        return _parse_batch(s.group(1), s.group(2), ts, rank, msg[s.end():].rstrip(", "))
+        return _parse_batch(s.group(1), s.group(2), ts, rank, msg[s.end():].rstrip(", \r"))
     if msg.startswith("server_args=ServerArgs("):
-        return ServerArgs(_timestamp(m.group(1), m.group(2)), parse_server_args(msg))
+        return ServerArgs(ts, parse_server_args(msg))
     return _OTHER

@@ -1,0 +1,172 @@
+"""`specwatch run` as a real subprocess: a real log file, /metrics over HTTP, a local Slack."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+SAMPLES = Path(__file__).resolve().parent / "data" / "samples"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def decode_line(accept: float, ts: str, rank: str = "TP0", running: int = 32, thr: float = 400.57) -> str:
+    return (f"[2026-02-23 {ts} {rank}] Decode batch, #running-req: {running}, #token: 2268, token usage: 0.02, "
+            f"accept len: {accept:.2f}, accept rate: 0.21, cuda graph: False, "
+            f"gen throughput (token/s): {thr:.2f}, #queue-req: 0\n")
+
+
+def wait_for(pred, timeout=15.0, what="condition"):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        v = pred()
+        if v:
+            return v
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def scrape(port: int) -> dict[tuple[str, tuple], float]:
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+    out = {}
+    for fam in text_string_to_metric_families(text):
+        for s in fam.samples:
+            out[(s.name, tuple(sorted(s.labels.items())))] = s.value
+    return out
+
+
+def rank_labels(server="gpu-box-1", tp="0"):
+    return tuple(sorted({"server": server, "dp_rank": "", "tp_rank": tp, "pp_rank": "", "ep_rank": ""}.items()))
+
+
+class Daemon:
+    def __init__(self, tmp_path: Path, slack_url: str, log: Path):
+        self.port = free_port()
+        self.state = tmp_path / "state"
+        self.cfg = tmp_path / "config.yaml"
+        self.cfg.write_text(
+            f"server: gpu-box-1\n"
+            f"logs:\n  - path: {log}\n"
+            f"follow:\n  poll_interval: 0.2s\n"
+            f"metrics:\n  listen_port: {self.port}\n"
+            f"state_dir: {self.state}\n"
+            f"alerts:\n  slack:\n    webhook_url_env: SW_TEST_HOOK\n    backoff_initial: 0.1s\n    backoff_max: 1s\n"
+        )
+        self.env = dict(os.environ, SW_TEST_HOOK=slack_url, PYTHONUNBUFFERED="1")
+        self.proc = None
+
+    def start(self):
+        self.proc = subprocess.Popen([sys.executable, "-m", "specwatch", "run", "--config", str(self.cfg)],
+                                     env=self.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        wait_for(self._up, what="/metrics to answer")
+
+    def _up(self):
+        if self.proc.poll() is not None:
+            raise AssertionError(f"daemon exited: {self.proc.stdout.read()}")
+        try:
+            urllib.request.urlopen(f"http://127.0.0.1:{self.port}/", timeout=1).read()
+            return True
+        except OSError:
+            return False
+
+    def stop(self) -> tuple[int, str]:
+        self.proc.send_signal(signal.SIGTERM)
+        out, _ = self.proc.communicate(timeout=20)
+        return self.proc.returncode, out
+
+
+@pytest.fixture
+def log(tmp_path):
+    return tmp_path / "sglang.log"
+
+
+def delivered(slack) -> list[dict]:
+    """Bodies Slack answered 200 ok to (the endpoint records failed attempts too)."""
+    return [b for b, ok in zip(slack.received, slack.answered_ok) if ok]
+
+
+def test_run_scrape_alert_resolve_restart(tmp_path, slack, log):
+    # Slack is flaky: two 500s, then a 429 asking for 1 s, then fine.
+    slack.script.extend([(500, {}, "rollup_error"), (500, {}, "rollup_error"),
+                         (429, {"Retry-After": "1"}, "rate_limited")])
+    d = Daemon(tmp_path, slack.url, log)
+    d.start()
+    landing = urllib.request.urlopen(f"http://127.0.0.1:{d.port}/", timeout=5).read().decode()
+    assert "/metrics" in landing and str(log) in landing
+
+    # the file appears after start: read from its first line
+    real = (SAMPLES / "kimi-k25-eagle3-collapse.log").read_text()
+    with open(log, "a") as f:
+        f.write("[2026-02-23 16:32:30] INFO:     127.0.0.1:40052 - \"POST /generate HTTP/1.1\" 200 OK\n")
+        f.write(real)
+        f.write(decode_line(1.04, "16:32:46"))
+    m = wait_for(lambda: (x := scrape(d.port)).get(("specwatch_decode_batches_total", rank_labels())) == 3 and x,
+                 what="3 decode batches")
+    lab = rank_labels()
+    assert m[("specwatch_accept_length", lab)] == 1.04
+    assert m[("specwatch_accept_rate", lab)] == 0.21
+    assert m[("specwatch_gen_throughput_tokens_per_second", lab)] == 400.57
+    assert m[("specwatch_running_requests", lab)] == 32
+    assert m[("specwatch_queued_requests", lab)] == 0
+    assert m[("specwatch_token_usage_ratio", lab)] == 0.02
+    assert m[("specwatch_cuda_graph_enabled", lab)] == 0
+    assert m[("specwatch_acceptance_collapsed", lab)] == 1
+    assert m[("specwatch_log_lines_total", (("kind", "other"), ("server", "gpu-box-1")))] == 1
+    assert m[("specwatch_log_lines_total", (("kind", "decode"), ("server", "gpu-box-1")))] == 3
+    assert m[("specwatch_log_lines_total", (("kind", "malformed"), ("server", "gpu-box-1")))] == 0
+
+    firing = wait_for(lambda: delivered(slack), timeout=20, what="the firing message")
+    assert len(firing) == 1
+    assert firing[0]["text"].startswith("[FIRING] AcceptanceCollapse on gpu-box-1 TP0")
+    assert len(slack.received) == 4  # 500, 500, 429, ok
+    assert slack.times[3] - slack.times[2] >= 0.95  # Retry-After honoured
+
+    # recovery: three healthy batches
+    with open(log, "a") as f:
+        for i in range(3):
+            f.write(decode_line(2.9, f"16:33:0{i}"))
+    wait_for(lambda: len(delivered(slack)) == 2, timeout=20, what="the resolved message")
+    assert delivered(slack)[1]["text"].startswith("[RESOLVED] AcceptanceCollapse on gpu-box-1 TP0")
+    assert scrape(d.port)[("specwatch_acceptance_collapsed", lab)] == 0
+    assert scrape(d.port)[("specwatch_notifications_sent_total", (("notifier", "slack"),))] == 2
+
+    rc, out = d.stop()
+    assert rc == 0, out
+    assert slack.url.split("/")[-1] not in out  # the webhook secret never printed
+    state = json.loads((d.state / "state.json").read_text())
+    assert str(log) in state["offsets"]
+
+    # restart: resumes after the last line, counts nothing twice, sends nothing again
+    with open(log, "a") as f:
+        f.write(decode_line(3.1, "16:34:00"))
+    d.start()
+    m = wait_for(lambda: (x := scrape(d.port)).get(("specwatch_decode_batches_total", lab)) == 1 and x,
+                 what="the one new decode batch after restart")
+    assert m[("specwatch_accept_length", lab)] == 3.1
+    time.sleep(0.5)
+    assert len(delivered(slack)) == 2
+    rc, out = d.stop()
+    assert rc == 0, out
+
+
+def test_bad_config_exits_2_naming_the_key(tmp_path):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("logs:\n  - path: /tmp/x.log\nrules:\n  collapse:\n    min_batches: zero\n")
+    r = subprocess.run([sys.executable, "-m", "specwatch", "run", "--config", str(cfg)],
+                       capture_output=True, text=True, timeout=30)
+    assert r.returncode == 2
+    assert "rules.collapse.min_batches: must be an integer" in r.stderr
