@@ -65,6 +65,12 @@ class SlackConfig:
 
 
 @dataclass
+class GpuConfig:
+    enabled: bool = True  # without a driver it exports specwatch_gpu_up 0 and warns once
+    interval: float = 5.0
+
+
+@dataclass
 class Config:
     logs: list[LogSource] = field(default_factory=list)
     follow: FollowConfig = field(default_factory=FollowConfig)
@@ -74,6 +80,7 @@ class Config:
     collapse: CollapseConfig = field(default_factory=CollapseConfig)
     repeat_interval: float = 4 * 3600.0
     slack: SlackConfig = field(default_factory=SlackConfig)
+    gpu: GpuConfig = field(default_factory=GpuConfig)
     source_path: str | None = None
 
 
@@ -194,7 +201,7 @@ def build_config(data: dict | None, source_path: str | None = None) -> Config:
         data = {}
     if not isinstance(data, dict):
         raise ConfigError(["(top level): must be a mapping of keys such as `logs:`, `metrics:`, `alerts:`"])
-    r.unknown(data, "", {"server", "logs", "follow", "metrics", "state_dir", "rules", "alerts"})
+    r.unknown(data, "", {"server", "logs", "follow", "metrics", "state_dir", "rules", "alerts", "gpu"})
     default_server = r.string(data, "server", "", None) or socket.gethostname()
 
     logs = data.get("logs") or []
@@ -228,6 +235,9 @@ def build_config(data: dict | None, source_path: str | None = None) -> Config:
         max_line_bytes=r.number(f, "max_line_bytes", "follow", 1_048_576, kind=int, lo=1024),
         watchdog=r.boolean(f, "watchdog", "follow", True),
     )
+
+    g = r.section(data, "gpu", "", {"enabled", "interval"})
+    cfg.gpu = GpuConfig(enabled=r.boolean(g, "enabled", "gpu", True), interval=r.duration(g, "interval", "gpu", 5.0))
 
     m = r.section(data, "metrics", "", {"listen_address", "listen_port"})
     cfg.listen_address = r.string(m, "listen_address", "metrics", "127.0.0.1")

@@ -102,6 +102,12 @@ class Daemon:
         self.registry.register(PipelineCollector(self.pipeline))
         self.registry.register(FollowerCollector(lambda: self.followers.followers))
         self.registry.register(SelfCollector(self.pipeline, lambda: self.notifiers))
+        self.gpu = None
+        if cfg.gpu.enabled:
+            from specwatch.sources.nvml import GpuCollector
+
+            self.gpu = GpuCollector(interval=cfg.gpu.interval)
+            self.registry.register(self.gpu)
 
     def _on_line(self, line) -> None:
         self.pipeline.feed(line, now=time.time())
@@ -145,6 +151,8 @@ class Daemon:
         for n in self.notifiers.values():
             n.start()
         self.followers.start()
+        if self.gpu is not None:
+            self.gpu.start()
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda *_: self._stop.set())
         port = self.httpd.server_address[1]
@@ -161,6 +169,8 @@ class Daemon:
         sd_notify("STOPPING=1")
         log.info("stopping")
         self.followers.stop(timeout=5.0)
+        if self.gpu is not None:
+            self.gpu.stop(timeout=2.0)
         self.save_state()
         for n in self.notifiers.values():
             n.stop(timeout=5.0)
