@@ -19,7 +19,7 @@ from specwatch.config import Config, ConfigError, LogSource, build_config, load_
 
 
 def _load(path: str | None) -> Config:
-    return load_config(path) if path else build_config({})
+    return load_config(path) if path else build_config({"server": "replay"})
 
 
 def cmd_check_config(args) -> int:
@@ -47,7 +47,7 @@ def cmd_replay(args) -> int:
         print(f"specwatch replay: no such file: {', '.join(missing)}", file=sys.stderr)
         return 2
     known = {s.path for s in cfg.logs}
-    server = args.server or (cfg.logs[0].server if cfg.logs else "replay")
+    server = args.server or cfg.server
     for p in args.logs:
         if p not in known:
             cfg.logs.append(LogSource(path=p, server=server))
@@ -127,7 +127,7 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument("--config", help="YAML config file (rules, Slack); optional")
     rp.add_argument("--json", action="store_true", help="print the summary as JSON")
     rp.add_argument("--slack-dry-run", action="store_true", help="print each Slack payload instead of posting it")
-    rp.add_argument("--server", help="server name for the replayed logs (default: from config, else 'replay')")
+    rp.add_argument("--server", help="server name for the replayed logs (default: the config's `server`, else 'replay')")
     rp.add_argument("--slack-timeout", type=float, default=60.0, help="seconds to wait for Slack delivery (default 60)")
     rp.set_defaults(func=cmd_replay)
 

@@ -72,6 +72,7 @@ class GpuConfig:
 
 @dataclass
 class Config:
+    server: str = ""  # default `server` label (host name)
     logs: list[LogSource] = field(default_factory=list)
     follow: FollowConfig = field(default_factory=FollowConfig)
     listen_address: str = "127.0.0.1"
@@ -203,6 +204,7 @@ def build_config(data: dict | None, source_path: str | None = None) -> Config:
         raise ConfigError(["(top level): must be a mapping of keys such as `logs:`, `metrics:`, `alerts:`"])
     r.unknown(data, "", {"server", "logs", "follow", "metrics", "state_dir", "rules", "alerts", "gpu"})
     default_server = r.string(data, "server", "", None) or socket.gethostname()
+    cfg.server = default_server
 
     logs = data.get("logs") or []
     if not isinstance(logs, list):

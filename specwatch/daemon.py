@@ -29,7 +29,7 @@ from specwatch.alerts.dispatcher import Dispatcher
 from specwatch.config import Config
 from specwatch.metrics import FollowerCollector, PipelineCollector, SelfCollector
 from specwatch.pipeline import Pipeline
-from specwatch.sources.follow import FollowerGroup, read_json, write_json_atomic
+from specwatch.sources.follow import Follower, FollowerGroup, read_json, write_json_atomic
 
 log = logging.getLogger("specwatch.daemon")
 
@@ -94,10 +94,12 @@ class Daemon:
         self.pipeline.load_state(state.get("pipeline", {}))
         offsets = state.get("offsets", {})
         self.followers = FollowerGroup(
-            [s.path for s in cfg.logs], self._on_line, checkpoints=offsets,
-            poll_interval=cfg.follow.poll_interval, max_line_bytes=cfg.follow.max_line_bytes,
-            use_watchdog=cfg.follow.watchdog,
+            [Follower(s.path, self._on_line, max_line_bytes=cfg.follow.max_line_bytes,
+                      checkpoint=offsets.get(s.path)) for s in cfg.logs],
+            poll_interval=cfg.follow.poll_interval, use_watchdog=cfg.follow.watchdog,
+            after_poll=self._maybe_save,
         )
+        self._last_save = time.monotonic()
         self.registry = CollectorRegistry()
         self.registry.register(PipelineCollector(self.pipeline))
         self.registry.register(FollowerCollector(lambda: self.followers.followers))
@@ -128,9 +130,15 @@ class Daemon:
 
         return app
 
+    def _maybe_save(self) -> None:
+        # On the followers' thread between poll rounds: offsets and rule state agree.
+        if time.monotonic() - self._last_save >= STATE_EVERY:
+            self.save_state()
+            self._last_save = time.monotonic()
+
     def save_state(self) -> None:
-        """Offsets and rule state in one atomic write, taken under the pipeline lock so they
-        describe the same set of lines."""
+        """Offsets and rule state in one atomic write. Called on the followers' thread (or after
+        it stopped), so no line is half-processed and both describe the same set of lines."""
         with self.pipeline.lock:
             doc = {"version": 1, "offsets": self.followers.checkpoints(),
                    "pipeline": {"collapse": self.pipeline.collapse.to_state(),
@@ -159,13 +167,9 @@ class Daemon:
         log.info("specwatch %s: following %d log(s), metrics on http://%s:%d/metrics",
                  __version__, len(cfg.logs), cfg.listen_address, port)
         sd_notify(f"READY=1\nSTATUS=following {len(cfg.logs)} log(s), metrics on port {port}")
-        last_save = time.monotonic()
         while not self._stop.wait(1.0):
             with self.pipeline.lock:
                 self.dispatcher.tick(time.time())
-            if time.monotonic() - last_save >= STATE_EVERY:
-                self.save_state()
-                last_save = time.monotonic()
         sd_notify("STOPPING=1")
         log.info("stopping")
         self.followers.stop(timeout=5.0)

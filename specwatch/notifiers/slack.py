@@ -66,6 +66,15 @@ REDACTED = "<redacted>"
 # Payload
 
 
+def escape_entities(text: str) -> str:
+    """Escape only `&`, `<`, `>` (no mention or link can form) and keep mrkdwn formatting.
+
+    For text specwatch writes itself (descriptions, fixes): their `code spans` must stay copyable
+    commands. Log-derived values in them (a draft path) cannot form mentions or links either.
+    """
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
 def escape_mrkdwn(text: str) -> str:
     """Make arbitrary text display literally inside a Slack mrkdwn string.
 
@@ -198,9 +207,9 @@ def build_payload(alert: Alert, *, channel: str | None = None) -> dict:
     if not resolved:
         description = alert.annotations.get("description", "") or alert.annotations.get("summary", "")
         if description:
-            tail.append(_section(escape_mrkdwn(description)))
+            tail.append(_section(escape_entities(description)))
         if alert.fixes:
-            items = "\n".join(f"{i}. {escape_mrkdwn(_one_line(f))}" for i, f in enumerate(alert.fixes, 1))
+            items = "\n".join(f"{i}. {escape_entities(_one_line(f))}" for i, f in enumerate(alert.fixes, 1))
             tail.append(_section(f"*What to check*\n{items}"))
     context = [f"started {iso8601(alert.starts_at)}"]
     if alert.labels.get("severity"):

@@ -210,6 +210,14 @@ class Follower:
             }
         return s.snapshot(self.path)
 
+    def finish(self) -> int:
+        """The file is complete (a recorded log being replayed): emit an unterminated last line
+        as a line. Returns the lines emitted (0 or 1)."""
+        before = self.lines_total
+        if self._cur is not None:
+            self._finish(self._cur)
+        return self.lines_total - before
+
     def close(self) -> None:
         """Release the file descriptor. A later `poll()` resumes from `checkpoint()`, exactly as a
         new Follower given that checkpoint would (a buffered partial line is re-read)."""
@@ -595,8 +603,11 @@ class FollowerGroup:
         poll_interval: float = 1.0,
         use_watchdog: bool = True,
         name: str = "specwatch-follow",
+        after_poll: Callable[[], None] | None = None,
     ) -> None:
         """`poll_interval`: seconds between polls when no event arrives (> 0).
+        `after_poll`: called on the group's thread after each poll round, when no `on_line` call
+        is in flight, so it can persist `checkpoints()` together with the consumer's state.
 
         Raises ValueError for a bad poll_interval or two followers of the same path.
         """
@@ -605,6 +616,7 @@ class FollowerGroup:
         self.poll_interval = float(poll_interval)
         self._use_watchdog = use_watchdog
         self._name = name
+        self._after_poll = after_poll
         self._followers: dict[str, Follower] = {}
         self._wake = threading.Event()
         self._stop = threading.Event()
@@ -704,6 +716,11 @@ class FollowerGroup:
                     break
                 self._wake.clear()  # before polling: an event during the poll means another round
                 self.poll_all()
+                if self._after_poll is not None:
+                    try:
+                        self._after_poll()
+                    except Exception:
+                        log.exception("after_poll hook failed")
                 if not woke:
                     self._retry_watches()
         finally:
