@@ -1,0 +1,109 @@
+"""`specwatch replay`: the daemon's pipeline over recorded logs, from the real CLI."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from sglang_lines import decode_line, malformed_lines, other_lines, prefill_line, server_args_line
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLE = ROOT / "examples" / "logs" / "kimi-k25-eagle3-collapse.log"
+
+
+def replay(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "specwatch", "replay", *args],
+                          capture_output=True, text=True, timeout=60, cwd=ROOT)
+
+
+def test_bundled_example_json_summary():
+    r = replay(str(EXAMPLE), "--config", "examples/kimi-k25.yaml", "--json")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["lines"] == {"total": 2, "decode": 2, "prefill": 0, "other": 0, "malformed": 0}
+    assert list(doc["ranks"]) == ["TP0"]
+    tp0 = doc["ranks"]["TP0"]
+    assert tp0["decode_batches"] == 2
+    assert tp0["accept_length"] == {"last": 1.06, "mean": 1.055, "min": 1.05, "max": 1.06}
+    assert tp0["accept_rate_last"] == 0.21
+    assert tp0["gen_throughput_last"] == 385.45
+    assert tp0["collapsed"] is True
+    [alert] = doc["alerts"]
+    assert alert["name"] == "AcceptanceCollapse" and alert["status"] == "firing"
+    assert alert["rank"] == "TP0" and alert["server"] == "kimi-k25-tp8"
+    assert alert["starts_at"].startswith("2026-02-2")  # 16:32:38 local time, in UTC
+    assert alert["summary"] == "Speculative decoding collapsed on kimi-k25-tp8 TP0: accept len 1.06"
+    assert len(alert["fixes"]) == 4 and "midlayer" in alert["fixes"][0]
+
+
+def test_bundled_example_default_rules_need_a_third_batch():
+    r = replay(str(EXAMPLE), "--json")
+    doc = json.loads(r.stdout)
+    assert doc["alerts"] == [] and doc["ranks"]["TP0"]["collapsed"] is False
+
+
+def test_readme_command_prints_payload_and_alert():
+    """The README's first command (after install): payload first, then the report."""
+    r = replay(str(EXAMPLE), "--config", "examples/kimi-k25.yaml", "--slack-dry-run")
+    assert r.returncode == 0, r.stderr
+    payload_text, report = r.stdout.split("\nlines: ", 1)
+    payload = json.loads(payload_text)
+    assert payload["text"] == "[FIRING] AcceptanceCollapse on kimi-k25-tp8 TP0: accept len 1.06"
+    assert "ALERT AcceptanceCollapse FIRING" in report
+    assert "[COLLAPSED]" in report
+
+
+def test_multi_rank_log_with_injection_and_malformed_lines(tmp_path):
+    """DP0 collapses and recovers, DP1 stays healthy; request logs that quote a collapsed decode
+    line move nothing; cut lines are counted as malformed and skipped."""
+    v = "0.5.23"
+    lines = [server_args_line(ts="2026-03-01 09:59:00", speculative_algorithm="EAGLE3",
+                              speculative_draft_model_path="/models/draft-eagle3")[0]]
+    lines += other_lines()
+    n_other = len(other_lines())
+    lines.append(prefill_line(v, ts="2026-03-01 10:00:00", rank={"DP": 0, "TP": 0})[0])
+    accepts = [2.9, 1.0, 1.02, 1.01, 1.0, 3.1, 3.0, 2.8]
+    for i, a in enumerate(accepts):
+        ts = f"2026-03-01 10:00:{10 + i:02d}"
+        lines.append(decode_line(v, ts=ts, rank={"DP": 0, "TP": 0}, accept_len=a, throughput=100.0 + i)[0])
+        lines.append(decode_line(v, ts=ts, rank={"DP": 1, "TP": 1}, accept_len=2.5)[0])
+    bad = malformed_lines()
+    lines += bad
+    log = tmp_path / "server.log"
+    log.write_text("\n".join(lines) + "\n")
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("server: box\n")
+
+    r = replay(str(log), "--config", str(cfg), "--json", "--slack-dry-run")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["lines"] == {"total": len(lines), "decode": 16, "prefill": 1,
+                            "other": n_other + 1, "malformed": len(bad)}
+    assert set(doc["ranks"]) == {"DP0 TP0", "DP1 TP1"}
+    dp0, dp1 = doc["ranks"]["DP0 TP0"], doc["ranks"]["DP1 TP1"]
+    assert dp0["decode_batches"] == 8 and dp1["decode_batches"] == 8
+    assert dp0["accept_length"]["min"] == 1.0 and dp0["accept_length"]["max"] == 3.1
+    assert dp0["accept_length"]["last"] == 2.8 and dp0["gen_throughput_last"] == 107.0
+    assert dp0["collapsed"] is False and dp1["collapsed"] is False
+    assert dp1["accept_length"] == {"last": 2.5, "mean": 2.5, "min": 2.5, "max": 2.5}
+    assert [(a["status"], a["rank"]) for a in doc["alerts"]] == [("firing", "DP0 TP0"), ("resolved", "DP0 TP0")]
+    firing = doc["alerts"][0]
+    assert firing["evidence"]["speculative_draft_model_path"] == "/models/draft-eagle3"
+    assert any("/models/draft-eagle3" in f for f in firing["fixes"])
+    assert doc["servers"]["box"]["server_args"]["speculative_algorithm"] == "EAGLE3"
+    texts = [p["text"] for p in doc["slack_payloads"]]
+    assert texts[0] == "[FIRING] AcceptanceCollapse on box DP0 TP0: accept len 1.01"
+    assert texts[1].startswith("[RESOLVED] AcceptanceCollapse on box DP0 TP0")
+    assert len(texts) == 2
+
+
+def test_missing_file_is_a_usage_error():
+    r = replay("/nonexistent/log.txt")
+    assert r.returncode == 2 and "no such file" in r.stderr
+
+
+def test_version():
+    r = subprocess.run([sys.executable, "-m", "specwatch", "--version"], capture_output=True, text=True)
+    assert r.returncode == 0 and r.stdout.startswith("specwatch 0.")
