@@ -141,8 +141,7 @@ class Daemon:
         it stopped), so no line is half-processed and both describe the same set of lines."""
         with self.pipeline.lock:
             doc = {"version": 1, "offsets": self.followers.checkpoints(),
-                   "pipeline": {"collapse": self.pipeline.collapse.to_state(),
-                                "dispatcher": self.dispatcher.to_state()}}
+                   "pipeline": self.pipeline.to_state()}
         write_json_atomic(self.state_path, doc)
 
     # --- lifecycle ---
@@ -169,7 +168,7 @@ class Daemon:
         sd_notify(f"READY=1\nSTATUS=following {len(cfg.logs)} log(s), metrics on port {port}")
         while not self._stop.wait(1.0):
             with self.pipeline.lock:
-                self.dispatcher.tick(time.time())
+                self.pipeline.tick(time.time())
         sd_notify("STOPPING=1")
         log.info("stopping")
         self.followers.stop(timeout=5.0)

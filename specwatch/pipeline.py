@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from specwatch.alerts.dispatcher import Dispatcher
 from specwatch.config import Config
 from specwatch.events import DecodeBatch, LogLine, MalformedLine, OtherLine, PrefillBatch, ServerArgs
+from specwatch.rules.base import Rule
 from specwatch.rules.collapse import CollapseRule
 from specwatch.sources.sglang_log import parse_line
 
@@ -56,6 +57,7 @@ class Pipeline:
         self.config = config
         self.dispatcher = dispatcher
         self.collapse = CollapseRule(config.collapse)
+        self.rules: list[Rule] = [self.collapse]
         self.servers: dict[str, ServerStats] = {}
         self.ranks: dict[tuple[str, str], RankStats] = {}
         self.lock = threading.Lock()
@@ -97,12 +99,9 @@ class Pipeline:
                         rs.accept_length_min = a
                     if a > rs.accept_length_max:
                         rs.accept_length_max = a
-                alert = self.collapse.observe(server, event)
                 clock = event.timestamp if now is None else now
-                if alert is not None:
-                    self.dispatcher.handle(alert, clock)
-                if self.dispatcher.active:
-                    self.dispatcher.tick(clock)
+                self._apply_rules(server, event, clock)
+                self.tick(clock)
             elif isinstance(event, PrefillBatch):
                 stats.lines["prefill"] += 1
                 rs = self._rank(server, event)
@@ -111,11 +110,29 @@ class Pipeline:
             elif isinstance(event, ServerArgs):
                 stats.lines["other"] += 1
                 stats.server_args = event
-                self.collapse.observe_server_args(server, event)
+                self._apply_rules(server, event, event.timestamp if now is None else now)
             else:
                 stats.lines["malformed"] += 1
                 stats.last_malformed_reason = event.reason
         return event
+
+    def feed_event(self, server: str, event: object, now: float) -> None:
+        """An event from a source other than the log (process, HTTP API, GPU)."""
+        with self.lock:
+            self._apply_rules(server, event, now)
+
+    def tick(self, now: float) -> None:
+        """Let time-based rules and alert repeats advance (caller holds `lock`)."""
+        for rule in self.rules:
+            for alert in rule.on_tick(now):
+                self.dispatcher.handle(alert, now)
+        if self.dispatcher.active:
+            self.dispatcher.tick(now)
+
+    def _apply_rules(self, server: str, event: object, now: float) -> None:
+        for rule in self.rules:
+            for alert in rule.on_event(server, event, now):
+                self.dispatcher.handle(alert, now)
 
     def _rank(self, server: str, event: DecodeBatch | PrefillBatch) -> RankStats:
         key = (server, event.rank)
@@ -125,10 +142,11 @@ class Pipeline:
         return rs
 
     def to_state(self) -> dict:
-        with self.lock:
-            return {"collapse": self.collapse.to_state(), "dispatcher": self.dispatcher.to_state()}
+        """Rule and alert state (caller holds `lock`)."""
+        return {"rules": {r.name: r.to_state() for r in self.rules}, "dispatcher": self.dispatcher.to_state()}
 
     def load_state(self, state: dict) -> None:
         with self.lock:
-            self.collapse.load_state(state.get("collapse", {}))
+            for r in self.rules:
+                r.load_state(state.get("rules", {}).get(r.name, {}))
             self.dispatcher.load_state(state.get("dispatcher", {}))

@@ -2,9 +2,16 @@
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import pytest
 
 from slack_endpoint import SlackEndpoint
+
+ROOT = Path(__file__).resolve().parents[1]
+# Subprocesses (`python -m specwatch ...`) run this checkout, not an installed copy.
+os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
 
 
 @pytest.fixture

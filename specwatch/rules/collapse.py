@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from specwatch.alerts.model import FIRING, RESOLVED, Alert
 from specwatch.config import CollapseConfig
 from specwatch.events import DecodeBatch, ServerArgs
+from specwatch.rules.base import Rule
 
 ALERT_NAME = "AcceptanceCollapse"
 
@@ -69,13 +70,23 @@ def known_causes(args: dict[str, object] | None) -> list[str]:
     return fixes
 
 
-class CollapseRule:
+class CollapseRule(Rule):
     """Per (server, rank) collapse state machine; `observe` returns alerts that changed state."""
+
+    name = "collapse"
 
     def __init__(self, config: CollapseConfig):
         self.config = config
         self._ranks: dict[tuple[str, str], _RankState] = {}
         self._server_args: dict[str, dict[str, object]] = {}
+
+    def on_event(self, server: str, event: object, now: float) -> list[Alert]:
+        if isinstance(event, DecodeBatch):
+            alert = self.observe(server, event)
+            return [alert] if alert is not None else []
+        if isinstance(event, ServerArgs):
+            self.observe_server_args(server, event)
+        return []
 
     def observe_server_args(self, server: str, event: ServerArgs) -> None:
         self._server_args[server] = event.args
