@@ -71,6 +71,62 @@ class GpuConfig:
 
 
 @dataclass
+class ProcessConfig:
+    enabled: bool = True  # psutil scan of the SGLang processes
+    interval: float = 5.0
+    match: str | None = None  # regex: command lines that are launchers too (wrappers)
+    servers: dict[int, str] = field(default_factory=dict)  # --port -> server name; empty = all, auto-named
+
+
+@dataclass
+class ServerApiConfig:
+    url: str
+    server: str
+    api_key: str | None = None  # resolved secret (value, env var or file)
+    interval: float = 10.0
+    health_interval: float = 60.0
+    timeout: float = 2.0
+    backoff_max: float = 120.0
+
+    def __repr__(self) -> str:  # the API key is a secret
+        return (f"ServerApiConfig(url={self.url!r}, server={self.server!r}, "
+                f"api_key={'<redacted>' if self.api_key else None})")
+
+
+@dataclass
+class ServerRuleConfig:
+    down_for: float = 30.0  # no process (or no HTTP answer) this long: SGLangServerDown
+    restart_window: float = 600.0  # SGLangServerRestarted stays firing this long
+    unhealthy_for: float = 120.0  # /health failing this long after it was fine: SGLangServerUnhealthy
+
+
+@dataclass
+class LogSilentConfig:
+    intervals: int = 3  # decode-log intervals seen through /server_info without a decode line
+
+
+GPU_THROTTLE_REASONS = ("sw_thermal_slowdown", "hw_thermal_slowdown", "hw_slowdown",
+                        "hw_power_brake_slowdown", "sw_power_cap")
+KNOWN_CLOCK_REASONS = ("gpu_idle", "applications_clocks_setting", "sw_power_cap", "hw_slowdown",
+                       "sync_boost", "sw_thermal_slowdown", "hw_thermal_slowdown",
+                       "hw_power_brake_slowdown", "display_clock_setting")
+
+
+@dataclass
+class GpuErrorsConfig:
+    window: float = 600.0  # an XID/ECC alert resolves after this long without a new error
+    ignore_xids: tuple[int, ...] = ()
+
+
+@dataclass
+class GpuThrottleConfig:
+    reasons: tuple[str, ...] = GPU_THROTTLE_REASONS
+    drop_ratio: float = 0.2  # throughput below (1 - drop_ratio) x the unthrottled baseline
+    min_batches: int = 3
+    baseline_window: float = 3600.0
+
+
+@dataclass
 class Config:
     server: str = ""  # default `server` label (host name)
     logs: list[LogSource] = field(default_factory=list)
@@ -82,6 +138,12 @@ class Config:
     repeat_interval: float = 4 * 3600.0
     slack: SlackConfig = field(default_factory=SlackConfig)
     gpu: GpuConfig = field(default_factory=GpuConfig)
+    process: ProcessConfig = field(default_factory=ProcessConfig)
+    server_apis: list[ServerApiConfig] = field(default_factory=list)
+    server_rule: ServerRuleConfig = field(default_factory=ServerRuleConfig)
+    log_silent: LogSilentConfig = field(default_factory=LogSilentConfig)
+    gpu_errors: GpuErrorsConfig = field(default_factory=GpuErrorsConfig)
+    gpu_throttle: GpuThrottleConfig = field(default_factory=GpuThrottleConfig)
     source_path: str | None = None
 
 
@@ -190,7 +252,7 @@ def _resolve_secret(r: _Reader, data: dict, path: str, name: str) -> str | None:
         r.bad(f"{path}.{key}", f"cannot read {raw}: {e.strerror}; check the path and that specwatch may read it")
         return None
     if not value:
-        r.bad(f"{path}.{key}", f"{raw} is empty; put the webhook URL in it")
+        r.bad(f"{path}.{key}", f"{raw} is empty; put the {name.replace('_', ' ')} in it")
     return value or None
 
 
@@ -202,7 +264,8 @@ def build_config(data: dict | None, source_path: str | None = None) -> Config:
         data = {}
     if not isinstance(data, dict):
         raise ConfigError(["(top level): must be a mapping of keys such as `logs:`, `metrics:`, `alerts:`"])
-    r.unknown(data, "", {"server", "logs", "follow", "metrics", "state_dir", "rules", "alerts", "gpu"})
+    r.unknown(data, "", {"server", "logs", "follow", "metrics", "state_dir", "rules", "alerts", "gpu",
+                         "process", "server_api"})
     default_server = r.string(data, "server", "", None) or socket.gethostname()
     cfg.server = default_server
 
@@ -241,13 +304,17 @@ def build_config(data: dict | None, source_path: str | None = None) -> Config:
     g = r.section(data, "gpu", "", {"enabled", "interval"})
     cfg.gpu = GpuConfig(enabled=r.boolean(g, "enabled", "gpu", True), interval=r.duration(g, "interval", "gpu", 5.0))
 
+    cfg.process = _process_section(r, data)
+    cfg.server_apis = _server_api_section(r, data, default_server)
+
     m = r.section(data, "metrics", "", {"listen_address", "listen_port"})
     cfg.listen_address = r.string(m, "listen_address", "metrics", "127.0.0.1")
     cfg.listen_port = r.number(m, "listen_port", "metrics", DEFAULT_PORT, kind=int, lo=0, hi=65535)
 
     cfg.state_dir = r.string(data, "state_dir", "", cfg.state_dir)
 
-    rules = r.section(data, "rules", "", {"collapse"})
+    rules = r.section(data, "rules", "", {"collapse", "server", "log_silent", "gpu_errors", "gpu_throttle"})
+    _source_rule_sections(r, rules, cfg)
     c = r.section(rules, "collapse", "rules", {"max_accept_length", "min_batches", "recover_accept_length"})
     cfg.collapse = CollapseConfig(
         max_accept_length=r.number(c, "max_accept_length", "rules.collapse", 1.10, lo=1.0),
@@ -277,6 +344,107 @@ def build_config(data: dict | None, source_path: str | None = None) -> Config:
     if r.problems:
         raise ConfigError(r.problems)
     return cfg
+
+
+def _process_section(r: _Reader, data: dict) -> ProcessConfig:
+    p = r.section(data, "process", "", {"enabled", "interval", "match", "servers"})
+    match = r.string(p, "match", "process", None)
+    if match is not None:
+        try:
+            re.compile(match)
+        except re.error as e:
+            r.bad("process.match", f"not a valid regular expression ({e}); e.g. 'my_sglang_wrapper\\.py'")
+            match = None
+    servers: dict[int, str] = {}
+    raw = p.get("servers") or {}
+    if not isinstance(raw, dict):
+        r.bad("process.servers", "must map SGLang --port numbers to server names, e.g. `servers: {30000: sglang-0}`")
+        raw = {}
+    for port, name in raw.items():
+        key = f"process.servers.{port}"
+        if isinstance(port, bool) or not isinstance(port, int) or not 0 < port < 65536:
+            r.bad(key, "the key must be a port number (the server's --port), e.g. `30000: sglang-0`")
+        elif not isinstance(name, str) or not name:
+            r.bad(key, f"must be a server name (the `server` label), got {name!r}")
+        else:
+            servers[port] = name
+    return ProcessConfig(
+        enabled=r.boolean(p, "enabled", "process", True),
+        interval=r.duration(p, "interval", "process", 5.0),
+        match=match,
+        servers=servers,
+    )
+
+
+_API_KEYS = {"url", "server", "api_key", "api_key_env", "api_key_file", "interval", "health_interval",
+             "timeout", "backoff_max"}
+
+
+def _server_api_section(r: _Reader, data: dict, default_server: str) -> list[ServerApiConfig]:
+    """`server_api:` is one mapping or a list of them (one per SGLang server on the box)."""
+    raw = data.get("server_api")
+    if raw is None:
+        return []
+    entries = raw if isinstance(raw, list) else [raw]
+    out: list[ServerApiConfig] = []
+    for i, entry in enumerate(entries):
+        path = f"server_api[{i}]" if isinstance(raw, list) else "server_api"
+        if not isinstance(entry, dict):
+            r.bad(path, "must be a mapping with `url:` (e.g. `url: http://127.0.0.1:30000`)")
+            continue
+        r.unknown(entry, path, _API_KEYS)
+        url = r.string(entry, "url", path, None)
+        if url is None:
+            continue  # `url: null` (the example's default): the API is not polled
+        if not re.match(r"^https?://[^/\s]+", url):
+            r.bad(f"{path}.url", f"must be an http(s) base URL such as http://127.0.0.1:30000, got {url!r}")
+            continue
+        timeout = r.duration(entry, "timeout", path, 2.0)
+        interval = r.duration(entry, "interval", path, 10.0)
+        if timeout >= interval:
+            r.bad(f"{path}.timeout", f"must be shorter than interval ({interval:g}s) or polls pile up; e.g. 2s")
+        out.append(ServerApiConfig(
+            url=url.rstrip("/"),
+            server=r.string(entry, "server", path, default_server),
+            api_key=_resolve_secret(r, entry, path, "api_key"),
+            interval=interval,
+            health_interval=r.duration(entry, "health_interval", path, 60.0),
+            timeout=timeout,
+            backoff_max=r.duration(entry, "backoff_max", path, 120.0),
+        ))
+    return out
+
+
+def _source_rule_sections(r: _Reader, rules: dict, cfg: Config) -> None:
+    s = r.section(rules, "server", "rules", {"down_for", "restart_window", "unhealthy_for"})
+    cfg.server_rule = ServerRuleConfig(
+        down_for=r.duration(s, "down_for", "rules.server", 30.0),
+        restart_window=r.duration(s, "restart_window", "rules.server", 600.0),
+        unhealthy_for=r.duration(s, "unhealthy_for", "rules.server", 120.0),
+    )
+    ls = r.section(rules, "log_silent", "rules", {"intervals"})
+    cfg.log_silent = LogSilentConfig(intervals=r.number(ls, "intervals", "rules.log_silent", 3, kind=int, lo=1))
+    ge = r.section(rules, "gpu_errors", "rules", {"window", "ignore_xids"})
+    ignore = ge.get("ignore_xids") or []
+    if not isinstance(ignore, list) or not all(isinstance(x, int) and not isinstance(x, bool) for x in ignore):
+        r.bad("rules.gpu_errors.ignore_xids", f"must be a list of XID numbers, e.g. [13, 43], got {ignore!r}")
+        ignore = []
+    cfg.gpu_errors = GpuErrorsConfig(window=r.duration(ge, "window", "rules.gpu_errors", 600.0),
+                                     ignore_xids=tuple(ignore))
+    gt = r.section(rules, "gpu_throttle", "rules", {"reasons", "drop_ratio", "min_batches", "baseline_window"})
+    reasons = gt.get("reasons")
+    if reasons is None:
+        reasons = list(GPU_THROTTLE_REASONS)
+    elif not isinstance(reasons, list) or not reasons or any(x not in KNOWN_CLOCK_REASONS for x in reasons):
+        r.bad("rules.gpu_throttle.reasons",
+              f"must be a non-empty list of clock event reasons from: {', '.join(KNOWN_CLOCK_REASONS)}; got {reasons!r}")
+        reasons = list(GPU_THROTTLE_REASONS)
+    cfg.gpu_throttle = GpuThrottleConfig(
+        reasons=tuple(reasons),
+        drop_ratio=r.number(gt, "drop_ratio", "rules.gpu_throttle", 0.2, lo=0.01, hi=0.99),
+        min_batches=r.number(gt, "min_batches", "rules.gpu_throttle", 3, kind=int, lo=1),
+        baseline_window=r.duration(gt, "baseline_window", "rules.gpu_throttle", 3600.0),
+    )
 
 
 def load_config(path: str | os.PathLike) -> Config:
