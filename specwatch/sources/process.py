@@ -29,9 +29,11 @@ import re
 import threading
 import time
 from pathlib import PurePosixPath
-from typing import Iterable
+from typing import Iterable, Iterator
 
 import psutil
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
 
 from specwatch.events import (
     ProcessSample,
@@ -595,3 +597,23 @@ class ProcessSource(PollingSource):
         self.restarts_total[name] = self.restarts_total.get(name, 0) + 1
         log.warning("SGLang server %s restarted: pid %d -> %d", name, old.pid, new.pid)
         self.emit(name, ServerRestarted(now, old, new), now)
+
+
+class ProcessCollector(Collector):
+    """The scanner's own health (the servers' families come from metrics.ServerCollector)."""
+
+    def __init__(self, source: ProcessSource):
+        self.source = source
+
+    def collect(self) -> Iterator:
+        s = self.source
+        scans = CounterMetricFamily("specwatch_process_scans", "Scans of the process table for SGLang servers.")
+        scans.add_metric([], s.scans_total)
+        errors = CounterMetricFamily("specwatch_process_scan_errors", "Scans that failed (psutil errors).")
+        errors.add_metric([], s.scan_errors_total)
+        yield scans
+        yield errors
+        if s.last_scan_duration is not None:
+            d = GaugeMetricFamily("specwatch_process_scan_duration_seconds", "Seconds the last scan took.")
+            d.add_metric([], s.last_scan_duration)
+            yield d

@@ -27,9 +27,11 @@ from __future__ import annotations
 import logging
 import re
 import threading
-import time
+from typing import Iterable
 
 import requests
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
 
 from specwatch.events import ApiSample, DpState, ServerArgs, ServerInfo
 from specwatch.sources.base import Emit, PollingSource
@@ -276,3 +278,26 @@ class ServerApiSource(PollingSource):
                 self._error(HEALTH_PATH, f"http_{r.status_code}", r.status_code)
         except _CallError as e:
             self._healthy, self._health_status = False, e.status
+
+
+class ServerApiCollector(Collector):
+    """specwatch's view of the API polls: up, requests and errors by endpoint, last success."""
+
+    def __init__(self, sources: list[ServerApiSource]):
+        self.sources = sources
+
+    def collect(self) -> Iterable:
+        up = GaugeMetricFamily("specwatch_server_api_up", "1 when the last /server_info poll succeeded, else 0.", labels=("server",))
+        reqs = CounterMetricFamily("specwatch_server_api_requests", "HTTP requests made to the SGLang API, by endpoint.", labels=("server", "endpoint"))
+        errs = CounterMetricFamily("specwatch_server_api_errors", "Failed SGLang API requests by endpoint and error (connection_error, timeout, unauthorized, http_<status>, bad_response).", labels=("server", "endpoint", "error"))
+        last = GaugeMetricFamily("specwatch_server_api_last_success_timestamp_seconds", "Wall time of the last successful /server_info poll, seconds since the epoch.", labels=("server",))
+        for src in self.sources:
+            with src.lock:
+                up.add_metric([src.server], 1.0 if src.up else 0.0)
+                for path, n in sorted(src.requests_total.items()):
+                    reqs.add_metric([src.server, path], n)
+                for (path, kind), n in sorted(src.errors_total.items()):
+                    errs.add_metric([src.server, path, kind], n)
+                if src.last_success is not None:
+                    last.add_metric([src.server], src.last_success)
+        yield from (up, reqs, errs, last)
