@@ -113,6 +113,7 @@ def launcher_args(argv: list[str] | tuple[str, ...]) -> list[str] | None:
     """
     if not argv:
         return None
+    argv = list(argv)
     prog = PurePosixPath(argv[0]).name
     if prog == "sglang":
         return list(argv[2:]) if argv[1:2] == ["serve"] else None
