@@ -269,7 +269,6 @@ class ServerApiSource(PollingSource):
         return ()  # before 0.5.10: not reported
 
     def _poll_health(self, now: float) -> None:
-        self._next_health = now + self.health_interval
         try:
             r = self._get(HEALTH_PATH, auth=False)
             self._health_status = r.status_code
@@ -278,6 +277,8 @@ class ServerApiSource(PollingSource):
                 self._error(HEALTH_PATH, f"http_{r.status_code}", r.status_code)
         except _CallError as e:
             self._healthy, self._health_status = False, e.status
+        # while failing, ask again at the poll interval so recovery is seen soon
+        self._next_health = now + (self.health_interval if self._healthy else self.interval)
 
 
 class ServerApiCollector(Collector):
