@@ -106,7 +106,7 @@ class ServerStateRule(Rule):
         if isinstance(event, ServerStarted):
             if not event.first_seen:
                 self._api_ok.discard(server)
-            return []
+            return self._back(server, event.process, now)
         if isinstance(event, ApiSample):
             return self._api(server, event, now)
         return []
@@ -119,10 +119,7 @@ class ServerStateRule(Rule):
             self._down_since.setdefault(server, now)
             self._bad_since.pop(server, None)
             return out
-        since = self._down_since.pop(server, None)
-        if since is not None:
-            out += self.active.resolve(f"{server}|down", now, ("back with pid", str(sp.pid)),
-                                       ("down for (s)", f"{now - since:.0f}"))
+        out += self._back(server, sp, now)
         known = self._known.get(server)
         if server not in self._last and known and (known["pid"], known["start_time"]) != sp.identity:
             # restarted while specwatch was not running
@@ -134,6 +131,13 @@ class ServerStateRule(Rule):
         self._last[server] = sp
         self._known[server] = {"pid": sp.pid, "start_time": sp.start_time, "args": dict(sp.args)}
         return out
+
+    def _back(self, server: str, sp: ServerProcess, now: float) -> list[Alert]:
+        since = self._down_since.pop(server, None)
+        if since is None:
+            return []
+        return self.active.resolve(f"{server}|down", now, ("back with pid", str(sp.pid)),
+                                   ("down for (s)", f"{now - since:.0f}"))
 
     def _api(self, server: str, s: ApiSample, now: float) -> list[Alert]:
         out: list[Alert] = []
