@@ -144,7 +144,7 @@ class GpuErrorsRule(Rule):
                 firing.evidence[:] = evidence
                 continue
             alert = self._alert(XID, server, g, now, f"XID {xid_s} ({meaning}) on GPU {g.index} of {server}",
-                                evidence, [action.capitalize() + ".",
+                                evidence, [action[:1].upper() + action[1:] + ".",
                                            "Details: `sudo dmesg -T | grep -i xid` (the line names the "
                                            "process and the channel)."],
                                 "critical" if critical else "warning", xid=xid_s)
