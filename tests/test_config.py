@@ -27,6 +27,13 @@ def test_example_config_is_valid_and_matches_defaults():
     assert cfg.collapse.recover_accept_length == 1.5
     assert cfg.repeat_interval == default.repeat_interval == 4 * 3600
     assert cfg.follow == default.follow
+    assert cfg.process == default.process and cfg.process.enabled and cfg.process.interval == 5.0
+    assert cfg.server_apis == default.server_apis == []  # url: null = not polled
+    assert cfg.server_rule == default.server_rule
+    assert (cfg.server_rule.down_for, cfg.server_rule.restart_window, cfg.server_rule.unhealthy_for) == (30, 600, 120)
+    assert cfg.log_silent == default.log_silent and cfg.log_silent.intervals == 3
+    assert cfg.gpu_errors == default.gpu_errors and cfg.gpu_errors.window == 600
+    assert cfg.gpu_throttle == default.gpu_throttle
 
 
 def test_every_problem_is_reported_with_its_key_path():
@@ -92,3 +99,40 @@ def test_check_config_cli_exit_codes(tmp_path):
     assert "rules.collapse.min_batches: must be >= 1" in r.stderr
     assert "alerts.slack.webhook_url: must be an http(s) URL" in r.stderr
     assert "nope" not in r.stderr
+
+
+def test_source_sections_and_their_problems(tmp_path, monkeypatch):
+    ps = problems({
+        "process": {"interval": "often", "match": "(", "servers": {"x": "a", 30001: ""}},
+        "server_api": [{"url": "localhost:30000"}, {"url": "http://127.0.0.1:30001", "timeout": "20s",
+                                                    "api_key": "k", "api_key_env": "K", "bogus": 1}],
+        "rules": {"log_silent": {"intervals": 0}, "gpu_errors": {"ignore_xids": ["79"]},
+                  "gpu_throttle": {"reasons": ["too_hot"], "drop_ratio": 1.5}, "server": {"down_for": "-1s"}},
+    })
+    keys = sorted(p.split(":")[0] for p in ps)
+    assert keys == [
+        "process.interval", "process.match", "process.servers.30001", "process.servers.x",
+        "rules.gpu_errors.ignore_xids", "rules.gpu_throttle.drop_ratio", "rules.gpu_throttle.reasons",
+        "rules.log_silent.intervals", "rules.server.down_for",
+        "server_api[0].url", "server_api[1].api_key_env", "server_api[1].bogus", "server_api[1].timeout",
+    ]
+    assert any("hw_thermal_slowdown" in p for p in ps if p.startswith("rules.gpu_throttle.reasons"))
+
+    monkeypatch.setenv("SW_SGLANG_KEY", "sk-from-env")
+    f = tmp_path / "key"
+    f.write_text("sk-from-file\n")
+    cfg = build_config({"server": "box", "process": {"servers": {30000: "sglang-0"}, "match": "wrap\\.py"},
+                        "server_api": [{"url": "http://127.0.0.1:30000/", "api_key_env": "SW_SGLANG_KEY"},
+                                       {"url": "http://127.0.0.1:30001", "server": "sglang-1",
+                                        "api_key_file": str(f), "interval": "5s"}]})
+    assert cfg.process.servers == {30000: "sglang-0"} and cfg.process.match == "wrap\\.py"
+    a, b = cfg.server_apis
+    assert (a.url, a.server, a.api_key, a.interval) == ("http://127.0.0.1:30000", "box", "sk-from-env", 10.0)
+    assert (b.server, b.api_key, b.interval) == ("sglang-1", "sk-from-file", 5.0)
+    assert "sk-from" not in repr(cfg)  # the key is a secret
+
+
+def test_single_server_api_mapping_and_null_url():
+    cfg = build_config({"server_api": {"url": "https://sglang.internal:8443", "timeout": "500ms"}})
+    assert [(a.url, a.timeout) for a in cfg.server_apis] == [("https://sglang.internal:8443", 0.5)]
+    assert build_config({"server_api": {"url": None}}).server_apis == []
