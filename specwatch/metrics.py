@@ -54,7 +54,7 @@ class PipelineCollector(Collector):
         lines = CounterMetricFamily("specwatch_log_lines", "Log lines read, by kind (decode, prefill, other, malformed).", labels=("server", "kind"))
         spec = GaugeMetricFamily(
             "specwatch_speculative_info",
-            "Speculative settings from the server's startup server_args line (value 1).",
+            "Speculative settings (value 1) from the server's startup server_args line, /server_info and its command line, merged.",
             labels=("server", "algorithm", "draft_model", "model", "num_steps", "eagle_topk", "num_draft_tokens"),
         )
         with p.lock:
