@@ -6,9 +6,9 @@ plus a `bin/sglang` console script, laid out as pip would. `launch` starts it th
 `python -m sglang.launch_server --model-path ... --speculative-algorithm EAGLE3 ...`, in its own
 session. The launcher starts children named the way SGLang's setproctitle names them
 (`sglang::scheduler_TP0`, `sglang::detokenizer`: argv[0] of a real Python process), and with
-FAKE_SGLANG_HTTP=1 it serves `/server_info`, `/model_info` and `/health` on its `--port`, shaped
-like SGLang 0.5.23's (sglang.md §3), with `last_gen_throughput` advancing on every poll (a
-server that is decoding), and prints decode lines to stdout unless `--log-level` is warning.
+FAKE_SGLANG_HTTP=1 it serves the SGLang 0.5.23 HTTP API of tests/sglang_http.py on its `--port`
+with its own flags, `last_gen_throughput` advancing on every poll (a server that is decoding),
+and prints decode lines to stdout unless `--log-level` is warning.
 """
 
 from __future__ import annotations
@@ -25,8 +25,7 @@ from pathlib import Path
 import psutil
 
 LAUNCH_SERVER = r'''
-import json, os, signal, subprocess, sys, threading, time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+import os, signal, subprocess, sys, time
 
 argv = sys.argv[1:]
 
@@ -49,51 +48,22 @@ def bye(*_):
     os._exit(0)
 
 signal.signal(signal.SIGTERM, bye)
-port = int(flag("--port", "30000"))
 level = flag("--log-level", "info")
-polls = [0]
+http = os.environ.get("FAKE_SGLANG_HTTP") == "1"
+if http:
+    sys.path.insert(0, os.environ["FAKE_SGLANG_TESTS"])
+    from sglang_http import SGLangHTTP
 
-class H(BaseHTTPRequestHandler):
-    def log_message(self, *a):
-        pass
-
-    def reply(self, doc, code=200):
-        body = json.dumps(doc).encode()
-        self.send_response(code)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def do_GET(self):
-        if self.path == "/health":
-            return self.reply({})
-        if self.path == "/server_info":
-            polls[0] += 1
-            args = {"model_path": flag("--model-path"), "tp_size": int(flag("--tp-size", "1")), "dp_size": 1,
-                    "pp_size": 1, "port": port, "speculative_algorithm": (flag("--speculative-algorithm") or "").upper() or None,
-                    "speculative_draft_model_path": flag("--speculative-draft-model-path"),
-                    "speculative_num_steps": int(flag("--speculative-num-steps", "3")),
-                    "speculative_eagle_topk": int(flag("--speculative-eagle-topk", "1")),
-                    "speculative_num_draft_tokens": int(flag("--speculative-num-draft-tokens", "4")),
-                    "decode_log_interval": 40, "log_level": level, "disaggregation_mode": "null"}
-            state = dict(args, last_gen_throughput=400.0 + polls[0], avg_spec_accept_length=2.75,
-                         memory_usage={"weight": 15.1, "kvcache": 52.3, "graph": 1.2, "token_capacity": 411528})
-            return self.reply(dict(args, internal_states=[state], version=os.environ.get("FAKE_SGLANG_VERSION", "0.5.6.post2"),
-                                   startup_time=START))
-        if self.path == "/model_info":
-            return self.reply({"model_path": flag("--model-path"), "is_generation": True,
-                               "model_type": "llama", "architectures": ["LlamaForCausalLM"]})
-        self.reply({"detail": "Not Found"}, 404)
-
-START = time.time()
-if os.environ.get("FAKE_SGLANG_HTTP") == "1":
-    srv = ThreadingHTTPServer(("127.0.0.1", port), H)
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
-i = 0
+    srv = SGLangHTTP("0.5.23", port=int(flag("--port", "30000")), advancing=True)
+    srv.accept_lifetime = 2.75
+    srv.args.update(model_path=flag("--model-path"), port=srv.port, log_level=level,
+                    speculative_algorithm=(flag("--speculative-algorithm") or "").upper() or None,
+                    speculative_draft_model_path=flag("--speculative-draft-model-path"),
+                    speculative_num_steps=int(flag("--speculative-num-steps", "3")),
+                    speculative_eagle_topk=int(flag("--speculative-eagle-topk", "1")),
+                    speculative_num_draft_tokens=int(flag("--speculative-num-draft-tokens", "4")))
 while True:
-    if level == "info" and os.environ.get("FAKE_SGLANG_HTTP") == "1":
-        i += 1
+    if http and level == "info":
         ts = time.strftime("%Y-%m-%d %H:%M:%S")
         print(f"[{ts}] Decode batch, #running-req: 8, #token: 2268, token usage: 0.02, accept len: 2.75, "
               f"accept rate: 0.44, cuda graph: True, gen throughput (token/s): 401.00, #queue-req: 0", flush=True)
@@ -137,8 +107,9 @@ def make_install(root: Path, version: str = "0.5.6.post2") -> Path:
 
 def launch(argv: list[str], *, stdout=None, env: dict | None = None) -> subprocess.Popen:
     """Start a launcher in its own session (so `stop` can end it and its children)."""
+    env = dict(os.environ, FAKE_SGLANG_TESTS=str(Path(__file__).resolve().parent), **(env or {}))
     return subprocess.Popen(argv, stdout=stdout or subprocess.DEVNULL, stderr=subprocess.STDOUT,
-                            start_new_session=True, env=dict(os.environ, **(env or {})))
+                            start_new_session=True, env=env)
 
 
 def wait_children(proc: subprocess.Popen, n: int = 2, timeout: float = 10.0) -> list[psutil.Process]:
@@ -161,3 +132,22 @@ def stop(proc: subprocess.Popen) -> None:
     except ProcessLookupError:
         pass
     proc.wait(timeout=10)
+
+
+class Launcher:
+    """Starts launchers for one test and kills them all at its end (the `sglang_procs` fixture)."""
+
+    def __init__(self) -> None:
+        self.started: list[subprocess.Popen] = []
+
+    def start(self, argv: list[str], *, stdout=None, env: dict | None = None, children: int = 2) -> subprocess.Popen:
+        """Launch; wait until its `children` SGLang-named children run (0: do not wait)."""
+        p = launch(argv, stdout=stdout, env=env)
+        self.started.append(p)
+        if children:
+            wait_children(p, children)
+        return p
+
+    def stop_all(self) -> None:
+        for p in self.started:
+            stop(p)

@@ -10,7 +10,7 @@ Profiles (`version`):
 
 Knobs: `api_key` (401 without the right Bearer on the info endpoints; `/health` is open),
 `health_status` (e.g. 503), `delay` (seconds before answering, for timeouts), `throughput`
-(the `last_gen_throughput` to report; the test advances it), `down` (close connections).
+(the `last_gen_throughput` to report; the test advances it, or `advancing` does on each call).
 `hits` counts requests per path; `auth` records the Authorization headers seen.
 """
 
@@ -53,7 +53,8 @@ SCHEDULER_INFO = {"max_total_num_tokens": 411528, "max_req_input_len": 131066}
 
 
 class SGLangHTTP:
-    def __init__(self, version: str = "0.5.23", *, api_key: str | None = None, dp_size: int = 1, port: int = 0):
+    def __init__(self, version: str = "0.5.23", *, api_key: str | None = None, dp_size: int = 1, port: int = 0,
+                 advancing: bool = False):
         self.version = version
         self.api_key = api_key
         self.dp_size = dp_size
@@ -63,11 +64,13 @@ class SGLangHTTP:
         self.accept_lifetime = 3.42
         self.startup_time = 1767225600.25
         self.args = dict(ARGS, dp_size=dp_size)
+        self.advancing = advancing  # each /server_info call completes a decode-log interval
         self.hits: Counter[str] = Counter()
         self.auth: list[str | None] = []
         self._srv = ThreadingHTTPServer(("127.0.0.1", port), self._handler())
         self._srv.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self._srv.server_address[1]}"
+        self.port = self._srv.server_address[1]
+        self.url = f"http://127.0.0.1:{self.port}"
         threading.Thread(target=self._srv.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
 
     def close(self) -> None:
@@ -86,6 +89,8 @@ class SGLangHTTP:
         return st
 
     def server_info(self) -> dict:
+        if self.advancing:
+            self.throughput += 1.5
         doc = dict(self.args, **SCHEDULER_INFO)
         if self.version == "0.4.6.post1":
             doc.update(self.internal_state(0))

@@ -8,13 +8,12 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from fake_sglang import free_port, launch, make_install, stop, wait_children  # noqa: E402
+from fake_sglang import free_port, stop  # noqa: E402
 from test_daemon import delivered, scrape, wait_for  # noqa: E402
 
 
@@ -29,14 +28,13 @@ def texts(slack) -> list[str]:
     return [b["text"] for b in delivered(slack)]
 
 
-def test_daemon_watches_process_and_api(tmp_path, slack):
-    python = make_install(tmp_path / "env", version="0.5.6.post2")
+def test_daemon_watches_process_and_api(tmp_path, slack, sglang_install, sglang_procs):
+    python = sglang_install
     sglang_port = free_port()
     log = tmp_path / "sglang.log"
     env = {"FAKE_SGLANG_HTTP": "1"}
     with open(log, "a") as out:
-        server = launch(server_argv(python, sglang_port, 3, "warning"), stdout=out, env=env)
-    wait_children(server)
+        server = sglang_procs.start(server_argv(python, sglang_port, 3, "warning"), stdout=out, env=env)
     port = free_port()
     cfg = tmp_path / "config.yaml"
     cfg.write_text(
@@ -55,7 +53,6 @@ def test_daemon_watches_process_and_api(tmp_path, slack):
     daemon = subprocess.Popen([sys.executable, "-m", "specwatch", "run", "--config", str(cfg)],
                               env=dict(os.environ, SW_TEST_HOOK=slack.url, PYTHONUNBUFFERED="1"),
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    servers = [server]
     try:
         srv = (("server", "sglang-a"),)
         m = wait_for(lambda: (x := _scrape(port)) and x.get(("specwatch_server_up", srv)) == 1
@@ -95,8 +92,7 @@ def test_daemon_watches_process_and_api(tmp_path, slack):
 
         # it comes back with other flags and at info: decode lines flow, the restart is reported
         with open(log, "a") as out:
-            server = launch(server_argv(python, sglang_port, 5, "info"), stdout=out, env=env)
-        servers.append(server)
+            server = sglang_procs.start(server_argv(python, sglang_port, 5, "info"), stdout=out, env=env)
         wait_for(lambda: any(t.startswith("[FIRING] SGLangServerRestarted on sglang-a") for t in texts(slack)),
                  timeout=20, what="the restart alert")
         restart = next(b for b in delivered(slack) if b["text"].startswith("[FIRING] SGLangServerRestarted"))
@@ -112,8 +108,6 @@ def test_daemon_watches_process_and_api(tmp_path, slack):
     finally:
         daemon.send_signal(signal.SIGTERM)
         out, _ = daemon.communicate(timeout=20)
-        for s in servers:
-            stop(s)
     assert daemon.returncode == 0, out
     assert slack.url.split("/")[-1] not in out
 

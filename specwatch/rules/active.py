@@ -8,6 +8,7 @@ and saves it with `to_state`.
 from __future__ import annotations
 
 from specwatch.alerts.model import FIRING, RESOLVED, Alert
+from specwatch.rules.base import Rule
 
 
 class ActiveAlerts:
@@ -47,3 +48,17 @@ class ActiveAlerts:
     def load_state(self, state: dict) -> None:
         for k, d in (state or {}).items():
             self._alerts[k] = Alert.from_dict(d)
+
+
+class ActiveAlertsRule(Rule):
+    """A rule whose persisted state is its firing alerts (`self.active`); extend the two
+    methods to save more."""
+
+    def __init__(self) -> None:
+        self.active = ActiveAlerts()
+
+    def to_state(self) -> dict:
+        return {"active": self.active.to_state()}
+
+    def load_state(self, state: dict) -> None:
+        self.active.load_state(state.get("active", {}))

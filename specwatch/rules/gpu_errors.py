@@ -19,8 +19,7 @@ from __future__ import annotations
 from specwatch.alerts.model import Alert, iso8601
 from specwatch.config import GpuErrorsConfig
 from specwatch.events import GpuSample, GpuState
-from specwatch.rules.active import ActiveAlerts
-from specwatch.rules.base import Rule
+from specwatch.rules.active import ActiveAlertsRule
 
 XID = "GpuXidError"
 ECC = "GpuEccError"
@@ -79,12 +78,12 @@ def _gpu_evidence(g: GpuState) -> list[tuple[str, str]]:
     return ev
 
 
-class GpuErrorsRule(Rule):
+class GpuErrorsRule(ActiveAlertsRule):
     name = "gpu_errors"
 
     def __init__(self, config: GpuErrorsConfig):
+        super().__init__()
         self.config = config
-        self.active = ActiveAlerts()
         self._xid_counts: dict[str, float] = {}
         self._ecc: dict[str, float] = {}
         self._last_hit: dict[str, float] = {}
@@ -213,8 +212,8 @@ class GpuErrorsRule(Rule):
         return out
 
     def to_state(self) -> dict:
-        return {"active": self.active.to_state(), "last_hit": self._last_hit}
+        return {**super().to_state(), "last_hit": self._last_hit}
 
     def load_state(self, state: dict) -> None:
-        self.active.load_state(state.get("active", {}))
+        super().load_state(state)
         self._last_hit.update(state.get("last_hit", {}))

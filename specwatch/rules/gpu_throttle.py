@@ -22,8 +22,7 @@ from collections import deque
 from specwatch.alerts.model import Alert
 from specwatch.config import GpuThrottleConfig
 from specwatch.events import DecodeBatch, GpuSample, GpuState
-from specwatch.rules.active import ActiveAlerts
-from specwatch.rules.base import Rule
+from specwatch.rules.active import ActiveAlertsRule
 
 ALERT_NAME = "GpuThrottlingThroughputDrop"
 THERMAL = ("sw_thermal_slowdown", "hw_thermal_slowdown")
@@ -33,13 +32,13 @@ MAX_LINES = 2048  # per rank; far more than a baseline window holds at one line 
 GPU_STALE = 60.0  # seconds after which the last GpuSample says nothing about now
 
 
-class GpuThrottleRule(Rule):
+class GpuThrottleRule(ActiveAlertsRule):
     name = "gpu_throttle"
 
     def __init__(self, config: GpuThrottleConfig):
+        super().__init__()
         self.config = config
         self.reasons = frozenset(config.reasons)
-        self.active = ActiveAlerts()
         self._throttled: list[GpuState] = []
         self._gpu_time: float | None = None
         self._lines: dict[tuple[str, str], deque] = {}
@@ -140,9 +139,3 @@ class GpuThrottleRule(Rule):
             evidence=evidence,
             fixes=fixes,
         )
-
-    def to_state(self) -> dict:
-        return {"active": self.active.to_state()}
-
-    def load_state(self, state: dict) -> None:
-        self.active.load_state(state.get("active", {}))

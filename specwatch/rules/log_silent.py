@@ -30,8 +30,7 @@ from specwatch.events import (
     ServerRestarted,
     ServerStarted,
 )
-from specwatch.rules.active import ActiveAlerts
-from specwatch.rules.base import Rule
+from specwatch.rules.active import ActiveAlertsRule
 
 ALERT_NAME = "SGLangLogSilent"
 QUIET_LEVELS = ("warning", "error", "critical")
@@ -50,17 +49,17 @@ class _State:
         self.first_poll: float | None = None
 
 
-class LogSilentRule(Rule):
+class LogSilentRule(ActiveAlertsRule):
     """log_paths: server → followed log files. path_exists: checked when the alert fires."""
 
     name = "log_silent"
 
     def __init__(self, config: LogSilentConfig, log_paths: dict[str, list[str]],
                  path_exists: Callable[[str], bool] = os.path.exists):
+        super().__init__()
         self.config = config
         self.log_paths = log_paths
         self.path_exists = path_exists
-        self.active = ActiveAlerts()
         self._s: dict[str, _State] = {}
 
     def _st(self, server: str) -> _State:
@@ -177,9 +176,3 @@ class LogSilentRule(Rule):
             evidence=evidence,
             fixes=fixes,
         )
-
-    def to_state(self) -> dict:
-        return {"active": self.active.to_state()}
-
-    def load_state(self, state: dict) -> None:
-        self.active.load_state(state.get("active", {}))

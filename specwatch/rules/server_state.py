@@ -25,8 +25,7 @@ from specwatch.events import (
     ServerRestarted,
     ServerStarted,
 )
-from specwatch.rules.active import ActiveAlerts
-from specwatch.rules.base import Rule
+from specwatch.rules.active import ActiveAlertsRule
 
 DOWN = "SGLangServerDown"
 RESTARTED = "SGLangServerRestarted"
@@ -69,13 +68,13 @@ def _cmd(sp: ServerProcess) -> str:
     return text if len(text) <= 600 else text[:599] + "…"
 
 
-class ServerStateRule(Rule):
+class ServerStateRule(ActiveAlertsRule):
     name = "server_state"
 
     def __init__(self, config: ServerRuleConfig, log_paths: dict[str, list[str]] | None = None):
+        super().__init__()
         self.config = config
         self.log_paths = log_paths or {}
-        self.active = ActiveAlerts()
         self._watched: set[str] = set()  # servers with process samples (the process source is on)
         self._last: dict[str, ServerProcess] = {}  # last process seen, this run
         self._known: dict[str, dict] = {}  # persisted: {"pid", "start_time", "args"} per server
@@ -189,7 +188,7 @@ class ServerStateRule(Rule):
         firing = self.active.get(key)
         if firing is not None:  # a crash loop: one alert, its evidence tells how many
             n = int(dict(firing.evidence).get("restarts in window", "1")) + 1
-            firing.evidence[:] = [("restarts in window", str(n))] + evidence
+            firing.evidence[:] = evidence + [("restarts in window", str(n))]
             return []
         fixes = [
             "If nobody restarted it on purpose, find why the old process exited: the last lines of "
@@ -216,7 +215,7 @@ class ServerStateRule(Rule):
                 ),
             },
             starts_at=now,
-            evidence=[("restarts in window", "1")] + evidence,
+            evidence=evidence + [("restarts in window", "1")],
             fixes=fixes,
         )
         return self.active.fire(key, alert)
@@ -272,7 +271,7 @@ class ServerStateRule(Rule):
 
     def _unhealthy_alert(self, server: str, since: float) -> Alert:
         last = self._last.get(server)
-        evidence = [("failing since", iso8601(since) or ""), ("failure", self._bad_what.get(server, ""))]
+        evidence = [("failure", self._bad_what.get(server, "")), ("failing since", iso8601(since) or "")]
         if last is not None:
             evidence.append(("pid", str(last.pid)))
         return Alert(
@@ -297,11 +296,10 @@ class ServerStateRule(Rule):
 
     # --- persistence ---
     def to_state(self) -> dict:
-        return {"active": self.active.to_state(), "known": self._known,
-                "restart_until": self._restart_until}
+        return {**super().to_state(), "known": self._known, "restart_until": self._restart_until}
 
     def load_state(self, state: dict) -> None:
-        self.active.load_state(state.get("active", {}))
+        super().load_state(state)
         self._known.update(state.get("known", {}))
         self._restart_until.update(state.get("restart_until", {}))
         for key in self.active.keys():

@@ -287,3 +287,18 @@ def test_stale_gpu_sample_is_not_throttling(box):
     for _ in range(3):
         b.decode(200.0)
     assert b.sent() == []
+
+
+def test_firing_gpu_alert_resolves_after_specwatch_restart(box):
+    b = box()
+    b.sample()
+    b.devices[1].fail_all = pynvml.NVML_ERROR_GPU_IS_LOST
+    b.sample()
+    assert b.sent() == [("GpuLost", "firing")]
+    with b.pl.lock:
+        state = b.pl.to_state()
+    b2 = box()  # specwatch restarted; the GPU was reset meanwhile
+    b2.pl.load_state(state)
+    b2.sample()
+    assert b2.sent() == [("GpuLost", "resolved")]
+    assert b2.pl.dispatcher.active == {}

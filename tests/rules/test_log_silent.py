@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/ has no __init__.py
-from fake_sglang import free_port, launch, make_install, stop, wait_children  # noqa: E402
+from fake_sglang import free_port, stop  # noqa: E402
 from sglang_http import SGLangHTTP  # noqa: E402
 from sglang_lines import decode_line  # noqa: E402
 
@@ -24,24 +24,17 @@ from specwatch.sources.server_api import ServerApiSource  # noqa: E402
 T0 = 1_800_000_000.0
 
 
-@pytest.fixture(scope="module")
-def install(tmp_path_factory):
-    return make_install(tmp_path_factory.mktemp("venv") / "env")
-
-
 @pytest.fixture
-def box(install, tmp_path):
+def box(sglang_install, sglang_procs):
     """Pipeline + process source + API source for one server; `writes_to` is its stdout file."""
     made = {}
 
     def _make(*, followed: Path, writes_to: Path, log_level: str = "info", intervals: int = 3):
         port = free_port()
         with open(writes_to, "a") as out:
-            p = launch([str(install), "-m", "sglang.launch_server", "--model-path", "/models/llama",
-                        "--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", "/models/eagle3",
-                        "--port", str(port), "--log-level", log_level], stdout=out)
-        wait_children(p)
-        made["proc"] = p
+            p = sglang_procs.start([str(sglang_install), "-m", "sglang.launch_server", "--model-path", "/models/llama",
+                                    "--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path",
+                                    "/models/eagle3", "--port", str(port), "--log-level", log_level], stdout=out)
         srv = SGLangHTTP("0.5.23")
         srv.args["log_level"] = log_level
         made["srv"] = srv
@@ -53,8 +46,6 @@ def box(install, tmp_path):
         return pl, ps, api, srv, p
 
     yield _make
-    if "proc" in made:
-        stop(made["proc"])
     if "srv" in made:
         made["srv"].close()
 

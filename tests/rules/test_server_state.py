@@ -5,13 +5,10 @@ Time is passed explicitly: the same `now` the daemon would use."""
 from __future__ import annotations
 
 import sys
-import time
 from pathlib import Path
 
-import pytest
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/ has no __init__.py
-from fake_sglang import free_port, launch, make_install, stop, wait_children  # noqa: E402
+from fake_sglang import free_port, stop  # noqa: E402
 from sglang_http import SGLangHTTP  # noqa: E402
 
 from specwatch.alerts.dispatcher import Dispatcher  # noqa: E402
@@ -22,19 +19,6 @@ from specwatch.sources.server_api import ServerApiSource  # noqa: E402
 
 MODEL = "/models/meta-llama/Llama-3.1-8B-Instruct"
 DRAFT = "/models/lmsys/sglang-EAGLE3-LLaMA3.1-Instruct-8B"
-
-
-@pytest.fixture(scope="module")
-def install(tmp_path_factory):
-    return make_install(tmp_path_factory.mktemp("venv") / "env")
-
-
-@pytest.fixture
-def procs():
-    started = []
-    yield started
-    for p in started:
-        stop(p)
 
 
 def argv(python, port, steps=5, draft=DRAFT):
@@ -59,11 +43,9 @@ def tick(p: Pipeline, now: float) -> None:
         p.tick(now)
 
 
-def test_down_restart_with_changed_flags_and_resolve(install, procs):
+def test_down_restart_with_changed_flags_and_resolve(sglang_install, sglang_procs):
     port = free_port()
-    p1 = launch(argv(install, port, steps=5))
-    procs.append(p1)
-    wait_children(p1)
+    p1 = sglang_procs.start(argv(sglang_install, port, steps=5))
     pl = make_pipeline()
     src = ProcessSource(pl.feed_event, server="gpu-box-1", servers={port: "sglang-a"})
     t = 1_800_000_000.0
@@ -84,13 +66,11 @@ def test_down_restart_with_changed_flags_and_resolve(install, procs):
     assert ev["down for (s)"] == "30"
     assert "steps=5" in ev["last speculative flags"] and "algorithm=EAGLE3" in ev["last speculative flags"]
     assert any("/var/log/sglang/a.log" in f for f in down.fixes)
-    assert any(f"--speculative-num-steps 5 --speculative-eagle-topk 8" in f for f in down.fixes)
+    assert any("--speculative-num-steps 5 --speculative-eagle-topk 8" in f for f in down.fixes)
     tick(pl, t + 100)
     assert len(pl.dispatcher.history) == 1  # no repeat inside repeat_interval
 
-    p2 = launch(argv(install, port, steps=3, draft="/models/new-draft"))
-    procs.append(p2)
-    wait_children(p2)
+    p2 = sglang_procs.start(argv(sglang_install, port, steps=3, draft="/models/new-draft"))
     src.poll(t + 120)
     assert sent(pl)[1:] == [("SGLangServerDown", "resolved"), ("SGLangServerRestarted", "firing")]
     restart = pl.dispatcher.history[-1]
@@ -120,16 +100,14 @@ def test_down_restart_with_changed_flags_and_resolve(install, procs):
     assert len(pl.dispatcher.history) == n
 
 
-def test_unchanged_flags_and_crash_loop_is_one_alert(install, procs):
+def test_unchanged_flags_and_crash_loop_is_one_alert(sglang_install, sglang_procs):
     port = free_port()
     pl = make_pipeline()
     src = ProcessSource(pl.feed_event, server="gpu-box-1", servers={port: "sglang-a"})
     t = 1_800_000_000.0
     pids = []
     for i in range(3):
-        p = launch(argv(install, port))
-        procs.append(p)
-        wait_children(p)
+        p = sglang_procs.start(argv(sglang_install, port))
         pids.append(p.pid)
         src.poll(t + 10 * i)
         tick(pl, t + 10 * i)
@@ -142,7 +120,7 @@ def test_unchanged_flags_and_crash_loop_is_one_alert(install, procs):
     assert dict(a.evidence)["new pid"] in {str(x) for x in pids}
 
 
-def test_declared_server_never_started_is_down(install):
+def test_declared_server_never_started_is_down(sglang_install):
     port = free_port()
     pl = make_pipeline()
     src = ProcessSource(pl.feed_event, server="gpu-box-1", servers={port: "sglang-a"})
@@ -192,13 +170,11 @@ def test_api_only_down_restart_via_startup_time():
         srv.close()
 
 
-def test_unhealthy_after_healthy_fires_and_resolves_loading_does_not(install, procs):
+def test_unhealthy_after_healthy_fires_and_resolves_loading_does_not(sglang_install, sglang_procs):
     port = free_port()
     srv = SGLangHTTP("0.5.23")
     srv.health_status = 503  # still loading: never healthy yet
-    p = launch(argv(install, port))
-    procs.append(p)
-    wait_children(p)
+    p = sglang_procs.start(argv(sglang_install, port))
     pl = make_pipeline()
     src = ProcessSource(pl.feed_event, server="gpu-box-1", servers={port: "sglang-a"})
     api = ServerApiSource(srv.url, pl.feed_event, server="sglang-a", timeout=0.5)
@@ -230,11 +206,9 @@ def test_unhealthy_after_healthy_fires_and_resolves_loading_does_not(install, pr
         srv.close()
 
 
-def test_state_survives_specwatch_restart(install, procs):
+def test_state_survives_specwatch_restart(sglang_install, sglang_procs):
     port = free_port()
-    p1 = launch(argv(install, port))
-    procs.append(p1)
-    wait_children(p1)
+    p1 = sglang_procs.start(argv(sglang_install, port))
     pl = make_pipeline()
     src = ProcessSource(pl.feed_event, server="gpu-box-1", servers={port: "sglang-a"})
     t = 1_800_000_000.0
@@ -247,9 +221,7 @@ def test_state_survives_specwatch_restart(install, procs):
         state = pl.to_state()
 
     # specwatch restarts; meanwhile the server came back with other flags
-    p2 = launch(argv(install, port, steps=7))
-    procs.append(p2)
-    wait_children(p2)
+    sglang_procs.start(argv(sglang_install, port, steps=7))
     pl2 = make_pipeline()
     pl2.load_state(state)
     src2 = ProcessSource(pl2.feed_event, server="gpu-box-1", servers={port: "sglang-a"})

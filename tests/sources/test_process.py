@@ -11,7 +11,7 @@ import psutil
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/ has no __init__.py
-from fake_sglang import free_port, launch, make_install, stop, wait_children  # noqa: E402
+from fake_sglang import free_port, stop  # noqa: E402
 
 from specwatch.events import (  # noqa: E402
     ProcessSample,
@@ -32,19 +32,6 @@ from specwatch.sources.process import (  # noqa: E402
 
 MODEL = "/models/meta-llama/Llama-3.1-8B-Instruct"
 DRAFT = "/models/lmsys/sglang-EAGLE3-LLaMA3.1-Instruct-8B"
-
-
-@pytest.fixture(scope="module")
-def install(tmp_path_factory):
-    return make_install(tmp_path_factory.mktemp("venv") / "sglang-env", version="0.5.6.post2")
-
-
-@pytest.fixture
-def procs():
-    started = []
-    yield started
-    for p in started:
-        stop(p)
 
 
 def server_argv(python: Path, port: int, *, steps: int = 5, extra: tuple[str, ...] = ()) -> list[str]:
@@ -133,18 +120,18 @@ def test_role_of(argv, role):
 # ------------------------------------------------------------------ the install
 
 
-def test_find_sglang_in_venv_metadata(install):
-    version, location = find_sglang(str(install))
+def test_find_sglang_in_venv_metadata(sglang_install):
+    version, location = find_sglang(str(sglang_install))
     assert version == "0.5.6.post2"
-    assert location == str(install.parent.parent / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}" / "site-packages")
+    assert location == str(sglang_install.parent.parent / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}" / "site-packages")
 
 
-def test_pythonpath_source_tree_comes_first(install, tmp_path):
+def test_pythonpath_source_tree_comes_first(sglang_install, tmp_path):
     src = tmp_path / "checkout" / "python"
     (src / "sglang").mkdir(parents=True)
     (src / "sglang" / "version.py").write_text('__version__ = "0.5.23"\n')
-    assert site_dirs(str(install), environ={"PYTHONPATH": str(src)})[0] == str(src)
-    assert find_sglang(str(install), environ={"PYTHONPATH": str(src)}) == ("0.5.23", str(src))
+    assert site_dirs(str(sglang_install), environ={"PYTHONPATH": str(src)})[0] == str(src)
+    assert find_sglang(str(sglang_install), environ={"PYTHONPATH": str(src)}) == ("0.5.23", str(src))
 
 
 def test_no_sglang_anywhere(tmp_path):
@@ -157,13 +144,12 @@ def test_no_sglang_anywhere(tmp_path):
 # ------------------------------------------------------------------ real processes
 
 
-def test_finds_launcher_children_args_usage(install, procs, tmp_path):
+def test_finds_launcher_children_args_usage(sglang_install, sglang_procs, tmp_path):
     port = free_port()
     log = tmp_path / "server.log"
     with open(log, "w") as out:
-        p = launch(server_argv(install, port), stdout=out)
-    procs.append(p)
-    kids = wait_children(p)
+        p = sglang_procs.start(server_argv(sglang_install, port), stdout=out)
+    kids = psutil.Process(p.pid).children()
     rec = Recorder()
     src = ProcessSource(rec, server="gpu-box-1", interval=5, servers={port: "sglang-a"})
     src.poll(time.time())
@@ -174,7 +160,7 @@ def test_finds_launcher_children_args_usage(install, procs, tmp_path):
     assert sp.pid == p.pid
     assert sp.start_time == pytest.approx(psutil.Process(p.pid).create_time())
     assert sp.port == port
-    assert sp.interpreter == str(install)  # the venv's bin/python, not the resolved system binary
+    assert sp.interpreter == str(sglang_install)  # the venv's bin/python, not the resolved system binary
     assert sp.fs_root == "/"
     assert sp.sglang_version == "0.5.6.post2"
     assert sp.args["speculative_algorithm"] == "EAGLE3"
@@ -199,18 +185,14 @@ def test_finds_launcher_children_args_usage(install, procs, tmp_path):
     assert [type(e).__name__ for _, e in rec.events] == ["ProcessSample"]
 
 
-def test_restart_between_scans_then_down(install, procs):
+def test_restart_between_scans_then_down(sglang_install, sglang_procs):
     port = free_port()
-    p1 = launch(server_argv(install, port, steps=5))
-    procs.append(p1)
-    wait_children(p1)
+    p1 = sglang_procs.start(server_argv(sglang_install, port, steps=5))
     rec = Recorder()
     src = ProcessSource(rec, server="box", interval=5, servers={port: "sglang-a"})
     src.poll(time.time())
     stop(p1)
-    p2 = launch(server_argv(install, port, steps=3, extra=("--log-level", "warning")))
-    procs.append(p2)
-    wait_children(p2)
+    p2 = sglang_procs.start(server_argv(sglang_install, port, steps=3, extra=("--log-level", "warning")))
     rec.clear()
     src.poll(time.time())
 
@@ -233,11 +215,9 @@ def test_restart_between_scans_then_down(install, procs):
     assert src.pids() == set()
 
 
-def test_down_then_back_is_a_restart_too(install, procs):
+def test_down_then_back_is_a_restart_too(sglang_install, sglang_procs):
     port = free_port()
-    p1 = launch(server_argv(install, port))
-    procs.append(p1)
-    wait_children(p1)
+    p1 = sglang_procs.start(server_argv(sglang_install, port))
     rec = Recorder()
     src = ProcessSource(rec, server="box", interval=5, servers={port: "s"})
     src.poll(time.time())
@@ -245,22 +225,21 @@ def test_down_then_back_is_a_restart_too(install, procs):
     src.poll(time.time())
     assert len(rec.of(ServerDown)) == 1
     # `sglang serve` through the venv's console script this time
-    p2 = launch([str(install.parent / "sglang"), "serve", "--model-path", MODEL, "--port", str(port),
-                 "--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", DRAFT])
-    procs.append(p2)
-    wait_children(p2)
+    p2 = sglang_procs.start([str(sglang_install.parent / "sglang"), "serve", "--model-path", MODEL,
+                             "--port", str(port), "--speculative-algorithm", "EAGLE3",
+                             "--speculative-draft-model-path", DRAFT])
     rec.clear()
     src.poll(time.time())
     started = rec.of(ServerStarted)
     assert len(started) == 1 and not started[0].first_seen and started[0].previous.pid == p1.pid
     assert [(r.old.pid, r.new.pid) for r in rec.of(ServerRestarted)] == [(p1.pid, p2.pid)]
     sp = started[0].process
-    assert sp.interpreter == str(install)  # from the console script's shebang line
+    assert sp.interpreter == str(sglang_install)  # from the console script's shebang line
     assert sp.sglang_version == "0.5.6.post2"
     assert src.restarts_total == {"s": 1}
 
 
-def test_declared_server_never_seen_is_reported_missing(install):
+def test_declared_server_never_seen_is_reported_missing(sglang_install):
     port = free_port()
     rec = Recorder()
     src = ProcessSource(rec, server="box", interval=5, servers={port: "sglang-a"})
@@ -269,16 +248,14 @@ def test_declared_server_never_seen_is_reported_missing(install):
     assert rec.of(ServerDown) == []  # nothing was up, so nothing went down
 
 
-def test_undeclared_servers_are_named_by_port(install, procs):
+def test_undeclared_servers_are_named_by_port(sglang_install, sglang_procs):
     ports = sorted([free_port(), free_port()])
     for port in ports:
-        p = launch(server_argv(install, port))
-        procs.append(p)
-        wait_children(p)
+        sglang_procs.start(server_argv(sglang_install, port))
     rec = Recorder()
     src = ProcessSource(rec, server="box", interval=5)
     found = src.scan()
-    ours = {name: sp for name, sp in found.items() if sp.pid in {p.pid for p in procs}}
+    ours = {name: sp for name, sp in found.items() if sp.pid in {p.pid for p in sglang_procs.started}}
     # the first port seen keeps the plain name; the other is box:<port> (other servers on this
     # machine, if any, may have taken the plain name first)
     assert len(ours) == 2
@@ -287,15 +264,15 @@ def test_undeclared_servers_are_named_by_port(install, procs):
         assert name in ("box", f"box:{sp.port}")
 
 
-def test_match_regex_adds_a_wrapper(tmp_path, procs):
+def test_match_regex_adds_a_wrapper(tmp_path, sglang_procs):
     import venv
     venv.EnvBuilder(with_pip=False, symlinks=True).create(tmp_path / "plain")
     python = tmp_path / "plain" / "bin" / "python"
     script = tmp_path / "serve_llama.py"
     script.write_text("import time\ntime.sleep(3600)\n")
     port = free_port()
-    p = launch([str(python), str(script), "--port", str(port), "--speculative-algorithm", "EAGLE3"])
-    procs.append(p)
+    p = sglang_procs.start([str(python), str(script), "--port", str(port), "--speculative-algorithm", "EAGLE3"],
+                           children=0)
     rec = Recorder()
     src = ProcessSource(rec, server="box", interval=5, servers={port: "wrapped"}, match=r"serve_llama\.py")
     deadline = time.monotonic() + 5
@@ -308,11 +285,9 @@ def test_match_regex_adds_a_wrapper(tmp_path, procs):
     assert (sp.sglang_version, sp.sglang_location) == (None, None)  # that venv has no sglang
 
 
-def test_thread_start_stop(install, procs):
+def test_thread_start_stop(sglang_install, sglang_procs):
     port = free_port()
-    p = launch(server_argv(install, port))
-    procs.append(p)
-    wait_children(p)
+    sglang_procs.start(server_argv(sglang_install, port))
     rec = Recorder()
     src = ProcessSource(rec, server="box", interval=0.05, servers={port: "s"})
     src.start()
