@@ -134,6 +134,34 @@ def test_pythonpath_source_tree_comes_first(sglang_install, tmp_path):
     assert find_sglang(str(sglang_install), environ={"PYTHONPATH": str(src)}) == ("0.5.23", str(src))
 
 
+def _dist(site: Path, version: str) -> None:
+    d = site / f"sglang-{version}.dist-info"
+    d.mkdir(parents=True)
+    (d / "METADATA").write_text(f"Metadata-Version: 2.1\nName: sglang\nVersion: {version}\n")
+
+
+def test_container_root_venv_and_debian_python(tmp_path):
+    """Paths as the server sees them, read under its root (/proc/<pid>/root for a container)."""
+    root = tmp_path / "rootfs"
+    venv_dir = root / "opt" / "venv"
+    (venv_dir / "bin").mkdir(parents=True)
+    (venv_dir / "pyvenv.cfg").write_text("home = /usr/bin\ninclude-system-site-packages = false\nversion = 3.10.12\n")
+    _dist(venv_dir / "lib" / "python3.10" / "site-packages", "0.5.9")
+    assert find_sglang("/opt/venv/bin/python3", fs_root=str(root)) == ("0.5.9", "/opt/venv/lib/python3.10/site-packages")
+
+    # Debian's python3 -> python3.10 symlink; pip installs to /usr/local/lib/python3.10/dist-packages;
+    # the user site comes first
+    usr_bin = root / "usr" / "bin"
+    usr_bin.mkdir(parents=True)
+    (usr_bin / "python3.10").write_text("")
+    (usr_bin / "python3").symlink_to("python3.10")
+    _dist(root / "usr" / "local" / "lib" / "python3.10" / "dist-packages", "0.5.4")
+    assert find_sglang("/usr/bin/python3", fs_root=str(root)) == ("0.5.4", "/usr/local/lib/python3.10/dist-packages")
+    _dist(root / "home" / "ml" / ".local" / "lib" / "python3.10" / "site-packages", "0.5.23")
+    assert find_sglang("/usr/bin/python3", fs_root=str(root), environ={"HOME": "/home/ml"}) == (
+        "0.5.23", "/home/ml/.local/lib/python3.10/site-packages")
+
+
 def test_no_sglang_anywhere(tmp_path):
     root = tmp_path / "empty"
     import venv
