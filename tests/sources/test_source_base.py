@@ -40,4 +40,4 @@ def test_failing_polls_logged_once_then_recovers(caplog):
 
 def test_interval_must_be_positive():
     with pytest.raises(ValueError):
-        Flaky.__bases__[0](0)
+        PollingSource(0)
