@@ -61,6 +61,7 @@ class Pipeline:
         self.servers: dict[str, ServerStats] = {}
         self.ranks: dict[tuple[str, str], RankStats] = {}
         self.lock = threading.Lock()
+        self._last_tick = -math.inf
         self._prefix: dict[str, re.Pattern | None] = {}
         self._server_of: dict[str, str] = {}
         for src in config.logs:
@@ -101,7 +102,8 @@ class Pipeline:
                         rs.accept_length_max = a
                 clock = event.timestamp if now is None else now
                 self._apply_rules(server, event, clock)
-                self.tick(clock)
+                if clock - self._last_tick >= 1.0:  # time-based rules need no finer clock
+                    self.tick(clock)
             elif isinstance(event, PrefillBatch):
                 stats.lines["prefill"] += 1
                 rs = self._rank(server, event)
@@ -123,6 +125,7 @@ class Pipeline:
 
     def tick(self, now: float) -> None:
         """Let time-based rules and alert repeats advance (caller holds `lock`)."""
+        self._last_tick = now
         for rule in self.rules:
             for alert in rule.on_tick(now):
                 self.dispatcher.handle(alert, now)
