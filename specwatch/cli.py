@@ -22,14 +22,19 @@ def _load(path: str | None) -> Config:
     return load_config(path) if path else build_config({"server": "replay"})
 
 
+def _print_problems(path: str, e: ConfigError) -> int:
+    n = len(e.problems)
+    print(f"{path}: invalid config ({n} problem{'s' * (n != 1)}):", file=sys.stderr)
+    for p in e.problems:
+        print(f"  {p}", file=sys.stderr)
+    return 2
+
+
 def cmd_check_config(args) -> int:
     try:
         cfg = load_config(args.file)
     except ConfigError as e:
-        print(f"{args.file}: invalid config ({len(e.problems)} problem{'s' * (len(e.problems) != 1)}):", file=sys.stderr)
-        for p in e.problems:
-            print(f"  {p}", file=sys.stderr)
-        return 2
+        return _print_problems(args.file, e)
     print(f"{args.file}: ok ({len(cfg.logs)} log file(s), metrics on {cfg.listen_address}:{cfg.listen_port}, "
           f"slack {'configured' if cfg.slack.webhook_url else 'not configured'})")
     return 0
@@ -100,10 +105,7 @@ def cmd_run(args) -> int:
     try:
         cfg = load_config(args.config)
     except ConfigError as e:
-        print(f"{args.config}: invalid config:", file=sys.stderr)
-        for p in e.problems:
-            print(f"  {p}", file=sys.stderr)
-        return 2
+        return _print_problems(args.config, e)
     if not cfg.logs:
         print(f"{args.config}: logs: no log file configured; add `logs: [{{path: /var/log/sglang/server.log}}]`",
               file=sys.stderr)
