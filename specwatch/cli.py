@@ -53,9 +53,10 @@ def cmd_replay(args) -> int:
         return 2
     known = {s.path for s in cfg.logs}
     server = args.server or cfg.server
+    tz = args.log_timezone or cfg.log_timezone
     for p in args.logs:
         if p not in known:
-            cfg.logs.append(LogSource(path=p, server=server))
+            cfg.logs.append(LogSource(path=p, server=server, timezone=tz))
 
     notifiers = []
     dry_out = io.StringIO() if args.json else sys.stdout
@@ -130,6 +131,7 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument("--json", action="store_true", help="print the summary as JSON")
     rp.add_argument("--slack-dry-run", action="store_true", help="print each Slack payload instead of posting it")
     rp.add_argument("--server", help="server name for the replayed logs (default: the config's `server`, else 'replay')")
+    rp.add_argument("--log-timezone", help="IANA zone of the log's timestamps (default: config's log_timezone, else local time)")
     rp.add_argument("--slack-timeout", type=float, default=60.0, help="seconds to wait for Slack delivery (default 60)")
     rp.set_defaults(func=cmd_replay)
 

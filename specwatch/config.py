@@ -11,6 +11,7 @@ import math
 import os
 import re
 from urllib.parse import urlsplit
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 import socket
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,6 +39,7 @@ class LogSource:
     path: str
     server: str
     container_prefix: str | None = None  # regex; None = recognise `service  | ` automatically
+    timezone: str | None = None  # IANA zone of the log's timestamps; None = this host's local time
 
 
 @dataclass
@@ -75,6 +77,7 @@ class GpuConfig:
 @dataclass
 class Config:
     server: str = ""  # default `server` label (host name)
+    log_timezone: str | None = None  # default zone of log timestamps (None: local time)
     logs: list[LogSource] = field(default_factory=list)
     follow: FollowConfig = field(default_factory=FollowConfig)
     listen_address: str = "127.0.0.1"
@@ -201,6 +204,19 @@ def _resolve_secret(r: _Reader, data: dict, path: str, name: str) -> str | None:
     return value or None
 
 
+def _timezone(r: _Reader, data: dict, path: str, default: str | None) -> str | None:
+    key = "timezone" if path else "log_timezone"
+    name = r.string(data, key, path, default)
+    if name is None or name == default:
+        return name
+    try:
+        ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError):
+        r.bad(_join(path, key), f"unknown time zone {name!r}; use an IANA name such as UTC or Europe/Berlin")
+        return default
+    return name
+
+
 def _valid_url(url: str) -> bool:
     try:
         u = urlsplit(url)
@@ -218,9 +234,11 @@ def build_config(data: dict | None, source_path: str | None = None) -> Config:
         data = {}
     if not isinstance(data, dict):
         raise ConfigError(["(top level): must be a mapping of keys such as `logs:`, `metrics:`, `alerts:`"])
-    r.unknown(data, "", {"server", "logs", "follow", "metrics", "state_dir", "rules", "alerts", "gpu"})
+    r.unknown(data, "", {"server", "log_timezone", "logs", "follow", "metrics", "state_dir", "rules", "alerts", "gpu"})
     default_server = r.string(data, "server", "", None) or socket.gethostname()
     cfg.server = default_server
+    default_tz = _timezone(r, data, "", None)
+    cfg.log_timezone = default_tz
 
     logs = data.get("logs") or []
     if not isinstance(logs, list):
@@ -236,7 +254,7 @@ def build_config(data: dict | None, source_path: str | None = None) -> Config:
         if not isinstance(entry, dict):
             r.bad(p, "must be a mapping with `path:` (and optional `server:`, `container_prefix:`)")
             continue
-        r.unknown(entry, p, {"path", "server", "container_prefix"})
+        r.unknown(entry, p, {"path", "server", "container_prefix", "timezone"})
         path = r.string(entry, "path", p, None)
         if not path:
             r.bad(f"{p}.path", "missing; give the SGLang log file to follow")
@@ -257,7 +275,8 @@ def build_config(data: dict | None, source_path: str | None = None) -> Config:
         explicit = entry.get("server") is not None
         if not explicit:
             defaulted.append(i)
-        cfg.logs.append(LogSource(path=path, server=r.string(entry, "server", p, default_server), container_prefix=prefix))
+        cfg.logs.append(LogSource(path=path, server=r.string(entry, "server", p, default_server),
+                                  container_prefix=prefix, timezone=_timezone(r, entry, p, default_tz)))
     if len(defaulted) > 1:
         # Two servers' lines under one name would merge their ranks (a collapse hidden in a mean).
         r.bad(f"logs[{defaulted[1]}].server", f"logs[{defaulted[0]}] and logs[{defaulted[1]}] both default to "

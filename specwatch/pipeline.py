@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 import re
 import threading
+from zoneinfo import ZoneInfo
 from dataclasses import dataclass, field
 
 from specwatch.alerts.dispatcher import Dispatcher
@@ -63,10 +64,12 @@ class Pipeline:
         self.lock = threading.Lock()
         self._last_tick = -math.inf
         self._prefix: dict[str, re.Pattern | None] = {}
+        self._tz: dict[str, ZoneInfo | None] = {}
         self._server_of: dict[str, str] = {}
         for src in config.logs:
             self._server_of[src.path] = src.server
             self._prefix[src.path] = re.compile(src.container_prefix) if src.container_prefix else None
+            self._tz[src.path] = ZoneInfo(src.timezone) if src.timezone else None
 
     def server_for(self, path: str) -> str:
         return self._server_of.get(path) or (self.config.logs[0].server if self.config.logs else "")
@@ -77,7 +80,7 @@ class Pipeline:
         Returns the parsed event. Never raises on input.
         """
         server = self.server_for(line.path)
-        event = parse_line(line.text, container_prefix=self._prefix.get(line.path))
+        event = parse_line(line.text, container_prefix=self._prefix.get(line.path), tz=self._tz.get(line.path))
         if not line.raw_ok and isinstance(event, (DecodeBatch, PrefillBatch)):
             event = MalformedLine("non-UTF-8 bytes in a batch line", event.timestamp, event.rank)
         with self.lock:

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import ast
 import re
-from datetime import datetime
+from datetime import datetime, tzinfo
 
 from specwatch.events import (
     DecodeBatch,
@@ -77,7 +77,7 @@ SERVER_ARG_KEYS = (
 )
 _ARG_VALUE = re.compile(r"\b(\w+)=('(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"|[^,()\[\]{}]+)")
 
-_ts_cache: dict[str, float] = {}
+_ts_cache: dict[tuple[str, tzinfo | None], float] = {}
 _rank_cache: dict[str, dict[str, int]] = {}
 
 
@@ -85,17 +85,20 @@ class _Bad(Exception):
     """A known field whose value does not read (internal: becomes MalformedLine)."""
 
 
-def _timestamp(stamp: str, frac: str | None) -> float:
-    """Naive local `YYYY-MM-DD HH:MM:SS` → seconds since the epoch (cached per second)."""
-    ts = _ts_cache.get(stamp)
+def _timestamp(stamp: str, frac: str | None, tz: tzinfo | None = None) -> float:
+    """`YYYY-MM-DD HH:MM:SS` in zone `tz` (None: this host's local time, as SGLang writes it with
+    `time.localtime`) → seconds since the epoch (cached per second). Raises ValueError on an
+    impossible date."""
+    key = (stamp, tz)
+    ts = _ts_cache.get(key)
     if ts is None:
         ts = datetime(
             int(stamp[0:4]), int(stamp[5:7]), int(stamp[8:10]),
-            int(stamp[11:13]), int(stamp[14:16]), int(stamp[17:19]),
+            int(stamp[11:13]), int(stamp[14:16]), int(stamp[17:19]), tzinfo=tz,
         ).timestamp()
         if len(_ts_cache) > 4096:
             _ts_cache.clear()
-        _ts_cache[stamp] = ts
+        _ts_cache[key] = ts
     if frac:
         ts += int(frac) / 10 ** len(frac)
     return ts
@@ -280,8 +283,9 @@ def strip_container_prefix(text: str, container_prefix: re.Pattern | None) -> st
     return text
 
 
-def parse_line(text: str, *, container_prefix: re.Pattern | None = None) -> ParsedLine:
-    """Classify and read one log line (no trailing newline).
+def parse_line(text: str, *, container_prefix: re.Pattern | None = None, tz: tzinfo | None = None) -> ParsedLine:
+    """Classify and read one log line (no trailing newline). `tz`: the zone of the log's naive
+    timestamps (None: this host's local time).
 
     Returns DecodeBatch, PrefillBatch, ServerArgs, MalformedLine, or OtherLine for everything
     else. Never raises on input.
@@ -297,7 +301,7 @@ def parse_line(text: str, *, container_prefix: re.Pattern | None = None) -> Pars
     if m is not None:
         rank = m.group(3)[1:]
         try:
-            ts = _timestamp(m.group(1), m.group(2))
+            ts = _timestamp(m.group(1), m.group(2), tz)
         except ValueError:  # an impossible date: garbled
             return MalformedLine(f"impossible timestamp {m.group(1)!r}", None, rank)
         return _parse_batch(m.group(4), m.group(5), ts, rank, text[m.end():].rstrip(", \r"))
@@ -309,7 +313,7 @@ def parse_line(text: str, *, container_prefix: re.Pattern | None = None) -> Pars
         return MalformedLine("unknown batch line start", None, m.group(3).strip())
     if msg.startswith("server_args=ServerArgs("):
         try:
-            ts = _timestamp(m.group(1), m.group(2))
+            ts = _timestamp(m.group(1), m.group(2), tz)
         except ValueError:
             return _OTHER
         return ServerArgs(ts, parse_server_args(msg))
