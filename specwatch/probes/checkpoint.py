@@ -249,6 +249,21 @@ class TensorStore:
         starts = sorted({int(s) for s in np.linspace(0, rows - per_block, 4)})
         return np.concatenate([self._read_rows(info, s, s + per_block).reshape(-1) for s in starts])
 
+    def raw(self, name: str) -> tuple[str, tuple[int, ...], bytes]:
+        """(dtype code, shape, little-endian bytes) of a whole tensor, for copying it unchanged."""
+        info = self.tensors[name]
+        if name in self._bin:
+            import torch
+
+            t = self._bin[name].contiguous().reshape(-1)
+            return info.dtype, info.shape, t.view(torch.uint8).numpy().tobytes()
+        path = self.root / info.file
+        hdr = self._raw.get(info.file) or self._raw.setdefault(info.file, read_raw_header(path))
+        _, _, (begin, end) = hdr.entries[name]
+        with open(path, "rb") as f:
+            f.seek(hdr.data_start + begin)
+            return info.dtype, info.shape, f.read(end - begin)
+
     def _read_rows(self, info: TensorInfo, a: int, b: int):
         import numpy as np
 
