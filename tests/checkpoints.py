@@ -97,7 +97,7 @@ def decoder_layer(rng, prefix: str, *, input_width: int, with_hidden_norm: bool 
 def llama_fields() -> dict:
     return {"model_type": "llama", "hidden_size": H, "num_hidden_layers": 1, "num_attention_heads": NH,
             "num_key_value_heads": NKV, "head_dim": HD, "intermediate_size": INTER, "vocab_size": V,
-            "hidden_act": "silu", "rms_norm_eps": 1e-05, "max_position_embeddings": 2048, "rope_theta": 500000.0,
+            "hidden_act": "silu", "rms_norm_eps": 1e-05, "max_position_embeddings": 8192, "rope_theta": 500000.0,
             "rope_scaling": None, "tie_word_embeddings": False, "attention_bias": False}
 
 

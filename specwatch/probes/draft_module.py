@@ -27,7 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from specwatch.probes.base import ProbeContext
-from specwatch.probes.checkpoint import DraftCheckpoint
+from specwatch.probes.checkpoint import DraftCheckpoint, TensorInfo
 from specwatch.probes.sglang_source import DraftRules
 
 
@@ -132,7 +132,7 @@ def map_keys(ctx: ProbeContext) -> KeyMapping | None:
         return ctx.cache["key_mapping"]
     rules = ctx.sglang.draft_rules(draft_class(ctx))
     params = build_params(rules, ctx.draft) if rules is not None and rules.modelled else {}
-    m = map_with(rules, params, ctx.draft) if params else None
+    m = map_with(rules, params, ctx.draft.tensors) if params else None
     ctx.cache["key_mapping"] = m
     return m
 
@@ -144,11 +144,12 @@ def draft_class(ctx: ProbeContext) -> str:
     return arch if arch in ctx.sglang.eagle3_draft_classes() else "LlamaForCausalLMEagle3"
 
 
-def map_with(rules: DraftRules, params: dict[str, Param], draft: DraftCheckpoint) -> KeyMapping:
-    """The loop of `LlamaForCausalLMEagle3.load_weights` (llama_eagle3.py@0.5.23), over names."""
+def map_with(rules: DraftRules, params: dict[str, Param], tensors: dict[str, TensorInfo]) -> KeyMapping:
+    """The loop of `LlamaForCausalLMEagle3.load_weights` (llama_eagle3.py@0.5.23), over the
+    checkpoint's tensor headers (name → TensorInfo)."""
     m = KeyMapping(params)
     shards_seen: dict[str, set] = {}
-    for key, info in draft.tensors.items():
+    for key, info in tensors.items():
         name = key
         for legacy, new in rules.renames:
             if legacy in name:

@@ -1,0 +1,240 @@
+"""Run the probes on a draft/target pair and keep the results per server.
+
+`diagnose()` is the whole check (what `specwatch diagnose` prints). `Diagnoser` is what the
+daemon holds: when a server's settings become known (its `server_args` line, or the config's
+`diagnosis:` paths) it runs `diagnose()` ahead of time — in a background thread in the daemon,
+inline in replay — and caches the report per server, re-running only when the inputs change.
+The collapse rule reads the cached findings when it fires, so an alert never waits for probes.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import os
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from specwatch.probes import PROBE_IDS
+from specwatch.probes.base import ERROR, SEVERITIES, WARNING, Finding, ProbeContext, ServerSettings, sort_findings
+
+log = logging.getLogger("specwatch.diagnosis")
+
+
+@dataclass
+class Report:
+    """The result of one diagnosis. findings: errors first. sglang: where the facts came from."""
+
+    sglang_version: str | None
+    sglang: str
+    draft: str
+    target: str | None
+    findings: list[Finding] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def has_errors(self) -> bool:
+        return any(f.severity == ERROR for f in self.findings)
+
+    def actionable(self) -> list[Finding]:
+        """Errors, then warnings (what goes into an alert's fixes)."""
+        return [f for f in self.findings if f.severity in (ERROR, WARNING)]
+
+    def to_dict(self) -> dict:
+        return {"sglang_version": self.sglang_version, "sglang": self.sglang, "draft": self.draft,
+                "target": self.target, "notes": self.notes, "findings": [f.to_dict() for f in self.findings]}
+
+    def format_text(self, *, verbose: bool = False) -> str:
+        """Readable report grouped by severity; infos are summarised unless `verbose`."""
+        lines = [f"draft:  {self.draft}", f"target: {self.target or '(not given)'}", f"sglang: {self.sglang}"]
+        lines += [f"note:   {n}" for n in self.notes]
+        counts = {s: sum(f.severity == s for f in self.findings) for s in SEVERITIES}
+        lines.append(f"result: {counts[ERROR]} error(s), {counts[WARNING]} warning(s), {counts['info']} info")
+        for sev in SEVERITIES:
+            group = [f for f in self.findings if f.severity == sev]
+            if not group:
+                continue
+            lines += ["", f"{sev.upper()}S"]
+            for f in group:
+                lines.append(f"  [{f.id}] {f.title}")
+                if sev != "info" or verbose:
+                    for k, v in f.evidence.items():
+                        lines.append(f"      {k}: {v}")
+                if f.fix:
+                    lines.append(f"    fix: {f.fix}")
+        return "\n".join(lines)
+
+
+def facts_for(sglang_root: str | Path | None = None, version: str | None = None, *, discover: bool = True):
+    """SGLang facts: from `sglang_root`, else the importable `sglang` (found, never imported),
+    else specwatch's table for `version`. Raises FileNotFoundError for a bad `sglang_root`."""
+    from specwatch.probes.known_versions import TableFacts
+    from specwatch.probes.sglang_source import SourceFacts, find_sglang_root
+
+    if sglang_root:
+        return SourceFacts(sglang_root)
+    root = find_sglang_root() if discover else None
+    return SourceFacts(root) if root else TableFacts(version)
+
+
+def resolve_model_dir(path: str) -> Path | None:
+    """A local directory for `path`: itself, or the newest Hugging Face cache snapshot of a repo
+    id like `org/name` ($HF_HUB_CACHE, $HF_HOME/hub, ~/.cache/huggingface/hub). None if absent."""
+    p = Path(path).expanduser()
+    if p.exists():
+        return p
+    if path.count("/") != 1 or path.startswith(("/", ".")):
+        return None
+    hub = Path(os.environ.get("HF_HUB_CACHE") or Path(os.environ.get("HF_HOME", "~/.cache/huggingface")) / "hub").expanduser()
+    snaps = hub / f"models--{path.replace('/', '--')}" / "snapshots"
+    dirs = sorted((d for d in snaps.glob("*") if d.is_dir()), key=lambda d: d.stat().st_mtime) if snaps.is_dir() else []
+    return dirs[-1] if dirs else None
+
+
+def diagnose(draft: str | Path, target: str | Path | None = None, *, facts=None,
+             settings: ServerSettings | None = None) -> Report:
+    """Run every probe. Raises CheckpointError when `draft` is not a directory or the target
+    config cannot be read (bad input, reported by the caller); a probe that fails internally
+    becomes a warning finding, never an exception."""
+    from specwatch.probes.checkpoint import load_draft, load_target
+
+    facts = facts if facts is not None else facts_for()
+    ckpt = load_draft(draft)
+    tgt = load_target(target) if target is not None else None
+    ctx = ProbeContext(ckpt, tgt, facts, settings or ServerSettings())
+    findings: list[Finding] = []
+    for probe_id in PROBE_IDS:
+        module = importlib.import_module(f"specwatch.probes.{probe_id}")
+        try:
+            findings += module.run(ctx)
+        except Exception as e:  # a specwatch bug must not hide the other probes' findings
+            log.exception("probe %s failed", probe_id)
+            findings.append(Finding(probe_id, "internal_error", WARNING, f"probe failed: {type(e).__name__}: {e}",
+                                    {}, "Report this to the specwatch maintainers with the command line."))
+    return Report(facts.version, facts.describe(), str(ckpt.path), str(tgt.path) if tgt else None,
+                  sort_findings(findings), list(facts.notes))
+
+
+@dataclass(frozen=True)
+class Inputs:
+    """What a diagnosis depends on; a change re-runs it."""
+
+    draft: str
+    target: str | None
+    sglang_root: str | None
+    settings: ServerSettings
+
+
+class Diagnoser:
+    """Cached diagnoses per server, computed ahead of time.
+
+    `observe(server, server_args)` is called with each `server_args` line (and once at start with
+    {} for config-only paths); it starts a run when the inputs changed. `report(server)` returns
+    the finished report for the current inputs, else None; `pending(server)` says whether one is
+    running. `background=False` runs inline (replay: deterministic). `timeout`: seconds after
+    which a running diagnosis is given up (its late result is discarded).
+    """
+
+    def __init__(self, *, draft: str | None = None, target: str | None = None, sglang_root: str | None = None,
+                 timeout: float = 60.0, background: bool = True, on_done=None):
+        self.draft, self.target, self.sglang_root = draft, target, sglang_root
+        self.timeout = timeout
+        self.background = background
+        self.on_done = on_done
+        self._lock = threading.Lock()
+        self._inputs: dict[str, Inputs] = {}
+        self._reports: dict[str, tuple[Inputs, Report]] = {}
+        self._running: dict[str, tuple[Inputs, float]] = {}
+
+    def inputs_for(self, server_args: dict) -> Inputs | None:
+        draft = self.draft or server_args.get("speculative_draft_model_path")
+        target = self.target or server_args.get("model_path")
+        if not draft:
+            return None
+        return Inputs(str(draft), str(target) if target else None, self.sglang_root,
+                      ServerSettings.from_server_args(server_args))
+
+    def observe(self, server: str, server_args: dict) -> None:
+        inputs = self.inputs_for(server_args)
+        if inputs is None:
+            return
+        with self._lock:
+            if self._inputs.get(server) == inputs:
+                return
+            self._inputs[server] = inputs
+        self.ensure(server)
+
+    def ensure(self, server: str) -> None:
+        """Start a run for the server's current inputs unless one is done or running."""
+        with self._lock:
+            inputs = self._inputs.get(server)
+            if inputs is None or (server in self._reports and self._reports[server][0] == inputs):
+                return
+            running = self._running.get(server)
+            if running and running[0] == inputs and time.monotonic() - running[1] < self.timeout:
+                return
+            self._running[server] = (inputs, time.monotonic())
+        if self.background:
+            threading.Thread(target=self._run, args=(server, inputs), name=f"diagnosis-{server}", daemon=True).start()
+        else:
+            self._run(server, inputs)
+
+    def pending(self, server: str) -> bool:
+        with self._lock:
+            r = self._running.get(server)
+            return bool(r and time.monotonic() - r[1] < self.timeout)
+
+    def report(self, server: str) -> Report | None:
+        with self._lock:
+            inputs = self._inputs.get(server)
+            done = self._reports.get(server)
+            return done[1] if done and done[0] == inputs else None
+
+    def _run(self, server: str, inputs: Inputs) -> None:
+        started = time.monotonic()
+        report = self._diagnose(inputs)
+        with self._lock:
+            current = self._running.get(server)
+            if current is None or current[0] != inputs:
+                return  # superseded by newer inputs
+            del self._running[server]
+            if time.monotonic() - started > self.timeout:
+                log.warning("diagnosis of %s took %.0fs (over diagnosis.timeout): result discarded", server,
+                            time.monotonic() - started)
+                return
+            self._reports[server] = (inputs, report)
+        if report is not None and self.on_done is not None:
+            self.on_done(server, report)
+
+    def _diagnose(self, inputs: Inputs) -> Report | None:
+        draft = resolve_model_dir(inputs.draft)
+        if draft is None:
+            log.info("diagnosis skipped: draft %s is not a local directory or cached Hugging Face repo", inputs.draft)
+            return None
+        target = resolve_model_dir(inputs.target) if inputs.target else None
+        try:
+            facts = facts_for(inputs.sglang_root) if inputs.sglang_root else _discover_facts()
+            return diagnose(draft, target, facts=facts, settings=inputs.settings)
+        except Exception as e:  # bad paths, unreadable target: the alert keeps its generic causes
+            log.warning("diagnosis of draft %s failed: %s", inputs.draft, e)
+            return None
+
+
+def _discover_facts():
+    """Facts from the importable sglang, else the SGLang server process's interpreter, else the table."""
+    from specwatch.probes.known_versions import TableFacts
+    from specwatch.probes.sglang_source import SourceFacts, find_sglang_root, sglang_root_of_process
+
+    root = find_sglang_root()
+    if root is None:
+        import psutil
+
+        for proc in psutil.process_iter(["pid", "cmdline"]):
+            cmd = " ".join(proc.info.get("cmdline") or [])
+            if "sglang.launch_server" in cmd or "sglang serve" in cmd:
+                root = sglang_root_of_process(proc.info["pid"])
+                if root:
+                    break
+    return SourceFacts(root) if root else TableFacts(None)
