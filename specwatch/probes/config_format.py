@@ -8,6 +8,7 @@ Checks (checkpoints.md §0, §D.2, §F.1, §F.7, §F.8; sglang.md §4.1–4.2):
   `LlamaForCausalLM`, speculators' `Eagle3DraftModel`), with no draft rewrite rule for it;
 - more than one decoder layer where the installed class refuses it (≤0.5.11);
 - `tie_word_embeddings: true` with a trained `lm_head.weight` (the key has no parameter);
+- `target_hidden_size: null` (llama_eagle3.py uses `hasattr`, so None becomes the fc width);
 - `draft_vocab_size` null while `lm_head.weight` has fewer rows than `vocab_size`;
 - `norm_before_residual` (never read by SGLang), `norm_before_fc`, `fc_norm`/`use_aux_norm`,
   `norm_output` set while the installed draft class does not read them;
@@ -62,6 +63,10 @@ def run(ctx: ProbeContext) -> list[Finding]:
             'Set "architectures": ["LlamaForCausalLMEagle3"] in config.json '
             f"(or run {fix_cmd}).")
 
+    if d.format != "speculators" and "target_hidden_size" in cfg and cfg["target_hidden_size"] is None:
+        add("target_hidden_size_null", ERROR, "target_hidden_size is null: SGLang takes any present value as the "
+            "target width and fails to build fc", {"target_hidden_size": None},
+            'Remove "target_hidden_size" from config.json (or set it to the target hidden size).')
     rules = facts.draft_rules(draft_class(ctx))
     n_layers = d.num_hidden_layers
     if rules is not None and rules.single_layer_only and n_layers != 1:
