@@ -64,7 +64,7 @@ def cmd_replay(args) -> int:
     if slack is not None:
         notifiers.append(slack)
     dispatcher = Dispatcher(notifiers, repeat_interval=cfg.repeat_interval)
-    pipeline = Pipeline(cfg, dispatcher)
+    pipeline = Pipeline(cfg, dispatcher, diagnosis_background=False)  # deterministic replay
     replay_files(pipeline, args.logs, cfg.follow.max_line_bytes)
     rc = 0
     if slack is not None:

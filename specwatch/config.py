@@ -71,6 +71,22 @@ class GpuConfig:
 
 
 @dataclass
+class DiagnosisConfig:
+    """`diagnosis:`: run the probes ahead of time and put their findings into collapse alerts.
+
+    draft / target: folders (target may be its config.json); None → `speculative_draft_model_path`
+    / `model_path` of the server's `server_args` log line. sglang_root: the folder containing the
+    `sglang` package the server runs; None → found without importing it. timeout: seconds.
+    """
+
+    enabled: bool = True
+    draft: str | None = None
+    target: str | None = None
+    sglang_root: str | None = None
+    timeout: float = 60.0
+
+
+@dataclass
 class Config:
     server: str = ""  # default `server` label (host name)
     logs: list[LogSource] = field(default_factory=list)
@@ -82,6 +98,7 @@ class Config:
     repeat_interval: float = 4 * 3600.0
     slack: SlackConfig = field(default_factory=SlackConfig)
     gpu: GpuConfig = field(default_factory=GpuConfig)
+    diagnosis: DiagnosisConfig = field(default_factory=DiagnosisConfig)
     source_path: str | None = None
 
 
@@ -194,6 +211,19 @@ def _resolve_secret(r: _Reader, data: dict, path: str, name: str) -> str | None:
     return value or None
 
 
+def _check_diagnosis_paths(r: _Reader, d: DiagnosisConfig) -> None:
+    if d.draft is not None and not Path(d.draft).is_dir():
+        r.bad("diagnosis.draft", f"{d.draft} is not a directory; give the draft checkpoint folder "
+              "(config.json + *.safetensors), or remove the key to use the server's speculative_draft_model_path")
+    if d.target is not None and not Path(d.target).exists():
+        r.bad("diagnosis.target", f"{d.target} does not exist; give the target model folder or its config.json, "
+              "or remove the key to use the server's model_path")
+    if d.sglang_root is not None and not ((Path(d.sglang_root) / "sglang" / "__init__.py").is_file()
+                                          or (Path(d.sglang_root) / "__init__.py").is_file()):
+        r.bad("diagnosis.sglang_root", f"no sglang package in {d.sglang_root}; give the folder that contains sglang/ "
+              "(e.g. the server's site-packages), or remove the key to find it automatically")
+
+
 def build_config(data: dict | None, source_path: str | None = None) -> Config:
     """Validate a parsed YAML document. Raises ConfigError listing every problem."""
     r = _Reader()
@@ -202,7 +232,7 @@ def build_config(data: dict | None, source_path: str | None = None) -> Config:
         data = {}
     if not isinstance(data, dict):
         raise ConfigError(["(top level): must be a mapping of keys such as `logs:`, `metrics:`, `alerts:`"])
-    r.unknown(data, "", {"server", "logs", "follow", "metrics", "state_dir", "rules", "alerts", "gpu"})
+    r.unknown(data, "", {"server", "logs", "follow", "metrics", "state_dir", "rules", "alerts", "gpu", "diagnosis"})
     default_server = r.string(data, "server", "", None) or socket.gethostname()
     cfg.server = default_server
 
@@ -240,6 +270,16 @@ def build_config(data: dict | None, source_path: str | None = None) -> Config:
 
     g = r.section(data, "gpu", "", {"enabled", "interval"})
     cfg.gpu = GpuConfig(enabled=r.boolean(g, "enabled", "gpu", True), interval=r.duration(g, "interval", "gpu", 5.0))
+
+    dg = r.section(data, "diagnosis", "", {"enabled", "draft", "target", "sglang_root", "timeout"})
+    cfg.diagnosis = DiagnosisConfig(
+        enabled=r.boolean(dg, "enabled", "diagnosis", True),
+        draft=r.string(dg, "draft", "diagnosis", None),
+        target=r.string(dg, "target", "diagnosis", None),
+        sglang_root=r.string(dg, "sglang_root", "diagnosis", None),
+        timeout=r.duration(dg, "timeout", "diagnosis", 60.0),
+    )
+    _check_diagnosis_paths(r, cfg.diagnosis)
 
     m = r.section(data, "metrics", "", {"listen_address", "listen_port"})
     cfg.listen_address = r.string(m, "listen_address", "metrics", "127.0.0.1")

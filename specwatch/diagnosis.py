@@ -119,33 +119,46 @@ def diagnose(draft: str | Path, target: str | Path | None = None, *, facts=None,
 
 @dataclass(frozen=True)
 class Inputs:
-    """What a diagnosis depends on; a change re-runs it."""
+    """What a diagnosis depends on; any change re-runs it. stamp: (name, size, mtime) of the
+    draft folder's files, so a checkpoint fixed in place is diagnosed again."""
 
     draft: str
     target: str | None
     sglang_root: str | None
     settings: ServerSettings
+    stamp: tuple = ()
+
+
+def _stamp(path: str) -> tuple:
+    d = resolve_model_dir(path)
+    if d is None or not d.is_dir():
+        return ()
+    try:
+        return tuple(sorted((f.name, f.stat().st_size, f.stat().st_mtime_ns) for f in d.iterdir() if f.is_file()))
+    except OSError:
+        return ()
 
 
 class Diagnoser:
     """Cached diagnoses per server, computed ahead of time.
 
-    `observe(server, server_args)` is called with each `server_args` line (and once at start with
-    {} for config-only paths); it starts a run when the inputs changed. `report(server)` returns
-    the finished report for the current inputs, else None; `pending(server)` says whether one is
-    running. `background=False` runs inline (replay: deterministic). `timeout`: seconds after
-    which a running diagnosis is given up (its late result is discarded).
+    `observe(server, server_args)`: the server's settings became known (its `server_args` line;
+    {} for config-only paths); starts a run when the inputs changed. `ensure(server)`: start a run
+    unless one for the current inputs is done or running (the collapse rule calls it when an
+    episode starts). `report(server)`: the finished report for the current inputs, else None.
+    `pending(server)`: a run is in progress. `background=False` runs inline (replay: deterministic).
+    `timeout`: seconds after which a run is given up and its late result discarded. Thread-safe.
     """
 
     def __init__(self, *, draft: str | None = None, target: str | None = None, sglang_root: str | None = None,
-                 timeout: float = 60.0, background: bool = True, on_done=None):
+                 timeout: float = 60.0, background: bool = True):
         self.draft, self.target, self.sglang_root = draft, target, sglang_root
         self.timeout = timeout
         self.background = background
-        self.on_done = on_done
         self._lock = threading.Lock()
-        self._inputs: dict[str, Inputs] = {}
-        self._reports: dict[str, tuple[Inputs, Report]] = {}
+        self._args: dict[str, dict] = {}
+        self._current: dict[str, Inputs] = {}
+        self._reports: dict[str, tuple[Inputs, Report | None]] = {}
         self._running: dict[str, tuple[Inputs, float]] = {}
 
     def inputs_for(self, server_args: dict) -> Inputs | None:
@@ -154,23 +167,24 @@ class Diagnoser:
         if not draft:
             return None
         return Inputs(str(draft), str(target) if target else None, self.sglang_root,
-                      ServerSettings.from_server_args(server_args))
+                      ServerSettings.from_server_args(server_args), _stamp(str(draft)))
 
     def observe(self, server: str, server_args: dict) -> None:
-        inputs = self.inputs_for(server_args)
-        if inputs is None:
-            return
         with self._lock:
-            if self._inputs.get(server) == inputs:
-                return
-            self._inputs[server] = inputs
+            self._args[server] = dict(server_args)
         self.ensure(server)
 
     def ensure(self, server: str) -> None:
-        """Start a run for the server's current inputs unless one is done or running."""
         with self._lock:
-            inputs = self._inputs.get(server)
-            if inputs is None or (server in self._reports and self._reports[server][0] == inputs):
+            args = self._args.get(server)
+            if args is None and self.draft is None:
+                return
+            inputs = self.inputs_for(args or {})
+            if inputs is None:
+                return
+            self._current[server] = inputs
+            done = self._reports.get(server)
+            if done is not None and done[0] == inputs:
                 return
             running = self._running.get(server)
             if running and running[0] == inputs and time.monotonic() - running[1] < self.timeout:
@@ -188,9 +202,8 @@ class Diagnoser:
 
     def report(self, server: str) -> Report | None:
         with self._lock:
-            inputs = self._inputs.get(server)
             done = self._reports.get(server)
-            return done[1] if done and done[0] == inputs else None
+            return done[1] if done and done[0] == self._current.get(server) else None
 
     def _run(self, server: str, inputs: Inputs) -> None:
         started = time.monotonic()
@@ -201,17 +214,15 @@ class Diagnoser:
                 return  # superseded by newer inputs
             del self._running[server]
             if time.monotonic() - started > self.timeout:
-                log.warning("diagnosis of %s took %.0fs (over diagnosis.timeout): result discarded", server,
+                log.warning("diagnosis of %s took %.0fs, over diagnosis.timeout: result discarded", server,
                             time.monotonic() - started)
                 return
             self._reports[server] = (inputs, report)
-        if report is not None and self.on_done is not None:
-            self.on_done(server, report)
 
     def _diagnose(self, inputs: Inputs) -> Report | None:
         draft = resolve_model_dir(inputs.draft)
         if draft is None:
-            log.info("diagnosis skipped: draft %s is not a local directory or cached Hugging Face repo", inputs.draft)
+            log.info("diagnosis skipped: draft %s is not a local folder or cached Hugging Face repo", inputs.draft)
             return None
         target = resolve_model_dir(inputs.target) if inputs.target else None
         try:

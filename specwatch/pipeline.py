@@ -53,10 +53,20 @@ class Pipeline:
     another thread under `lock`.
     """
 
-    def __init__(self, config: Config, dispatcher: Dispatcher):
+    def __init__(self, config: Config, dispatcher: Dispatcher, *, diagnosis_background: bool = True):
         self.config = config
         self.dispatcher = dispatcher
-        self.collapse = CollapseRule(config.collapse)
+        self.diagnoser = None
+        d = config.diagnosis
+        if d.enabled:
+            from specwatch.diagnosis import Diagnoser
+
+            self.diagnoser = Diagnoser(draft=d.draft, target=d.target, sglang_root=d.sglang_root,
+                                       timeout=d.timeout, background=diagnosis_background)
+        self.collapse = CollapseRule(config.collapse, diagnoser=self.diagnoser)
+        if self.diagnoser is not None and d.draft:  # paths from the config: diagnose now
+            for server in sorted({s.server for s in config.logs} or {config.server}):
+                self.diagnoser.ensure(server)
         self.rules: list[Rule] = [self.collapse]
         self.servers: dict[str, ServerStats] = {}
         self.ranks: dict[tuple[str, str], RankStats] = {}
@@ -110,6 +120,8 @@ class Pipeline:
             elif isinstance(event, ServerArgs):
                 stats.lines["other"] += 1
                 stats.server_args = event
+                if self.diagnoser is not None:  # run the probes ahead of any collapse
+                    self.diagnoser.observe(server, event.args)
                 self._apply_rules(server, event, event.timestamp if now is None else now)
             else:
                 stats.lines["malformed"] += 1
