@@ -118,3 +118,8 @@ def short_list(items: list, limit: int = 12) -> list:
     if len(items) <= limit:
         return items
     return items[:limit] + [f"… (+{len(items) - limit} more)"]
+
+
+def sentence(text: str) -> str:
+    """First letter upper-cased, the rest untouched (`capitalize` would lower `SGLang`)."""
+    return text[:1].upper() + text[1:]

@@ -12,7 +12,7 @@ runs on features it was never trained on (Kimi-K2.5 fault 2: 7168 instead of 215
 
 from __future__ import annotations
 
-from specwatch.probes.base import ERROR, Finding, ProbeContext
+from specwatch.probes.base import ERROR, Finding, ProbeContext, sentence
 from specwatch.probes.layer_ids import server_capture
 
 PROBE_ID = "fc_bypass"
@@ -56,7 +56,7 @@ def run(ctx: ProbeContext) -> list[Finding]:
     if width == h:
         return [Finding(PROBE_ID, "bypassed", ERROR,
                         f"fc is skipped: the draft receives {width}-wide hidden states, the width of its own "
-                        f"embeddings, instead of {fc.shape[1]}", ev, "; ".join(fixes).capitalize() + ".")]
+                        f"embeddings, instead of {fc.shape[1]}", ev, sentence("; ".join(fixes)) + ".")]
     return [Finding(PROBE_ID, "width_mismatch", ERROR,
                     f"the server feeds {width}-wide states, fc.weight takes {fc.shape[1]}: the first draft step fails",
-                    ev, "; ".join(fixes).capitalize() + ".")]
+                    ev, sentence("; ".join(fixes)) + ".")]

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from specwatch.probes.base import ERROR, INFO, WARNING, Finding, ProbeContext
+from specwatch.probes.base import ERROR, INFO, WARNING, Finding, ProbeContext, sentence
 from specwatch.probes.sglang_source import PLUS_ONE, UNKNOWN, capturable, capture_indices
 
 PROBE_ID = "layer_ids"
@@ -114,7 +114,7 @@ def run(ctx: ProbeContext) -> list[Finding]:
         out.append(Finding(PROBE_ID, "top_level_ignored", INFO if same else ERROR,
                            f"top-level {IDS_KEY} {top} is ignored by SGLang (it reads only eagle_config)"
                            + (": the default capture happens to match" if same else ""),
-                           {"top-level ids": top, **ev}, "" if same else fix_ids.capitalize() + "."))
+                           {"top-level ids": top, **ev}, "" if same else sentence(fix_ids) + "."))
     raw = v.ids_read or []
     if len(set(raw)) != len(raw):
         out.append(Finding(PROBE_ID, "duplicates", ERROR, f"duplicate aux layer ids {raw}: fewer states are captured "
@@ -125,11 +125,11 @@ def run(ctx: ProbeContext) -> list[Finding]:
     lost = [p for p in v.positions if not 0 <= p < v.n_layers and p not in v.captured]
     if lost:
         out.append(Finding(PROBE_ID, "never_captured", ERROR, f"capture positions {lost} are outside the target's "
-                           f"{v.n_layers} layers: those states never reach the draft", ev, fix_ids.capitalize() + "."))
+                           f"{v.n_layers} layers: those states never reach the draft", ev, sentence(fix_ids) + "."))
     if v.captured != v.trained and not any(f.kind == "top_level_ignored" and f.severity == ERROR for f in out):
         out.append(Finding(PROBE_ID, "mismatch", ERROR,
                            f"SGLang {version} captures positions {v.captured}, the draft was trained on {v.trained}",
-                           ev, fix_ids.capitalize() + "."))
+                           ev, sentence(fix_ids) + "."))
     fc = d.tensors.get("fc.weight")
     ht = d.target_hidden_size
     if fc is not None and ht and len(fc.shape) == 2 and fc.shape[1] % ht == 0:
