@@ -232,7 +232,8 @@ class TensorStore:
         """The tensor as a numpy array; floats as float32 (BF16 widened exactly).
 
         With `max_elements`, a bounded sample: up to 4 blocks of whole rows (along dim 0)
-        spread over the tensor, flattened, about `max_elements` values in all. Raises KeyError
+        spread over the tensor, flattened, at most `max_elements` values (one whole row when a
+        row alone is longer). Raises KeyError
         for an unknown name, ValueError for a dtype numpy cannot represent (F8).
         """
         import numpy as np
@@ -245,8 +246,10 @@ class TensorStore:
         if not info.shape or max_elements is None or info.numel <= max_elements:
             return self._read_rows(info, 0, info.shape[0] if info.shape else 1)
         rows = info.shape[0]
-        per_block = max(1, max_elements // (4 * max(1, info.numel // rows)))
-        starts = sorted({int(s) for s in np.linspace(0, rows - per_block, 4)})
+        row_elems = max(1, info.numel // rows)
+        blocks = min(4, max(1, max_elements // row_elems))  # at least one whole row
+        per_block = max(1, max_elements // (blocks * row_elems))
+        starts = sorted({int(s) for s in np.linspace(0, rows - per_block, blocks)})
         return np.concatenate([self._read_rows(info, s, s + per_block).reshape(-1) for s in starts])
 
     def raw(self, name: str) -> tuple[str, tuple[int, ...], bytes]:
