@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import ast
-import shutil
-
 import pytest
+
+from conftest import stripped_gemma3_site
 
 from specwatch.probes.known_versions import TableFacts
 from specwatch.probes.sglang_source import (
@@ -106,22 +105,6 @@ def test_table_agrees_with_the_source(facts, version):
 
 
 def test_wrapper_whose_language_model_lacks_capture_is_a_silent_noop(sglang_roots, tmp_path):
-    """0.5.23's gemma3 files with Gemma3ForCausalLM's method removed: the wrapper's
-    `if hasattr(...)` then forwards nothing (sglang.md §5.2)."""
-    root = tmp_path / "site"
-    models = root / "sglang" / "srt" / "models"
-    models.mkdir(parents=True)
-    (root / "sglang" / "__init__.py").write_text("")
-    src = sglang_roots["0.5.23"] / "sglang" / "srt" / "models"
-    for name in ("gemma3_mm.py", "gemma3_causal.py"):
-        shutil.copy(src / name, models / name)
-    text = (models / "gemma3_causal.py").read_text()
-    tree = ast.parse(text)
-    lines = text.splitlines(keepends=True)
-    for node in ast.walk(tree):
-        if isinstance(node, ast.FunctionDef) and node.name == "set_eagle3_layers_to_capture":
-            start = node.lineno - 1 - len(node.decorator_list)
-            lines[start:node.end_lineno] = ["\n"] * (node.end_lineno - start)
-    (models / "gemma3_causal.py").write_text("".join(lines))
+    root = stripped_gemma3_site(sglang_roots["0.5.23"], tmp_path / "site")
     s = SourceFacts(root).capture("Gemma3ForConditionalGeneration")
     assert s.kind == "delegate_if_present" and s.inner.arch == "Gemma3ForCausalLM" and s.inner.kind == "missing"
