@@ -27,6 +27,7 @@ def test_example_config_is_valid_and_matches_defaults():
     assert cfg.collapse.recover_accept_length == 1.5
     assert cfg.repeat_interval == default.repeat_interval == 4 * 3600
     assert cfg.follow == default.follow
+    assert cfg.diagnosis == default.diagnosis
 
 
 def test_every_problem_is_reported_with_its_key_path():
@@ -92,3 +93,16 @@ def test_check_config_cli_exit_codes(tmp_path):
     assert "rules.collapse.min_batches: must be >= 1" in r.stderr
     assert "alerts.slack.webhook_url: must be an http(s) URL" in r.stderr
     assert "nope" not in r.stderr
+
+
+def test_diagnosis_section(tmp_path):
+    cfg = build_config({"diagnosis": {"timeout": "30s", "draft": str(tmp_path)}})
+    assert cfg.diagnosis.enabled and cfg.diagnosis.timeout == 30.0 and cfg.diagnosis.draft == str(tmp_path)
+    assert build_config({}).diagnosis.timeout == 60.0
+    got = problems({"diagnosis": {"enabled": "yes", "draft": str(tmp_path / "nope"), "sglang_root": str(tmp_path),
+                                  "timeout": "soon", "bogus": 1}})
+    assert "diagnosis.bogus: unknown key; known keys here: draft, enabled, sglang_root, target, timeout" in got
+    assert "diagnosis.enabled: must be true or false, got 'yes'" in got
+    assert any(p.startswith("diagnosis.draft: ") and "is not a directory" in p for p in got)
+    assert any(p.startswith("diagnosis.sglang_root: no sglang package in") for p in got)
+    assert any(p.startswith("diagnosis.timeout: not a duration") for p in got)
