@@ -32,7 +32,7 @@ from __future__ import annotations
 import ast
 import importlib.util
 import re
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 METHOD = "set_eagle3_layers_to_capture"
