@@ -61,7 +61,8 @@ def run(ctx: ProbeContext) -> list[Finding]:
                            "with hidden_norm (which no key fills)", {"keys": short_list(unused)},
                            "Check that the draft was trained with SGLang's multi-layer layout."))
     if m.from_target:
-        out.append(Finding(PROBE_ID, "from_target", INFO, "taken from the target model at startup",
+        out.append(Finding(PROBE_ID, "from_target", INFO,
+                           f"{', '.join(m.from_target)} taken from the target model at startup",
                            {p: why for p, why in m.from_target.items()}, ""))
     if not m.dropped and not m.unfilled:
         out.append(Finding(PROBE_ID, "ok", INFO, f"all {len(m.loaded)} weight keys load into {cls} (SGLang {version})",
