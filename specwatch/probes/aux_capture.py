@@ -29,33 +29,33 @@ def run(ctx: ProbeContext) -> list[Finding]:
     ev = {"target_architecture": arch, "sglang_version": version, "capture": s.kind,
           "defined_in": f"{s.owner} ({s.file})" if s.owner else None}
     ev = {k: v for k, v in ev.items() if v is not None}
+    def found(kind: str, severity: str, title: str, fix: str) -> list[Finding]:
+        return [Finding(PROBE_ID, kind, severity, title, ev, fix)]
+
     if s.kind == "unregistered":
-        return [Finding(PROBE_ID, "unknown_architecture", ERROR, f"SGLang {version} has no model class {arch}",
-                        ev, "Check the target's architectures, or upgrade SGLang.")]
+        return found("unknown_architecture", ERROR, f"SGLang {version} has no model class {arch}",
+                     "Check the target's architectures, or upgrade SGLang.")
     if s.kind == "missing":
-        return [Finding(PROBE_ID, "missing", ERROR,
-                        f"{arch} does not implement set_eagle3_layers_to_capture in SGLang {version}: an EAGLE-3 "
-                        "server fails at startup", ev,
-                        "Upgrade SGLang to a version whose target class captures aux hidden states "
-                        "(`grep -rn set_eagle3_layers_to_capture <site-packages>/sglang/srt/models/`), or use another target.")]
+        return found("missing", ERROR, f"{arch} does not implement set_eagle3_layers_to_capture in SGLang {version}: "
+                     "an EAGLE-3 server fails at startup",
+                     "Upgrade SGLang to a version whose target class captures aux hidden states "
+                     "(`grep -rn set_eagle3_layers_to_capture <site-packages>/sglang/srt/models/`), or use another target.")
     if s.kind == "unknown" or (s.kind.startswith("delegate") and s.inner is None):
         where = "specwatch's version table" if ctx.sglang.source == "table" else "the source"
-        return [Finding(PROBE_ID, "unknown", WARNING, f"capture support of {arch} could not be read from {where}",
-                        ev, f"Check `{arch}.set_eagle3_layers_to_capture` in the installed SGLang by hand.")]
+        return found("unknown", WARNING, f"capture support of {arch} could not be read from {where}",
+                     f"Check `{arch}.set_eagle3_layers_to_capture` in the installed SGLang by hand.")
     inner = s.inner
     if inner is not None:
         ev |= {"wraps": f"self.{s.inner_attr} = {inner.arch}", "inner_capture": inner.kind}
+        if inner.kind in ("missing", "unregistered") and s.kind == "delegate_if_present":
+            return found("silent_noop", ERROR, f"{arch} forwards set_eagle3_layers_to_capture only if {inner.arch} "
+                         "has it, and it does not: no aux hidden states are captured, silently",
+                         "Upgrade SGLang to a version where the language model captures, or serve the text-only "
+                         "architecture; until then the draft's fc is bypassed (see fc_bypass).")
         if inner.kind in ("missing", "unregistered"):
-            if s.kind == "delegate_if_present":
-                return [Finding(PROBE_ID, "silent_noop", ERROR,
-                                f"{arch} forwards set_eagle3_layers_to_capture only if {inner.arch} has it, and it "
-                                "does not: no aux hidden states are captured, silently", ev,
-                                "Upgrade SGLang to a version where the language model captures, or serve the "
-                                "text-only architecture; until then the draft's fc is bypassed (see fc_bypass).")]
-            return [Finding(PROBE_ID, "inner_missing", ERROR,
-                            f"{arch} forwards capture to {inner.arch}, which lacks it: startup fails", ev,
-                            "Upgrade SGLang, or use a target whose language model implements capture.")]
+            return found("inner_missing", ERROR, f"{arch} forwards capture to {inner.arch}, which lacks it: startup fails",
+                         "Upgrade SGLang, or use a target whose language model implements capture.")
     eff = s.effective
     ev["id_rule"] = f"{eff.owner or eff.arch}: {_RULES.get(eff.id_rule, eff.id_rule)}"
     via = f" through {inner.arch}" if inner is not None else ""
-    return [Finding(PROBE_ID, "ok", INFO, f"{arch} captures aux hidden states{via} (SGLang {version})", ev, "")]
+    return found("ok", INFO, f"{arch} captures aux hidden states{via} (SGLang {version})", "")
