@@ -8,6 +8,7 @@ the clock (wall time vs the log's own timestamps). The per-rank state kept here 
 from __future__ import annotations
 
 import math
+import os
 import re
 import threading
 from zoneinfo import ZoneInfo
@@ -85,10 +86,20 @@ class Pipeline:
     another thread under `lock`.
     """
 
-    def __init__(self, config: Config, dispatcher: Dispatcher):
+    def __init__(self, config: Config, dispatcher: Dispatcher, *, diagnosis_background: bool = True):
         self.config = config
         self.dispatcher = dispatcher
-        self.collapse = CollapseRule(config.collapse)
+        self.diagnoser = None
+        d = config.diagnosis
+        if d.enabled:
+            from specwatch.diagnosis import Diagnoser
+
+            self.diagnoser = Diagnoser(draft=d.draft, target=d.target, sglang_root=d.sglang_root,
+                                       timeout=d.timeout, background=diagnosis_background)
+        self.collapse = CollapseRule(config.collapse, diagnoser=self.diagnoser)
+        if self.diagnoser is not None and d.draft:  # paths from the config: diagnose now
+            for server in sorted({s.server for s in config.logs} or {config.server}):
+                self.diagnoser.ensure(server)
         log_paths: dict[str, list[str]] = {}
         for src in config.logs:
             log_paths.setdefault(src.server, []).append(src.path)
@@ -154,7 +165,10 @@ class Pipeline:
                 rs.last_prefill = event
             elif isinstance(event, ServerArgs):
                 stats.lines["other"] += 1
-                self._apply_rules(server, self._merge_args(stats, event), event.timestamp if now is None else now)
+                merged = self._merge_args(stats, event)
+                if self.diagnoser is not None:  # run the probes ahead of any collapse
+                    self.diagnoser.observe(server, merged.args)
+                self._apply_rules(server, merged, event.timestamp if now is None else now)
             else:
                 stats.lines["malformed"] += 1
                 stats.last_malformed_reason = event.reason
@@ -169,9 +183,15 @@ class Pipeline:
                 stats = self.servers[server] = ServerStats()
             if isinstance(event, ServerArgs):
                 event = self._merge_args(stats, event)
+                if self.diagnoser is not None:
+                    self.diagnoser.observe(server, event.args)
             elif isinstance(event, ProcessSample):
                 stats.process = event.process
                 stats.process_watched = True
+                proc = event.process
+                if self.diagnoser is not None and proc is not None and proc.sglang_location:
+                    site = os.path.join(proc.fs_root, proc.sglang_location.lstrip("/"))
+                    self.diagnoser.observe_install(server, site)
             elif isinstance(event, ServerRestarted) or (isinstance(event, ServerStarted) and not event.first_seen):
                 if isinstance(event, ServerRestarted):
                     stats.restarts += 1

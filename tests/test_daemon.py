@@ -54,7 +54,7 @@ def rank_labels(server="gpu-box-1", tp="0"):
 
 
 class Daemon:
-    def __init__(self, tmp_path: Path, slack_url: str, log: Path):
+    def __init__(self, tmp_path: Path, slack_url: str, log: Path, extra: str = ""):
         self.port = free_port()
         self.state = tmp_path / "state"
         self.cfg = tmp_path / "config.yaml"
@@ -65,6 +65,7 @@ class Daemon:
             f"metrics:\n  listen_port: {self.port}\n"
             f"state_dir: {self.state}\n"
             f"alerts:\n  slack:\n    webhook_url_env: SW_TEST_HOOK\n    backoff_initial: 0.1s\n    backoff_max: 1s\n"
+            + extra
         )
         self.env = dict(os.environ, SW_TEST_HOOK=slack_url, PYTHONUNBUFFERED="1")
         self.proc = None
@@ -170,3 +171,32 @@ def test_bad_config_exits_2_naming_the_key(tmp_path):
                        capture_output=True, text=True, timeout=30)
     assert r.returncode == 2
     assert "rules.collapse.min_batches: must be an integer" in r.stderr
+
+
+def test_collapse_alert_carries_the_diagnosis(tmp_path, slack, log, sglang_roots):
+    """server_args line → probes in the background → the collapse alert (or its one update) lists
+    the findings, errors first; the firing message itself never waits for them."""
+    ck = Path(__file__).resolve().parent / "data" / "checkpoints"
+    d = Daemon(tmp_path, slack.url, log, extra=f"diagnosis:\n  sglang_root: {sglang_roots['0.5.11']}\n")
+    d.start()
+    with open(log, "a") as f:
+        f.write(f"[2026-02-23 16:30:00] server_args=ServerArgs(model_path='{ck / 'target-llama'}', "
+                f"speculative_algorithm='EAGLE', speculative_draft_model_path='{ck / 'speculators-converted'}', "
+                "speculative_num_steps=3, speculative_eagle_topk=1, speculative_num_draft_tokens=4)\n")
+        for i in range(3):
+            f.write(decode_line(1.02, f"16:32:3{i}"))
+
+    def with_findings():
+        msgs = delivered(slack)
+        return msgs if any("[error] unloaded_weights" in json.dumps(m) for m in msgs) else None
+
+    msgs = wait_for(with_findings, timeout=30, what="a Slack message with the diagnosis")
+    assert 1 <= len(msgs) <= 2  # the alert, and at most one update
+    assert msgs[0]["text"].startswith("[FIRING] AcceptanceCollapse on gpu-box-1 TP0")
+    last = json.dumps(msgs[-1])
+    assert last.index("[error] config_format") < last.index("Unloaded draft weights")  # findings first
+    assert "fc_bypass" in last
+    time.sleep(1.5)
+    assert len(delivered(slack)) == len(msgs)  # nothing more in this episode
+    rc, out = d.stop()
+    assert rc == 0, out

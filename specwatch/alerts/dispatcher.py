@@ -26,11 +26,21 @@ class Dispatcher:
         self.history: list[Alert] = []  # every notification sent, as sent (for replay summaries)
 
     def handle(self, alert: Alert, now: float) -> None:
-        """Take a transition from a rule: a newly firing alert or a resolved one."""
+        """Take a transition from a rule: a newly firing alert, an update of a firing one
+        (`annotations["update"]` says what changed; the mark is removed so repeats do not carry
+        it), or a resolved one."""
         fp = alert.fingerprint
         if alert.status == FIRING:
             if fp in self.active:
-                return  # already firing: repeats come from tick()
+                # already firing: repeats come from tick(); an update (new content, e.g. diagnosis
+                # findings, marked annotations["update"]) is sent once, now
+                note = alert.annotations.pop("update", None)
+                if note:
+                    self.active[fp] = alert
+                    snap = copy.deepcopy(alert)
+                    snap.annotations["update"] = note
+                    self._send(snap, now)
+                return
             self.active[fp] = alert
             self._send(alert, now)
         elif alert.status == RESOLVED and fp in self.active:

@@ -136,7 +136,7 @@ def _where(alert: Alert) -> str:
 
 
 def _fallback_text(alert: Alert) -> str:
-    status = "RESOLVED" if alert.status == RESOLVED else "FIRING"
+    status = "RESOLVED" if alert.status == RESOLVED else "UPDATE" if alert.annotations.get("update") else "FIRING"
     head = f"[{status}] {alert.name}"
     where = _where(alert)
     if where:
@@ -174,7 +174,8 @@ def build_payload(alert: Alert, *, channel: str | None = None) -> dict:
     numbered, and a context line (start time, severity, fingerprint). Resolved: header, a
     "Resolved after <ends_at - starts_at>" section, and the same fields; no description or fixes.
     `text` is a one-line fallback, e.g. `[FIRING] AcceptanceCollapse on sglang-0 DP0 TP0: accept
-    len 1.05`. All alert text is escaped (see `escape_mrkdwn`); sections are cut at 3,000
+    len 1.05`. An update of a firing alert (`annotations["update"]`, e.g. diagnosis findings that
+    arrived after it fired) says `[UPDATE]`, "(update)" in the header and the note first. All alert text is escaped (see `escape_mrkdwn`); sections are cut at 3,000
     characters, fields at 2,000, the header at 150, and the message at 50 blocks. `channel`
     (legacy webhooks only) is added as is. Raises nothing for any well-typed Alert.
     """
@@ -182,6 +183,8 @@ def build_payload(alert: Alert, *, channel: str | None = None) -> dict:
     title = f"{_EMOJI.get(alert.status, ':grey_question:')} {alert.name or 'alert'}"
     if resolved:
         title += " resolved"
+    elif alert.annotations.get("update"):
+        title += " (update)"
     # plain_text is not parsed for mentions, but swap angle brackets anyway: cheap insurance
     # against an alert name that looks like `<!channel>`, without showing `&lt;` literally.
     title = _one_line(title).replace("<", "\u2039").replace(">", "\u203a")
@@ -205,6 +208,8 @@ def build_payload(alert: Alert, *, channel: str | None = None) -> dict:
 
     tail: list[dict] = []
     if not resolved:
+        if alert.annotations.get("update"):
+            tail.append(_section(f"*Update:* {escape_mrkdwn(alert.annotations['update'])}"))
         description = alert.annotations.get("description", "") or alert.annotations.get("summary", "")
         if description:
             tail.append(_section(escape_entities(description)))

@@ -64,3 +64,28 @@ def test_state_round_trip():
     assert rec.got == [("firing", "TP0")]
     d2.tick(now=160)
     assert len(rec.got) == 2
+
+
+def test_update_of_a_firing_alert_is_sent_once_and_not_repeated_as_update():
+    rec = []
+
+    class Keep:
+        def notify(self, a):
+            rec.append(a)
+
+    d = Dispatcher([Keep()], repeat_interval=60)
+    a = alert()
+    d.handle(a, now=100)
+    a.fixes = ["[error] unloaded_weights: ..."]
+    a.annotations["update"] = "specwatch diagnose: 1 error(s)"
+    d.handle(a, now=110)
+    assert [x.annotations.get("update") for x in rec] == [None, "specwatch diagnose: 1 error(s)"]
+    assert rec[1].fixes == ["[error] unloaded_weights: ..."] and rec[1].fingerprint == rec[0].fingerprint
+    assert "update" not in a.annotations and "update" not in d.active[a.fingerprint].annotations
+    d.handle(a, now=120)  # no new update mark: deduplicated as before
+    d.tick(now=170)  # the repeat carries the new fixes, not the update mark
+    assert len(rec) == 3 and rec[2].annotations.get("update") is None and rec[2].fixes == a.fixes
+    b = alert(rank="TP1")
+    b.annotations["update"] = "x"
+    d.handle(b, now=130)  # an update of an alert that is not firing fires it normally
+    assert rec[-1].labels["rank"] == "TP1"

@@ -100,6 +100,18 @@ def test_resolved_payload_and_single_rank():
     assert "What to check" not in json.dumps(p)
 
 
+def test_update_payload_says_so():
+    a = Alert(labels={"alertname": "AcceptanceCollapse", "server": "s", "rank": "TP0", "severity": "critical"},
+              annotations={"summary": "x", "description": "d", "update": "specwatch diagnose: 3 error(s)"},
+              starts_at=1_700_000_000.0, evidence=[("accept len", "1.02")], fixes=["[error] fc_bypass: fc is skipped"])
+    p = build_payload(a)
+    assert p["text"].startswith("[UPDATE] AcceptanceCollapse on s TP0")
+    assert p["blocks"][0]["text"]["text"].endswith("AcceptanceCollapse (update)")
+    texts = [b.get("text", {}).get("text", "") for b in p["blocks"] if b["type"] == "section"]
+    assert "*Update:* specwatch diagnose: 3 error(s)" in texts
+    assert any("1. [error] fc_bypass: fc is skipped" in t for t in texts)
+
+
 def test_hostile_text_is_escaped():
     a = make_alert(
         0,
