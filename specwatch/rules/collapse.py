@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from specwatch.alerts.model import FIRING, RESOLVED, Alert
-from specwatch.config import CollapseConfig
+from specwatch.config import CollapseConfig, Config
 from specwatch.events import DecodeBatch, ServerArgs
 from specwatch.rules.base import Rule
 
@@ -79,6 +79,10 @@ class CollapseRule(Rule):
         self.config = config
         self._ranks: dict[tuple[str, str], _RankState] = {}
         self._server_args: dict[str, dict[str, object]] = {}
+
+    def reconfigure(self, config: Config) -> None:
+        # Runs of low/high batches carry over: a rank half-way to firing stays half-way.
+        self.config = config.collapse
 
     def on_event(self, server: str, event: object, now: float) -> list[Alert]:
         if isinstance(event, DecodeBatch):
