@@ -179,7 +179,7 @@ class Daemon:
         if idle > self.wedged_after:
             return f"log followers made no progress for {idle:.0f}s"
         if self._lock_stuck:
-            return f"pipeline lock held for more than {LOCK_WAIT:.0f}s"
+            return f"pipeline lock held for more than {LOCK_WAIT:g}s"
         if self._http_thread is None or not self._http_thread.is_alive():
             return "metrics listener thread is not running"
         return None
