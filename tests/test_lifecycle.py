@@ -35,13 +35,19 @@ def reload_metrics(m):
     return m[("specwatch_config_reload_success", ())], m[("specwatch_config_last_reload_success_timestamp_seconds", ())]
 
 
-def test_ready_status_watchdog_stopping(tmp_path, notify_socket):
-    log = tmp_path / "server.log"
-    log.write_text(decode_line(2.5, "10:00:00"))
+def one_log_agent(tmp_path, notify_socket, first_accept: float, **env):
+    """An agent (not started) following one log that holds one decode line, server "box"."""
+    log = tmp_path / "a.log"
+    log.write_text(decode_line(first_accept, "10:00:00"))
     port = free_port()
     cfg = tmp_path / "c.yaml"
     write_config(cfg, port, tmp_path / "state", [(log, "box")])
-    p = SpecwatchProcess(cfg, port, env={"NOTIFY_SOCKET": notify_socket.path, "WATCHDOG_USEC": "1000000"})
+    return SpecwatchProcess(cfg, port, env={"NOTIFY_SOCKET": notify_socket.path, **env}), log, cfg
+
+
+def test_ready_status_watchdog_stopping(tmp_path, notify_socket):
+    p, _, _ = one_log_agent(tmp_path, notify_socket, 2.5, WATCHDOG_USEC="1000000")
+    port = p.port
     p.start(wait=False)
     try:
         [(_, ready)] = notify_socket.wait("READY", "1")
@@ -125,13 +131,9 @@ def test_sighup_reload_applies_logs_rules_and_slack(tmp_path, notify_socket, sla
 
 
 def test_sighup_invalid_config_keeps_the_old_one(tmp_path, notify_socket):
-    log = tmp_path / "a.log"
-    log.write_text(decode_line(1.05, "10:00:00"))
-    port = free_port()
-    cfg = tmp_path / "c.yaml"
-    write_config(cfg, port, tmp_path / "state", [(log, "box")])
+    p, log, cfg = one_log_agent(tmp_path, notify_socket, 1.05)
     good = cfg.read_text()
-    p = SpecwatchProcess(cfg, port, env={"NOTIFY_SOCKET": notify_socket.path}).start()
+    p.start()
     try:
         notify_socket.wait("READY", "1")
         _, started = reload_metrics(p.scrape())
