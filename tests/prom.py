@@ -10,6 +10,7 @@ storage dir, scrape and rule evaluation every second. Shared by the deploy tests
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import time
@@ -26,6 +27,11 @@ PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"
 PROMTOOL = shutil.which("promtool") or "/usr/bin/promtool"
 ROOT = Path(__file__).resolve().parents[1]
 RULES = ROOT / "deploy" / "prometheus" / "specwatch-rules.yml"
+
+
+def rules_firing_at_once(path: Path = RULES) -> str:
+    """The rules with every `for:` set to 0s, so a test sees alerts fire within seconds."""
+    return re.sub(r"(?m)^(\s+)for: \S+$", r"\1for: 0s", path.read_text())
 
 
 def available() -> bool:

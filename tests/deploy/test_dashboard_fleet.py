@@ -127,8 +127,7 @@ def fleet(tmp_path_factory):
     # a bare host name (gets :9849) and an opted-out one, as in targets/specwatch-example.yml
     sd.write_text(yaml.safe_dump([{"targets": ["127.0.0.2"]}, {"targets": ["127.0.0.3"], "labels": {"specwatch": "off"}}]))
     # Alerts fire at once here (for: 0s) so the ALERTS annotation has data within the test.
-    rules = re.sub(r"(?m)^(\s+)for: \S+$", r"\1for: 0s", prom.RULES.read_text())
-    p = prom.Prometheus(tmp / "prometheus", [scrape_job(ports, sd)], [rules])
+    p = prom.Prometheus(tmp / "prometheus", [scrape_job(ports, sd)], [prom.rules_firing_at_once()])
     procs = [a, b]
     try:
         for x in procs:
