@@ -1,4 +1,4 @@
-"""Command line: argument parsing and wiring only.
+"""Command line: argument parsing and wiring only (the `specwatch` console script).
 
 Exit codes: 0 ok, 1 runtime failure (e.g. notifications left undelivered by replay), 2 bad usage
 or bad config.
@@ -22,14 +22,19 @@ def _load(path: str | None) -> Config:
     return load_config(path) if path else build_config({"server": "replay"})
 
 
+def _print_problems(path: str, e: ConfigError) -> int:
+    n = len(e.problems)
+    print(f"{path}: invalid config ({n} problem{'s' * (n != 1)}):", file=sys.stderr)
+    for p in e.problems:
+        print(f"  {p}", file=sys.stderr)
+    return 2
+
+
 def cmd_check_config(args) -> int:
     try:
         cfg = load_config(args.file)
     except ConfigError as e:
-        print(f"{args.file}: invalid config ({len(e.problems)} problem{'s' * (len(e.problems) != 1)}):", file=sys.stderr)
-        for p in e.problems:
-            print(f"  {p}", file=sys.stderr)
-        return 2
+        return _print_problems(args.file, e)
     print(f"{args.file}: ok ({len(cfg.logs)} log file(s), metrics on {cfg.listen_address}:{cfg.listen_port}, "
           f"slack {'configured' if cfg.slack.webhook_url else 'not configured'})")
     return 0
@@ -42,15 +47,20 @@ def cmd_replay(args) -> int:
     from specwatch.replay import format_text, replay_files, summary
 
     cfg = _load(args.config)
-    missing = [p for p in args.logs if not os.path.isfile(p)]
-    if missing:
-        print(f"specwatch replay: no such file: {', '.join(missing)}", file=sys.stderr)
-        return 2
+    for p in args.logs:
+        if os.path.isdir(p):
+            print(f"specwatch replay: {p} is a directory; give the log files in it", file=sys.stderr)
+            return 2
+        if not os.path.isfile(p):
+            what = "not a regular file (pipes are not supported: save the log to a file)" if os.path.exists(p) else "no such file"
+            print(f"specwatch replay: {p}: {what}", file=sys.stderr)
+            return 2
     known = {s.path for s in cfg.logs}
     server = args.server or cfg.server
+    tz = args.log_timezone or cfg.log_timezone
     for p in args.logs:
         if p not in known:
-            cfg.logs.append(LogSource(path=p, server=server))
+            cfg.logs.append(LogSource(path=p, server=server, timezone=tz))
 
     notifiers = []
     dry_out = io.StringIO() if args.json else sys.stdout
@@ -58,6 +68,8 @@ def cmd_replay(args) -> int:
     if args.slack_dry_run:
         slack = SlackNotifier("https://dry-run.invalid/", dry_run=dry_out)
     elif cfg.slack.webhook_url:
+        print("specwatch replay: posting this log's alerts to the configured Slack webhook "
+              "(use --slack-dry-run to print them instead)", file=sys.stderr)
         slack = SlackNotifier(cfg.slack.webhook_url, timeout=cfg.slack.timeout,
                               backoff_initial=cfg.slack.backoff_initial, backoff_max=cfg.slack.backoff_max,
                               channel=cfg.slack.channel)
@@ -100,34 +112,40 @@ def cmd_run(args) -> int:
     try:
         cfg = load_run_config(args.config)
     except ConfigError as e:
-        print(f"{args.config}: invalid config:", file=sys.stderr)
-        for p in e.problems:
-            print(f"  {p}", file=sys.stderr)
-        return 2
+        return _print_problems(args.config, e)
     return Daemon(cfg).run()
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="specwatch", description=__doc__.splitlines()[0] if __doc__ else None)
+    p = argparse.ArgumentParser(
+        prog="specwatch",
+        description="Watch SGLang speculative decoding: follow its logs, export Prometheus metrics, "
+                    "detect acceptance collapse and alert with what to check.")
     p.add_argument("--version", action="version", version=f"specwatch {__version__}")
+    # accepted before or after the subcommand
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--log-level", default=argparse.SUPPRESS, choices=["debug", "info", "warning", "error"],
+                        help="specwatch's own log level on stderr (default: $SPECWATCH_LOG_LEVEL or info)")
     p.add_argument("--log-level", default=os.environ.get("SPECWATCH_LOG_LEVEL", "info"),
-                   choices=["debug", "info", "warning", "error"], help="specwatch's own log level (stderr)")
+                   choices=["debug", "info", "warning", "error"], help=argparse.SUPPRESS)
     sub = p.add_subparsers(dest="command", required=True)
 
-    r = sub.add_parser("run", help="follow SGLang logs, serve /metrics, send alerts (the daemon); SIGHUP reloads the config")
+    r = sub.add_parser("run", parents=[common],
+                       help="follow SGLang logs, serve /metrics, send alerts (the daemon); SIGHUP reloads the config")
     r.add_argument("--config", required=True, help="YAML config file (see config.example.yaml)")
     r.set_defaults(func=cmd_run)
 
-    rp = sub.add_parser("replay", help="run the same pipeline over recorded logs and print a summary")
+    rp = sub.add_parser("replay", parents=[common], help="run the same pipeline over recorded logs and print a summary")
     rp.add_argument("logs", nargs="+", metavar="LOG")
     rp.add_argument("--config", help="YAML config file (rules, Slack); optional")
     rp.add_argument("--json", action="store_true", help="print the summary as JSON")
     rp.add_argument("--slack-dry-run", action="store_true", help="print each Slack payload instead of posting it")
     rp.add_argument("--server", help="server name for the replayed logs (default: the config's `server`, else 'replay')")
+    rp.add_argument("--log-timezone", help="IANA zone of the log's timestamps (default: config's log_timezone, else local time)")
     rp.add_argument("--slack-timeout", type=float, default=60.0, help="seconds to wait for Slack delivery (default 60)")
     rp.set_defaults(func=cmd_replay)
 
-    c = sub.add_parser("check-config", help="validate a config file (exit 2 with every problem named)")
+    c = sub.add_parser("check-config", parents=[common], help="validate a config file (exit 2 with every problem named)")
     c.add_argument("file")
     c.set_defaults(func=cmd_check_config)
     return p

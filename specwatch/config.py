@@ -7,8 +7,11 @@ pass. The defaults here are the ones documented in `config.example.yaml`.
 
 from __future__ import annotations
 
+import math
 import os
 import re
+from urllib.parse import urlsplit
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 import socket
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,6 +39,7 @@ class LogSource:
     path: str
     server: str
     container_prefix: str | None = None  # regex; None = recognise `service  | ` automatically
+    timezone: str | None = None  # IANA zone of the log's timestamps; None = this host's local time
 
 
 @dataclass
@@ -73,6 +77,7 @@ class GpuConfig:
 @dataclass
 class Config:
     server: str = ""  # default `server` label (host name)
+    log_timezone: str | None = None  # default zone of log timestamps (None: local time)
     logs: list[LogSource] = field(default_factory=list)
     follow: FollowConfig = field(default_factory=FollowConfig)
     listen_address: str = "127.0.0.1"
@@ -97,6 +102,10 @@ def parse_duration(value) -> float:
     return float(m.group(1)) * _UNITS[m.group(2)]
 
 
+def _join(path: str, key: str) -> str:
+    return f"{path}.{key}" if path else str(key)
+
+
 class _Reader:
     """Walks a parsed YAML mapping, recording problems with key paths."""
 
@@ -108,7 +117,7 @@ class _Reader:
 
     def section(self, data: dict, key: str, path: str, known: set[str]) -> dict:
         value = data.get(key)
-        full = f"{path}.{key}" if path else key
+        full = _join(path, key)
         if value is None:
             return {}
         if not isinstance(value, dict):
@@ -120,15 +129,16 @@ class _Reader:
     def unknown(self, data: dict, path: str, known: set[str]) -> None:
         for k in data:
             if k not in known:
-                where = f"{path}.{k}" if path else str(k)
+                where = _join(path, k)
                 self.bad(where, f"unknown key; known keys here: {', '.join(sorted(known))}")
 
     def number(self, data: dict, key: str, path: str, default, *, kind=float, lo=None, hi=None):
         if key not in data or data[key] is None:
             return default
         v = data[key]
-        full = f"{path}.{key}"
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or (kind is int and not isinstance(v, int)):
+        full = _join(path, key)
+        if (isinstance(v, bool) or not isinstance(v, (int, float)) or (kind is int and not isinstance(v, int))
+                or not math.isfinite(v)):
             self.bad(full, f"must be {'an integer' if kind is int else 'a number'}, got {v!r}; e.g. `{key}: {default}`")
             return default
         if (lo is not None and v < lo) or (hi is not None and v > hi):
@@ -137,16 +147,16 @@ class _Reader:
             return default
         return kind(v)
 
-    def duration(self, data: dict, key: str, path: str, default: float) -> float:
+    def duration(self, data: dict, key: str, path: str, default: float, minimum: float = 0.001) -> float:
         if key not in data or data[key] is None:
             return default
         try:
             v = parse_duration(data[key])
         except ValueError:
-            self.bad(f"{path}.{key}", f"not a duration: {data[key]!r}; write e.g. `30s`, `5m`, `4h` or a number of seconds")
+            self.bad(_join(path, key), f"not a duration: {data[key]!r}; write e.g. `30s`, `5m`, `4h` or a number of seconds")
             return default
-        if v <= 0:
-            self.bad(f"{path}.{key}", f"must be positive, got {data[key]!r}")
+        if not math.isfinite(v) or v < minimum:
+            self.bad(_join(path, key), f"must be a finite duration of at least {minimum:g}s, got {data[key]!r}")
             return default
         return v
 
@@ -154,7 +164,7 @@ class _Reader:
         if key not in data or data[key] is None:
             return default
         if not isinstance(data[key], bool):
-            self.bad(f"{path}.{key}", f"must be true or false, got {data[key]!r}")
+            self.bad(_join(path, key), f"must be true or false, got {data[key]!r}")
             return default
         return data[key]
 
@@ -162,7 +172,7 @@ class _Reader:
         if key not in data or data[key] is None:
             return default
         if not isinstance(data[key], (str, int)) or isinstance(data[key], bool):
-            self.bad(f"{path}.{key}", f"must be a string, got {data[key]!r}")
+            self.bad(_join(path, key), f"must be a string, got {data[key]!r}")
             return default
         return str(data[key])
 
@@ -194,6 +204,28 @@ def _resolve_secret(r: _Reader, data: dict, path: str, name: str) -> str | None:
     return value or None
 
 
+def _timezone(r: _Reader, data: dict, path: str, default: str | None) -> str | None:
+    key = "timezone" if path else "log_timezone"
+    name = r.string(data, key, path, default)
+    if name is None or name == default:
+        return name
+    try:
+        ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError):
+        r.bad(_join(path, key), f"unknown time zone {name!r}; use an IANA name such as UTC or Europe/Berlin")
+        return default
+    return name
+
+
+def _valid_url(url: str) -> bool:
+    try:
+        u = urlsplit(url)
+        u.port  # raises ValueError on a bad port
+    except ValueError:
+        return False
+    return u.scheme in ("http", "https") and bool(u.hostname)
+
+
 def build_config(data: dict | None, source_path: str | None = None) -> Config:
     """Validate a parsed YAML document. Raises ConfigError listing every problem."""
     r = _Reader()
@@ -202,14 +234,19 @@ def build_config(data: dict | None, source_path: str | None = None) -> Config:
         data = {}
     if not isinstance(data, dict):
         raise ConfigError(["(top level): must be a mapping of keys such as `logs:`, `metrics:`, `alerts:`"])
-    r.unknown(data, "", {"server", "logs", "follow", "metrics", "state_dir", "rules", "alerts", "gpu"})
+    r.unknown(data, "", {"server", "log_timezone", "logs", "follow", "metrics", "state_dir", "rules", "alerts", "gpu"})
     default_server = r.string(data, "server", "", None) or socket.gethostname()
     cfg.server = default_server
+    default_tz = _timezone(r, data, "", None)
+    cfg.log_timezone = default_tz
 
     logs = data.get("logs") or []
     if not isinstance(logs, list):
         r.bad("logs", "must be a list of entries like `- path: /var/log/sglang/server.log`")
         logs = []
+    seen_paths: dict[str, int] = {}
+    defaulted: list[int] = []
+    source_dir = os.path.dirname(os.path.abspath(source_path)) if source_path else None
     for i, entry in enumerate(logs):
         p = f"logs[{i}]"
         if isinstance(entry, str):
@@ -217,7 +254,7 @@ def build_config(data: dict | None, source_path: str | None = None) -> Config:
         if not isinstance(entry, dict):
             r.bad(p, "must be a mapping with `path:` (and optional `server:`, `container_prefix:`)")
             continue
-        r.unknown(entry, p, {"path", "server", "container_prefix"})
+        r.unknown(entry, p, {"path", "server", "container_prefix", "timezone"})
         path = r.string(entry, "path", p, None)
         if not path:
             r.bad(f"{p}.path", "missing; give the SGLang log file to follow")
@@ -229,11 +266,26 @@ def build_config(data: dict | None, source_path: str | None = None) -> Config:
             except re.error as e:
                 r.bad(f"{p}.container_prefix", f"not a valid regular expression ({e}); e.g. '^\\S+\\s+\\| '")
                 prefix = None
-        cfg.logs.append(LogSource(path=path, server=r.string(entry, "server", p, default_server), container_prefix=prefix))
+        if not os.path.isabs(path) and source_dir is not None:
+            path = os.path.normpath(os.path.join(source_dir, path))  # relative to the config file
+        if path in seen_paths:
+            r.bad(f"{p}.path", f"{path} is already followed by logs[{seen_paths[path]}]; list each file once")
+            continue
+        seen_paths[path] = i
+        explicit = entry.get("server") is not None
+        if not explicit:
+            defaulted.append(i)
+        cfg.logs.append(LogSource(path=path, server=r.string(entry, "server", p, default_server),
+                                  container_prefix=prefix, timezone=_timezone(r, entry, p, default_tz)))
+    if len(defaulted) > 1:
+        # Two servers' lines under one name would merge their ranks (a collapse hidden in a mean).
+        r.bad(f"logs[{defaulted[1]}].server", f"logs[{defaulted[0]}] and logs[{defaulted[1]}] both default to "
+              f"server {default_server!r}; give each log its own `server:` (the same name twice only "
+              "if both files come from one SGLang server)")
 
     f = r.section(data, "follow", "", {"poll_interval", "max_line_bytes", "watchdog"})
     cfg.follow = FollowConfig(
-        poll_interval=r.duration(f, "poll_interval", "follow", 1.0),
+        poll_interval=r.duration(f, "poll_interval", "follow", 1.0, minimum=0.05),
         max_line_bytes=r.number(f, "max_line_bytes", "follow", 1_048_576, kind=int, lo=1024),
         watchdog=r.boolean(f, "watchdog", "follow", True),
     )
@@ -264,7 +316,7 @@ def build_config(data: dict | None, source_path: str | None = None) -> Config:
         "webhook_url", "webhook_url_env", "webhook_url_file", "channel", "timeout", "backoff_initial", "backoff_max",
     })
     url = _resolve_secret(r, s, "alerts.slack", "webhook_url")
-    if url is not None and not url.startswith(("https://", "http://")):
+    if url is not None and not _valid_url(url):
         r.bad("alerts.slack.webhook_url", "must be an http(s) URL such as https://hooks.slack.com/services/T000/B000/XXXX (value not shown: it is a secret)")
         url = None
     cfg.slack = SlackConfig(
@@ -274,6 +326,9 @@ def build_config(data: dict | None, source_path: str | None = None) -> Config:
         backoff_initial=r.duration(s, "backoff_initial", "alerts.slack", 1.0),
         backoff_max=r.duration(s, "backoff_max", "alerts.slack", 300.0),
     )
+    if cfg.slack.backoff_initial > cfg.slack.backoff_max:
+        r.bad("alerts.slack.backoff_initial", f"({cfg.slack.backoff_initial:g}s) must not exceed backoff_max "
+              f"({cfg.slack.backoff_max:g}s)")
     if r.problems:
         raise ConfigError(r.problems)
     return cfg

@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 import re
 import threading
+from zoneinfo import ZoneInfo
 from dataclasses import dataclass, field
 
 from specwatch.alerts.dispatcher import Dispatcher
@@ -61,6 +62,7 @@ class Pipeline:
         self.servers: dict[str, ServerStats] = {}
         self.ranks: dict[tuple[str, str], RankStats] = {}
         self.lock = threading.Lock()
+        self._last_tick = -math.inf
         self._map_logs(config)
 
     def _map_logs(self, config: Config) -> None:
@@ -68,10 +70,11 @@ class Pipeline:
         self._server_of = {src.path: src.server for src in config.logs}
         self._prefix = {src.path: re.compile(src.container_prefix) if src.container_prefix else None
                         for src in config.logs}
+        self._tz = {src.path: ZoneInfo(src.timezone) if src.timezone else None for src in config.logs}
 
     def reconfigure(self, config: Config) -> None:
-        """A reloaded config: log → server mapping, container prefixes, rule thresholds, repeat
-        interval. Per-rank state and firing alerts are kept."""
+        """A reloaded config: log → server mapping, container prefixes, time zones, rule
+        thresholds, repeat interval. Per-rank state and firing alerts are kept."""
         with self.lock:
             self.config = config
             self._map_logs(config)
@@ -88,7 +91,7 @@ class Pipeline:
         Returns the parsed event. Never raises on input.
         """
         server = self.server_for(line.path)
-        event = parse_line(line.text, container_prefix=self._prefix.get(line.path))
+        event = parse_line(line.text, container_prefix=self._prefix.get(line.path), tz=self._tz.get(line.path))
         if not line.raw_ok and isinstance(event, (DecodeBatch, PrefillBatch)):
             event = MalformedLine("non-UTF-8 bytes in a batch line", event.timestamp, event.rank)
         with self.lock:
@@ -113,7 +116,8 @@ class Pipeline:
                         rs.accept_length_max = a
                 clock = event.timestamp if now is None else now
                 self._apply_rules(server, event, clock)
-                self.tick(clock)
+                if clock - self._last_tick >= 1.0:  # time-based rules need no finer clock
+                    self.tick(clock)
             elif isinstance(event, PrefillBatch):
                 stats.lines["prefill"] += 1
                 rs = self._rank(server, event)
@@ -135,6 +139,7 @@ class Pipeline:
 
     def tick(self, now: float) -> None:
         """Let time-based rules and alert repeats advance (caller holds `lock`)."""
+        self._last_tick = now
         for rule in self.rules:
             for alert in rule.on_tick(now):
                 self.dispatcher.handle(alert, now)

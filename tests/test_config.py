@@ -92,3 +92,30 @@ def test_check_config_cli_exit_codes(tmp_path):
     assert "rules.collapse.min_batches: must be >= 1" in r.stderr
     assert "alerts.slack.webhook_url: must be an http(s) URL" in r.stderr
     assert "nope" not in r.stderr
+
+
+def test_logs_checked_the_way_run_would_use_them(tmp_path):
+    ps = problems({"logs": ["/l/a.log", "/l/a.log"]})
+    assert ps == ["logs[1].path: /l/a.log is already followed by logs[0]; list each file once"]
+    ps = problems({"server": "box", "logs": ["/l/a.log", "/l/b.log"]})
+    assert ps[0].startswith("logs[1].server: logs[0] and logs[1] both default to server 'box'")
+    cfg = build_config({"logs": [{"path": "/l/a.log", "server": "a"}, {"path": "/l/b.log", "server": "b"}]})
+    assert [(s.path, s.server) for s in cfg.logs] == [("/l/a.log", "a"), ("/l/b.log", "b")]
+    f = tmp_path / "conf" / "c.yaml"
+    f.parent.mkdir()
+    f.write_text("logs:\n  - path: logs/server.log\n")
+    assert load_config(f).logs[0].path == str(tmp_path / "conf" / "logs" / "server.log")
+
+
+def test_numbers_and_urls_that_would_break_run():
+    ps = problems({
+        "server": 5.5,
+        "follow": {"poll_interval": 0.0000001},
+        "alerts": {"repeat_interval": float("nan"),
+                   "slack": {"webhook_url": "https://", "backoff_initial": "10m", "backoff_max": "1s"}},
+        "rules": {"collapse": {"max_accept_length": float("inf")}},
+    })
+    keys = sorted(p.split(":")[0] for p in ps)
+    assert keys == ["alerts.repeat_interval", "alerts.slack.backoff_initial", "alerts.slack.webhook_url",
+                    "follow.poll_interval", "rules.collapse.max_accept_length", "server"]
+    assert problems({"alerts": {"slack": {"webhook_url": "https://h:99999/x"}}})[0].startswith("alerts.slack.webhook_url:")
