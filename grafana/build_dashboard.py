@@ -118,7 +118,7 @@ ROWS: list[tuple[str, list[dict]]] = [
               desc="SGLang prints a decode line every --decode-log-interval (40) decode rounds while requests run."),
         panel("timeseries", "Age of the last decode line",
               [q(f"time() - specwatch_last_decode_batch_timestamp_seconds{{{RK}}}", RANK)], unit="s",
-              desc="Log timestamp of the last decode line against now (the log's time zone is the agent's local one)."),
+              desc="Log timestamp of the last decode line against now (read in log_timezone / logs[].timezone, default the agent's local zone)."),
         panel("stat", "CUDA graph", [q(f"specwatch_cuda_graph_enabled{{{RK}}}", RANK, instant=True)],
               mappings=mapping({"0": ("off", "orange"), "1": ("on", "green")})),
     ]),
