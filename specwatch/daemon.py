@@ -227,7 +227,13 @@ class Daemon:
         self.followers.update(add=[self._make_follower(p) for p in new_paths if p not in old_paths],
                               remove=[p for p in old_paths if p not in new_paths])
         if new.slack != old.slack:
-            self._swap_slack(new.slack)
+            try:
+                self._swap_slack(new.slack)
+            except Exception:  # validated above, so unexpected: keep the daemon, report it
+                log.exception("config reload: applying alerts.slack failed")
+                self.reload_success = False
+                notify("READY=1\nSTATUS=reload applied except alerts.slack (see the log)")
+                return False
         self.reload_success = True
         self.last_reload_success = time.time()
         log.info("config reloaded from %s: %d log(s)%s", path, len(new.logs),
