@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 from specwatch import __version__
-from specwatch.config import Config, ConfigError, LogSource, build_config, load_config
+from specwatch.config import Config, ConfigError, LogSource, build_config, load_config, load_run_config
 
 
 def _load(path: str | None) -> Config:
@@ -111,13 +111,9 @@ def cmd_run(args) -> int:
     from specwatch.daemon import Daemon
 
     try:
-        cfg = load_config(args.config)
+        cfg = load_run_config(args.config)
     except ConfigError as e:
         return _print_problems(args.config, e)
-    if not cfg.logs:
-        print(f"{args.config}: logs: no log file configured; add `logs: [{{path: /var/log/sglang/server.log}}]`",
-              file=sys.stderr)
-        return 2
     return Daemon(cfg).run()
 
 
@@ -224,7 +220,8 @@ def build_parser() -> argparse.ArgumentParser:
                    choices=["debug", "info", "warning", "error"], help=argparse.SUPPRESS)
     sub = p.add_subparsers(dest="command", required=True)
 
-    r = sub.add_parser("run", parents=[common], help="follow SGLang logs, serve /metrics, send alerts (the daemon)")
+    r = sub.add_parser("run", parents=[common],
+                       help="follow SGLang logs, serve /metrics, send alerts (the daemon); SIGHUP reloads the config")
     r.add_argument("--config", required=True, help="YAML config file (see config.example.yaml)")
     r.set_defaults(func=cmd_run)
 

@@ -558,3 +558,12 @@ def load_config(path: str | os.PathLike) -> Config:
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         raise ConfigError([f"{path}: not valid YAML{where}: {getattr(e, 'problem', e)}"]) from None
     return build_config(data, str(path))
+
+
+def load_run_config(path: str | os.PathLike) -> Config:
+    """`load_config` plus what `specwatch run` needs beyond a valid file (at least one log), so
+    start-up and a reload (SIGHUP) accept exactly the same files. Raises ConfigError."""
+    cfg = load_config(path)
+    if not cfg.logs:
+        raise ConfigError(["logs: no log file configured; add `logs: [{path: /var/log/sglang/server.log}]`"])
+    return cfg

@@ -114,13 +114,24 @@ class Pipeline:
         self.ranks: dict[tuple[str, str], RankStats] = {}
         self.lock = threading.Lock()
         self._last_tick = -math.inf
-        self._prefix: dict[str, re.Pattern | None] = {}
-        self._tz: dict[str, ZoneInfo | None] = {}
-        self._server_of: dict[str, str] = {}
-        for src in config.logs:
-            self._server_of[src.path] = src.server
-            self._prefix[src.path] = re.compile(src.container_prefix) if src.container_prefix else None
-            self._tz[src.path] = ZoneInfo(src.timezone) if src.timezone else None
+        self._map_logs(config)
+
+    def _map_logs(self, config: Config) -> None:
+        # Replaced whole, not mutated: feed() on the followers' thread reads them without the lock.
+        self._server_of = {src.path: src.server for src in config.logs}
+        self._prefix = {src.path: re.compile(src.container_prefix) if src.container_prefix else None
+                        for src in config.logs}
+        self._tz = {src.path: ZoneInfo(src.timezone) if src.timezone else None for src in config.logs}
+
+    def reconfigure(self, config: Config) -> None:
+        """A reloaded config: log → server mapping, container prefixes, time zones, rule
+        thresholds, repeat interval. Per-rank state and firing alerts are kept."""
+        with self.lock:
+            self.config = config
+            self._map_logs(config)
+            self.dispatcher.repeat_interval = config.repeat_interval
+            for rule in self.rules:
+                rule.reconfigure(config)
 
     def server_for(self, path: str) -> str:
         return self._server_of.get(path) or (self.config.logs[0].server if self.config.logs else "")

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from fake_sglang import Launcher, make_install
+import prom
 from slack_endpoint import SlackEndpoint
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -71,3 +72,19 @@ def facts(sglang_roots):
     from specwatch.probes.sglang_source import SourceFacts
 
     return {v: SourceFacts(root) for v, root in sglang_roots.items()}
+@pytest.fixture
+def prometheus(tmp_path):
+    """Start real Prometheus servers: `prometheus(scrape_configs, rule_files=())` → prom.Prometheus
+    (see tests/prom.py); all are stopped after the test."""
+    if not prom.available():
+        pytest.skip(f"{prom.PROMETHEUS} not installed (Debian package prometheus; .ci/run installs it)")
+    started = []
+
+    def start(scrape_configs, rule_files=(), name="prometheus"):
+        p = prom.Prometheus(tmp_path / name, scrape_configs, rule_files)
+        started.append(p)
+        return p.start()
+
+    yield start
+    for p in started:
+        p.stop()

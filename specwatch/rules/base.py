@@ -5,11 +5,14 @@ and the passage of time (`on_tick`, about once a second in the daemon, at each d
 replay). It returns only transitions: a newly firing `Alert`, or the same alert with status
 `resolved`. The dispatcher does dedup, repeats and delivery; a rule knows nothing of Slack.
 State that must survive a restart goes through `to_state` / `load_state` (JSON-able).
+A config reload (SIGHUP) hands each rule the new config through `reconfigure`; the rule keeps
+its state and applies the new thresholds from the next event on.
 """
 
 from __future__ import annotations
 
 from specwatch.alerts.model import Alert
+from specwatch.config import Config
 
 
 class Rule:
@@ -28,3 +31,6 @@ class Rule:
 
     def load_state(self, state: dict) -> None:
         pass
+
+    def reconfigure(self, config: Config) -> None:
+        """The config was reloaded (under the pipeline's lock): take the new thresholds."""

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from specwatch.alerts.model import FIRING, RESOLVED, Alert
-from specwatch.config import CollapseConfig
+from specwatch.config import CollapseConfig, Config
 from specwatch.events import DecodeBatch, ServerArgs
 from specwatch.rules.base import Rule
 
@@ -117,6 +117,10 @@ class CollapseRule(Rule):
     def _apply_diagnosis(self, alert: Alert, server: str, report) -> None:
         alert.fixes = [f.one_line() for f in report.actionable()] + known_causes(self._server_args.get(server))
         alert.evidence = [p for p in alert.evidence if p[0] != "diagnosis"] + [("diagnosis", _summary(report))]
+
+    def reconfigure(self, config: Config) -> None:
+        # Runs of low/high batches carry over: a rank half-way to firing stays half-way.
+        self.config = config.collapse
 
     def on_event(self, server: str, event: object, now: float) -> list[Alert]:
         if isinstance(event, DecodeBatch):
