@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import statistics
 from collections import deque
+from itertools import islice
 
 from specwatch.alerts.model import Alert
 from specwatch.config import GpuThrottleConfig
@@ -52,7 +53,8 @@ class GpuThrottleRule(ActiveAlertsRule):
                 gpus = sglang  # known: only the GPUs SGLang holds memory on
             self._throttled = [g for g in gpus if g.reasons & self.reasons]
             return []
-        if isinstance(event, DecodeBatch) and event.gen_throughput is not None and event.running_requests > 0:
+        if (isinstance(event, DecodeBatch) and event.gen_throughput is not None and event.running_requests > 0
+                and self._gpu_time is not None):  # without GPU samples nothing can be throttled
             return self._line(server, event, now)
         return []
 
@@ -71,22 +73,29 @@ class GpuThrottleRule(ActiveAlertsRule):
         while lines and now - lines[0][0] > self.config.baseline_window:
             lines.popleft()
         n = self.config.min_batches
-        recent = list(lines)[-n:]
-        if len(recent) < n:
+        if len(lines) < n:
             return []
-        running = statistics.fmean(r[1] for r in recent)
+        recent = [lines[i] for i in range(-n, 0)]
+        akey = f"{server}|{b.rank}"
+        active = akey in self.active
+        any_throttled = any(r[3] for r in recent)
+        if not active and not (any_throttled and all(r[3] for r in recent)):
+            return []  # the common case, no throttling: no baseline to compute
         current = statistics.fmean(r[2] for r in recent)
-        base_lines = [r[2] for r in list(lines)[:-n]
+        if active and not any_throttled:
+            return self.active.resolve(akey, now, ("gen throughput (token/s)", f"{current:.1f}"),
+                                       ("throttled now", "no" if not throttled else "yes"))
+        running = statistics.fmean(r[1] for r in recent)
+        base_lines = [r[2] for r in islice(lines, len(lines) - n)
                       if not r[3] and running / LOAD_FACTOR <= r[1] <= running * LOAD_FACTOR]
         baseline = statistics.median(base_lines) if len(base_lines) >= MIN_BASELINE else None
         dropped = baseline is not None and current < (1 - self.config.drop_ratio) * baseline
-        akey = f"{server}|{b.rank}"
-        if akey in self.active:
-            if not any(r[3] for r in recent) or (baseline is not None and not dropped):
+        if active:
+            if baseline is not None and not dropped:
                 return self.active.resolve(akey, now, ("gen throughput (token/s)", f"{current:.1f}"),
                                            ("throttled now", "no" if not throttled else "yes"))
             return []
-        if dropped and all(r[3] for r in recent):
+        if dropped:
             return self.active.fire(akey, self._alert(server, b, now, current, baseline, running, len(base_lines), throttled))
         return []
 
