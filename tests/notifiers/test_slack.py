@@ -274,7 +274,7 @@ def test_durable_queue_survives_restart(tmp_path):
     assert n1.stop(5)
     on_disk = json.loads(qp.read_text())
     assert [it["seq"] for it in on_disk["pending"]] == [1, 2, 3]
-    assert [it["alert"]["labels"]["server"] for it in on_disk["pending"]] == ["sglang-0", "sglang-1", "sglang-2"]
+    assert [it["data"]["alerts"][0]["labels"]["server"] for it in on_disk["pending"]] == ["sglang-0", "sglang-1", "sglang-2"]
     assert list(qp.parent.iterdir()) == [qp]  # no temp files left behind
 
     server = SlackEndpoint()
