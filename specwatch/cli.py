@@ -36,8 +36,7 @@ def cmd_check_config(args) -> int:
 
 
 def cmd_replay(args) -> int:
-    from specwatch.alerts.dispatcher import Dispatcher
-    from specwatch.notifiers.slack import SlackNotifier
+    from specwatch.alerting import build_alerting
     from specwatch.pipeline import Pipeline
     from specwatch.replay import format_text, replay_files, summary
 
@@ -52,24 +51,15 @@ def cmd_replay(args) -> int:
         if p not in known:
             cfg.logs.append(LogSource(path=p, server=server))
 
-    notifiers = []
     dry_out = io.StringIO() if args.json else sys.stdout
-    slack = None
-    if args.slack_dry_run:
-        slack = SlackNotifier("https://dry-run.invalid/", dry_run=dry_out)
-    elif cfg.slack.webhook_url:
-        slack = SlackNotifier(cfg.slack.webhook_url, timeout=cfg.slack.timeout,
-                              backoff_initial=cfg.slack.backoff_initial, backoff_max=cfg.slack.backoff_max,
-                              channel=cfg.slack.channel)
-    if slack is not None:
-        notifiers.append(slack)
-    dispatcher = Dispatcher(notifiers, repeat_interval=cfg.repeat_interval)
+    dispatcher, notifiers = build_alerting(cfg, state_dir=None, replay=True,
+                                           slack_dry_run=dry_out if args.slack_dry_run else None)
     pipeline = Pipeline(cfg, dispatcher)
     replay_files(pipeline, args.logs, cfg.follow.max_line_bytes)
     rc = 0
-    if slack is not None:
-        if not slack.drain(timeout=args.slack_timeout):
-            print(f"specwatch replay: {slack.queue_depth} Slack notification(s) not delivered within "
+    for name, n in notifiers.items():
+        if not n.drain(timeout=args.slack_timeout):
+            print(f"specwatch replay: {n.queue_depth} {name} notification(s) not delivered within "
                   f"{args.slack_timeout:.0f}s", file=sys.stderr)
             rc = 1
     doc = summary(pipeline, list(dispatcher.history))
@@ -128,7 +118,8 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument("--json", action="store_true", help="print the summary as JSON")
     rp.add_argument("--slack-dry-run", action="store_true", help="print each Slack payload instead of posting it")
     rp.add_argument("--server", help="server name for the replayed logs (default: the config's `server`, else 'replay')")
-    rp.add_argument("--slack-timeout", type=float, default=60.0, help="seconds to wait for Slack delivery (default 60)")
+    rp.add_argument("--slack-timeout", type=float, default=60.0,
+                    help="seconds to wait for delivery to each notifier (default 60)")
     rp.set_defaults(func=cmd_replay)
 
     c = sub.add_parser("check-config", help="validate a config file (exit 2 with every problem named)")

@@ -1,13 +1,15 @@
 """`specwatch run`: lifecycle of the daemon — threads, signals, state, HTTP listener.
 
-Threads: the follower group (reads lines and feeds the pipeline), the HTTP server (scrapes), the
-Slack delivery thread, and the main thread, which waits on an Event and wakes once a second to
-re-send due alerts and, every `STATE_EVERY` seconds, to persist state. Nothing spins: idle CPU
-is the followers' poll (one stat per file per poll interval) plus these wake-ups.
+Threads: the follower group (reads lines and feeds the pipeline), the HTTP server (scrapes), one
+delivery thread per notifier, and the main thread, which waits on an Event and wakes once a
+second to flush due alert groups, re-send to Alertmanager and, every `STATE_EVERY` seconds, to
+persist state. Nothing spins: idle CPU is the followers' poll (one stat per file per poll
+interval) plus these wake-ups.
 
 State (`<state_dir>/state.json`, written atomically): file offsets and the rule/alert state, so
 a restart resumes after the last line read and neither re-fires nor forgets a firing alert.
-The Slack queue lives beside it (`slack-queue.json`).
+Beside it: one delivery queue per notifier (`<name>-queue.json`) and the silences
+(`silences.json`, re-read when `specwatch silence` changes it).
 """
 
 from __future__ import annotations
@@ -25,11 +27,12 @@ from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 from prometheus_client import CollectorRegistry, make_wsgi_app
 
 from specwatch import __version__
-from specwatch.alerts.dispatcher import Dispatcher
+from specwatch.alerting import build_alerting
 from specwatch.config import Config
 from specwatch.metrics import FollowerCollector, PipelineCollector, SelfCollector
 from specwatch.pipeline import Pipeline
-from specwatch.sources.follow import Follower, FollowerGroup, read_json, write_json_atomic
+from specwatch.sources.follow import Follower, FollowerGroup
+from specwatch.storage import read_json, write_json_atomic
 
 log = logging.getLogger("specwatch.daemon")
 
@@ -80,15 +83,7 @@ class Daemon:
     def _build(self) -> None:
         cfg = self.config
         self.state_dir.mkdir(parents=True, exist_ok=True)
-        if cfg.slack.webhook_url:
-            from specwatch.notifiers.slack import SlackNotifier
-
-            self.notifiers["slack"] = SlackNotifier(
-                cfg.slack.webhook_url, queue_path=self.state_dir / "slack-queue.json",
-                timeout=cfg.slack.timeout, backoff_initial=cfg.slack.backoff_initial,
-                backoff_max=cfg.slack.backoff_max, channel=cfg.slack.channel,
-            )
-        self.dispatcher = Dispatcher(list(self.notifiers.values()), repeat_interval=cfg.repeat_interval)
+        self.dispatcher, self.notifiers = build_alerting(cfg, state_dir=self.state_dir)
         self.pipeline = Pipeline(cfg, self.dispatcher)
         state = read_json(self.state_path, {})
         self.pipeline.load_state(state.get("pipeline", {}))

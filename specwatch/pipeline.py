@@ -17,6 +17,12 @@ from specwatch.config import Config
 from specwatch.events import DecodeBatch, LogLine, MalformedLine, OtherLine, PrefillBatch, ServerArgs
 from specwatch.rules.base import Rule
 from specwatch.rules.collapse import CollapseRule
+from specwatch.rules.degradation import DegradationRule
+from specwatch.rules.drift import DriftRule
+from specwatch.rules.rank_disagreement import RankDisagreementRule
+from specwatch.rules.spec_inactive import SpeculationInactiveRule
+from specwatch.rules.spec_missing import SpecMetricsMissingRule
+from specwatch.rules.throughput import ThroughputDropRule
 from specwatch.sources.sglang_log import parse_line
 
 KINDS = ("decode", "prefill", "other", "malformed")
@@ -56,8 +62,16 @@ class Pipeline:
     def __init__(self, config: Config, dispatcher: Dispatcher):
         self.config = config
         self.dispatcher = dispatcher
-        self.collapse = CollapseRule(config.collapse)
-        self.rules: list[Rule] = [self.collapse]
+        self.collapse = CollapseRule(config.collapse, config.windows)
+        self.rules: list[Rule] = [
+            self.collapse,
+            DegradationRule(config.degradation, config.windows, config.collapse),
+            DriftRule(config.drift, config.windows, config.collapse),
+            SpeculationInactiveRule(config.speculation_inactive),
+            SpecMetricsMissingRule(config.spec_metrics_missing),
+            ThroughputDropRule(config.throughput_drop, config.windows),
+            RankDisagreementRule(config.rank_disagreement, config.windows),
+        ]
         self.servers: dict[str, ServerStats] = {}
         self.ranks: dict[tuple[str, str], RankStats] = {}
         self.lock = threading.Lock()
@@ -107,10 +121,16 @@ class Pipeline:
                 rs = self._rank(server, event)
                 rs.prefill_batches += 1
                 rs.last_prefill = event
+                clock = event.timestamp if now is None else now
+                self._apply_rules(server, event, clock)
+                self.tick(clock)
             elif isinstance(event, ServerArgs):
                 stats.lines["other"] += 1
                 stats.server_args = event
-                self._apply_rules(server, event, event.timestamp if now is None else now)
+                clock = now if now is not None else event.timestamp
+                self._apply_rules(server, event, clock if clock is not None else 0.0)
+                if clock is not None:
+                    self.tick(clock)
             else:
                 stats.lines["malformed"] += 1
                 stats.last_malformed_reason = event.reason
@@ -126,8 +146,7 @@ class Pipeline:
         for rule in self.rules:
             for alert in rule.on_tick(now):
                 self.dispatcher.handle(alert, now)
-        if self.dispatcher.active:
-            self.dispatcher.tick(now)
+        self.dispatcher.tick(now)
 
     def _apply_rules(self, server: str, event: object, now: float) -> None:
         for rule in self.rules:

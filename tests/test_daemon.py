@@ -64,7 +64,8 @@ class Daemon:
             f"follow:\n  poll_interval: 0.2s\n"
             f"metrics:\n  listen_port: {self.port}\n"
             f"state_dir: {self.state}\n"
-            f"alerts:\n  slack:\n    webhook_url_env: SW_TEST_HOOK\n    backoff_initial: 0.1s\n    backoff_max: 1s\n"
+            f"alerts:\n  group_wait: 0s\n  group_interval: 0s\n"
+            f"  slack:\n    webhook_url_env: SW_TEST_HOOK\n    backoff_initial: 0.1s\n    backoff_max: 1s\n"
         )
         self.env = dict(os.environ, SW_TEST_HOOK=slack_url, PYTHONUNBUFFERED="1")
         self.proc = None

@@ -117,6 +117,9 @@ class Dispatcher:
         self.runbook_url = runbook_url
         self.keep_history = keep_history
         self.alerts: dict[str, Alert] = {}  # fingerprint → current alert (firing or resolved)
+        # Status as last handled: a rule resolves by mutating the alert object it returned before,
+        # so the stored object's own status cannot tell what the dispatcher already saw.
+        self._status: dict[str, str] = {}
         self.history: list[Alert] = []  # transitions as handled (keep_history only)
         self._groups: dict[tuple[str, str], _Group] = {}
         self._nflog: dict[tuple[str, str, str], dict] = {}  # (route, group, receiver) → last sent
@@ -136,8 +139,7 @@ class Dispatcher:
         of an alert that is not firing is ignored.
         """
         fp = alert.fingerprint
-        known = self.alerts.get(fp)
-        was_firing = known is not None and known.status == FIRING
+        was_firing = self._status.get(fp) == FIRING
         if self.runbook_url and "runbook_url" not in alert.annotations:
             alert.annotations["runbook_url"] = self.runbook_url.format_map(_Blank(alert.labels))
         if alert.status == FIRING:
@@ -146,10 +148,10 @@ class Dispatcher:
                 return
             for route in self._routes_for(alert):
                 self._insert(route, alert, now)
-        elif alert.status == RESOLVED and was_firing:
-            self.alerts[fp] = alert
-        else:
+        elif alert.status != RESOLVED or not was_firing:
             return
+        self.alerts[fp] = alert
+        self._status[fp] = alert.status
         if self.keep_history:
             self.history.append(copy.deepcopy(alert))
         self._flush_due(now)
@@ -236,6 +238,7 @@ class Dispatcher:
         for fp, a in list(self.alerts.items()):
             if a.status != FIRING and fp not in grouped and now - (a.ends_at or now) >= keep_for:
                 del self.alerts[fp]
+                self._status.pop(fp, None)
 
     # -- persistence -------------------------------------------------------------------
 
@@ -259,7 +262,8 @@ class Dispatcher:
         for d in state.get("active", []):
             a = Alert.from_dict(d)
             self.alerts[a.fingerprint] = a
-        for a in self.alerts.values():
+        for fp, a in self.alerts.items():
+            self._status[fp] = a.status
             for route in self._routes_for(a):
                 self._insert(route, a, a.starts_at + route.group_wait)
                 g = self._groups[(route.name, self._group_key(route, a))]

@@ -2,8 +2,9 @@
 
 A rule mutes a target alert when the target matches `target`, some firing alert other than the
 target itself matches `source`, and both have the same value (absent = "") for every label in
-`equal`. The default: an acceptance collapse mutes the throughput-drop and degradation alerts of
-the same server and rank, because the collapse is their cause and carries the fix.
+`equal`. The defaults: an acceptance collapse mutes the throughput-drop and degradation alerts of
+the same server and rank, and a degradation mutes the throughput drop, because the acceptance
+alert names the cause and carries the fix.
 """
 
 from __future__ import annotations
@@ -32,9 +33,14 @@ class InhibitRule:
 
 
 def default_inhibit_rules() -> list[InhibitRule]:
-    return [InhibitRule(source=(parse_matcher("alertname=AcceptanceCollapse"),),
-                        target=(parse_matcher('alertname=~"ThroughputDrop|AcceptanceDegradation"'),),
-                        equal=("server", "rank"))]
+    return [
+        InhibitRule(source=(parse_matcher("alertname=AcceptanceCollapse"),),
+                    target=(parse_matcher('alertname=~"ThroughputDrop|AcceptanceDegradation"'),),
+                    equal=("server", "rank")),
+        InhibitRule(source=(parse_matcher("alertname=AcceptanceDegradation"),),
+                    target=(parse_matcher("alertname=ThroughputDrop"),),
+                    equal=("server", "rank")),
+    ]
 
 
 def inhibited(alert: Alert, rules: list[InhibitRule], alerts: list[Alert]) -> bool:

@@ -245,17 +245,22 @@ def build_notification_payload(notification: Notification, *, channel: str | Non
     alerts, then per alert (firing first) a divider, a line with its name, where and summary,
     up to 10 evidence fields and, while firing, its numbered fixes. Alerts that would pass
     Slack's 50-block cap are counted in a last "N more alerts not shown" line. `text`, the
-    fallback, reads e.g. `[FIRING:2] AcceptanceCollapse, ThroughputDrop on sglang-0`.
+    fallback, reads e.g. `[FIRING:2] AcceptanceCollapse, ThroughputDrop on sglang-0`, with
+    `; resolved: <names>` when the group also holds resolved alerts.
     """
     alerts = notification.alerts
     if len(alerts) == 1:
         return build_payload(alerts[0], channel=channel)
     firing = [a for a in alerts if a.status == FIRING]
     resolved = [a for a in alerts if a.status != FIRING]
-    names = ", ".join(sorted({a.name or "alert" for a in alerts}))
     server = notification.common_labels().get("server", "")
-    status = f"FIRING:{len(firing)}" if firing else f"RESOLVED:{len(resolved)}"
-    fallback = f"[{status}] {names}" + (f" on {server}" if server else "")
+    names = lambda group: ", ".join(sorted({a.name or "alert" for a in group}))  # noqa: E731
+    if firing:
+        fallback = f"[FIRING:{len(firing)}] {names(firing)}" + (f" on {server}" if server else "")
+        if resolved:
+            fallback += f"; resolved: {names(resolved)}"
+    else:
+        fallback = f"[RESOLVED:{len(resolved)}] {names(resolved)}" + (f" on {server}" if server else "")
     title = f"{_EMOJI[FIRING if firing else RESOLVED]} {len(alerts)} alerts: {len(firing)} firing, {len(resolved)} resolved"
     blocks: list[dict] = [{"type": "header", "text": {"type": "plain_text", "text": title, "emoji": True}}]
     shown = 0

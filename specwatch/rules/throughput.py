@@ -1,0 +1,153 @@
+"""Throughput drop: gen throughput well below what this rank did at the same load.
+
+Generated tokens per second depend mostly on how many requests run, so the baseline is learned
+per (server, rank, load level), the level being the power-of-two bin of `#running-req` (1, 2-3,
+4-7, 8-15, ...). Each valid decode line (`rules/windows.py`: requests running, not
+prefill-dominated, close after the previous decode line, since gen throughput counts the whole
+time between two lines) is compared with the baseline of its level; the rule averages these
+ratios over `window` and fires when the average stays below `1 − max_drop_ratio` for `for`,
+resolving at or above `1 − recover_drop_ratio`. Baselines learn from lines that aged out of the
+window while the rank was healthy, over the last `baseline_window` of activity, and are used once
+they hold `min_baseline_batches` lines. An acceptance collapse (or degradation) of the same rank
+inhibits this alert by default: it is the cause, and its alert carries the fix.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from specwatch.alerts.model import Alert
+from specwatch.config import ThroughputDropConfig, WindowConfig
+from specwatch.events import DecodeBatch, PrefillBatch
+from specwatch.rules.base import Rule, alerts_from_state, alerts_to_state, fmt, new_alert, resolve
+from specwatch.rules.stats import Baseline, Recent, drop_transition
+from specwatch.rules.windows import WindowTracker
+
+ALERT_NAME = "ThroughputDrop"
+BASELINE_BUCKET = 300.0  # seconds per learned-baseline bucket
+
+
+def load_level(running: int) -> int:
+    """Power-of-two bin of the running requests: 1 → 1, 2-3 → 2, 4-7 → 3, ..."""
+    return max(1, running).bit_length()
+
+
+def level_text(level: int) -> str:
+    lo, hi = 2 ** (level - 1), 2 ** level - 1
+    return f"{lo}" if lo == hi else f"{lo}-{hi}"
+
+
+@dataclass
+class _Rank:
+    recent: Recent  # (throughput, level) per valid line
+    low_since: float | None = None
+    last: DecodeBatch | None = None
+
+
+class ThroughputDropRule(Rule):
+    name = "throughput_drop"
+
+    def __init__(self, config: ThroughputDropConfig, windows: WindowConfig | None = None):
+        self.config = config
+        self.windows = WindowTracker(windows or WindowConfig())
+        self._ranks: dict[tuple[str, str], _Rank] = {}
+        self._baselines: dict[tuple[str, str, int], Baseline] = {}
+        self._alerts: dict[tuple, Alert] = {}
+
+    def on_event(self, server: str, event: object, now: float) -> list[Alert]:
+        if not self.config.enabled or not isinstance(event, (DecodeBatch, PrefillBatch)):
+            return []
+        w = self.windows.observe(server, event)
+        if w is None or not w.throughput_valid:
+            return []
+        a = self._observe(server, event)
+        return [a] if a is not None else []
+
+    def baseline(self, server: str, rank: str, level: int) -> float | None:
+        """Learned gen throughput (token/s) of the rank at that load level, once usable."""
+        b = self._baselines.get((server, rank, level))
+        return b.mean() if b is not None and b.count >= self.config.min_baseline_batches else None
+
+    def _observe(self, server: str, b: DecodeBatch) -> Alert | None:
+        cfg = self.config
+        key = (server, b.rank)
+        st = self._ranks.get(key)
+        if st is None:
+            st = self._ranks[key] = _Rank(Recent(cfg.window))
+        st.last = b
+        aged = st.recent.add(b.timestamp, (b.gen_throughput, load_level(b.running_requests)))
+        if st.low_since is None and key not in self._alerts:
+            for t, (thr, level) in aged:
+                self._baselines.setdefault((server, b.rank, level), Baseline(BASELINE_BUCKET, cfg.baseline_window)).add(t, thr)
+        pairs = [(thr, base) for _, (thr, level) in st.recent.samples
+                 if (base := self.baseline(server, b.rank, level))]
+        if len(pairs) < cfg.min_window_batches:
+            return None
+        ratio = sum(thr / base for thr, base in pairs) / len(pairs)
+        action, st.low_since = drop_transition(ratio, b.timestamp, st.low_since, key in self._alerts,
+                                               max_drop=cfg.max_drop_ratio, recover_drop=cfg.recover_drop_ratio,
+                                               hold=cfg.hold)
+        if action == "fire":
+            self._alerts[key] = self._alert(server, b, st, pairs, ratio)
+            return self._alerts[key]
+        if action == "resolve":
+            return resolve(self._alerts.pop(key), b.timestamp, ("recovered to baseline", f"{ratio:.0%}"))
+        return None
+
+    def _alert(self, server: str, b: DecodeBatch, st: _Rank, pairs: list[tuple[float, float]], ratio: float) -> Alert:
+        cfg = self.config
+        where = f"{server} {b.rank}".strip()
+        mean_thr = sum(t for t, _ in pairs) / len(pairs)
+        mean_base = sum(base for _, base in pairs) / len(pairs)
+        levels = sorted({level for _, (_, level) in st.recent.samples})
+        evidence = [
+            ("gen throughput (token/s)", fmt(mean_thr, ".1f")),
+            ("baseline at same load (token/s)", fmt(mean_base, ".1f")),
+            ("of baseline", f"{ratio:.0%}"),
+            ("running requests (levels)", ", ".join(level_text(lv) for lv in levels)),
+            ("last line running requests", str(b.running_requests)),
+            ("accept len", fmt(b.accept_length)),
+            ("cuda graph", "n/a" if b.graph_enabled is None else str(b.graph_enabled)),
+            ("token usage", fmt(b.token_usage)),
+            ("queued requests", str(b.queued_requests)),
+            ("window", f"{len(pairs)} decode lines over {cfg.window:g}s"),
+        ]
+        return new_alert(
+            ALERT_NAME, "warning", server, b.rank,
+            summary=f"Generation throughput on {where} at {ratio:.0%} of its baseline at the same load "
+                    f"({mean_thr:.0f} vs {mean_base:.0f} token/s)",
+            description=(
+                f"Over the last {cfg.window:g}s this rank generated {1 - ratio:.0%} fewer tokens per second "
+                f"than it did before with the same number of running requests, for {cfg.hold:g}s. Lower load "
+                "is already accounted for: the comparison is per load level."
+            ),
+            starts_at=st.low_since,
+            evidence=evidence,
+            fixes=[
+                "GPU clocks: `nvidia-smi -q -d PERFORMANCE,TEMPERATURE,POWER` shows thermal or power "
+                "throttling (`specwatch_gpu_clock_event_reason_active`); check cooling and power caps "
+                "(`nvidia-smi -q -d POWER`).",
+                "CUDA graphs: a `cuda graph: False` decode line means the batch ran eagerly (batch size above "
+                "`--cuda-graph-max-bs`, or graphs disabled); raise `--cuda-graph-max-bs` or remove "
+                "`--disable-cuda-graph`.",
+                "Acceptance: a lower accept len means fewer tokens per verify round; see the accept len "
+                "above and the AcceptanceDegradation / AcceptanceCollapse alerts.",
+                "Contention: another process on the GPU (`nvidia-smi --query-compute-apps=pid,name,"
+                "used_memory --format=csv`), XID or ECC errors (`dmesg | grep -i xid`), or KV cache "
+                "pressure (token usage near 1.0, retractions in the log: `grep -c 'Decode out of memory' "
+                "<log>`).",
+            ],
+        )
+
+    def to_state(self) -> dict:
+        return {"baselines": [[list(k), b.to_state()] for k, b in self._baselines.items()],
+                "alerts": alerts_to_state(self._alerts),
+                "low_since": [[list(k), st.low_since] for k, st in self._ranks.items() if st.low_since is not None]}
+
+    def load_state(self, state: dict) -> None:
+        for k, buckets in state.get("baselines", []):
+            b = self._baselines[tuple(k)] = Baseline(BASELINE_BUCKET, self.config.baseline_window)
+            b.load_state(buckets)
+        self._alerts.update(alerts_from_state(state.get("alerts", [])))
+        for k, since in state.get("low_since", []):
+            self._ranks[tuple(k)] = _Rank(Recent(self.config.window), low_since=since)
