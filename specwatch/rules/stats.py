@@ -39,39 +39,44 @@ class Baseline:
     """Weighted mean of the newest `span / bucket` time buckets that received samples.
 
     Buckets that received no sample (idle hours) do not count, so the baseline spans the last
-    `span` seconds of activity, not of wall time.
+    `span` seconds of activity, not of wall time. Totals are kept, so `mean` and `count` are O(1).
     """
 
     def __init__(self, bucket: float, span: float):
         self.bucket = bucket
         self.max_buckets = max(1, math.ceil(span / bucket))
         self.buckets: deque[list[float]] = deque()  # [bucket index, sum, count]
+        self._sum = 0.0
+        self.count = 0
 
     def add(self, t: float, value: float) -> None:
         idx = math.floor(t / self.bucket)
+        self._sum += value
+        self.count += 1
         if self.buckets and self.buckets[-1][0] == idx:
             self.buckets[-1][1] += value
             self.buckets[-1][2] += 1
             return
         self.buckets.append([idx, value, 1])
-        while len(self.buckets) > self.max_buckets:
-            self.buckets.popleft()
+        self._trim()
 
-    @property
-    def count(self) -> int:
-        return int(sum(b[2] for b in self.buckets))
+    def _trim(self) -> None:
+        while len(self.buckets) > self.max_buckets:
+            _, s, n = self.buckets.popleft()
+            self._sum -= s
+            self.count -= int(n)
 
     def mean(self) -> float | None:
-        n = self.count
-        return sum(b[1] for b in self.buckets) / n if n else None
+        return self._sum / self.count if self.count else None
 
     def to_state(self) -> list:
         return [list(b) for b in self.buckets]
 
     def load_state(self, state: list) -> None:
         self.buckets = deque([float(i), float(s), int(n)] for i, s, n in state)
-        while len(self.buckets) > self.max_buckets:
-            self.buckets.popleft()
+        self._sum = sum(b[1] for b in self.buckets)
+        self.count = sum(b[2] for b in self.buckets)
+        self._trim()
 
 
 def linear_fit(xs: list[float], ys: list[float]) -> tuple[float, float, float]:

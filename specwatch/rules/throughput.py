@@ -79,8 +79,8 @@ class ThroughputDropRule(Rule):
         if st.low_since is None and key not in self._alerts:
             for t, (thr, level) in aged:
                 self._baselines.setdefault((server, b.rank, level), Baseline(BASELINE_BUCKET, cfg.baseline_window)).add(t, thr)
-        pairs = [(thr, base) for _, (thr, level) in st.recent.samples
-                 if (base := self.baseline(server, b.rank, level))]
+        bases = {level: self.baseline(server, b.rank, level) for level in {lv for _, (_, lv) in st.recent.samples}}
+        pairs = [(thr, bases[level]) for _, (thr, level) in st.recent.samples if bases[level]]
         if len(pairs) < cfg.min_window_batches:
             return None
         ratio = sum(thr / base for thr, base in pairs) / len(pairs)
