@@ -84,6 +84,58 @@ def _json_stream(text: str) -> list:
         docs.append(doc)
 
 
+def _state_dir(args) -> str:
+    if args.state_dir:
+        return args.state_dir
+    return load_config(args.config).state_dir if args.config else Config().state_dir
+
+
+def cmd_silence(args) -> int:
+    import getpass
+    import time
+
+    from specwatch.alerts.matchers import parse_matcher
+    from specwatch.alerts.model import iso8601
+    from specwatch.alerts.silences import SilenceStore
+    from specwatch.config import parse_duration
+
+    store = SilenceStore(_state_dir(args))
+    now = time.time()
+    try:
+        if args.action == "add":
+            matchers = [parse_matcher(m) for m in args.match]
+            duration = parse_duration(args.duration)
+            if duration <= 0:
+                raise ValueError(f"--for must be positive, got {args.duration!r}")
+            author = args.author or os.environ.get("SUDO_USER") or getpass.getuser()
+            s = store.add(matchers, now, now + duration, created_by=author, comment=args.comment)
+            print(s.id)
+            return 0
+        if args.action == "expire":
+            for sid in args.ids:
+                s = store.expire(sid, now)
+                print(f"expired {s.id}")
+            return 0
+        silences = store.list(now, include_expired=args.expired)
+    except (ValueError, KeyError) as e:
+        print(f"specwatch silence {args.action}: {e.args[0] if e.args else e}", file=sys.stderr)
+        return 2
+    except OSError as e:
+        print(f"specwatch silence {args.action}: {e.filename or store.path}: {e.strerror} "
+              "(use --state-dir, or run as the user that runs the daemon)", file=sys.stderr)
+        return 1
+    if args.json:
+        print(json.dumps([{**s.to_dict(), "state": s.state(now)} for s in silences], indent=2))
+        return 0
+    rows = [("ID", "Matchers", "Starts", "Ends", "State", "Created by", "Comment")]
+    rows += [(s.id, " ".join(str(m) for m in s.matchers), iso8601(s.starts_at), iso8601(s.ends_at), s.state(now),
+              s.created_by, s.comment) for s in silences]
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
+    for r in rows:
+        print("  ".join(c.ljust(w) for c, w in zip(r, widths)) + "  " + r[-1])
+    return 0
+
+
 def cmd_run(args) -> int:
     from specwatch.daemon import Daemon
 
@@ -121,6 +173,30 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument("--slack-timeout", type=float, default=60.0,
                     help="seconds to wait for delivery to each notifier (default 60)")
     rp.set_defaults(func=cmd_replay)
+
+    sil = sub.add_parser("silence", help="mute notifications of matching alerts for a while (add, list, expire)")
+    silsub = sil.add_subparsers(dest="action", required=True)
+
+    def where(sp):
+        g = sp.add_mutually_exclusive_group()
+        g.add_argument("--state-dir", help="the daemon's state directory (default: from --config, else /var/lib/specwatch)")
+        g.add_argument("--config", help="the daemon's config file, to find its state_dir")
+
+    sa = silsub.add_parser("add", help="add a silence; prints its ID")
+    sa.add_argument("--match", action="append", required=True, metavar="MATCHER",
+                    help='label matcher: name=value, name!=value, name=~regex, name!~regex (repeatable; all must match)')
+    sa.add_argument("--for", dest="duration", required=True, help="how long, e.g. 30m, 2h, 1d")
+    sa.add_argument("--comment", required=True, help="why (shown in `silence list`)")
+    sa.add_argument("--author", help="who (default: the user name)")
+    where(sa)
+    sl = silsub.add_parser("list", help="list active and pending silences")
+    sl.add_argument("--expired", action="store_true", help="also list expired silences (kept 5 days)")
+    sl.add_argument("--json", action="store_true", help="print JSON")
+    where(sl)
+    se = silsub.add_parser("expire", help="end silences now")
+    se.add_argument("ids", nargs="+", metavar="ID", help="silence ID (a unique prefix is enough)")
+    where(se)
+    sil.set_defaults(func=cmd_silence)
 
     c = sub.add_parser("check-config", help="validate a config file (exit 2 with every problem named)")
     c.add_argument("file")

@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
-import signal
-import socket
 import subprocess
 import sys
 import time
@@ -13,15 +10,10 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
+
+from specwatch_daemon import SpecwatchDaemon, scrape, wait_for
 
 SAMPLES = Path(__file__).resolve().parent / "data" / "samples"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def decode_line(accept: float, ts: str, rank: str = "TP0", running: int = 32, thr: float = 400.57) -> str:
@@ -30,64 +22,14 @@ def decode_line(accept: float, ts: str, rank: str = "TP0", running: int = 32, th
             f"gen throughput (token/s): {thr:.2f}, #queue-req: 0\n")
 
 
-def wait_for(pred, timeout=15.0, what="condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        v = pred()
-        if v:
-            return v
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
-def scrape(port: int) -> dict[tuple[str, tuple], float]:
-    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
-    out = {}
-    for fam in text_string_to_metric_families(text):
-        for s in fam.samples:
-            out[(s.name, tuple(sorted(s.labels.items())))] = s.value
-    return out
-
-
 def rank_labels(server="gpu-box-1", tp="0"):
     return tuple(sorted({"server": server, "dp_rank": "", "tp_rank": tp, "pp_rank": "", "ep_rank": ""}.items()))
 
 
-class Daemon:
-    def __init__(self, tmp_path: Path, slack_url: str, log: Path):
-        self.port = free_port()
-        self.state = tmp_path / "state"
-        self.cfg = tmp_path / "config.yaml"
-        self.cfg.write_text(
-            f"server: gpu-box-1\n"
-            f"logs:\n  - path: {log}\n"
-            f"follow:\n  poll_interval: 0.2s\n"
-            f"metrics:\n  listen_port: {self.port}\n"
-            f"state_dir: {self.state}\n"
-            f"alerts:\n  group_wait: 0s\n  group_interval: 0s\n"
-            f"  slack:\n    webhook_url_env: SW_TEST_HOOK\n    backoff_initial: 0.1s\n    backoff_max: 1s\n"
-        )
-        self.env = dict(os.environ, SW_TEST_HOOK=slack_url, PYTHONUNBUFFERED="1")
-        self.proc = None
-
-    def start(self):
-        self.proc = subprocess.Popen([sys.executable, "-m", "specwatch", "run", "--config", str(self.cfg)],
-                                     env=self.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        wait_for(self._up, what="/metrics to answer")
-
-    def _up(self):
-        if self.proc.poll() is not None:
-            raise AssertionError(f"daemon exited: {self.proc.stdout.read()}")
-        try:
-            urllib.request.urlopen(f"http://127.0.0.1:{self.port}/", timeout=1).read()
-            return True
-        except OSError:
-            return False
-
-    def stop(self) -> tuple[int, str]:
-        self.proc.send_signal(signal.SIGTERM)
-        out, _ = self.proc.communicate(timeout=20)
-        return self.proc.returncode, out
+def Daemon(tmp_path: Path, slack_url: str, log: Path) -> SpecwatchDaemon:
+    return SpecwatchDaemon(tmp_path, log, env={"SW_TEST_HOOK": slack_url}, alerts={
+        "group_wait": "0s", "group_interval": "0s",
+        "slack": {"webhook_url_env": "SW_TEST_HOOK", "backoff_initial": "0.1s", "backoff_max": "1s"}})
 
 
 @pytest.fixture

@@ -1,0 +1,95 @@
+"""Every rule at once, through the pipeline: quiet on healthy, idle and real input; the right
+alerts, and only those, on a collapse."""
+
+from pathlib import Path
+
+import pytest
+
+from sglang_lines import decode_line, mixed_log, prefill_line, server_args_line
+from specwatch.alerts.dispatcher import Dispatcher
+from specwatch.alerts.inhibit import default_inhibit_rules
+from timeline import Timeline, feed, names, pipeline, run
+
+SAMPLES = Path(__file__).resolve().parents[1] / "data" / "samples"
+
+
+@pytest.mark.parametrize("version,ranks", [("0.5.23", 2), ("0.4.9", 1), ("0.5.6", 2)])
+def test_quiet_on_hours_of_healthy_traffic(version, ranks):
+    lines = list(mixed_log(version, 6000, ranks=ranks, seed=3))  # ~3 h of prefill/decode/access lines
+    p = pipeline()
+    assert feed(p, lines) == []
+    decode = sum(rs.decode_batches for rs in p.ranks.values())
+    assert decode > 4000  # the rules did see the traffic
+
+
+def test_quiet_on_idle_servers():
+    log = Timeline()
+    log.decode(n=2000, every=5, accept=1.0, running=0, thr=0.0)  # idle DP ranks print running 0
+    log.wait(4 * 3600)  # nothing at all for hours
+    log.decode(n=20, every=2, accept=2.9)
+    assert run(log.lines) == []
+    pd_prefill = Timeline(disaggregation_mode="prefill").prefill(n=500, every=10)
+    assert run(pd_prefill.lines) == []
+
+
+@pytest.mark.parametrize("path", sorted(p.relative_to(SAMPLES).as_posix() for p in SAMPLES.rglob("*")
+                                        if p.suffix in (".log", ".txt")))
+def test_quiet_on_the_shared_samples(path):
+    """Real lines (the Kimi sample needs a third low batch to fire with the default config)."""
+    assert run((SAMPLES / path).read_text().splitlines()) == []
+
+
+def test_real_lines_without_accept_fields_on_a_speculative_server():
+    """The public decode lines printed with speculation off, behind an EAGLE3 server_args line."""
+    real = [line for line in (SAMPLES / "sglang-public-lines.txt").read_text().splitlines()
+            if "Decode batch" in line and "accept len" not in line]
+    assert len(real) >= 5
+    args = server_args_line(ts="2025-11-11 04:00:00", speculative_algorithm="EAGLE3")[0]
+    t = run([args] + real)
+    assert names(t) == [("SpeculationInactive", "firing", "")]
+    assert dict(t[0].evidence)["gen throughput (token/s)"] == "3.83"  # the third plain line
+
+
+def test_collapse_under_traffic_notifies_the_collapse_only():
+    class Rec:
+        name, send_resolved = "rec", True
+
+        def __init__(self):
+            self.got = []
+
+        def notify(self, n):
+            self.got += [(a.name, a.status, a.labels["rank"]) for a in n.alerts]
+
+    rec = Rec()
+    d = Dispatcher([rec], group_by=["..."], group_wait=0, group_interval=0, inhibit_rules=default_inhibit_rules(),
+                   keep_history=True)
+    lines = list(mixed_log("0.5.23", 8000, ranks=2, seed=4, collapse_after=5000))
+    feed(pipeline({}, d), lines)
+    raised = names(d.history)
+    assert raised == [("AcceptanceCollapse", "firing", "DP0 TP0"), ("AcceptanceCollapse", "firing", "DP1 TP1"),
+                      ("ThroughputDrop", "firing", "DP0 TP0"), ("ThroughputDrop", "firing", "DP1 TP1")]
+    assert rec.got == [("AcceptanceCollapse", "firing", "DP0 TP0"), ("AcceptanceCollapse", "firing", "DP1 TP1")]
+
+
+def test_collapse_rule_skips_prefill_dominated_windows():
+    """Accept len 1.00 measured in windows with more prefill batches than decode rounds."""
+    log = Timeline()
+    for _ in range(10):
+        log.prefill(n=41, every=0.1)
+        log.decode(accept=1.0)
+    assert run(log.lines) == []
+    log = Timeline()
+    for _ in range(3):  # 40 prefill batches (= the decode-log interval) still count
+        log.prefill(n=40, every=0.1)
+        log.decode(accept=1.0)
+    assert names(run(log.lines)) == [("AcceptanceCollapse", "firing", "")]
+
+
+def test_prefill_only_ranks_of_other_ranks_do_not_dilute():
+    """Prefill lines of DP1 do not make DP0's windows prefill-dominated."""
+    lines = [server_args_line(ts="2026-03-01 09:59:00")[0]]
+    for i in range(3):
+        ts = f"2026-03-01 10:00:{10 + i:02d}"
+        lines += [prefill_line("0.5.23", ts=ts, rank={"DP": 1, "TP": 1})[0]] * 50
+        lines.append(decode_line("0.5.23", ts=ts, rank={"DP": 0, "TP": 0}, accept_len=1.0)[0])
+    assert names(run(lines)) == [("AcceptanceCollapse", "firing", "DP0 TP0")]
