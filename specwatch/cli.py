@@ -104,9 +104,12 @@ def cmd_silence(args) -> int:
     try:
         if args.action == "add":
             matchers = [parse_matcher(m) for m in args.match]
-            duration = parse_duration(args.duration)
+            try:
+                duration = parse_duration(args.duration)
+            except ValueError:
+                duration = 0.0
             if duration <= 0:
-                raise ValueError(f"--for must be positive, got {args.duration!r}")
+                raise ValueError(f"--for: {args.duration!r} is not a positive duration; write e.g. 30m, 2h, 1d")
             author = args.author or os.environ.get("SUDO_USER") or getpass.getuser()
             s = store.add(matchers, now, now + duration, created_by=author, comment=args.comment)
             print(s.id)
