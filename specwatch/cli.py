@@ -31,7 +31,8 @@ def cmd_check_config(args) -> int:
             print(f"  {p}", file=sys.stderr)
         return 2
     print(f"{args.file}: ok ({len(cfg.logs)} log file(s), metrics on {cfg.listen_address}:{cfg.listen_port}, "
-          f"slack {'configured' if cfg.slack.webhook_url else 'not configured'})")
+          f"slack {'configured' if cfg.slack.webhook_url else 'not configured'}, {len(cfg.webhooks)} webhook(s), "
+          f"{len(cfg.alertmanager.urls)} alertmanager(s), {len(cfg.routes)} route(s))")
     return 0
 
 

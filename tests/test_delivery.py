@@ -108,10 +108,12 @@ def test_silence_added_by_the_cli_is_honoured_without_restart(tmp_path, slack):
         time.sleep(1.5)  # two ticks: TP1 stays muted
         assert [b["text"] for b in slack.received] == ["[FIRING] AcceptanceCollapse on gpu-box-1 TP0: accept len 1.00"]
         assert metric(d, "specwatch_alerts_firing", alertname="AcceptanceCollapse") == 2  # muted, not forgotten
+        assert metric(d, "specwatch_silences", state="active") == 1
         r = silence("expire", sid[:8], "--state-dir", str(d.state))
         assert r.returncode == 0 and r.stdout.strip() == f"expired {sid}"
         wait_for(lambda: len(slack.received) == 2, what="the TP1 alert once the silence expired")
         assert slack.received[1]["text"] == "[FIRING] AcceptanceCollapse on gpu-box-1 TP1: accept len 1.00"
+        assert (metric(d, "specwatch_silences", state="active"), metric(d, "specwatch_silences", state="expired")) == (0, 1)
         assert silence("list", "--json", "--state-dir", str(d.state)).stdout.strip() == "[]"
         expired = json.loads(silence("list", "--expired", "--json", "--state-dir", str(d.state)).stdout)
         assert [s["state"] for s in expired] == ["expired"]

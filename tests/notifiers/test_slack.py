@@ -313,3 +313,38 @@ def test_dry_run_prints_json_and_sends_nothing(slack):
     assert json.loads(text) == build_payload(make_alert(1))
     assert slack.received == []
     assert n.sent_total == 1
+
+
+# -- group notifications ---------------------------------------------------------------------
+
+
+def test_group_payload_lists_firing_then_resolved():
+    from specwatch.alerts.model import Notification
+    from specwatch.notifiers.slack import build_notification_payload
+
+    fired = make_alert(1)
+    done = make_alert(2, status=RESOLVED, ends_at=T0 + 312)
+    done.labels["alertname"] = "ThroughputDrop"
+    p = build_notification_payload(Notification("slack", "k", {}, [done, fired]), channel="#gpu")
+    assert p["text"] == "[FIRING:1] AcceptanceCollapse; resolved: ThroughputDrop"
+    assert p["channel"] == "#gpu"
+    b = p["blocks"]
+    assert b[0]["text"]["text"] == ":rotating_light: 2 alerts: 1 firing, 1 resolved"
+    assert [x["type"] for x in b] == ["header", "divider", "section", "section", "section", "divider", "section", "section"]
+    assert b[2]["text"]["text"] == (":rotating_light: *AcceptanceCollapse* on sglang-1 DP0 TP0\n"
+                                    "accept len 1.05 on sglang-0 DP0 TP0")
+    assert b[4]["text"]["text"].startswith("*What to check*\n1. Check that the draft model matches")
+    assert b[6]["text"]["text"] == ":white_check_mark: *ThroughputDrop* on sglang-2 DP0 TP0: resolved after 5m 12s"
+    # one alert: exactly the single-alert layout
+    assert build_notification_payload(Notification("slack", "k", {}, [fired])) == build_payload(fired)
+
+
+def test_group_payload_respects_the_block_cap():
+    from specwatch.alerts.model import Notification
+    from specwatch.notifiers.slack import build_notification_payload
+
+    many = [make_alert(i) for i in range(30)]
+    p = build_notification_payload(Notification("slack", "k", {}, many))
+    assert len(p["blocks"]) <= 50
+    assert p["blocks"][-1]["elements"][0]["text"] == "_18 more alerts not shown_"  # 12 shown × 4 blocks
+    assert p["text"] == "[FIRING:30] AcceptanceCollapse"
