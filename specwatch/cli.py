@@ -12,7 +12,6 @@ import json
 import logging
 import os
 import sys
-from pathlib import Path
 
 from specwatch import __version__
 from specwatch.config import Config, ConfigError, LogSource, build_config, load_config

@@ -90,6 +90,18 @@ def run(lines: list[str], config: dict | None = None) -> list:
     return feed(pipeline(config), lines)
 
 
+class Recorder:
+    """A receiver that keeps (alertname, status, rank) of every alert it is notified of."""
+
+    name, send_resolved = "rec", True
+
+    def __init__(self):
+        self.got = []
+
+    def notify(self, n):
+        self.got += [(a.name, a.status, a.labels.get("rank", "")) for a in n.alerts]
+
+
 def names(transitions) -> list[tuple[str, str, str]]:
     """[(alertname, status, rank)] in order."""
     return [(a.name, a.status, a.labels.get("rank", "")) for a in transitions]

@@ -8,7 +8,7 @@ import pytest
 from sglang_lines import decode_line, mixed_log, prefill_line, server_args_line
 from specwatch.alerts.dispatcher import Dispatcher
 from specwatch.alerts.inhibit import default_inhibit_rules
-from timeline import Timeline, feed, names, pipeline, run
+from timeline import Recorder, Timeline, feed, names, pipeline, run
 
 SAMPLES = Path(__file__).resolve().parents[1] / "data" / "samples"
 
@@ -51,16 +51,7 @@ def test_real_lines_without_accept_fields_on_a_speculative_server():
 
 
 def test_collapse_under_traffic_notifies_the_collapse_only():
-    class Rec:
-        name, send_resolved = "rec", True
-
-        def __init__(self):
-            self.got = []
-
-        def notify(self, n):
-            self.got += [(a.name, a.status, a.labels["rank"]) for a in n.alerts]
-
-    rec = Rec()
+    rec = Recorder()
     d = Dispatcher([rec], group_by=["..."], group_wait=0, group_interval=0, inhibit_rules=default_inhibit_rules(),
                    keep_history=True)
     lines = list(mixed_log("0.5.23", 8000, ranks=2, seed=4, collapse_after=5000))

@@ -5,7 +5,7 @@ import random
 from specwatch.alerts.dispatcher import Dispatcher
 from specwatch.alerts.inhibit import default_inhibit_rules
 from specwatch.rules.throughput import level_text, load_level
-from timeline import Timeline, feed, names, pipeline, run
+from timeline import Recorder, Timeline, feed, names, pipeline, run
 
 FAST = {"window": "2m", "for": "2m", "min_window_batches": 5, "min_baseline_batches": 30}
 CFG = {"rules": {"throughput_drop": FAST}}
@@ -60,16 +60,7 @@ def test_windows_after_idle_or_prefill_do_not_count():
 
 
 def test_collapse_inhibits_the_drop_of_the_same_rank():
-    class Rec:
-        name, send_resolved = "rec", True
-
-        def __init__(self):
-            self.got = []
-
-        def notify(self, n):
-            self.got += [(a.name, a.status) for a in n.alerts]
-
-    rec = Rec()
+    rec = Recorder()
     d = Dispatcher([rec], group_by=["..."], group_wait=0, group_interval=0, inhibit_rules=default_inhibit_rules(),
                    keep_history=True)
     p = pipeline(CFG, d)
@@ -79,7 +70,7 @@ def test_collapse_inhibits_the_drop_of_the_same_rank():
     log.decode(n=150, every=2, accept=1.0, thr=noisy(120, rnd))  # the draft collapses: slower
     feed(p, log.lines)
     assert names(d.history) == [("AcceptanceCollapse", "firing", ""), ("ThroughputDrop", "firing", "")]
-    assert rec.got == [("AcceptanceCollapse", "firing")]  # the drop is muted by its cause
+    assert rec.got == [("AcceptanceCollapse", "firing", "")]  # the drop is muted by its cause
 
 
 def test_load_levels():
