@@ -160,6 +160,7 @@ class Daemon:
         port = self.httpd.server_address[1]
         log.info("specwatch %s: following %d log(s), metrics on http://%s:%d/metrics",
                  __version__, len(cfg.logs), cfg.listen_address, port)
+        log.info("notifiers: %s", ", ".join(self.notifiers) or "none (alerts only in /metrics)")
         sd_notify(f"READY=1\nSTATUS=following {len(cfg.logs)} log(s), metrics on port {port}")
         while not self._stop.wait(1.0):
             with self.pipeline.lock:

@@ -45,7 +45,8 @@ class Receiver(Protocol):
 
 
 class Pusher(Protocol):
-    def sync(self, alerts: list[Alert], now: float, changed: bool) -> object: ...
+    def sync(self, alerts: list[Alert], now: float, changed: bool) -> object:
+        """Must not keep or change the alerts it is given (they are the dispatcher's)."""
 
 
 @dataclass
@@ -230,7 +231,7 @@ class Dispatcher:
         alerts = [a for a in self.alerts.values()
                   if self.silences is None or not self.silences.muted_by(a.labels, now)]
         for p in self.pushers:
-            p.sync(copy.deepcopy(alerts), now, changed)
+            p.sync(alerts, now, changed)  # pushers copy what they queue (Alert.to_dict)
 
     def _gc(self, now: float) -> None:
         grouped = set().union(*(g.fingerprints for g in self._groups.values())) if self._groups else set()

@@ -62,14 +62,14 @@ class SpecMetricsMissingRule(Rule):
             return []
         out = []
         for server, times in self._prefills.items():
+            while len(times) > 1 and times[0] < now - self.config.window:
+                times.popleft()  # the newest stays: it tells when the server was last busy
             if not times or (server,) in self._alerts:
                 continue
             args = self.args.get(server)
             if speculation_configured(args) is False or never_decodes(args):
                 continue
             first = self._streak.get(server, now)
-            while len(times) > 1 and times[0] < now - self.config.window:
-                times.popleft()  # the newest stays: it tells when the server was last busy
             n = sum(1 for t in times if t >= now - self.config.window)
             if now - first >= self.config.window and n >= self.config.min_prefill_batches:
                 self._alerts[(server,)] = a = self._alert(server, args, first, n, now)
