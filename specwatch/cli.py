@@ -1,4 +1,4 @@
-"""Command line: argument parsing and wiring only.
+"""Command line: argument parsing and wiring only (the `specwatch` console script).
 
 Exit codes: 0 ok, 1 runtime failure (e.g. notifications left undelivered by replay), 2 bad usage
 or bad config.
@@ -21,17 +21,23 @@ def _load(path: str | None) -> Config:
     return load_config(path) if path else build_config({"server": "replay"})
 
 
+def _print_problems(path: str, e: ConfigError) -> int:
+    n = len(e.problems)
+    print(f"{path}: invalid config ({n} problem{'s' * (n != 1)}):", file=sys.stderr)
+    for p in e.problems:
+        print(f"  {p}", file=sys.stderr)
+    return 2
+
+
 def cmd_check_config(args) -> int:
     try:
         cfg = load_config(args.file)
     except ConfigError as e:
-        print(f"{args.file}: invalid config ({len(e.problems)} problem{'s' * (len(e.problems) != 1)}):", file=sys.stderr)
-        for p in e.problems:
-            print(f"  {p}", file=sys.stderr)
-        return 2
+        return _print_problems(args.file, e)
     print(f"{args.file}: ok ({len(cfg.logs)} log file(s), metrics on {cfg.listen_address}:{cfg.listen_port}, "
           f"slack {'configured' if cfg.slack.webhook_url else 'not configured'}, {len(cfg.webhooks)} webhook(s), "
-          f"{len(cfg.alertmanager.urls)} alertmanager(s), {len(cfg.routes)} route(s))")
+          f"{len(cfg.alertmanager.urls)} alertmanager(s), {len(cfg.routes)} route(s), "
+          f"process watching {'on' if cfg.process.enabled else 'off'}, {len(cfg.server_apis)} server API(s))")
     return 0
 
 
@@ -41,17 +47,25 @@ def cmd_replay(args) -> int:
     from specwatch.replay import format_text, replay_files, summary
 
     cfg = _load(args.config)
-    missing = [p for p in args.logs if not os.path.isfile(p)]
-    if missing:
-        print(f"specwatch replay: no such file: {', '.join(missing)}", file=sys.stderr)
-        return 2
+    for p in args.logs:
+        if os.path.isdir(p):
+            print(f"specwatch replay: {p} is a directory; give the log files in it", file=sys.stderr)
+            return 2
+        if not os.path.isfile(p):
+            what = "not a regular file (pipes are not supported: save the log to a file)" if os.path.exists(p) else "no such file"
+            print(f"specwatch replay: {p}: {what}", file=sys.stderr)
+            return 2
     known = {s.path for s in cfg.logs}
     server = args.server or cfg.server
+    tz = args.log_timezone or cfg.log_timezone
     for p in args.logs:
         if p not in known:
-            cfg.logs.append(LogSource(path=p, server=server))
+            cfg.logs.append(LogSource(path=p, server=server, timezone=tz))
 
     dry_out = io.StringIO() if args.json else sys.stdout
+    if cfg.slack.webhook_url and not args.slack_dry_run:
+        print("specwatch replay: posting this log's alerts to the configured Slack webhook "
+              "(use --slack-dry-run to print them instead)", file=sys.stderr)
     dispatcher, notifiers = build_alerting(cfg, state_dir=None, replay=True,
                                            slack_dry_run=dry_out if args.slack_dry_run else None)
     pipeline = Pipeline(cfg, dispatcher)
@@ -145,10 +159,7 @@ def cmd_run(args) -> int:
     try:
         cfg = load_config(args.config)
     except ConfigError as e:
-        print(f"{args.config}: invalid config:", file=sys.stderr)
-        for p in e.problems:
-            print(f"  {p}", file=sys.stderr)
-        return 2
+        return _print_problems(args.config, e)
     if not cfg.logs:
         print(f"{args.config}: logs: no log file configured; add `logs: [{{path: /var/log/sglang/server.log}}]`",
               file=sys.stderr)
@@ -157,22 +168,30 @@ def cmd_run(args) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="specwatch", description=__doc__.splitlines()[0] if __doc__ else None)
+    p = argparse.ArgumentParser(
+        prog="specwatch",
+        description="Watch SGLang speculative decoding: follow its logs, export Prometheus metrics, "
+                    "detect acceptance collapse and alert with what to check.")
     p.add_argument("--version", action="version", version=f"specwatch {__version__}")
+    # accepted before or after the subcommand
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--log-level", default=argparse.SUPPRESS, choices=["debug", "info", "warning", "error"],
+                        help="specwatch's own log level on stderr (default: $SPECWATCH_LOG_LEVEL or info)")
     p.add_argument("--log-level", default=os.environ.get("SPECWATCH_LOG_LEVEL", "info"),
-                   choices=["debug", "info", "warning", "error"], help="specwatch's own log level (stderr)")
+                   choices=["debug", "info", "warning", "error"], help=argparse.SUPPRESS)
     sub = p.add_subparsers(dest="command", required=True)
 
-    r = sub.add_parser("run", help="follow SGLang logs, serve /metrics, send alerts (the daemon)")
+    r = sub.add_parser("run", parents=[common], help="follow SGLang logs, serve /metrics, send alerts (the daemon)")
     r.add_argument("--config", required=True, help="YAML config file (see config.example.yaml)")
     r.set_defaults(func=cmd_run)
 
-    rp = sub.add_parser("replay", help="run the same pipeline over recorded logs and print a summary")
+    rp = sub.add_parser("replay", parents=[common], help="run the same pipeline over recorded logs and print a summary")
     rp.add_argument("logs", nargs="+", metavar="LOG")
     rp.add_argument("--config", help="YAML config file (rules, Slack); optional")
     rp.add_argument("--json", action="store_true", help="print the summary as JSON")
     rp.add_argument("--slack-dry-run", action="store_true", help="print each Slack payload instead of posting it")
     rp.add_argument("--server", help="server name for the replayed logs (default: the config's `server`, else 'replay')")
+    rp.add_argument("--log-timezone", help="IANA zone of the log's timestamps (default: config's log_timezone, else local time)")
     rp.add_argument("--slack-timeout", type=float, default=60.0,
                     help="seconds to wait for delivery to each notifier (default 60)")
     rp.set_defaults(func=cmd_replay)
@@ -185,23 +204,23 @@ def build_parser() -> argparse.ArgumentParser:
         g.add_argument("--state-dir", help="the daemon's state directory (default: from --config, else /var/lib/specwatch)")
         g.add_argument("--config", help="the daemon's config file, to find its state_dir")
 
-    sa = silsub.add_parser("add", help="add a silence; prints its ID")
+    sa = silsub.add_parser("add", parents=[common], help="add a silence; prints its ID")
     sa.add_argument("--match", action="append", required=True, metavar="MATCHER",
                     help='label matcher: name=value, name!=value, name=~regex, name!~regex (repeatable; all must match)')
     sa.add_argument("--for", dest="duration", required=True, help="how long, e.g. 30m, 2h, 1d")
     sa.add_argument("--comment", required=True, help="why (shown in `silence list`)")
     sa.add_argument("--author", help="who (default: the user name)")
     where(sa)
-    sl = silsub.add_parser("list", help="list active and pending silences")
+    sl = silsub.add_parser("list", parents=[common], help="list active and pending silences")
     sl.add_argument("--expired", action="store_true", help="also list expired silences (kept 5 days)")
     sl.add_argument("--json", action="store_true", help="print JSON")
     where(sl)
-    se = silsub.add_parser("expire", help="end silences now")
+    se = silsub.add_parser("expire", parents=[common], help="end silences now")
     se.add_argument("ids", nargs="+", metavar="ID", help="silence ID (a unique prefix is enough)")
     where(se)
     sil.set_defaults(func=cmd_silence)
 
-    c = sub.add_parser("check-config", help="validate a config file (exit 2 with every problem named)")
+    c = sub.add_parser("check-config", parents=[common], help="validate a config file (exit 2 with every problem named)")
     c.add_argument("file")
     c.set_defaults(func=cmd_check_config)
     return p

@@ -7,8 +7,11 @@ pass. The defaults here are the ones documented in `config.example.yaml`.
 
 from __future__ import annotations
 
+import math
 import os
 import re
+from urllib.parse import urlsplit
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 import socket
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,6 +42,7 @@ class LogSource:
     path: str
     server: str
     container_prefix: str | None = None  # regex; None = recognise `service  | ` automatically
+    timezone: str | None = None  # IANA zone of the log's timestamps; None = this host's local time
 
 
 @dataclass
@@ -190,8 +194,65 @@ class GpuConfig:
 
 
 @dataclass
+class ProcessConfig:
+    enabled: bool = True  # psutil scan of the SGLang processes
+    interval: float = 5.0
+    match: str | None = None  # regex: command lines that are launchers too (wrappers)
+    servers: dict[int, str] = field(default_factory=dict)  # --port -> server name; empty = all, auto-named
+
+
+@dataclass
+class ServerApiConfig:
+    url: str
+    server: str
+    api_key: str | None = None  # resolved secret (value, env var or file)
+    interval: float = 10.0
+    health_interval: float = 60.0
+    timeout: float = 2.0
+    backoff_max: float = 120.0
+
+    def __repr__(self) -> str:  # the API key is a secret
+        return (f"ServerApiConfig(url={self.url!r}, server={self.server!r}, "
+                f"api_key={'<redacted>' if self.api_key else None})")
+
+
+@dataclass
+class ServerRuleConfig:
+    down_for: float = 30.0  # no process (or no HTTP answer) this long: SGLangServerDown
+    restart_window: float = 600.0  # SGLangServerRestarted stays firing this long
+    unhealthy_for: float = 120.0  # /health failing this long after it was fine: SGLangServerUnhealthy
+
+
+@dataclass
+class LogSilentConfig:
+    intervals: int = 3  # decode-log intervals seen through /server_info without a decode line
+
+
+GPU_THROTTLE_REASONS = ("sw_thermal_slowdown", "hw_thermal_slowdown", "hw_slowdown",
+                        "hw_power_brake_slowdown", "sw_power_cap")
+KNOWN_CLOCK_REASONS = ("gpu_idle", "applications_clocks_setting", "sw_power_cap", "hw_slowdown",
+                       "sync_boost", "sw_thermal_slowdown", "hw_thermal_slowdown",
+                       "hw_power_brake_slowdown", "display_clock_setting")
+
+
+@dataclass
+class GpuErrorsConfig:
+    window: float = 600.0  # an XID/ECC alert resolves after this long without a new error
+    ignore_xids: tuple[int, ...] = ()
+
+
+@dataclass
+class GpuThrottleConfig:
+    reasons: tuple[str, ...] = GPU_THROTTLE_REASONS
+    drop_ratio: float = 0.2  # throughput below (1 - drop_ratio) x the unthrottled baseline
+    min_batches: int = 3
+    baseline_window: float = 3600.0
+
+
+@dataclass
 class Config:
     server: str = ""  # default `server` label (host name)
+    log_timezone: str | None = None  # default zone of log timestamps (None: local time)
     logs: list[LogSource] = field(default_factory=list)
     follow: FollowConfig = field(default_factory=FollowConfig)
     listen_address: str = "127.0.0.1"
@@ -218,6 +279,12 @@ class Config:
     alertmanager: AlertmanagerConfig = field(default_factory=AlertmanagerConfig)
     routes: list[RouteConfig] = field(default_factory=list)
     gpu: GpuConfig = field(default_factory=GpuConfig)
+    process: ProcessConfig = field(default_factory=ProcessConfig)
+    server_apis: list[ServerApiConfig] = field(default_factory=list)
+    server_rule: ServerRuleConfig = field(default_factory=ServerRuleConfig)
+    log_silent: LogSilentConfig = field(default_factory=LogSilentConfig)
+    gpu_errors: GpuErrorsConfig = field(default_factory=GpuErrorsConfig)
+    gpu_throttle: GpuThrottleConfig = field(default_factory=GpuThrottleConfig)
     source_path: str | None = None
 
 
@@ -233,6 +300,10 @@ def parse_duration(value) -> float:
     return float(m.group(1)) * _UNITS[m.group(2)]
 
 
+def _join(path: str, key: str) -> str:
+    return f"{path}.{key}" if path else str(key)
+
+
 class _Reader:
     """Walks a parsed YAML mapping, recording problems with key paths."""
 
@@ -244,7 +315,7 @@ class _Reader:
 
     def section(self, data: dict, key: str, path: str, known: set[str]) -> dict:
         value = data.get(key)
-        full = f"{path}.{key}" if path else key
+        full = _join(path, key)
         if value is None:
             return {}
         if not isinstance(value, dict):
@@ -256,15 +327,16 @@ class _Reader:
     def unknown(self, data: dict, path: str, known: set[str]) -> None:
         for k in data:
             if k not in known:
-                where = f"{path}.{k}" if path else str(k)
+                where = _join(path, k)
                 self.bad(where, f"unknown key; known keys here: {', '.join(sorted(known))}")
 
     def number(self, data: dict, key: str, path: str, default, *, kind=float, lo=None, hi=None):
         if key not in data or data[key] is None:
             return default
         v = data[key]
-        full = f"{path}.{key}"
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or (kind is int and not isinstance(v, int)):
+        full = _join(path, key)
+        if (isinstance(v, bool) or not isinstance(v, (int, float)) or (kind is int and not isinstance(v, int))
+                or not math.isfinite(v)):
             self.bad(full, f"must be {'an integer' if kind is int else 'a number'}, got {v!r}; e.g. `{key}: {default}`")
             return default
         if (lo is not None and v < lo) or (hi is not None and v > hi):
@@ -273,17 +345,17 @@ class _Reader:
             return default
         return kind(v)
 
-    def duration(self, data: dict, key: str, path: str, default, *, zero: bool = False):
-        """A duration in seconds; must be > 0 (>= 0 with `zero`)."""
+    def duration(self, data: dict, key: str, path: str, default, minimum: float = 0.001):
+        """A duration in seconds, at least `minimum` (0: zero allowed)."""
         if key not in data or data[key] is None:
             return default
         try:
             v = parse_duration(data[key])
         except ValueError:
-            self.bad(f"{path}.{key}", f"not a duration: {data[key]!r}; write e.g. `30s`, `5m`, `4h` or a number of seconds")
+            self.bad(_join(path, key), f"not a duration: {data[key]!r}; write e.g. `30s`, `5m`, `4h` or a number of seconds")
             return default
-        if v < 0 or (v == 0 and not zero):
-            self.bad(f"{path}.{key}", f"must be {'zero or more' if zero else 'positive'}, got {data[key]!r}")
+        if not math.isfinite(v) or v < minimum:
+            self.bad(_join(path, key), f"must be a finite duration of at least {minimum:g}s, got {data[key]!r}")
             return default
         return v
 
@@ -291,7 +363,7 @@ class _Reader:
         if key not in data or data[key] is None:
             return default
         if not isinstance(data[key], bool):
-            self.bad(f"{path}.{key}", f"must be true or false, got {data[key]!r}")
+            self.bad(_join(path, key), f"must be true or false, got {data[key]!r}")
             return default
         return data[key]
 
@@ -299,7 +371,7 @@ class _Reader:
         if key not in data or data[key] is None:
             return default
         if not isinstance(data[key], (str, int)) or isinstance(data[key], bool):
-            self.bad(f"{path}.{key}", f"must be a string, got {data[key]!r}")
+            self.bad(_join(path, key), f"must be a string, got {data[key]!r}")
             return default
         return str(data[key])
 
@@ -364,8 +436,30 @@ def _resolve_secret(r: _Reader, data: dict, path: str, name: str) -> str | None:
         r.bad(f"{path}.{key}", f"cannot read {raw}: {e.strerror}; check the path and that specwatch may read it")
         return None
     if not value:
-        r.bad(f"{path}.{key}", f"{raw} is empty; put the webhook URL in it")
+        r.bad(f"{path}.{key}", f"{raw} is empty; put the {name.replace('_', ' ')} in it")
     return value or None
+
+
+def _timezone(r: _Reader, data: dict, path: str, default: str | None) -> str | None:
+    key = "timezone" if path else "log_timezone"
+    name = r.string(data, key, path, default)
+    if name is None or name == default:
+        return name
+    try:
+        ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError):
+        r.bad(_join(path, key), f"unknown time zone {name!r}; use an IANA name such as UTC or Europe/Berlin")
+        return default
+    return name
+
+
+def _valid_url(url: str) -> bool:
+    try:
+        u = urlsplit(url)
+        u.port  # raises ValueError on a bad port
+    except ValueError:
+        return False
+    return u.scheme in ("http", "https") and bool(u.hostname)
 
 
 def build_config(data: dict | None, source_path: str | None = None) -> Config:
@@ -376,14 +470,20 @@ def build_config(data: dict | None, source_path: str | None = None) -> Config:
         data = {}
     if not isinstance(data, dict):
         raise ConfigError(["(top level): must be a mapping of keys such as `logs:`, `metrics:`, `alerts:`"])
-    r.unknown(data, "", {"server", "logs", "follow", "metrics", "state_dir", "rules", "alerts", "gpu"})
+    r.unknown(data, "", {"server", "log_timezone", "logs", "follow", "metrics", "state_dir", "rules", "alerts", "gpu",
+                         "process", "server_api"})
     default_server = r.string(data, "server", "", None) or socket.gethostname()
     cfg.server = default_server
+    default_tz = _timezone(r, data, "", None)
+    cfg.log_timezone = default_tz
 
     logs = data.get("logs") or []
     if not isinstance(logs, list):
         r.bad("logs", "must be a list of entries like `- path: /var/log/sglang/server.log`")
         logs = []
+    seen_paths: dict[str, int] = {}
+    defaulted: list[int] = []
+    source_dir = os.path.dirname(os.path.abspath(source_path)) if source_path else None
     for i, entry in enumerate(logs):
         p = f"logs[{i}]"
         if isinstance(entry, str):
@@ -391,7 +491,7 @@ def build_config(data: dict | None, source_path: str | None = None) -> Config:
         if not isinstance(entry, dict):
             r.bad(p, "must be a mapping with `path:` (and optional `server:`, `container_prefix:`)")
             continue
-        r.unknown(entry, p, {"path", "server", "container_prefix"})
+        r.unknown(entry, p, {"path", "server", "container_prefix", "timezone"})
         path = r.string(entry, "path", p, None)
         if not path:
             r.bad(f"{p}.path", "missing; give the SGLang log file to follow")
@@ -403,11 +503,26 @@ def build_config(data: dict | None, source_path: str | None = None) -> Config:
             except re.error as e:
                 r.bad(f"{p}.container_prefix", f"not a valid regular expression ({e}); e.g. '^\\S+\\s+\\| '")
                 prefix = None
-        cfg.logs.append(LogSource(path=path, server=r.string(entry, "server", p, default_server), container_prefix=prefix))
+        if not os.path.isabs(path) and source_dir is not None:
+            path = os.path.normpath(os.path.join(source_dir, path))  # relative to the config file
+        if path in seen_paths:
+            r.bad(f"{p}.path", f"{path} is already followed by logs[{seen_paths[path]}]; list each file once")
+            continue
+        seen_paths[path] = i
+        explicit = entry.get("server") is not None
+        if not explicit:
+            defaulted.append(i)
+        cfg.logs.append(LogSource(path=path, server=r.string(entry, "server", p, default_server),
+                                  container_prefix=prefix, timezone=_timezone(r, entry, p, default_tz)))
+    if len(defaulted) > 1:
+        # Two servers' lines under one name would merge their ranks (a collapse hidden in a mean).
+        r.bad(f"logs[{defaulted[1]}].server", f"logs[{defaulted[0]}] and logs[{defaulted[1]}] both default to "
+              f"server {default_server!r}; give each log its own `server:` (the same name twice only "
+              "if both files come from one SGLang server)")
 
     f = r.section(data, "follow", "", {"poll_interval", "max_line_bytes", "watchdog"})
     cfg.follow = FollowConfig(
-        poll_interval=r.duration(f, "poll_interval", "follow", 1.0),
+        poll_interval=r.duration(f, "poll_interval", "follow", 1.0, minimum=0.05),
         max_line_bytes=r.number(f, "max_line_bytes", "follow", 1_048_576, kind=int, lo=1024),
         watchdog=r.boolean(f, "watchdog", "follow", True),
     )
@@ -415,16 +530,21 @@ def build_config(data: dict | None, source_path: str | None = None) -> Config:
     g = r.section(data, "gpu", "", {"enabled", "interval"})
     cfg.gpu = GpuConfig(enabled=r.boolean(g, "enabled", "gpu", True), interval=r.duration(g, "interval", "gpu", 5.0))
 
+    cfg.process = _process_section(r, data)
+    cfg.server_apis = _server_api_section(r, data, default_server)
+
     m = r.section(data, "metrics", "", {"listen_address", "listen_port"})
     cfg.listen_address = r.string(m, "listen_address", "metrics", "127.0.0.1")
     cfg.listen_port = r.number(m, "listen_port", "metrics", DEFAULT_PORT, kind=int, lo=0, hi=65535)
 
     cfg.state_dir = r.string(data, "state_dir", "", cfg.state_dir)
 
-    _rules(r, cfg, r.section(data, "rules", "", {
+    rules = r.section(data, "rules", "", {
         "collapse", "windows", "degradation", "drift", "speculation_inactive", "spec_metrics_missing",
-        "throughput_drop", "rank_disagreement",
-    }))
+        "throughput_drop", "rank_disagreement", "server", "log_silent", "gpu_errors", "gpu_throttle",
+    })
+    _source_rule_sections(r, rules, cfg)
+    _rules(r, cfg, rules)
     _alerts(r, cfg, r.section(data, "alerts", "", {
         "group_by", "group_wait", "group_interval", "repeat_interval", "inhibit_rules", "runbook_url",
         "external_url", "slack", "webhooks", "alertmanager", "routes",
@@ -432,6 +552,107 @@ def build_config(data: dict | None, source_path: str | None = None) -> Config:
     if r.problems:
         raise ConfigError(r.problems)
     return cfg
+
+
+def _process_section(r: _Reader, data: dict) -> ProcessConfig:
+    p = r.section(data, "process", "", {"enabled", "interval", "match", "servers"})
+    match = r.string(p, "match", "process", None)
+    if match is not None:
+        try:
+            re.compile(match)
+        except re.error as e:
+            r.bad("process.match", f"not a valid regular expression ({e}); e.g. 'my_sglang_wrapper\\.py'")
+            match = None
+    servers: dict[int, str] = {}
+    raw = p.get("servers") or {}
+    if not isinstance(raw, dict):
+        r.bad("process.servers", "must map SGLang --port numbers to server names, e.g. `servers: {30000: sglang-0}`")
+        raw = {}
+    for port, name in raw.items():
+        key = f"process.servers.{port}"
+        if isinstance(port, bool) or not isinstance(port, int) or not 0 < port < 65536:
+            r.bad(key, "the key must be a port number (the server's --port), e.g. `30000: sglang-0`")
+        elif not isinstance(name, str) or not name:
+            r.bad(key, f"must be a server name (the `server` label), got {name!r}")
+        else:
+            servers[port] = name
+    return ProcessConfig(
+        enabled=r.boolean(p, "enabled", "process", True),
+        interval=r.duration(p, "interval", "process", 5.0),
+        match=match,
+        servers=servers,
+    )
+
+
+_API_KEYS = {"url", "server", "api_key", "api_key_env", "api_key_file", "interval", "health_interval",
+             "timeout", "backoff_max"}
+
+
+def _server_api_section(r: _Reader, data: dict, default_server: str) -> list[ServerApiConfig]:
+    """`server_api:` is one mapping or a list of them (one per SGLang server on the box)."""
+    raw = data.get("server_api")
+    if raw is None:
+        return []
+    entries = raw if isinstance(raw, list) else [raw]
+    out: list[ServerApiConfig] = []
+    for i, entry in enumerate(entries):
+        path = f"server_api[{i}]" if isinstance(raw, list) else "server_api"
+        if not isinstance(entry, dict):
+            r.bad(path, "must be a mapping with `url:` (e.g. `url: http://127.0.0.1:30000`)")
+            continue
+        r.unknown(entry, path, _API_KEYS)
+        url = r.string(entry, "url", path, None)
+        if url is None:
+            continue  # `url: null` (the example's default): the API is not polled
+        if not _valid_url(url):
+            r.bad(f"{path}.url", "must be an http(s) base URL such as http://127.0.0.1:30000")
+            continue
+        timeout = r.duration(entry, "timeout", path, 2.0)
+        interval = r.duration(entry, "interval", path, 10.0)
+        if timeout >= interval:
+            r.bad(f"{path}.timeout", f"must be shorter than interval ({interval:g}s) or polls pile up; e.g. 2s")
+        out.append(ServerApiConfig(
+            url=url.rstrip("/"),
+            server=r.string(entry, "server", path, default_server),
+            api_key=_resolve_secret(r, entry, path, "api_key"),
+            interval=interval,
+            health_interval=r.duration(entry, "health_interval", path, 60.0),
+            timeout=timeout,
+            backoff_max=r.duration(entry, "backoff_max", path, 120.0),
+        ))
+    return out
+
+
+def _source_rule_sections(r: _Reader, rules: dict, cfg: Config) -> None:
+    s = r.section(rules, "server", "rules", {"down_for", "restart_window", "unhealthy_for"})
+    cfg.server_rule = ServerRuleConfig(
+        down_for=r.duration(s, "down_for", "rules.server", 30.0),
+        restart_window=r.duration(s, "restart_window", "rules.server", 600.0),
+        unhealthy_for=r.duration(s, "unhealthy_for", "rules.server", 120.0),
+    )
+    ls = r.section(rules, "log_silent", "rules", {"intervals"})
+    cfg.log_silent = LogSilentConfig(intervals=r.number(ls, "intervals", "rules.log_silent", 3, kind=int, lo=1))
+    ge = r.section(rules, "gpu_errors", "rules", {"window", "ignore_xids"})
+    ignore = ge.get("ignore_xids") or []
+    if not isinstance(ignore, list) or not all(isinstance(x, int) and not isinstance(x, bool) for x in ignore):
+        r.bad("rules.gpu_errors.ignore_xids", f"must be a list of XID numbers, e.g. [13, 43], got {ignore!r}")
+        ignore = []
+    cfg.gpu_errors = GpuErrorsConfig(window=r.duration(ge, "window", "rules.gpu_errors", 600.0),
+                                     ignore_xids=tuple(ignore))
+    gt = r.section(rules, "gpu_throttle", "rules", {"reasons", "drop_ratio", "min_batches", "baseline_window"})
+    reasons = gt.get("reasons")
+    if reasons is None:
+        reasons = list(GPU_THROTTLE_REASONS)
+    elif not isinstance(reasons, list) or not reasons or any(x not in KNOWN_CLOCK_REASONS for x in reasons):
+        r.bad("rules.gpu_throttle.reasons",
+              f"must be a non-empty list of clock event reasons from: {', '.join(KNOWN_CLOCK_REASONS)}; got {reasons!r}")
+        reasons = list(GPU_THROTTLE_REASONS)
+    cfg.gpu_throttle = GpuThrottleConfig(
+        reasons=tuple(reasons),
+        drop_ratio=r.number(gt, "drop_ratio", "rules.gpu_throttle", 0.2, lo=0.01, hi=0.99),
+        min_batches=r.number(gt, "min_batches", "rules.gpu_throttle", 3, kind=int, lo=1),
+        baseline_window=r.duration(gt, "baseline_window", "rules.gpu_throttle", 3600.0),
+    )
 
 
 def load_config(path: str | os.PathLike) -> Config:
@@ -571,10 +792,10 @@ _SLACK_KEYS = {"webhook_url", "webhook_url_env", "webhook_url_file", "channel", 
 def _slack(r: _Reader, s: dict, path: str, base: SlackConfig) -> SlackConfig:
     """A Slack section; unset keys come from `base` (alerts.slack for a route)."""
     url = _resolve_secret(r, s, path, "webhook_url")
-    if url is not None and not url.startswith(("https://", "http://")):
+    if url is not None and not _valid_url(url):
         r.bad(f"{path}.webhook_url", "must be an http(s) URL such as https://hooks.slack.com/services/T000/B000/XXXX (value not shown: it is a secret)")
         url = None
-    return SlackConfig(
+    sc = SlackConfig(
         webhook_url=url or base.webhook_url,
         channel=r.string(s, "channel", path, base.channel),
         timeout=r.duration(s, "timeout", path, base.timeout),
@@ -582,12 +803,19 @@ def _slack(r: _Reader, s: dict, path: str, base: SlackConfig) -> SlackConfig:
         backoff_max=r.duration(s, "backoff_max", path, base.backoff_max),
         send_resolved=r.boolean(s, "send_resolved", path, base.send_resolved),
     )
+    _check_backoff(r, path, sc.backoff_initial, sc.backoff_max)
+    return sc
+
+
+def _check_backoff(r: _Reader, path: str, initial: float, maximum: float) -> None:
+    if initial > maximum:
+        r.bad(f"{path}.backoff_initial", f"({initial:g}s) must not exceed backoff_max ({maximum:g}s)")
 
 
 def _alerts(r: _Reader, cfg: Config, a: dict) -> None:
     cfg.group_by = r.strings(a, "group_by", "alerts", [])
-    cfg.group_wait = r.duration(a, "group_wait", "alerts", 30.0, zero=True)
-    cfg.group_interval = r.duration(a, "group_interval", "alerts", 300.0, zero=True)
+    cfg.group_wait = r.duration(a, "group_wait", "alerts", 30.0, minimum=0.0)
+    cfg.group_interval = r.duration(a, "group_interval", "alerts", 300.0, minimum=0.0)
     cfg.repeat_interval = r.duration(a, "repeat_interval", "alerts", 4 * 3600.0)
     cfg.runbook_url = r.string(a, "runbook_url", "alerts", "")
     cfg.external_url = r.string(a, "external_url", "alerts", "")
@@ -615,7 +843,7 @@ def _alerts(r: _Reader, cfg: Config, a: dict) -> None:
         url = _resolve_secret(r, w, wp, "url")
         if url is None and not any(w.get(k) for k in ("url", "url_env", "url_file")):
             r.bad(f"{wp}.url", "missing; the URL to POST to (or url_env / url_file)")
-        elif url is not None and not url.startswith(("https://", "http://")):
+        elif url is not None and not _valid_url(url):
             r.bad(f"{wp}.url", "must be an http(s) URL (value not shown: it may hold a token)")
             url = None
         hook = WebhookConfig(
@@ -626,6 +854,7 @@ def _alerts(r: _Reader, cfg: Config, a: dict) -> None:
             backoff_initial=r.duration(w, "backoff_initial", wp, 1.0),
             backoff_max=r.duration(w, "backoff_max", wp, 300.0),
         )
+        _check_backoff(r, wp, hook.backoff_initial, hook.backoff_max)
         if name and url:
             cfg.webhooks.append(hook)
 
@@ -634,16 +863,17 @@ def _alerts(r: _Reader, cfg: Config, a: dict) -> None:
                                                 "backoff_initial", "backoff_max"})
     urls = r.strings(m, "urls", p, []) or []
     for i, u in enumerate(urls):
-        if not u.startswith(("http://", "https://")):
+        if not _valid_url(u):
             r.bad(f"{p}.urls[{i}]", f"{u!r} is not an http(s) URL; e.g. http://127.0.0.1:9093")
     cfg.alertmanager = AlertmanagerConfig(
-        urls=[u for u in urls if u.startswith(("http://", "https://"))],
+        urls=[u for u in urls if _valid_url(u)],
         resend_delay=r.duration(m, "resend_delay", p, 60.0),
         resolved_retention=r.duration(m, "resolved_retention", p, 900.0),
         timeout=r.duration(m, "timeout", p, 10.0),
         backoff_initial=r.duration(m, "backoff_initial", p, 1.0),
         backoff_max=r.duration(m, "backoff_max", p, 60.0),
     )
+    _check_backoff(r, p, cfg.alertmanager.backoff_initial, cfg.alertmanager.backoff_max)
 
     hooks = {w.name for w in cfg.webhooks}
     for i, (rp, rt) in enumerate(r.items(a, "routes", "alerts", "{matchers: [severity=critical], slack: {channel: '#oncall'}}")):
@@ -667,8 +897,8 @@ def _alerts(r: _Reader, cfg: Config, a: dict) -> None:
         cfg.routes.append(RouteConfig(
             name=name, matchers=matchers, slack=slack, webhooks=webhooks,
             group_by=r.strings(rt, "group_by", rp, None),
-            group_wait=r.duration(rt, "group_wait", rp, None, zero=True),
-            group_interval=r.duration(rt, "group_interval", rp, None, zero=True),
+            group_wait=r.duration(rt, "group_wait", rp, None, minimum=0.0),
+            group_interval=r.duration(rt, "group_interval", rp, None, minimum=0.0),
             repeat_interval=r.duration(rt, "repeat_interval", rp, None),
             continue_matching=r.boolean(rt, "continue", rp, False),
         ))

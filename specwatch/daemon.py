@@ -1,10 +1,12 @@
 """`specwatch run`: lifecycle of the daemon — threads, signals, state, HTTP listener.
 
 Threads: the follower group (reads lines and feeds the pipeline), the HTTP server (scrapes), one
-delivery thread per notifier, and the main thread, which waits on an Event and wakes once a
-second to flush due alert groups, re-send to Alertmanager and, every `STATE_EVERY` seconds, to
-persist state. Nothing spins: idle CPU is the followers' poll (one stat per file per poll
-interval) plus these wake-ups.
+delivery thread per notifier, one thread per source (process scan, each HTTP API, NVML sampling
+and XID events), and the main thread, which waits on an Event and wakes once a second to feed
+new GPU cycles to the rules, flush due alert groups, re-send to Alertmanager and, every
+`STATE_EVERY` seconds, to persist state. Nothing spins: idle CPU is the followers' poll (one
+stat per file per poll interval), one scan of /proc every `process.interval`, one HTTP GET per
+`server_api.interval`, plus these wake-ups.
 
 State (`<state_dir>/state.json`, written atomically): file offsets and the rule/alert state, so
 a restart resumes after the last line read and neither re-fires nor forgets a firing alert.
@@ -29,7 +31,7 @@ from prometheus_client import CollectorRegistry, make_wsgi_app
 from specwatch import __version__
 from specwatch.alerting import build_alerting
 from specwatch.config import Config
-from specwatch.metrics import FollowerCollector, PipelineCollector, SelfCollector
+from specwatch.metrics import FollowerCollector, PipelineCollector, SelfCollector, ServerCollector
 from specwatch.pipeline import Pipeline
 from specwatch.sources.follow import Follower, FollowerGroup
 from specwatch.storage import read_json, write_json_atomic
@@ -99,12 +101,36 @@ class Daemon:
         self.registry.register(PipelineCollector(self.pipeline))
         self.registry.register(FollowerCollector(lambda: self.followers.followers))
         self.registry.register(SelfCollector(self.pipeline, lambda: self.notifiers))
-        self.gpu = None
+        self.registry.register(ServerCollector(self.pipeline))
+        self.sources: list = []
+        self.process = None
+        if cfg.process.enabled:
+            from specwatch.sources.process import ProcessCollector, ProcessSource
+
+            self.process = ProcessSource(self._emit, server=cfg.server, interval=cfg.process.interval,
+                                         servers=cfg.process.servers, match=cfg.process.match)
+            self.sources.append(self.process)
+            self.registry.register(ProcessCollector(self.process))
+        if cfg.server_apis:
+            from specwatch.sources.server_api import ServerApiCollector, ServerApiSource
+
+            apis = [ServerApiSource(a.url, self._emit, server=a.server, api_key=a.api_key, interval=a.interval,
+                                    health_interval=a.health_interval, timeout=a.timeout,
+                                    backoff_max=a.backoff_max) for a in cfg.server_apis]
+            self.sources += apis
+            self.registry.register(ServerApiCollector(apis))
+        self.gpu = self.gpu_events = None
         if cfg.gpu.enabled:
+            from specwatch.sources.gpu_events import GpuEvents
             from specwatch.sources.nvml import GpuCollector
 
-            self.gpu = GpuCollector(interval=cfg.gpu.interval)
+            self.gpu = GpuCollector(interval=cfg.gpu.interval,
+                                    process_pids=self.process.pids if self.process else None)
+            self.gpu_events = GpuEvents(self.gpu)
             self.registry.register(self.gpu)
+
+    def _emit(self, server: str, event: object, now: float) -> None:
+        self.pipeline.feed_event(server, event, now)
 
     def _on_line(self, line) -> None:
         self.pipeline.feed(line, now=time.time())
@@ -153,6 +179,8 @@ class Daemon:
         for n in self.notifiers.values():
             n.start()
         self.followers.start()
+        for src in self.sources:
+            src.start()
         if self.gpu is not None:
             self.gpu.start()
         for sig in (signal.SIGTERM, signal.SIGINT):
@@ -163,11 +191,18 @@ class Daemon:
         log.info("notifiers: %s", ", ".join(self.notifiers) or "none (alerts only in /metrics)")
         sd_notify(f"READY=1\nSTATUS=following {len(cfg.logs)} log(s), metrics on port {port}")
         while not self._stop.wait(1.0):
+            now = time.time()
+            if self.gpu_events is not None:
+                sample = self.gpu_events.poll(now)
+                if sample is not None:  # GPU facts are per box: the default server name
+                    self.pipeline.feed_event(cfg.server, sample, now)
             with self.pipeline.lock:
-                self.pipeline.tick(time.time())
+                self.pipeline.tick(now)
         sd_notify("STOPPING=1")
         log.info("stopping")
         self.followers.stop(timeout=5.0)
+        for src in self.sources:
+            src.stop(timeout=5.0)
         if self.gpu is not None:
             self.gpu.stop(timeout=2.0)
         self.save_state()

@@ -74,13 +74,16 @@ class PrefillBatch(BatchLine):
 
 @dataclass(slots=True)
 class ServerArgs:
-    """Speculative settings read from the startup `server_args=ServerArgs(...)` line.
+    """Server settings: from the startup `server_args=ServerArgs(...)` line (`source` "log"),
+    `/server_info` ("server_info", resolved values) or the process command line ("cmdline", as
+    typed: auto-chosen values are absent).
 
     Values are kept as Python literals where they parse (int, str, None, bool).
     """
 
     timestamp: float | None
     args: dict[str, object] = field(default_factory=dict)
+    source: str = "log"
 
     @property
     def speculative_algorithm(self) -> str | None:
@@ -100,6 +103,173 @@ class MalformedLine:
     reason: str
     timestamp: float | None = None
     rank: str = ""
+
+
+# --- events from the process, HTTP API and GPU sources (fed through Pipeline.feed_event) ---
+
+
+@dataclass(frozen=True, slots=True)
+class RoleUsage:
+    """Resources of the processes of one role (`main`, `scheduler`, `detokenizer`, ...).
+
+    cpu_seconds: user + system CPU time of the live processes, seconds. rss_bytes: sum of their
+    resident set sizes, bytes (pages shared between them are counted once per process).
+    """
+
+    processes: int
+    cpu_seconds: float
+    rss_bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class ServerProcess:
+    """One running SGLang server as seen by psutil: the launcher process and its descendants.
+
+    pid / start_time: the launcher (`python -m sglang.launch_server`, `sglang serve`); start_time
+    is seconds since the epoch. args: settings parsed from its command line (field names as in
+    SGLang's ServerArgs, values as typed). interpreter: the Python executable as the process
+    sees it (a venv's `bin/python`, not the resolved system binary); fs_root: "/" or
+    `/proc/<pid>/root` when the server runs in another mount namespace (a container), to be
+    prefixed to the paths here. sglang_version / sglang_location: from the `sglang` distribution
+    metadata in that interpreter's site-packages (None when not found). output_paths: where
+    fd 1 and 2 of the launcher and schedulers point (`/var/log/x.log`, `pipe:[123]`, ...).
+    """
+
+    pid: int
+    start_time: float
+    port: int
+    cmdline: tuple[str, ...]
+    args: dict[str, object]
+    interpreter: str | None
+    fs_root: str
+    sglang_version: str | None
+    sglang_location: str | None
+    pids: tuple[int, ...]
+    roles: dict[str, RoleUsage]
+    output_paths: tuple[str, ...] = ()
+
+    @property
+    def identity(self) -> tuple[int, float]:
+        return (self.pid, self.start_time)
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessSample:
+    """One scan of the process table for one server; `process` None = no such server running."""
+
+    timestamp: float
+    process: ServerProcess | None
+
+
+@dataclass(frozen=True, slots=True)
+class ServerStarted:
+    """A server process appeared: at specwatch start (`first_seen`) or after it was down."""
+
+    timestamp: float
+    process: ServerProcess
+    first_seen: bool = False
+    previous: ServerProcess | None = None  # the last process seen before it went down
+
+
+@dataclass(frozen=True, slots=True)
+class ServerRestarted:
+    """The launcher's pid or start time changed between two scans (a restart between them)."""
+
+    timestamp: float
+    old: ServerProcess
+    new: ServerProcess
+
+
+@dataclass(frozen=True, slots=True)
+class ServerDown:
+    """The server's processes are gone (`last` is what was seen before)."""
+
+    timestamp: float
+    last: ServerProcess | None
+
+
+@dataclass(frozen=True, slots=True)
+class DpState:
+    """`internal_states[i]` of `/server_info` for DP rank i (scheduler `get_internal_state`).
+
+    avg_spec_accept_length: lifetime accepted tokens / lifetime verify rounds (never the
+    per-interval value of the log). last_gen_throughput: tokens/s over the scheduler's last
+    decode-log interval; it changes only when an interval completes, which is what tells
+    specwatch that decode lines were due (scheduler `log_decode_stats`, 0.4.6.post1-0.5.23).
+    """
+
+    dp_rank: int
+    avg_spec_accept_length: float | None
+    last_gen_throughput: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class ServerInfo:
+    """What `/server_info` (`/get_server_info` before 0.5.6) and `/model_info` said.
+
+    args: the resolved server args specwatch uses; version: `version`; startup_time: seconds
+    since the epoch (0.5.23+, else None); architectures: target `architectures` from
+    `/model_info` (0.5.10+, else ()); endpoint: the path that answered.
+    """
+
+    version: str | None
+    args: dict[str, object]
+    dp_states: tuple[DpState, ...]
+    startup_time: float | None = None
+    architectures: tuple[str, ...] = ()
+    endpoint: str = "/server_info"
+
+
+@dataclass(frozen=True, slots=True)
+class ApiSample:
+    """One poll of the SGLang HTTP API.
+
+    reachable: an HTTP answer came back (any status). error: why the info call failed
+    (`connection_error`, `timeout`, `unauthorized`, `http_503`, `bad_response`, ...), None on
+    success. healthy: the last `/health` answer was 200 (None: not asked yet).
+    """
+
+    timestamp: float
+    url: str
+    reachable: bool
+    error: str | None
+    info: ServerInfo | None = None
+    healthy: bool | None = None
+    health_status: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class GpuState:
+    """One GPU in a GpuSample. `up` False: NVML failed on it (lost); other fields then empty.
+
+    reasons: clock event reasons active now (dcgm names). ecc: {"corrected"|"uncorrected":
+    volatile count}. xids: {xid: (count since specwatch started, last time seconds since the
+    epoch)}. sglang_memory_bytes: GPU memory held by the SGLang processes (None: unknown).
+    """
+
+    index: str
+    uuid: str = ""
+    model_name: str = ""
+    pci_bus_id: str = ""
+    up: bool = True
+    reasons: frozenset[str] = frozenset()
+    temperature_celsius: float | None = None
+    power_watts: float | None = None
+    sm_clock_hertz: float | None = None
+    utilization_ratio: float | None = None
+    ecc: dict[str, float] = field(default_factory=dict)
+    xids: dict[str, tuple[float, float]] = field(default_factory=dict)
+    sglang_memory_bytes: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class GpuSample:
+    """A GpuCollector cycle: `up` False when NVML is unavailable; `count` GPUs NVML reports."""
+
+    timestamp: float
+    up: bool
+    count: int | None
+    gpus: tuple[GpuState, ...] = ()
 
 
 ParsedLine = DecodeBatch | PrefillBatch | ServerArgs | OtherLine | MalformedLine

@@ -55,7 +55,7 @@ class PipelineCollector(Collector):
         lines = CounterMetricFamily("specwatch_log_lines", "Log lines read, by kind (decode, prefill, other, malformed).", labels=("server", "kind"))
         spec = GaugeMetricFamily(
             "specwatch_speculative_info",
-            "Speculative settings from the server's startup server_args line (value 1).",
+            "Speculative settings (value 1) from the server's startup server_args line, /server_info and its command line, merged.",
             labels=("server", "algorithm", "draft_model", "model", "num_steps", "eagle_topk", "num_draft_tokens"),
         )
         with p.lock:
@@ -91,6 +91,66 @@ class PipelineCollector(Collector):
                     ], 1.0)
         yield from (accept_length, accept_rate, throughput, running, queued, usage, tokens, graph,
                     last_ts, collapsed, decode_total, prefill_total, lines, spec)
+
+
+class ServerCollector(Collector):
+    """Families about each SGLang server from the process and HTTP API sources (pipeline state).
+
+    `specwatch_server_up` follows the process source when it watches the server, else whether
+    `/server_info` answered. CPU and memory are per role (`main`, `scheduler`, `detokenizer`,
+    ...: see sources/process.py); the CPU counter drops when a process exits (a counter reset).
+    """
+
+    INFO_LABELS = ("server", "algorithm", "draft_model", "model", "sglang_version", "architecture",
+                   "tp_size", "dp_size", "pp_size", "port")
+
+    def __init__(self, pipeline: Pipeline):
+        self.pipeline = pipeline
+
+    def collect(self) -> Iterable:
+        up = GaugeMetricFamily("specwatch_server_up", "1 while the SGLang server runs (its process is found; without process watching: its HTTP API answers), else 0.", labels=("server",))
+        restarts = CounterMetricFamily("specwatch_server_restarts", "Restarts seen (the launcher's pid or start time changed) since specwatch started.", labels=("server",))
+        start = GaugeMetricFamily("specwatch_server_start_time_seconds", "Start time of the SGLang launcher process, seconds since the epoch.", labels=("server",))
+        cpu = CounterMetricFamily("specwatch_server_cpu_seconds", "User + system CPU time of the live SGLang processes of this role, seconds.", labels=("server", "role"))
+        rss = GaugeMetricFamily("specwatch_server_resident_memory_bytes", "Resident memory of the SGLang processes of this role, bytes (shared pages counted once per process).", labels=("server", "role"))
+        nproc = GaugeMetricFamily("specwatch_server_processes", "Live SGLang processes of this role.", labels=("server", "role"))
+        info = GaugeMetricFamily("specwatch_server_info", "The SGLang server's settings and version (value 1): from its command line, /server_info and the log.", labels=self.INFO_LABELS)
+        healthy = GaugeMetricFamily("specwatch_server_healthy", "1 when the last /health answer was 200, else 0 (absent until asked).", labels=("server",))
+        lifetime = GaugeMetricFamily(
+            "specwatch_server_avg_accept_length_lifetime",
+            "Average accept length since the server started, tokens per verify round, from /server_info internal_states (not the per-interval value of the log).",
+            labels=("server", "dp_rank"))
+        with self.pipeline.lock:
+            servers = list(self.pipeline.servers.items())
+        for server, st in servers:
+            proc, api, inf = st.process, st.api, st.info
+            if st.process_watched:
+                up.add_metric([server], 1.0 if proc is not None else 0.0)
+            elif api is not None:
+                up.add_metric([server], 1.0 if api.info is not None else 0.0)
+            if st.process_watched or st.restarts:
+                restarts.add_metric([server], st.restarts)
+            if proc is not None:
+                start.add_metric([server], proc.start_time)
+                for role, u in sorted(proc.roles.items()):
+                    cpu.add_metric([server, role], u.cpu_seconds)
+                    rss.add_metric([server, role], u.rss_bytes)
+                    nproc.add_metric([server, role], u.processes)
+            if api is not None and api.healthy is not None:
+                healthy.add_metric([server], 1.0 if api.healthy else 0.0)
+            if inf is not None and api is not None and api.info is not None:
+                for dp in inf.dp_states:
+                    if dp.avg_spec_accept_length is not None:
+                        lifetime.add_metric([server, str(dp.dp_rank)], dp.avg_spec_accept_length)
+            if proc is not None or inf is not None:
+                a = st.server_args.args if st.server_args else {}
+                version = (proc.sglang_version if proc else None) or (inf.version if inf else None)
+                arch = ",".join(inf.architectures) if inf else ""
+                port = a.get("port", proc.port if proc else "")
+                info.add_metric([server] + ["" if v is None else str(v) for v in (
+                    a.get("speculative_algorithm"), a.get("speculative_draft_model_path"), a.get("model_path"),
+                    version, arch, a.get("tp_size"), a.get("dp_size"), a.get("pp_size"), port)], 1.0)
+        yield from (up, restarts, start, cpu, rss, nproc, info, healthy, lifetime)
 
 
 class FollowerCollector(Collector):

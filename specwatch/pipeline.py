@@ -10,16 +10,34 @@ from __future__ import annotations
 import math
 import re
 import threading
+from zoneinfo import ZoneInfo
 from dataclasses import dataclass, field
 
 from specwatch.alerts.dispatcher import Dispatcher
 from specwatch.config import Config
-from specwatch.events import DecodeBatch, LogLine, MalformedLine, OtherLine, PrefillBatch, ServerArgs
+from specwatch.events import (
+    ApiSample,
+    DecodeBatch,
+    LogLine,
+    MalformedLine,
+    OtherLine,
+    PrefillBatch,
+    ProcessSample,
+    ServerArgs,
+    ServerInfo,
+    ServerProcess,
+    ServerRestarted,
+    ServerStarted,
+)
 from specwatch.rules.base import Rule
 from specwatch.rules.collapse import CollapseRule
 from specwatch.rules.degradation import DegradationRule
 from specwatch.rules.drift import DriftRule
+from specwatch.rules.gpu_errors import GpuErrorsRule
+from specwatch.rules.gpu_throttle import GpuThrottleRule
+from specwatch.rules.log_silent import LogSilentRule
 from specwatch.rules.rank_disagreement import RankDisagreementRule
+from specwatch.rules.server_state import ServerStateRule
 from specwatch.rules.spec_inactive import SpeculationInactiveRule
 from specwatch.rules.spec_missing import SpecMetricsMissingRule
 from specwatch.rules.throughput import ThroughputDropRule
@@ -47,9 +65,23 @@ class RankStats:
 
 @dataclass
 class ServerStats:
+    """Per server: log line counts, its settings, and what the process and API sources saw.
+
+    server_args: the settings from every source merged, newest source last (`args_by_source`
+    keeps each one; a restart clears them). process: the last ProcessSample's process (None:
+    not running); process_watched: the process source reports on this server. api: the last
+    ApiSample; info: the last successful /server_info.
+    """
+
     lines: dict[str, int] = field(default_factory=lambda: dict.fromkeys(KINDS, 0))
     server_args: ServerArgs | None = None
     last_malformed_reason: str | None = None
+    args_by_source: dict[str, dict] = field(default_factory=dict)
+    process: ServerProcess | None = None
+    process_watched: bool = False
+    restarts: int = 0
+    api: ApiSample | None = None
+    info: ServerInfo | None = None
 
 
 class Pipeline:
@@ -63,8 +95,15 @@ class Pipeline:
         self.config = config
         self.dispatcher = dispatcher
         self.collapse = CollapseRule(config.collapse, config.windows)
+        log_paths: dict[str, list[str]] = {}
+        for src in config.logs:
+            log_paths.setdefault(src.server, []).append(src.path)
         self.rules: list[Rule] = [
             self.collapse,
+            ServerStateRule(config.server_rule, log_paths),
+            LogSilentRule(config.log_silent, log_paths),
+            GpuErrorsRule(config.gpu_errors),
+            GpuThrottleRule(config.gpu_throttle),
             DegradationRule(config.degradation, config.windows, config.collapse),
             DriftRule(config.drift, config.windows, config.collapse),
             SpeculationInactiveRule(config.speculation_inactive),
@@ -75,11 +114,14 @@ class Pipeline:
         self.servers: dict[str, ServerStats] = {}
         self.ranks: dict[tuple[str, str], RankStats] = {}
         self.lock = threading.Lock()
+        self._last_tick = -math.inf
         self._prefix: dict[str, re.Pattern | None] = {}
+        self._tz: dict[str, ZoneInfo | None] = {}
         self._server_of: dict[str, str] = {}
         for src in config.logs:
             self._server_of[src.path] = src.server
             self._prefix[src.path] = re.compile(src.container_prefix) if src.container_prefix else None
+            self._tz[src.path] = ZoneInfo(src.timezone) if src.timezone else None
 
     def server_for(self, path: str) -> str:
         return self._server_of.get(path) or (self.config.logs[0].server if self.config.logs else "")
@@ -90,7 +132,7 @@ class Pipeline:
         Returns the parsed event. Never raises on input.
         """
         server = self.server_for(line.path)
-        event = parse_line(line.text, container_prefix=self._prefix.get(line.path))
+        event = parse_line(line.text, container_prefix=self._prefix.get(line.path), tz=self._tz.get(line.path))
         if not line.raw_ok and isinstance(event, (DecodeBatch, PrefillBatch)):
             event = MalformedLine("non-UTF-8 bytes in a batch line", event.timestamp, event.rank)
         with self.lock:
@@ -115,7 +157,8 @@ class Pipeline:
                         rs.accept_length_max = a
                 clock = event.timestamp if now is None else now
                 self._apply_rules(server, event, clock)
-                self.tick(clock)
+                if clock - self._last_tick >= 1.0:  # time-based rules need no finer clock
+                    self.tick(clock)
             elif isinstance(event, PrefillBatch):
                 stats.lines["prefill"] += 1
                 rs = self._rank(server, event)
@@ -123,13 +166,13 @@ class Pipeline:
                 rs.last_prefill = event
                 clock = event.timestamp if now is None else now
                 self._apply_rules(server, event, clock)
-                self.tick(clock)
+                if clock - self._last_tick >= 1.0:
+                    self.tick(clock)
             elif isinstance(event, ServerArgs):
                 stats.lines["other"] += 1
-                stats.server_args = event
                 clock = now if now is not None else event.timestamp
-                self._apply_rules(server, event, clock if clock is not None else 0.0)
-                if clock is not None:
+                self._apply_rules(server, self._merge_args(stats, event), clock if clock is not None else 0.0)
+                if clock is not None and clock - self._last_tick >= 1.0:
                     self.tick(clock)
             else:
                 stats.lines["malformed"] += 1
@@ -137,12 +180,43 @@ class Pipeline:
         return event
 
     def feed_event(self, server: str, event: object, now: float) -> None:
-        """An event from a source other than the log (process, HTTP API, GPU)."""
+        """An event from a source other than the log (process, HTTP API, GPU); `now` is wall
+        time. Records what the metrics show, then runs the rules. Never raises on input."""
         with self.lock:
+            stats = self.servers.get(server)
+            if stats is None:
+                stats = self.servers[server] = ServerStats()
+            if isinstance(event, ServerArgs):
+                event = self._merge_args(stats, event)
+            elif isinstance(event, ProcessSample):
+                stats.process = event.process
+                stats.process_watched = True
+            elif isinstance(event, ServerRestarted) or (isinstance(event, ServerStarted) and not event.first_seen):
+                if isinstance(event, ServerRestarted):
+                    stats.restarts += 1
+                stats.args_by_source.clear()  # the settings of the old process no longer hold
+            elif isinstance(event, ApiSample):
+                stats.api = event
+                if event.info is not None:
+                    stats.info = event.info
             self._apply_rules(server, event, now)
+
+    @staticmethod
+    def _merge_args(stats: ServerStats, event: ServerArgs) -> ServerArgs:
+        """Merge settings from the command line (as typed: first), then the log line and
+        /server_info (resolved values), the newer of those two last."""
+        stats.args_by_source.pop(event.source, None)
+        stats.args_by_source[event.source] = dict(event.args)
+        merged: dict[str, object] = dict(stats.args_by_source.get("cmdline", {}))
+        for source, args in stats.args_by_source.items():
+            if source != "cmdline":
+                merged.update(args)
+        stats.server_args = ServerArgs(event.timestamp, merged, event.source)
+        return stats.server_args
 
     def tick(self, now: float) -> None:
         """Let time-based rules and alert repeats advance (caller holds `lock`)."""
+        self._last_tick = now
         for rule in self.rules:
             for alert in rule.on_tick(now):
                 self.dispatcher.handle(alert, now)

@@ -9,6 +9,7 @@ import pytest
 
 from alertmanager import BINARY as ALERTMANAGER_BINARY
 from alertmanager import Alertmanager
+from fake_sglang import Launcher, make_install
 from slack_endpoint import SlackEndpoint
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -39,3 +40,17 @@ def alertmanager(tmp_path):
     yield start
     for am in started:
         am.close()
+
+
+@pytest.fixture(scope="session")
+def sglang_install(tmp_path_factory):
+    """bin/python of a venv with a stand-in `sglang` 0.5.6.post2 (tests/fake_sglang.py)."""
+    return make_install(tmp_path_factory.mktemp("venv") / "sglang-env", version="0.5.6.post2")
+
+
+@pytest.fixture
+def sglang_procs():
+    """`sglang_procs.start(argv, ...)` launches a fake SGLang server; all are killed after the test."""
+    runner = Launcher()
+    yield runner
+    runner.stop_all()

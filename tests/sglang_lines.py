@@ -1,9 +1,9 @@
-"""Generator of SGLang log lines with known values, one variant per format in sglang.md §1.
+"""Generator of SGLang log lines with known values, one variant per format SGLang printed (0.4.6 to 0.5.23).
 
 Every builder returns `(line, expected)`; `expected` uses the attribute names of the events in
 `specwatch.events` (`timestamp` is the naive local `datetime` the line encodes; `fields` is the
 subset of `name: value` pairs, as printed text, that the line must yield).
-Formats follow /work/shared/reference/sglang.md §1 (version → layout); real lines that the
+Formats follow the project reference on SGLang log lines (sglang.md §1, kept beside the repo) (version → layout); real lines that the
 generator reproduces byte for byte are checked in tests/sources/test_sglang_log_formats.py.
 
     python tests/sglang_lines.py --version 0.5.23 --lines 1000 --ranks 2 --collapse-after 500

@@ -35,6 +35,13 @@ def test_example_config_is_valid_and_matches_defaults():
     assert (cfg.group_by, cfg.group_wait, cfg.group_interval) == ([], 30, 300)
     assert cfg.alertmanager.resend_delay == 60 and cfg.alertmanager.resolved_retention == 900
     assert cfg.degradation.hold == 600 and cfg.throughput_drop.max_drop_ratio == 0.4
+    assert cfg.process == default.process and cfg.process.enabled and cfg.process.interval == 5.0
+    assert cfg.server_apis == default.server_apis == []  # url: null = not polled
+    assert cfg.server_rule == default.server_rule
+    assert (cfg.server_rule.down_for, cfg.server_rule.restart_window, cfg.server_rule.unhealthy_for) == (30, 600, 120)
+    assert cfg.log_silent == default.log_silent and cfg.log_silent.intervals == 3
+    assert cfg.gpu_errors == default.gpu_errors and cfg.gpu_errors.window == 600
+    assert cfg.gpu_throttle == default.gpu_throttle
 
 
 def test_every_problem_is_reported_with_its_key_path():
@@ -153,3 +160,67 @@ def test_alerting_problems_are_named_by_key_path():
     text = "\n".join(ps)
     assert "no webhook named 'nope'" in text and "not a valid regular expression" in text
     assert "'a' is used twice" in text and "e.g. http://127.0.0.1:9093" in text
+
+
+def test_source_sections_and_their_problems(tmp_path, monkeypatch):
+    ps = problems({
+        "process": {"interval": "often", "match": "(", "servers": {"x": "a", 30001: ""}},
+        "server_api": [{"url": "localhost:30000"}, {"url": "http://127.0.0.1:30001", "timeout": "20s",
+                                                    "api_key": "k", "api_key_env": "K", "bogus": 1}],
+        "rules": {"log_silent": {"intervals": 0}, "gpu_errors": {"ignore_xids": ["79"]},
+                  "gpu_throttle": {"reasons": ["too_hot"], "drop_ratio": 1.5}, "server": {"down_for": "-1s"}},
+    })
+    keys = sorted(p.split(":")[0] for p in ps)
+    assert keys == [
+        "process.interval", "process.match", "process.servers.30001", "process.servers.x",
+        "rules.gpu_errors.ignore_xids", "rules.gpu_throttle.drop_ratio", "rules.gpu_throttle.reasons",
+        "rules.log_silent.intervals", "rules.server.down_for",
+        "server_api[0].url", "server_api[1].api_key_env", "server_api[1].bogus", "server_api[1].timeout",
+    ]
+    assert any("hw_thermal_slowdown" in p for p in ps if p.startswith("rules.gpu_throttle.reasons"))
+
+    monkeypatch.setenv("SW_SGLANG_KEY", "sk-from-env")
+    f = tmp_path / "key"
+    f.write_text("sk-from-file\n")
+    cfg = build_config({"server": "box", "process": {"servers": {30000: "sglang-0"}, "match": "wrap\\.py"},
+                        "server_api": [{"url": "http://127.0.0.1:30000/", "api_key_env": "SW_SGLANG_KEY"},
+                                       {"url": "http://127.0.0.1:30001", "server": "sglang-1",
+                                        "api_key_file": str(f), "interval": "5s"}]})
+    assert cfg.process.servers == {30000: "sglang-0"} and cfg.process.match == "wrap\\.py"
+    a, b = cfg.server_apis
+    assert (a.url, a.server, a.api_key, a.interval) == ("http://127.0.0.1:30000", "box", "sk-from-env", 10.0)
+    assert (b.server, b.api_key, b.interval) == ("sglang-1", "sk-from-file", 5.0)
+    assert "sk-from" not in repr(cfg)  # the key is a secret
+
+
+def test_single_server_api_mapping_and_null_url():
+    cfg = build_config({"server_api": {"url": "https://sglang.internal:8443", "timeout": "500ms"}})
+    assert [(a.url, a.timeout) for a in cfg.server_apis] == [("https://sglang.internal:8443", 0.5)]
+    assert build_config({"server_api": {"url": None}}).server_apis == []
+
+
+def test_logs_checked_the_way_run_would_use_them(tmp_path):
+    ps = problems({"logs": ["/l/a.log", "/l/a.log"]})
+    assert ps == ["logs[1].path: /l/a.log is already followed by logs[0]; list each file once"]
+    ps = problems({"server": "box", "logs": ["/l/a.log", "/l/b.log"]})
+    assert ps[0].startswith("logs[1].server: logs[0] and logs[1] both default to server 'box'")
+    cfg = build_config({"logs": [{"path": "/l/a.log", "server": "a"}, {"path": "/l/b.log", "server": "b"}]})
+    assert [(s.path, s.server) for s in cfg.logs] == [("/l/a.log", "a"), ("/l/b.log", "b")]
+    f = tmp_path / "conf" / "c.yaml"
+    f.parent.mkdir()
+    f.write_text("logs:\n  - path: logs/server.log\n")
+    assert load_config(f).logs[0].path == str(tmp_path / "conf" / "logs" / "server.log")
+
+
+def test_numbers_and_urls_that_would_break_run():
+    ps = problems({
+        "server": 5.5,
+        "follow": {"poll_interval": 0.0000001},
+        "alerts": {"repeat_interval": float("nan"),
+                   "slack": {"webhook_url": "https://", "backoff_initial": "10m", "backoff_max": "1s"}},
+        "rules": {"collapse": {"max_accept_length": float("inf")}},
+    })
+    keys = sorted(p.split(":")[0] for p in ps)
+    assert keys == ["alerts.repeat_interval", "alerts.slack.backoff_initial", "alerts.slack.webhook_url",
+                    "follow.poll_interval", "rules.collapse.max_accept_length", "server"]
+    assert problems({"alerts": {"slack": {"webhook_url": "https://h:99999/x"}}})[0].startswith("alerts.slack.webhook_url:")

@@ -91,7 +91,8 @@ class Dispatcher:
     inhibit_rules, silences: what mutes an alert. pushers: notifiers that get every unsilenced
     alert (`sync(alerts, now, changed)`). runbook_url: a template such as
     `https://wiki.example/runbooks/{alertname}`, added as the `runbook_url` annotation of
-    alerts that have none. keep_history: keep every transition in `history` (for replay).
+    alerts that have none. keep_history: keep every transition in `history` (replay, tests; the
+    daemon turns it off: it would grow for ever).
     """
 
     def __init__(
@@ -107,7 +108,7 @@ class Dispatcher:
         silences: SilenceStore | None = None,
         pushers: Iterable[Pusher] = (),
         runbook_url: str = "",
-        keep_history: bool = False,
+        keep_history: bool = True,
     ):
         self.default_route = Route("default", list(notifiers), [], list(group_by or []), group_wait,
                                    group_interval, repeat_interval)

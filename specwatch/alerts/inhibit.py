@@ -3,8 +3,8 @@
 A rule mutes a target alert when the target matches `target`, some firing alert other than the
 target itself matches `source`, and both have the same value (absent = "") for every label in
 `equal`. The defaults: an acceptance collapse mutes the throughput-drop and degradation alerts of
-the same server and rank, and a degradation mutes the throughput drop, because the acceptance
-alert names the cause and carries the fix.
+the same server and rank, and a degradation or a GPU throttling drop mutes the throughput drop,
+because those alerts name the cause and carry the fix.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ def default_inhibit_rules() -> list[InhibitRule]:
         InhibitRule(source=(parse_matcher("alertname=AcceptanceCollapse"),),
                     target=(parse_matcher('alertname=~"ThroughputDrop|AcceptanceDegradation"'),),
                     equal=("server", "rank")),
-        InhibitRule(source=(parse_matcher("alertname=AcceptanceDegradation"),),
+        InhibitRule(source=(parse_matcher('alertname=~"AcceptanceDegradation|GpuThrottlingThroughputDrop"'),),
                     target=(parse_matcher("alertname=ThroughputDrop"),),
                     equal=("server", "rank")),
     ]

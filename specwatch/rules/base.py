@@ -9,8 +9,8 @@ State that must survive a restart goes through `to_state` / `load_state` (JSON-a
 
 from __future__ import annotations
 
-from specwatch.alerts.model import FIRING, RESOLVED, Alert
-from specwatch.events import ServerArgs
+from specwatch.alerts.model import FIRING, Alert
+from specwatch.events import ServerArgs, ServerRestarted, ServerStarted
 
 
 class Rule:
@@ -43,20 +43,9 @@ def new_alert(name: str, severity: str, server: str, rank: str, *, summary: str,
                  evidence=evidence, fixes=fixes, status=FIRING)
 
 
-def resolve(alert: Alert, at: float, *evidence: tuple[str, str]) -> Alert:
-    """Mark `alert` resolved at `at` (seconds), appending evidence of why; returns it."""
-    alert.status = RESOLVED
-    alert.ends_at = max(at, alert.starts_at)
-    alert.evidence.extend(evidence)
-    return alert
-
-
-def alerts_to_state(alerts: dict[tuple, Alert]) -> list:
-    return [{"key": list(k), "alert": a.to_dict()} for k, a in alerts.items()]
-
-
-def alerts_from_state(state: list) -> dict[tuple, Alert]:
-    return {tuple(d["key"]): Alert.from_dict(d["alert"]) for d in state}
+def alert_key(*parts: str) -> str:
+    """Key of a firing alert in a rule's `ActiveAlerts` (strings: the state is JSON)."""
+    return "|".join(parts)
 
 
 SPEC_ARG_KEYS = ("speculative_algorithm", "speculative_draft_model_path", "model_path",
@@ -80,9 +69,10 @@ def speculation_configured(args: dict[str, object] | None) -> bool | None:
 class ServerArgsMemory:
     """The latest `ServerArgs` of each server, and whether a new one means a (re)start.
 
-    Log lines carry the start time as their timestamp; another source (the HTTP API) may send
-    the same settings again and again. A ServerArgs event counts as a restart when its timestamp
-    differs from the previous one's, or, without a timestamp, when the settings changed.
+    Only the log's `server_args` line marks a start (its timestamp is the start time; a new
+    one after an earlier one is a restart). Settings from the HTTP API or the command line are
+    re-sent whenever specwatch starts or a poll sees them change, so they update the settings
+    but prove no restart; `is_restart_event` recognises the process source's own restart events.
     """
 
     def __init__(self) -> None:
@@ -90,14 +80,13 @@ class ServerArgsMemory:
         self._stamp: dict[str, float | None] = {}
 
     def observe(self, server: str, event: ServerArgs) -> bool:
-        """Remember `event`; True when it marks a start or restart after an earlier one."""
-        seen = server in self.args
-        old_args, old_ts = self.args.get(server), self._stamp.get(server)
+        """Remember `event`'s settings; True when it is a log start line after an earlier one."""
         self.args[server] = dict(event.args)
-        if event.timestamp is not None:
-            self._stamp[server] = event.timestamp
-            return seen and event.timestamp != old_ts
-        return seen and event.args != old_args
+        if getattr(event, "source", "log") != "log" or event.timestamp is None:
+            return False
+        old = self._stamp.get(server)
+        self._stamp[server] = event.timestamp
+        return old is not None and event.timestamp != old
 
     def get(self, server: str) -> dict[str, object] | None:
         return self.args.get(server)
@@ -108,3 +97,8 @@ class ServerArgsMemory:
     def load_state(self, state: dict) -> None:
         self.args.update(state.get("args", {}))
         self._stamp.update(state.get("stamp", {}))
+
+
+def is_restart_event(event: object) -> bool:
+    """A process-source event saying the server restarted (or came back after being down)."""
+    return isinstance(event, ServerRestarted) or (isinstance(event, ServerStarted) and not event.first_seen)

@@ -23,9 +23,8 @@ from dataclasses import dataclass
 from specwatch.alerts.model import Alert
 from specwatch.config import CollapseConfig, DegradationConfig, WindowConfig
 from specwatch.events import DecodeBatch, PrefillBatch, ServerArgs
-from specwatch.rules.base import (
-    Rule, ServerArgsMemory, alerts_from_state, alerts_to_state, args_evidence, fmt, new_alert, resolve,
-)
+from specwatch.rules.active import ActiveAlerts
+from specwatch.rules.base import Rule, ServerArgsMemory, alert_key, args_evidence, fmt, new_alert
 from specwatch.rules.stats import Baseline, Recent, drop_transition
 from specwatch.rules.windows import WindowTracker
 
@@ -60,7 +59,7 @@ class DegradationRule(Rule):
         self.args = ServerArgsMemory()
         self._ranks: dict[tuple[str, str], _Rank] = {}
         self._baselines: dict[str, Baseline] = {}  # model pair → learned baseline
-        self._alerts: dict[tuple, Alert] = {}
+        self.active = ActiveAlerts()
 
     def on_event(self, server: str, event: object, now: float) -> list[Alert]:
         if not self.config.enabled:
@@ -72,8 +71,7 @@ class DegradationRule(Rule):
         elif isinstance(event, DecodeBatch):
             w = self.windows.observe(server, event)
             if w.acceptance_valid and event.accept_length > self.collapse_max:
-                a = self._observe(server, event)
-                return [a] if a is not None else []
+                return self._observe(server, event)
         return []
 
     def _pair(self, server: str) -> tuple[str, str]:
@@ -91,34 +89,33 @@ class DegradationRule(Rule):
             return learned.mean(), f"learned from {learned.count} decode lines"
         return None, "none yet"
 
-    def _observe(self, server: str, b: DecodeBatch) -> Alert | None:
+    def _observe(self, server: str, b: DecodeBatch) -> list[Alert]:
         cfg = self.config
-        key = (server, b.rank)
+        key, akey = (server, b.rank), alert_key(server, b.rank)
         st = self._ranks.get(key)
         if st is None:
             st = self._ranks[key] = _Rank(Recent(cfg.window), Recent(cfg.window))
         aged = st.recent.add(b.timestamp, b.accept_length)
         st.running.add(b.timestamp, b.running_requests)
-        if st.low_since is None and key not in self._alerts and aged:
+        if st.low_since is None and akey not in self.active and aged:
             model, draft = self._pair(server)
             learned = self._baselines.setdefault(f"{model}|{draft}", Baseline(BASELINE_BUCKET, cfg.baseline_window))
             for t, v in aged:
                 learned.add(t, v)
         base, source = self.baseline(server)
         if base is None or len(st.recent) < cfg.min_window_batches:
-            return None
+            return []
         mean = st.recent.mean()
-        action, st.low_since = drop_transition(mean / base, b.timestamp, st.low_since, key in self._alerts,
+        action, st.low_since = drop_transition(mean / base, b.timestamp, st.low_since, akey in self.active,
                                                max_drop=cfg.max_drop_ratio, recover_drop=cfg.recover_drop_ratio,
                                                hold=cfg.hold)
         if action == "fire":
-            self._alerts[key] = self._alert(server, b, st, mean, base, source)
-            return self._alerts[key]
+            return self.active.fire(akey, self._alert(server, b, st, mean, base, source))
         if action == "resolve":
-            return resolve(self._alerts.pop(key), b.timestamp, ("recovered mean accept len", fmt(mean)))
-        if key in self._alerts:
-            self._alerts[key].evidence[:2] = self._evidence(mean, base)
-        return None
+            return self.active.resolve(akey, b.timestamp, ("recovered mean accept len", fmt(mean)))
+        if akey in self.active:
+            self.active.get(akey).evidence[:2] = self._evidence(mean, base)
+        return []
 
     @staticmethod
     def _evidence(mean: float, base: float) -> list[tuple[str, str]]:
@@ -167,14 +164,14 @@ class DegradationRule(Rule):
 
     def to_state(self) -> dict:
         return {"baselines": {k: b.to_state() for k, b in self._baselines.items()},
-                "alerts": alerts_to_state(self._alerts), "args": self.args.to_state(),
+                "active": self.active.to_state(), "args": self.args.to_state(),
                 "low_since": [[list(k), st.low_since] for k, st in self._ranks.items() if st.low_since is not None]}
 
     def load_state(self, state: dict) -> None:
         for k, buckets in state.get("baselines", {}).items():
             b = self._baselines[k] = Baseline(BASELINE_BUCKET, self.config.baseline_window)
             b.load_state(buckets)
-        self._alerts.update(alerts_from_state(state.get("alerts", [])))
+        self.active.load_state(state.get("active", {}))
         self.args.load_state(state.get("args", {}))
         for k, since in state.get("low_since", []):
             self._ranks[tuple(k)] = _Rank(Recent(self.config.window), Recent(self.config.window), low_since=since)

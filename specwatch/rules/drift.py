@@ -11,8 +11,9 @@ The rule fires when, over at least `min_buckets` buckets:
 - at least `min_falling_fraction` of consecutive bucket means went down (steady, not one step).
 
 It resolves when the fitted decline falls under half `min_decline_per_hour`, or on a restart:
-a new `server_args` (a new start time) or no decode line of the rank for `restart_gap`. A restart
-clears the history, since the drift is expected to start over.
+a new `server_args` line, a restart seen by the process source (`ServerRestarted`, or
+`ServerStarted` after the server was down), or no decode line of the rank for `restart_gap`. A
+restart clears the history, since the drift is expected to start over.
 """
 
 from __future__ import annotations
@@ -22,9 +23,8 @@ import math
 from specwatch.alerts.model import Alert
 from specwatch.config import CollapseConfig, DriftConfig, WindowConfig
 from specwatch.events import DecodeBatch, PrefillBatch, ServerArgs
-from specwatch.rules.base import (
-    Rule, ServerArgsMemory, alerts_from_state, alerts_to_state, args_evidence, fmt, new_alert, resolve,
-)
+from specwatch.rules.active import ActiveAlerts
+from specwatch.rules.base import Rule, ServerArgsMemory, alert_key, args_evidence, fmt, is_restart_event, new_alert
 from specwatch.rules.stats import linear_fit
 from specwatch.rules.windows import WindowTracker
 
@@ -43,15 +43,20 @@ class DriftRule(Rule):
         # (server, rank) → buckets [[index, sum, count], ...], oldest first (the last one open)
         self._buckets: dict[tuple[str, str], list[list[float]]] = {}
         self._last_seen: dict[tuple[str, str], float] = {}
-        self._alerts: dict[tuple, Alert] = {}
+        self.active = ActiveAlerts()
 
     def on_event(self, server: str, event: object, now: float) -> list[Alert]:
         if not self.config.enabled:
             return []
+        restarted = is_restart_event(event)
         if isinstance(event, ServerArgs):
-            if self.args.observe(server, event):
-                return self._reset([k for k in set(self._buckets) | set(self._alerts) if k[0] == server],
-                                   event.timestamp if event.timestamp is not None else now, "server restarted")
+            restarted = self.args.observe(server, event)
+        if restarted:
+            at = getattr(event, "timestamp", None)
+            return self._reset([k for k in self._buckets if k[0] == server]
+                               + [tuple(k.split("|", 1)) for k in self.active.keys() if k.split("|", 1)[0] == server],
+                               at if at is not None else now, "server restarted")
+        if isinstance(event, ServerArgs):
             return []
         if not isinstance(event, (DecodeBatch, PrefillBatch)):
             return []
@@ -65,20 +70,17 @@ class DriftRule(Rule):
         if last is not None and event.timestamp - last > self.config.restart_gap:
             out = self._reset([key], event.timestamp, f"no decode line for {event.timestamp - last:.0f}s")
         if w.acceptance_valid and event.accept_length > self.collapse_max:
-            a = self._observe(server, event)
-            if a is not None:
-                out.append(a)
+            out += self._observe(server, event)
         return out
 
     def _reset(self, keys: list[tuple[str, str]], at: float, why: str) -> list[Alert]:
         out = []
-        for k in keys:
+        for k in dict.fromkeys(keys):
             self._buckets.pop(k, None)
-            if k in self._alerts:
-                out.append(resolve(self._alerts.pop(k), at, ("reset", why)))
+            out += self.active.resolve(alert_key(*k), at, ("reset", why))
         return out
 
-    def _observe(self, server: str, b: DecodeBatch) -> Alert | None:
+    def _observe(self, server: str, b: DecodeBatch) -> list[Alert]:
         cfg = self.config
         key = (server, b.rank)
         buckets = self._buckets.setdefault(key, [])
@@ -92,7 +94,7 @@ class DriftRule(Rule):
         horizon = idx - cfg.window / cfg.bucket
         while buckets and buckets[0][0] <= horizon:
             buckets.pop(0)
-        return self._evaluate(server, b, buckets[:-1]) if closed else None
+        return self._evaluate(server, b, buckets[:-1]) if closed else []
 
     def trend(self, buckets: list[list[float]]) -> dict | None:
         """Fit of the closed buckets: start/end value, decline per hour and in total (fractions
@@ -112,21 +114,20 @@ class DriftRule(Rule):
                 "falling": falls / (len(means) - 1), "r2": r2, "buckets": len(full),
                 "span_h": hours[-1] - hours[0], "means": means}
 
-    def _evaluate(self, server: str, b: DecodeBatch, closed: list[list[float]]) -> Alert | None:
+    def _evaluate(self, server: str, b: DecodeBatch, closed: list[list[float]]) -> list[Alert]:
         cfg = self.config
-        key = (server, b.rank)
+        key = alert_key(server, b.rank)
         t = self.trend(closed)
         if t is None:
-            return None
-        if key in self._alerts:
+            return []
+        if key in self.active:
             if t["per_hour"] < cfg.min_decline_per_hour / 2:
-                return resolve(self._alerts.pop(key), b.timestamp, ("decline now", f"{t['per_hour']:.1%}/h"))
-            return None
+                return self.active.resolve(key, b.timestamp, ("decline now", f"{t['per_hour']:.1%}/h"))
+            return []
         if (t["per_hour"] >= cfg.min_decline_per_hour and t["total"] >= cfg.min_total_decline
                 and t["falling"] >= cfg.min_falling_fraction):
-            self._alerts[key] = self._alert(server, b, t)
-            return self._alerts[key]
-        return None
+            return self.active.fire(key, self._alert(server, b, t))
+        return []
 
     def _alert(self, server: str, b: DecodeBatch, t: dict) -> Alert:
         cfg = self.config
@@ -164,10 +165,10 @@ class DriftRule(Rule):
     def to_state(self) -> dict:
         return {"buckets": [[list(k), v] for k, v in self._buckets.items()],
                 "last_seen": [[list(k), v] for k, v in self._last_seen.items()],
-                "alerts": alerts_to_state(self._alerts), "args": self.args.to_state()}
+                "active": self.active.to_state(), "args": self.args.to_state()}
 
     def load_state(self, state: dict) -> None:
         self._buckets.update({tuple(k): [list(b) for b in v] for k, v in state.get("buckets", [])})
         self._last_seen.update({tuple(k): v for k, v in state.get("last_seen", [])})
-        self._alerts.update(alerts_from_state(state.get("alerts", [])))
+        self.active.load_state(state.get("active", {}))
         self.args.load_state(state.get("args", {}))

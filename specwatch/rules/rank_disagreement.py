@@ -18,7 +18,8 @@ from collections import deque
 from specwatch.alerts.model import Alert
 from specwatch.config import RankDisagreementConfig, WindowConfig
 from specwatch.events import DecodeBatch, PrefillBatch
-from specwatch.rules.base import Rule, alerts_from_state, alerts_to_state, fmt, new_alert, resolve
+from specwatch.rules.active import ActiveAlerts
+from specwatch.rules.base import Rule, alert_key, fmt, new_alert
 from specwatch.rules.windows import WindowTracker
 
 ALERT_NAME = "RankDisagreement"
@@ -32,7 +33,7 @@ class RankDisagreementRule(Rule):
         self.windows = WindowTracker(windows or WindowConfig())
         # server → rank → last min_batches valid lines (timestamp, accept len)
         self._recent: dict[str, dict[str, deque[tuple[float, float]]]] = {}
-        self._alerts: dict[tuple, Alert] = {}
+        self.active = ActiveAlerts()
 
     def on_event(self, server: str, event: object, now: float) -> list[Alert]:
         if not self.config.enabled or not isinstance(event, (DecodeBatch, PrefillBatch)):
@@ -60,14 +61,13 @@ class RankDisagreementRule(Rule):
         healthy = sorted(r for r, s in states.items() if s == "healthy")
         out = []
         for rank, s in sorted(states.items()):
-            key = (server, rank)
-            if s == "collapsed" and healthy and key not in self._alerts:
-                self._alerts[key] = self._alert(server, rank, healthy)
-                out.append(self._alerts[key])
-            elif key in self._alerts and (s == "healthy" or not healthy):
+            key = alert_key(server, rank)
+            if s == "collapsed" and healthy and key not in self.active:
+                out += self.active.fire(key, self._alert(server, rank, healthy))
+            elif key in self.active and (s == "healthy" or not healthy):
                 why = ("rank recovered", fmt(ranks[rank][-1][1])) if s == "healthy" else \
                       ("other ranks", "no healthy rank left: see AcceptanceCollapse")
-                out.append(resolve(self._alerts.pop(key), newest, why))
+                out += self.active.resolve(key, newest, why)
         return out
 
     def _alert(self, server: str, rank: str, healthy: list[str]) -> Alert:
@@ -103,10 +103,10 @@ class RankDisagreementRule(Rule):
         )
 
     def to_state(self) -> dict:
-        return {"alerts": alerts_to_state(self._alerts),
+        return {"active": self.active.to_state(),
                 "recent": {s: {r: list(v) for r, v in ranks.items()} for s, ranks in self._recent.items()}}
 
     def load_state(self, state: dict) -> None:
-        self._alerts.update(alerts_from_state(state.get("alerts", [])))
+        self.active.load_state(state.get("active", {}))
         for s, ranks in state.get("recent", {}).items():
             self._recent[s] = {r: deque([tuple(x) for x in v], maxlen=self.config.min_batches) for r, v in ranks.items()}

@@ -15,10 +15,8 @@ from __future__ import annotations
 from specwatch.alerts.model import Alert
 from specwatch.config import SpeculationInactiveConfig
 from specwatch.events import DecodeBatch, ServerArgs
-from specwatch.rules.base import (
-    Rule, ServerArgsMemory, alerts_from_state, alerts_to_state, args_evidence, new_alert, resolve,
-    speculation_configured,
-)
+from specwatch.rules.active import ActiveAlerts
+from specwatch.rules.base import Rule, ServerArgsMemory, args_evidence, new_alert, speculation_configured
 
 ALERT_NAME = "SpeculationInactive"
 
@@ -31,35 +29,31 @@ class SpeculationInactiveRule(Rule):
         self.args = ServerArgsMemory()
         self._plain: dict[str, int] = {}  # server → decode lines without accept fields in a row
         self._since: dict[str, float] = {}
-        self._alerts: dict[tuple, Alert] = {}
+        self.active = ActiveAlerts()  # by server
 
     def on_event(self, server: str, event: object, now: float) -> list[Alert]:
         if not self.config.enabled:
             return []
-        key = (server,)
+        key = server
         if isinstance(event, ServerArgs):
             self.args.observe(server, event)
             self._plain.pop(server, None)
-            if not speculation_configured(event.args) and key in self._alerts:
-                return [resolve(self._alerts.pop(key), event.timestamp or now,
-                                ("speculative_algorithm", "none (settings changed)"))]
+            if not speculation_configured(event.args):
+                return self.active.resolve(key, event.timestamp or now, ("speculative_algorithm", "none (settings changed)"))
             return []
         if not isinstance(event, DecodeBatch) or event.running_requests <= 0:
             return []
         if event.accept_length is not None:
             self._plain.pop(server, None)
-            if key in self._alerts:
-                return [resolve(self._alerts.pop(key), event.timestamp, ("accept len", f"{event.accept_length:.2f}"))]
-            return []
+            return self.active.resolve(key, event.timestamp, ("accept len", f"{event.accept_length:.2f}"))
         args = self.args.get(server)
         if not speculation_configured(args):
             return []
         n = self._plain[server] = self._plain.get(server, 0) + 1
         if n == 1:
             self._since[server] = event.timestamp
-        if n >= self.config.min_batches and key not in self._alerts:
-            self._alerts[key] = self._alert(server, event, args, n)
-            return [self._alerts[key]]
+        if n >= self.config.min_batches and key not in self.active:
+            return self.active.fire(key, self._alert(server, event, args, n))
         return []
 
     def _alert(self, server: str, b: DecodeBatch, args: dict, n: int) -> Alert:
@@ -94,11 +88,11 @@ class SpeculationInactiveRule(Rule):
         )
 
     def to_state(self) -> dict:
-        return {"alerts": alerts_to_state(self._alerts), "args": self.args.to_state(),
+        return {"active": self.active.to_state(), "args": self.args.to_state(),
                 "plain": self._plain, "since": self._since}
 
     def load_state(self, state: dict) -> None:
-        self._alerts.update(alerts_from_state(state.get("alerts", [])))
+        self.active.load_state(state.get("active", {}))
         self.args.load_state(state.get("args", {}))
         self._plain.update(state.get("plain", {}))
         self._since.update(state.get("since", {}))

@@ -16,10 +16,8 @@ from collections import deque
 from specwatch.alerts.model import Alert
 from specwatch.config import SpecMetricsMissingConfig
 from specwatch.events import DecodeBatch, PrefillBatch, ServerArgs
-from specwatch.rules.base import (
-    Rule, ServerArgsMemory, alerts_from_state, alerts_to_state, args_evidence, new_alert, resolve,
-    speculation_configured,
-)
+from specwatch.rules.active import ActiveAlerts
+from specwatch.rules.base import Rule, ServerArgsMemory, args_evidence, new_alert, speculation_configured
 
 ALERT_NAME = "SpecMetricsMissing"
 
@@ -37,7 +35,7 @@ class SpecMetricsMissingRule(Rule):
         self.args = ServerArgsMemory()
         self._prefills: dict[str, deque[float]] = {}  # server → times of recent prefill lines
         self._streak: dict[str, float] = {}  # server → first prefill line since the last decode line
-        self._alerts: dict[tuple, Alert] = {}
+        self.active = ActiveAlerts()  # by server
 
     def on_event(self, server: str, event: object, now: float) -> list[Alert]:
         if not self.config.enabled:
@@ -53,8 +51,7 @@ class SpecMetricsMissingRule(Rule):
         elif isinstance(event, DecodeBatch):
             self._prefills.pop(server, None)
             self._streak.pop(server, None)
-            if (server,) in self._alerts:
-                return [resolve(self._alerts.pop((server,)), now, ("decode line", event.rank or "(single rank)"))]
+            return self.active.resolve(server, now, ("decode line", event.rank or "(single rank)"))
         return []
 
     def on_tick(self, now: float) -> list[Alert]:
@@ -64,7 +61,7 @@ class SpecMetricsMissingRule(Rule):
         for server, times in self._prefills.items():
             while len(times) > 1 and times[0] < now - self.config.window:
                 times.popleft()  # the newest stays: it tells when the server was last busy
-            if not times or (server,) in self._alerts:
+            if not times or server in self.active:
                 continue
             args = self.args.get(server)
             if speculation_configured(args) is False or never_decodes(args):
@@ -72,8 +69,7 @@ class SpecMetricsMissingRule(Rule):
             first = self._streak.get(server, now)
             n = sum(1 for t in times if t >= now - self.config.window)
             if now - first >= self.config.window and n >= self.config.min_prefill_batches:
-                self._alerts[(server,)] = a = self._alert(server, args, first, n, now)
-                out.append(a)
+                out += self.active.fire(server, self._alert(server, args, first, n, now))
         return out
 
     def _alert(self, server: str, args: dict | None, first: float, n: int, now: float) -> Alert:
@@ -105,11 +101,11 @@ class SpecMetricsMissingRule(Rule):
         )
 
     def to_state(self) -> dict:
-        return {"alerts": alerts_to_state(self._alerts), "args": self.args.to_state(),
+        return {"active": self.active.to_state(), "args": self.args.to_state(),
                 "prefills": {s: list(t) for s, t in self._prefills.items()}, "streak": self._streak}
 
     def load_state(self, state: dict) -> None:
-        self._alerts.update(alerts_from_state(state.get("alerts", [])))
+        self.active.load_state(state.get("active", {}))
         self.args.load_state(state.get("args", {}))
         self._prefills.update({s: deque(t) for s, t in state.get("prefills", {}).items()})
         self._streak.update(state.get("streak", {}))

@@ -19,7 +19,8 @@ from dataclasses import dataclass
 from specwatch.alerts.model import Alert
 from specwatch.config import ThroughputDropConfig, WindowConfig
 from specwatch.events import DecodeBatch, PrefillBatch
-from specwatch.rules.base import Rule, alerts_from_state, alerts_to_state, fmt, new_alert, resolve
+from specwatch.rules.active import ActiveAlerts
+from specwatch.rules.base import Rule, alert_key, fmt, new_alert
 from specwatch.rules.stats import Baseline, Recent, drop_transition
 from specwatch.rules.windows import WindowTracker
 
@@ -52,7 +53,7 @@ class ThroughputDropRule(Rule):
         self.windows = WindowTracker(windows or WindowConfig())
         self._ranks: dict[tuple[str, str], _Rank] = {}
         self._baselines: dict[tuple[str, str, int], Baseline] = {}
-        self._alerts: dict[tuple, Alert] = {}
+        self.active = ActiveAlerts()
 
     def on_event(self, server: str, event: object, now: float) -> list[Alert]:
         if not self.config.enabled or not isinstance(event, (DecodeBatch, PrefillBatch)):
@@ -60,39 +61,37 @@ class ThroughputDropRule(Rule):
         w = self.windows.observe(server, event)
         if w is None or not w.throughput_valid:
             return []
-        a = self._observe(server, event)
-        return [a] if a is not None else []
+        return self._observe(server, event)
 
     def baseline(self, server: str, rank: str, level: int) -> float | None:
         """Learned gen throughput (token/s) of the rank at that load level, once usable."""
         b = self._baselines.get((server, rank, level))
         return b.mean() if b is not None and b.count >= self.config.min_baseline_batches else None
 
-    def _observe(self, server: str, b: DecodeBatch) -> Alert | None:
+    def _observe(self, server: str, b: DecodeBatch) -> list[Alert]:
         cfg = self.config
-        key = (server, b.rank)
+        key, akey = (server, b.rank), alert_key(server, b.rank)
         st = self._ranks.get(key)
         if st is None:
             st = self._ranks[key] = _Rank(Recent(cfg.window))
         st.last = b
         aged = st.recent.add(b.timestamp, (b.gen_throughput, load_level(b.running_requests)))
-        if st.low_since is None and key not in self._alerts:
+        if st.low_since is None and akey not in self.active:
             for t, (thr, level) in aged:
                 self._baselines.setdefault((server, b.rank, level), Baseline(BASELINE_BUCKET, cfg.baseline_window)).add(t, thr)
         bases = {level: self.baseline(server, b.rank, level) for level in {lv for _, (_, lv) in st.recent.samples}}
         pairs = [(thr, bases[level]) for _, (thr, level) in st.recent.samples if bases[level]]
         if len(pairs) < cfg.min_window_batches:
-            return None
+            return []
         ratio = sum(thr / base for thr, base in pairs) / len(pairs)
-        action, st.low_since = drop_transition(ratio, b.timestamp, st.low_since, key in self._alerts,
+        action, st.low_since = drop_transition(ratio, b.timestamp, st.low_since, akey in self.active,
                                                max_drop=cfg.max_drop_ratio, recover_drop=cfg.recover_drop_ratio,
                                                hold=cfg.hold)
         if action == "fire":
-            self._alerts[key] = self._alert(server, b, st, pairs, ratio)
-            return self._alerts[key]
+            return self.active.fire(akey, self._alert(server, b, st, pairs, ratio))
         if action == "resolve":
-            return resolve(self._alerts.pop(key), b.timestamp, ("recovered to baseline", f"{ratio:.0%}"))
-        return None
+            return self.active.resolve(akey, b.timestamp, ("recovered to baseline", f"{ratio:.0%}"))
+        return []
 
     def _alert(self, server: str, b: DecodeBatch, st: _Rank, pairs: list[tuple[float, float]], ratio: float) -> Alert:
         cfg = self.config
@@ -141,13 +140,13 @@ class ThroughputDropRule(Rule):
 
     def to_state(self) -> dict:
         return {"baselines": [[list(k), b.to_state()] for k, b in self._baselines.items()],
-                "alerts": alerts_to_state(self._alerts),
+                "active": self.active.to_state(),
                 "low_since": [[list(k), st.low_since] for k, st in self._ranks.items() if st.low_since is not None]}
 
     def load_state(self, state: dict) -> None:
         for k, buckets in state.get("baselines", []):
             b = self._baselines[tuple(k)] = Baseline(BASELINE_BUCKET, self.config.baseline_window)
             b.load_state(buckets)
-        self._alerts.update(alerts_from_state(state.get("alerts", [])))
+        self.active.load_state(state.get("active", {}))
         for k, since in state.get("low_since", []):
             self._ranks[tuple(k)] = _Rank(Recent(self.config.window), low_since=since)

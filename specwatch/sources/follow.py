@@ -521,6 +521,11 @@ class Follower:
             for raw in parts:
                 size = len(raw)
                 end = pos + size + 1
+                if raw[:1] == b"\0":
+                    # NULs: the hole a non-append writer leaves after a copytruncate (its fd
+                    # offset stays past the new end); the line written after them is real.
+                    raw = raw.lstrip(b"\0")
+                    size = len(raw)
                 if size > maxb:
                     self.long_lines_skipped_total += 1
                 else:
@@ -540,6 +545,8 @@ class Follower:
             if n:
                 self.lines_total += n
                 self.last_line_timestamp = time.time()
+        if tail[:1] == b"\0":
+            tail = tail.lstrip(b"\0")  # a NUL hole never makes a line too long (see above)
         if len(tail) > maxb:
             s.buf = b""
             s.skipping = True

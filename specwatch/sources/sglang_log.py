@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import ast
 import re
-from datetime import datetime
+from datetime import datetime, tzinfo
 
 from specwatch.events import (
     DecodeBatch,
@@ -46,9 +46,13 @@ _RAY = re.compile(r"\([\w.-]+ pid=\d+(?:, ip=[\w.:]+)?\) ")
 # Compose-style collector prefix "service  | " (recognised when none is configured).
 _COMPOSE = re.compile(r"[\w.@-]+\s*\| ")
 _RANK = re.compile(r"([A-Z][A-Z_]*?)(\d+)")
+# The common case in one match: the bracket prefix followed by a batch-line start.
+_BATCH = re.compile(
+    r"\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)(?:[.,](\d{1,6}))?((?: [A-Z][A-Z_]*\d+)*)\] "
+    r"(Decode|Prefill) batch(?:\.|(?: \[(\d+)\])?,) "
+)
 # "Decode batch." (<=0.5.3.post3), "Decode batch [12]," (0.5.4, or SGLANG_LOG_FORWARD_ITERS),
 # "Decode batch," (0.5.5+).
-_START = re.compile(r"(Decode|Prefill) batch(?:\.|(?: \[(\d+)\])?,) ")
 
 _GRAPH_KEYS = ("cuda graph", "cpu graph", "npu graph", "musa graph")
 
@@ -73,7 +77,7 @@ SERVER_ARG_KEYS = (
 )
 _ARG_VALUE = re.compile(r"\b(\w+)=('(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"|[^,()\[\]{}]+)")
 
-_ts_cache: dict[str, float] = {}
+_ts_cache: dict[tuple[str, tzinfo | None], float] = {}
 _rank_cache: dict[str, dict[str, int]] = {}
 
 
@@ -81,17 +85,20 @@ class _Bad(Exception):
     """A known field whose value does not read (internal: becomes MalformedLine)."""
 
 
-def _timestamp(stamp: str, frac: str | None) -> float:
-    """Naive local `YYYY-MM-DD HH:MM:SS` → seconds since the epoch (cached per second)."""
-    ts = _ts_cache.get(stamp)
+def _timestamp(stamp: str, frac: str | None, tz: tzinfo | None = None) -> float:
+    """`YYYY-MM-DD HH:MM:SS` in zone `tz` (None: this host's local time, as SGLang writes it with
+    `time.localtime`) → seconds since the epoch (cached per second). Raises ValueError on an
+    impossible date."""
+    key = (stamp, tz)
+    ts = _ts_cache.get(key)
     if ts is None:
         ts = datetime(
             int(stamp[0:4]), int(stamp[5:7]), int(stamp[8:10]),
-            int(stamp[11:13]), int(stamp[14:16]), int(stamp[17:19]),
+            int(stamp[11:13]), int(stamp[14:16]), int(stamp[17:19]), tzinfo=tz,
         ).timestamp()
         if len(_ts_cache) > 4096:
             _ts_cache.clear()
-        _ts_cache[stamp] = ts
+        _ts_cache[key] = ts
     if frac:
         ts += int(frac) / 10 ** len(frac)
     return ts
@@ -166,10 +173,31 @@ def _usage(fields: dict[str, str]) -> float | None:
 
 
 def _ranks(rank: str) -> dict[str, int]:
+    """"DP0 TP3" → {"DP": 0, "TP": 3}; cached and shared: treat the dict as read-only."""
     r = _rank_cache.get(rank)
     if r is None:
+        if len(_rank_cache) > 4096:
+            _rank_cache.clear()
         r = _rank_cache[rank] = {m.group(1): int(m.group(2)) for m in _RANK.finditer(rank)}
-    return dict(r)
+    return r
+
+
+def _fast_decode(ts, rank, iteration, fields, running, queued) -> DecodeBatch | None:
+    """The usual CUDA decode line with plain numbers; None sends it to the general path."""
+    get = fields.get
+    usage, tokens, graph = get("token usage"), get("#token"), get("cuda graph")
+    if usage is None or tokens is None or graph is None or (graph != "True" and graph != "False"):
+        return None
+    al, ar, thr = get("accept len"), get("accept rate"), get("gen throughput (token/s)")
+    try:
+        return DecodeBatch(
+            ts, rank, _ranks(rank), fields, int(running), int(queued), float(usage),
+            graph == "True", "cuda", int(iteration) if iteration else None,
+            None if al is None else float(al), None if ar is None else float(ar),
+            None if thr is None else float(thr), int(tokens),
+        )
+    except ValueError:
+        return None
 
 
 def _parse_batch(kind: str, iteration: str | None, ts: float, rank: str, body: str) -> ParsedLine:
@@ -180,6 +208,10 @@ def _parse_batch(kind: str, iteration: str | None, ts: float, rank: str, body: s
         return MalformedLine("missing #running-req or #queue-req (line cut short?)", ts, rank)
     if "" in fields.values():
         return MalformedLine("field without a value (line cut short?)", ts, rank)
+    if kind == "Decode":
+        fast = _fast_decode(ts, rank, iteration, fields, running, queued)
+        if fast is not None:
+            return fast
     try:
         graph_enabled, graph_kind = _graph(fields)
         args = (
@@ -251,34 +283,38 @@ def strip_container_prefix(text: str, container_prefix: re.Pattern | None) -> st
     return text
 
 
-def parse_line(text: str, *, container_prefix: re.Pattern | None = None) -> ParsedLine:
-    """Classify and read one log line (no trailing newline).
+def parse_line(text: str, *, container_prefix: re.Pattern | None = None, tz: tzinfo | None = None) -> ParsedLine:
+    """Classify and read one log line (no trailing newline). `tz`: the zone of the log's naive
+    timestamps (None: this host's local time).
 
     Returns DecodeBatch, PrefillBatch, ServerArgs, MalformedLine, or OtherLine for everything
     else. Never raises on input.
     """
-    text = strip_container_prefix(text, container_prefix)
-    if text[:1] == "(":
-        m = _RAY.match(text)
-        if not m:
-            return _OTHER
-        text = text[m.end():]
+    if container_prefix is not None or text[:1] != "[":
+        text = strip_container_prefix(text, container_prefix)
+        if text[:1] == "(":
+            m = _RAY.match(text)
+            if not m:
+                return _OTHER
+            text = text[m.end():]
+    m = _BATCH.match(text)
+    if m is not None:
+        rank = m.group(3)[1:]
+        try:
+            ts = _timestamp(m.group(1), m.group(2), tz)
+        except ValueError:  # an impossible date: garbled
+            return MalformedLine(f"impossible timestamp {m.group(1)!r}", None, rank)
+        return _parse_batch(m.group(4), m.group(5), ts, rank, text[m.end():].rstrip(", \r"))
     m = _PREFIX.match(text)
     if m is None:
         return _OTHER
     msg = text[m.end():]
-    try:
-        ts = _timestamp(m.group(1), m.group(2))
-    except ValueError:  # an impossible date: garbled, or not SGLang's prefix
-        if msg.startswith(("Decode batch", "Prefill batch")):
-            return MalformedLine(f"impossible timestamp {m.group(1)!r}", None, m.group(3).strip())
-        return _OTHER
     if msg.startswith(("Decode batch", "Prefill batch")):
-        rank = m.group(3).strip()
-        s = _START.match(msg)
-        if s is None:
-            return MalformedLine("unknown batch line start", ts, rank)
-        return _parse_batch(s.group(1), s.group(2), ts, rank, msg[s.end():].rstrip(", \r"))
+        return MalformedLine("unknown batch line start", None, m.group(3).strip())
     if msg.startswith("server_args=ServerArgs("):
+        try:
+            ts = _timestamp(m.group(1), m.group(2), tz)
+        except ValueError:
+            return _OTHER
         return ServerArgs(ts, parse_server_args(msg))
     return _OTHER

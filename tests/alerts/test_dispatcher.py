@@ -161,6 +161,11 @@ def test_collapse_inhibits_throughput_drop_of_same_server_and_rank():
     d.handle(alert(name="ThroughputDrop", rank="TP0", server="other"), now=103)
     assert [n.alerts[0].labels["alertname"] + "/" + n.alerts[0].labels["server"] + "/" + n.alerts[0].labels["rank"]
             for n in rec.got] == ["AcceptanceCollapse/s/TP0", "ThroughputDrop/s/TP1", "ThroughputDrop/other/TP0"]
+    d.handle(alert(name="GpuThrottlingThroughputDrop", rank="TP1"), now=104)
+    d.handle(alert(name="ThroughputDrop", rank="TP1", server="t"), now=105)  # another server: not muted
+    assert [(n.alerts[0].labels["alertname"], n.alerts[0].labels["server"]) for n in rec.got[3:]] == [
+        ("GpuThrottlingThroughputDrop", "s"), ("ThroughputDrop", "t")]
+    del rec.got[3:]
     d.handle(resolved(collapse, 200), now=200)
     d.tick(201)  # the cause is gone: the throughput drop of TP0 is now notified
     assert [(n.alerts[0].labels["alertname"], n.alerts[0].status, n.alerts[0].labels["rank"]) for n in rec.got[3:]] == [

@@ -700,3 +700,20 @@ def test_checkpoint_of_another_path_is_ignored(tmp_path):
     got = Collector()
     Follower(b, got, checkpoint=fa.checkpoint()).poll()
     assert got.texts == ["x1", "x2"]
+
+
+def test_nul_hole_from_non_append_writer_after_copytruncate(tmp_path):
+    """`launch_server > server.log` + logrotate copytruncate: the writer's fd offset stays past the
+    new end, so the file restarts with a hole of NULs before the next line; that line is real."""
+    path = tmp_path / "server.log"
+    got: list[str] = []
+    f = Follower(str(path), lambda l: got.append(l.text), max_line_bytes=1024)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)  # no O_APPEND
+    os.write(fd, b"".join(b"line %04d\n" % i for i in range(300)))  # 3000 bytes > max_line_bytes
+    f.poll()
+    os.truncate(path, 0)  # the truncate half of copytruncate
+    os.write(fd, b"line 0300\n")  # lands at offset 3000: 3000 NULs, then the line
+    os.close(fd)
+    f.poll()
+    assert got == [f"line {i:04d}" for i in range(301)]
+    assert f.long_lines_skipped_total == 0

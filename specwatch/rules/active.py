@@ -1,0 +1,64 @@
+"""The firing alerts of one rule, by key, kept in the rule's persisted state.
+
+A rule that forgot its firing alert across a specwatch restart could never resolve it: the
+dispatcher would repeat it forever. Every rule here keeps its firing alerts in an `ActiveAlerts`
+and saves it with `to_state`.
+"""
+
+from __future__ import annotations
+
+from specwatch.alerts.model import FIRING, RESOLVED, Alert
+from specwatch.rules.base import Rule
+
+
+class ActiveAlerts:
+    def __init__(self) -> None:
+        self._alerts: dict[str, Alert] = {}
+
+    def __contains__(self, key: str) -> bool:
+        return key in self._alerts
+
+    def get(self, key: str) -> Alert | None:
+        return self._alerts.get(key)
+
+    def keys(self) -> list[str]:
+        return list(self._alerts)
+
+    def fire(self, key: str, alert: Alert) -> list[Alert]:
+        """Record a firing alert; [] when one is already firing under `key`."""
+        if key in self._alerts:
+            return []
+        alert.status = FIRING
+        self._alerts[key] = alert
+        return [alert]
+
+    def resolve(self, key: str, now: float, *evidence: tuple[str, str]) -> list[Alert]:
+        """The firing alert under `key`, resolved at `now` with extra evidence; [] if none."""
+        alert = self._alerts.pop(key, None)
+        if alert is None:
+            return []
+        alert.status = RESOLVED
+        alert.ends_at = now
+        alert.evidence.extend(evidence)
+        return [alert]
+
+    def to_state(self) -> dict:
+        return {k: a.to_dict() for k, a in self._alerts.items()}
+
+    def load_state(self, state: dict) -> None:
+        for k, d in (state or {}).items():
+            self._alerts[k] = Alert.from_dict(d)
+
+
+class ActiveAlertsRule(Rule):
+    """A rule whose persisted state is its firing alerts (`self.active`); extend the two
+    methods to save more."""
+
+    def __init__(self) -> None:
+        self.active = ActiveAlerts()
+
+    def to_state(self) -> dict:
+        return {"active": self.active.to_state()}
+
+    def load_state(self, state: dict) -> None:
+        self.active.load_state(state.get("active", {}))

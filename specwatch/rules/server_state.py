@@ -1,0 +1,309 @@
+"""The SGLang server itself: down, restarted, or up but not answering its health check.
+
+* `SGLangServerDown` (critical): no server process for `down_for` seconds (the process source);
+  for a server watched only through the HTTP API, no HTTP answer for that long. Resolves when it
+  is back. A server is expected once it was seen, or when it is declared in `process.servers`.
+* `SGLangServerRestarted` (warning): the launcher's pid or start time changed (or, API only,
+  `/server_info` `startup_time` changed; or the pid differs from the one recorded before
+  specwatch itself restarted). Evidence shows the speculative flags before and after when they
+  changed. Stays firing `restart_window` seconds; more restarts in that window update its
+  evidence (a crash loop is one alert, with its count).
+* `SGLangServerUnhealthy` (critical): the process runs but `/health` fails, or `/server_info`
+  times out or answers 5xx, for `unhealthy_for` seconds, after it had answered fine since this
+  process started (so a model still loading never counts).
+"""
+
+from __future__ import annotations
+
+from specwatch.alerts.model import Alert, iso8601
+from specwatch.config import ServerRuleConfig
+from specwatch.events import (
+    ApiSample,
+    ProcessSample,
+    ServerDown,
+    ServerProcess,
+    ServerRestarted,
+    ServerStarted,
+)
+from specwatch.rules.active import ActiveAlertsRule
+
+DOWN = "SGLangServerDown"
+RESTARTED = "SGLangServerRestarted"
+UNHEALTHY = "SGLangServerUnhealthy"
+
+# settings whose change across a restart changes what accept length to expect
+SPEC_KEYS = (
+    "model_path",
+    "speculative_algorithm",
+    "speculative_draft_model_path",
+    "speculative_num_steps",
+    "speculative_eagle_topk",
+    "speculative_num_draft_tokens",
+    "tp_size",
+    "dp_size",
+)
+
+
+def spec_changes(old: dict, new: dict) -> list[tuple[str, str]]:
+    """Evidence pairs `key: old → new` for each speculative setting that differs."""
+    out = []
+    for k in SPEC_KEYS:
+        a, b = old.get(k), new.get(k)
+        if a != b:
+            out.append((k, f"{_show(a)} → {_show(b)}"))
+    return out
+
+
+def spec_summary(args: dict) -> str:
+    parts = [f"{k.replace('speculative_', '')}={args[k]}" for k in SPEC_KEYS[1:] if args.get(k) is not None]
+    return ", ".join(parts) or "no speculative flags"
+
+
+def _show(v) -> str:
+    return "(not set)" if v is None else str(v)
+
+
+def _cmd(sp: ServerProcess) -> str:
+    text = " ".join(sp.cmdline)
+    return text if len(text) <= 600 else text[:599] + "…"
+
+
+class ServerStateRule(ActiveAlertsRule):
+    name = "server_state"
+
+    def __init__(self, config: ServerRuleConfig, log_paths: dict[str, list[str]] | None = None):
+        super().__init__()
+        self.config = config
+        self.log_paths = log_paths or {}
+        self._watched: set[str] = set()  # servers with process samples (the process source is on)
+        self._last: dict[str, ServerProcess] = {}  # last process seen, this run
+        self._known: dict[str, dict] = {}  # persisted: {"pid", "start_time", "args"} per server
+        self._down_since: dict[str, float] = {}
+        self._down_evidence: dict[str, list[tuple[str, str]]] = {}
+        self._restart_until: dict[str, float] = {}
+        self._api_ok: set[str] = set()  # answered fine since this process started
+        self._bad_since: dict[str, float] = {}
+        self._bad_what: dict[str, str] = {}
+        self._startup: dict[str, tuple[float, dict]] = {}  # API only: startup_time, args
+
+    # --- events ---
+    def on_event(self, server: str, event: object, now: float) -> list[Alert]:
+        if isinstance(event, ProcessSample):
+            return self._process(server, event, now)
+        if isinstance(event, ServerDown):
+            self._down_since.setdefault(server, event.timestamp)
+            if event.last is not None:
+                self._last[server] = event.last
+            return []
+        if isinstance(event, ServerRestarted):
+            self._api_ok.discard(server)
+            return self._restarted(server, event.old.args, event.new.args, now, [
+                ("old pid", str(event.old.pid)), ("new pid", str(event.new.pid)),
+                ("old start", iso8601(event.old.start_time) or ""),
+                ("new start", iso8601(event.new.start_time) or ""),
+            ], command=_cmd(event.new))
+        if isinstance(event, ServerStarted):
+            if not event.first_seen:
+                self._api_ok.discard(server)
+            return self._back(server, event.process, now)
+        if isinstance(event, ApiSample):
+            return self._api(server, event, now)
+        return []
+
+    def _process(self, server: str, event: ProcessSample, now: float) -> list[Alert]:
+        self._watched.add(server)
+        sp = event.process
+        out: list[Alert] = []
+        if sp is None:
+            self._down_since.setdefault(server, now)
+            self._bad_since.pop(server, None)
+            return out
+        out += self._back(server, sp, now)
+        known = self._known.get(server)
+        if server not in self._last and known and (known["pid"], known["start_time"]) != sp.identity:
+            # restarted while specwatch was not running
+            out += self._restarted(server, known.get("args", {}), sp.args, now, [
+                ("old pid", str(known["pid"])), ("new pid", str(sp.pid)),
+                ("old start", iso8601(known["start_time"]) or ""), ("new start", iso8601(sp.start_time) or ""),
+                ("noticed", "after specwatch itself restarted"),
+            ], command=_cmd(sp))
+        self._last[server] = sp
+        self._known[server] = {"pid": sp.pid, "start_time": sp.start_time, "args": dict(sp.args)}
+        return out
+
+    def _back(self, server: str, sp: ServerProcess, now: float) -> list[Alert]:
+        since = self._down_since.pop(server, None)
+        if since is None:
+            return []
+        return self.active.resolve(f"{server}|down", now, ("back with pid", str(sp.pid)),
+                                   ("down for (s)", f"{now - since:.0f}"))
+
+    def _api(self, server: str, s: ApiSample, now: float) -> list[Alert]:
+        out: list[Alert] = []
+        process_watched = server in self._watched
+        if not process_watched:
+            if not s.reachable:
+                self._down_since.setdefault(server, now)
+                self._down_evidence[server] = [("API", s.url), ("last API error", s.error or "")]
+                return out
+            since = self._down_since.pop(server, None)
+            if since is not None:
+                out += self.active.resolve(f"{server}|down", now, ("API answers again", s.url),
+                                           ("down for (s)", f"{now - since:.0f}"))
+                self._api_ok.discard(server)
+            if s.info is not None and s.info.startup_time is not None:
+                prev = self._startup.get(server)
+                self._startup[server] = (s.info.startup_time, dict(s.info.args))
+                if prev is not None and prev[0] != s.info.startup_time:
+                    self._api_ok.discard(server)
+                    out += self._restarted(server, prev[1], s.info.args, now, [
+                        ("old start", iso8601(prev[0]) or ""), ("new start", iso8601(s.info.startup_time) or ""),
+                        ("seen by", f"{s.url}/server_info startup_time"),
+                    ])
+        elif self._last.get(server) is None or server in self._down_since:
+            return out  # no process: the down alert covers it
+        bad = None
+        if s.healthy is False:
+            bad = f"/health answered {s.health_status}" if s.health_status else "/health did not answer"
+        elif s.error in ("timeout", "connection_error") or (s.error or "").startswith("http_5"):
+            bad = f"/server_info: {s.error}"
+        if bad is None and s.info is not None:
+            self._api_ok.add(server)
+            self._bad_since.pop(server, None)
+            out += self.active.resolve(f"{server}|unhealthy", now, ("answers again", s.url))
+        elif bad is not None and server in self._api_ok:
+            self._bad_since.setdefault(server, now)
+            self._bad_what[server] = bad
+        return out
+
+    def _restarted(self, server: str, old: dict, new: dict, now: float, evidence: list[tuple[str, str]],
+                   command: str | None = None) -> list[Alert]:
+        key = f"{server}|restart"
+        changes = spec_changes(old, new)
+        if changes:
+            evidence += [("speculative flags", "changed")] + changes
+        else:
+            evidence.append(("speculative flags", f"unchanged ({spec_summary(new)})"))
+        self._restart_until[server] = now + self.config.restart_window
+        firing = self.active.get(key)
+        if firing is not None:  # a crash loop: one alert, its evidence tells how many
+            n = int(dict(firing.evidence).get("restarts in window", "1")) + 1
+            firing.evidence[:] = evidence + [("restarts in window", str(n))]
+            return []
+        fixes = [
+            "If nobody restarted it on purpose, find why the old process exited: the last lines of "
+            "the SGLang log before the restart (a Traceback, `CUDA out of memory`, `NCCL` timeout, "
+            "`Received sigquit`), your process manager's record (`journalctl -u <unit> --since -1h`, "
+            "`docker inspect <container> --format '{{.State.ExitCode}} {{.State.OOMKilled}}'`) and "
+            "`sudo dmesg -T | grep -iE 'xid|oom-kill'` for a GPU fault or the kernel OOM killer.",
+        ]
+        if changes:
+            fixes.append(
+                "The speculative settings changed: the accept length to expect changed with them. "
+                "Compare `specwatch_accept_length` before and after the restart, and check the new "
+                "draft path and flags are the intended ones.")
+        if self.log_paths.get(server):
+            fixes.append(f"The log specwatch follows for it: {', '.join(self.log_paths[server])}.")
+        alert = Alert(
+            labels={"alertname": RESTARTED, "severity": "warning", "server": server, "rank": ""},
+            annotations={
+                "summary": f"SGLang server {server} restarted",
+                "description": (
+                    "The SGLang server process was replaced by a new one. Requests in flight were "
+                    "lost, and caches and CUDA graphs are being rebuilt."
+                    + (f" New command line: `{command}`" if command else "")
+                ),
+            },
+            starts_at=now,
+            evidence=evidence + [("restarts in window", "1")],
+            fixes=fixes,
+        )
+        return self.active.fire(key, alert)
+
+    # --- time ---
+    def on_tick(self, now: float) -> list[Alert]:
+        out: list[Alert] = []
+        for server, since in list(self._down_since.items()):
+            key = f"{server}|down"
+            if now - since >= self.config.down_for and key not in self.active:
+                out += self.active.fire(key, self._down_alert(server, since, now))
+        for server, until in list(self._restart_until.items()):
+            if now >= until:
+                del self._restart_until[server]
+                out += self.active.resolve(f"{server}|restart", now)
+        for server, since in list(self._bad_since.items()):
+            key = f"{server}|unhealthy"
+            if now - since >= self.config.unhealthy_for and key not in self.active:
+                out += self.active.fire(key, self._unhealthy_alert(server, since))
+        return out
+
+    def _down_alert(self, server: str, since: float, now: float) -> Alert:
+        last = self._last.get(server)
+        evidence = [("down since", iso8601(since) or ""), ("down for (s)", f"{now - since:.0f}")]
+        fixes = []
+        if last is not None:
+            evidence += [("last pid", str(last.pid)), ("last start", iso8601(last.start_time) or ""),
+                         ("last speculative flags", spec_summary(last.args))]
+            fixes.append(f"Start it again with the same command: `{_cmd(last)}`")
+        elif server not in self._watched:
+            evidence += self._down_evidence.get(server, [])
+        else:
+            evidence.append(("seen", "never since specwatch started (declared in process.servers)"))
+        logs = self.log_paths.get(server)
+        fixes.insert(0,
+            "Find why it exited: the end of the SGLang log"
+            + (f" ({', '.join(logs)})" if logs else "")
+            + " for a Traceback, `CUDA out of memory` or an `NCCL` error; `journalctl -u <unit> -n 200` "
+            "or `docker logs --tail 200 <container>`; `sudo dmesg -T | grep -iE 'xid|oom-kill'` for a "
+            "GPU fault or the kernel OOM killer.")
+        return Alert(
+            labels={"alertname": DOWN, "severity": "critical", "server": server, "rank": ""},
+            annotations={
+                "summary": f"SGLang server {server} is down",
+                "description": (f"No SGLang server process for {now - since:.0f} s"
+                                if server in self._watched else
+                                f"The SGLang HTTP API has not answered for {now - since:.0f} s") + ".",
+            },
+            starts_at=since,
+            evidence=evidence,
+            fixes=fixes,
+        )
+
+    def _unhealthy_alert(self, server: str, since: float) -> Alert:
+        last = self._last.get(server)
+        evidence = [("failure", self._bad_what.get(server, "")), ("failing since", iso8601(since) or "")]
+        if last is not None:
+            evidence.append(("pid", str(last.pid)))
+        return Alert(
+            labels={"alertname": UNHEALTHY, "severity": "critical", "server": server, "rank": ""},
+            annotations={
+                "summary": f"SGLang server {server} runs but fails its health check",
+                "description": ("The process is alive but its HTTP API stopped answering correctly "
+                                "after it had been healthy: a wedged scheduler, a hung NCCL collective, "
+                                "or a GPU fault."),
+            },
+            starts_at=since,
+            evidence=evidence,
+            fixes=[
+                "Look at the last lines of the SGLang log for a Traceback or a watchdog message "
+                "(`Scheduler hit an exception`, `watchdog timeout`).",
+                f"Dump the stacks: `py-spy dump --pid {last.pid if last else '<pid>'}` (and each "
+                "`sglang::scheduler` child), to see where it is stuck.",
+                "Check the GPUs: `nvidia-smi` (a GPU at 100% with no progress, or an XID in "
+                "`sudo dmesg -T | grep -i xid`). Restart the server if it does not recover.",
+            ],
+        )
+
+    # --- persistence ---
+    def to_state(self) -> dict:
+        return {**super().to_state(), "known": self._known, "restart_until": self._restart_until}
+
+    def load_state(self, state: dict) -> None:
+        super().load_state(state)
+        self._known.update(state.get("known", {}))
+        self._restart_until.update(state.get("restart_until", {}))
+        for key in self.active.keys():
+            server, _, kind = key.rpartition("|")
+            if kind == "down":
+                a = self.active.get(key)
+                self._down_since.setdefault(server, a.starts_at)  # resolved by the next sample

@@ -1,0 +1,232 @@
+"""SGLangServerDown / Restarted / Unhealthy through the real pipeline, fed by the real process
+source (fake SGLang launchers in a venv) and the real HTTP API source (local SGLang-shaped server).
+Time is passed explicitly: the same `now` the daemon would use."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/ has no __init__.py
+from fake_sglang import free_port, stop  # noqa: E402
+from sglang_http import SGLangHTTP  # noqa: E402
+
+from specwatch.alerts.dispatcher import Dispatcher  # noqa: E402
+from specwatch.config import build_config  # noqa: E402
+from specwatch.pipeline import Pipeline  # noqa: E402
+from specwatch.sources.process import ProcessSource  # noqa: E402
+from specwatch.sources.server_api import ServerApiSource  # noqa: E402
+
+MODEL = "/models/meta-llama/Llama-3.1-8B-Instruct"
+DRAFT = "/models/lmsys/sglang-EAGLE3-LLaMA3.1-Instruct-8B"
+
+
+def argv(python, port, steps=5, draft=DRAFT):
+    return [str(python), "-m", "sglang.launch_server", "--model-path", MODEL, "--speculative-algorithm", "EAGLE3",
+            "--speculative-draft-model-path", draft, "--speculative-num-steps", str(steps),
+            "--speculative-eagle-topk", "8", "--speculative-num-draft-tokens", "32", "--port", str(port)]
+
+
+def make_pipeline(extra: dict | None = None) -> Pipeline:
+    cfg = build_config({"server": "gpu-box-1", "logs": [{"path": "/var/log/sglang/a.log", "server": "sglang-a"}],
+                        "rules": {"server": {"down_for": "30s", "restart_window": "10m", "unhealthy_for": "2m"}},
+                        **(extra or {})})
+    return Pipeline(cfg, Dispatcher([]))
+
+
+def sent(p: Pipeline) -> list[tuple[str, str]]:
+    return [(a.name, a.status) for a in p.dispatcher.history]
+
+
+def tick(p: Pipeline, now: float) -> None:
+    with p.lock:
+        p.tick(now)
+
+
+def test_down_restart_with_changed_flags_and_resolve(sglang_install, sglang_procs):
+    port = free_port()
+    p1 = sglang_procs.start(argv(sglang_install, port, steps=5))
+    pl = make_pipeline()
+    src = ProcessSource(pl.feed_event, server="gpu-box-1", servers={port: "sglang-a"})
+    t = 1_800_000_000.0
+    src.poll(t)
+    tick(pl, t + 1)
+    assert sent(pl) == []  # first sight of a running server: nothing to say
+
+    stop(p1)
+    src.poll(t + 10)
+    tick(pl, t + 39)
+    assert sent(pl) == []  # down for 29 s: not yet
+    tick(pl, t + 40)
+    assert sent(pl) == [("SGLangServerDown", "firing")]
+    down = pl.dispatcher.history[-1]
+    ev = dict(down.evidence)
+    assert down.labels == {"alertname": "SGLangServerDown", "severity": "critical", "server": "sglang-a", "rank": ""}
+    assert ev["last pid"] == str(p1.pid)
+    assert ev["down for (s)"] == "30"
+    assert "steps=5" in ev["last speculative flags"] and "algorithm=EAGLE3" in ev["last speculative flags"]
+    assert any("/var/log/sglang/a.log" in f for f in down.fixes)
+    assert any("--speculative-num-steps 5 --speculative-eagle-topk 8" in f for f in down.fixes)
+    tick(pl, t + 100)
+    assert len(pl.dispatcher.history) == 1  # no repeat inside repeat_interval
+
+    p2 = sglang_procs.start(argv(sglang_install, port, steps=3, draft="/models/new-draft"))
+    src.poll(t + 120)
+    assert sent(pl)[1:] == [("SGLangServerDown", "resolved"), ("SGLangServerRestarted", "firing")]
+    restart = pl.dispatcher.history[-1]
+    ev = dict(restart.evidence)
+    assert ev["old pid"] == str(p1.pid) and ev["new pid"] == str(p2.pid)
+    assert ev["speculative flags"] == "changed"
+    assert ev["speculative_num_steps"] == "5 → 3"
+    assert ev["speculative_draft_model_path"] == f"{DRAFT} → /models/new-draft"
+    assert "speculative_eagle_topk" not in ev  # unchanged flags are not listed as changes
+    assert any("specwatch_accept_length" in f for f in restart.fixes)
+    assert dict(pl.dispatcher.history[1].evidence)["down for (s)"] == "110"
+
+    # the merged settings follow the new process
+    assert pl.servers["sglang-a"].server_args.args["speculative_num_steps"] == 3
+    assert pl.collapse._server_args["sglang-a"]["speculative_draft_model_path"] == "/models/new-draft"
+
+    tick(pl, t + 120 + 599)
+    assert sent(pl)[-1] == ("SGLangServerRestarted", "firing")
+    tick(pl, t + 120 + 600)
+    assert sent(pl)[-1] == ("SGLangServerRestarted", "resolved")
+
+    # healthy from here on: many scans, many ticks, nothing sent
+    n = len(pl.dispatcher.history)
+    for i in range(20):
+        src.poll(t + 800 + 5 * i)
+        tick(pl, t + 800 + 5 * i)
+    assert len(pl.dispatcher.history) == n
+
+
+def test_unchanged_flags_and_crash_loop_is_one_alert(sglang_install, sglang_procs):
+    port = free_port()
+    pl = make_pipeline()
+    src = ProcessSource(pl.feed_event, server="gpu-box-1", servers={port: "sglang-a"})
+    t = 1_800_000_000.0
+    pids = []
+    for i in range(3):
+        p = sglang_procs.start(argv(sglang_install, port))
+        pids.append(p.pid)
+        src.poll(t + 10 * i)
+        tick(pl, t + 10 * i)
+        stop(p)
+    assert sent(pl) == [("SGLangServerRestarted", "firing")]
+    a = pl.dispatcher.history[0]
+    ev = dict(pl.rules[1].active.get("sglang-a|restart").evidence)
+    assert ev["restarts in window"] == "2"
+    assert ev["speculative flags"].startswith("unchanged (algorithm=EAGLE3")
+    assert dict(a.evidence)["new pid"] in {str(x) for x in pids}
+
+
+def test_declared_server_never_started_is_down(sglang_install):
+    port = free_port()
+    pl = make_pipeline()
+    src = ProcessSource(pl.feed_event, server="gpu-box-1", servers={port: "sglang-a"})
+    t = 1_800_000_000.0
+    src.poll(t)
+    tick(pl, t + 30)
+    assert sent(pl) == [("SGLangServerDown", "firing")]
+    assert "never since specwatch started" in dict(pl.dispatcher.history[0].evidence)["seen"]
+
+
+def test_undeclared_box_without_sglang_stays_quiet():
+    pl = make_pipeline()
+    src = ProcessSource(pl.feed_event, server="gpu-box-1", servers={}, match=r"^no-such-program-\d{9}$")
+    t = 1_800_000_000.0
+    for i in range(10):
+        src.poll(t + 5 * i)
+        tick(pl, t + 5 * i)
+    assert sent(pl) == []
+
+
+def test_api_only_down_restart_via_startup_time():
+    srv = SGLangHTTP("0.5.23")
+    port = int(srv.url.rsplit(":", 1)[1])
+    pl = make_pipeline()
+    api = ServerApiSource(srv.url, pl.feed_event, server="sglang-a", timeout=0.5)
+    t = 1_800_000_000.0
+    try:
+        api.poll(t)
+        srv.close()
+        api.poll(t + 10)
+        tick(pl, t + 39)
+        assert sent(pl) == []
+        tick(pl, t + 40)
+        assert sent(pl) == [("SGLangServerDown", "firing")]
+        ev = dict(pl.dispatcher.history[0].evidence)
+        assert ev["last API error"] == "connection_error" and ev["API"] == srv.url
+        assert "HTTP API has not answered for 30 s" in pl.dispatcher.history[0].annotations["description"]
+        srv = SGLangHTTP("0.5.23", port=port)
+        srv.startup_time += 3600
+        srv.args["speculative_num_steps"] = 3
+        api.poll(t + 60)
+        assert sent(pl)[1:] == [("SGLangServerDown", "resolved"), ("SGLangServerRestarted", "firing")]
+        ev = dict(pl.dispatcher.history[-1].evidence)
+        assert ev["speculative_num_steps"] == "5 → 3"
+        assert ev["seen by"].endswith("/server_info startup_time")
+    finally:
+        srv.close()
+
+
+def test_unhealthy_after_healthy_fires_and_resolves_loading_does_not(sglang_install, sglang_procs):
+    port = free_port()
+    srv = SGLangHTTP("0.5.23")
+    srv.health_status = 503  # still loading: never healthy yet
+    p = sglang_procs.start(argv(sglang_install, port))
+    pl = make_pipeline()
+    src = ProcessSource(pl.feed_event, server="gpu-box-1", servers={port: "sglang-a"})
+    api = ServerApiSource(srv.url, pl.feed_event, server="sglang-a", timeout=0.5)
+    t = 1_800_000_000.0
+    try:
+        for i in range(40):
+            src.poll(t + 10 * i)
+            api.poll(t + 10 * i)
+            tick(pl, t + 10 * i)
+        assert sent(pl) == []  # 400 s of 503 while loading: not an alert
+        srv.health_status = 200
+        api.poll(t + 400)
+        srv.health_status = 503  # /health is asked every 60 s while fine: next at t+460
+        for i in range(1, 18):
+            api.poll(t + 400 + 10 * i)
+            tick(pl, t + 400 + 10 * i)
+        assert sent(pl) == []  # failing since t+460: 110 s < unhealthy_for
+        api.poll(t + 580)
+        tick(pl, t + 580)
+        assert sent(pl) == [("SGLangServerUnhealthy", "firing")]
+        a = pl.dispatcher.history[0]
+        assert dict(a.evidence)["failure"] == "/health answered 503"
+        assert dict(a.evidence)["pid"] == str(p.pid)
+        assert any(f"py-spy dump --pid {p.pid}" in f for f in a.fixes)
+        srv.health_status = 200
+        api.poll(t + 600)  # while failing, /health is asked at every poll
+        assert sent(pl)[-1] == ("SGLangServerUnhealthy", "resolved")
+    finally:
+        srv.close()
+
+
+def test_state_survives_specwatch_restart(sglang_install, sglang_procs):
+    port = free_port()
+    p1 = sglang_procs.start(argv(sglang_install, port))
+    pl = make_pipeline()
+    src = ProcessSource(pl.feed_event, server="gpu-box-1", servers={port: "sglang-a"})
+    t = 1_800_000_000.0
+    src.poll(t)
+    stop(p1)
+    src.poll(t + 5)
+    tick(pl, t + 40)
+    assert sent(pl) == [("SGLangServerDown", "firing")]
+    with pl.lock:
+        state = pl.to_state()
+
+    # specwatch restarts; meanwhile the server came back with other flags
+    sglang_procs.start(argv(sglang_install, port, steps=7))
+    pl2 = make_pipeline()
+    pl2.load_state(state)
+    src2 = ProcessSource(pl2.feed_event, server="gpu-box-1", servers={port: "sglang-a"})
+    src2.poll(t + 100)
+    assert sent(pl2) == [("SGLangServerDown", "resolved"), ("SGLangServerRestarted", "firing")]
+    ev = dict(pl2.dispatcher.history[-1].evidence)
+    assert ev["noticed"] == "after specwatch itself restarted"
+    assert ev["speculative_num_steps"] == "5 → 7"

@@ -1,0 +1,327 @@
+"""ProcessSource against real processes: a fake SGLang install in a real venv, launched the way
+users launch SGLang, found through psutil, restarted, killed."""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/ has no __init__.py
+from fake_sglang import free_port, stop  # noqa: E402
+
+from specwatch.events import (  # noqa: E402
+    ProcessSample,
+    ServerArgs,
+    ServerDown,
+    ServerRestarted,
+    ServerStarted,
+)
+from specwatch.sources.process import (  # noqa: E402
+    ProcessSource,
+    find_sglang,
+    launcher_args,
+    parse_server_argv,
+    redact_argv,
+    role_of,
+    site_dirs,
+)
+
+MODEL = "/models/meta-llama/Llama-3.1-8B-Instruct"
+DRAFT = "/models/lmsys/sglang-EAGLE3-LLaMA3.1-Instruct-8B"
+
+
+def server_argv(python: Path, port: int, *, steps: int = 5, extra: tuple[str, ...] = ()) -> list[str]:
+    return [str(python), "-m", "sglang.launch_server", "--model-path", MODEL,
+            "--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", DRAFT,
+            "--speculative-num-steps", str(steps), "--speculative-eagle-topk", "8",
+            "--speculative-num-draft-tokens", "32", "--tp", "1", "--port", str(port),
+            "--mem-fraction-static", "0.8", "--api-key", "sk-secret-123", *extra]
+
+
+class Recorder:
+    def __init__(self):
+        self.events: list[tuple[str, object]] = []
+
+    def __call__(self, server, event, now):
+        self.events.append((server, event))
+
+    def of(self, kind):
+        return [e for _, e in self.events if isinstance(e, kind)]
+
+    def clear(self):
+        self.events.clear()
+
+
+# ------------------------------------------------------------------ command lines (pure)
+
+
+@pytest.mark.parametrize("argv, expected", [
+    (["/opt/venv/bin/python3", "-m", "sglang.launch_server", "--model-path", "m"], ["--model-path", "m"]),
+    (["python3", "-u", "-X", "faulthandler", "-m", "sglang.launch_server", "--port", "1"], ["--port", "1"]),
+    (["/usr/bin/python3.11", "/opt/venv/bin/sglang", "serve", "--model-path", "m"], ["--model-path", "m"]),
+    (["sglang", "serve", "--tp", "8"], ["--tp", "8"]),
+    (["python", "-m", "sglang", "serve", "--tp", "8"], ["--tp", "8"]),
+    (["python", "/src/sglang/python/sglang/launch_server.py", "--port", "2"], ["--port", "2"]),
+    (["python", "-msglang.launch_server", "--port", "3"], ["--port", "3"]),
+    (["tail", "-F", "/var/log/sglang.launch_server.log"], None),
+    (["python", "-c", "import sglang.launch_server"], None),
+    (["bash", "-c", "python -m sglang.launch_server --port 1"], None),
+    (["python", "-m", "sglang.bench_serving", "--port", "1"], None),
+    (["python", "-m", "pytest", "sglang.launch_server"], None),
+    (["sglang::scheduler_TP0"], None),
+    (("/v/bin/python", "/v/bin/sglang", "serve", "--port", "1"), ["--port", "1"]),
+])
+def test_launcher_args(argv, expected):
+    assert launcher_args(argv) == expected
+
+
+def test_parse_flags_forms_abbreviations_aliases():
+    args = parse_server_argv([
+        "--model", MODEL, "--speculative-algo", "eagle3", "--speculative-draft", DRAFT,
+        "--speculative-num-steps=3", "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "4",
+        "--tp", "8", "--dp-size=2", "--pipeline-parallel-size", "1", "--port", "30001", "--log-level", "warning",
+        "--decode-log-interval", "10", "--enable-metrics", "--trust-remote-code", "--mem-fraction-static", "0.85",
+        "--log-level-http", "info", "--speculative-token-map", "/x/map.pt",
+    ])
+    assert args == {
+        "model_path": MODEL, "speculative_algorithm": "EAGLE3", "speculative_draft_model_path": DRAFT,
+        "speculative_num_steps": 3, "speculative_eagle_topk": 1, "speculative_num_draft_tokens": 4,
+        "tp_size": 8, "dp_size": 2, "pp_size": 1, "port": 30001, "log_level": "warning",
+        "decode_log_interval": 10, "enable_metrics": True,
+    }
+
+
+def test_parse_last_flag_wins_and_missing_value_skipped():
+    args = parse_server_argv(["--speculative-num-steps", "3", "--speculative-num-steps", "5",
+                              "--speculative-algorithm", "--port", "x1"])
+    assert args == {"speculative_num_steps": 5, "port": "x1"}
+
+
+def test_redact_api_key_both_forms():
+    argv = ["python", "-m", "sglang.launch_server", "--api-key", "sk-1", "--admin-api-key=sk-2",
+            "--speculative-num-draft-tokens", "4"]
+    assert redact_argv(argv) == ("python", "-m", "sglang.launch_server", "--api-key", "<redacted>",
+                                 "--admin-api-key=<redacted>", "--speculative-num-draft-tokens", "4")
+
+
+@pytest.mark.parametrize("argv, role", [
+    (["sglang::scheduler_DP0_TP0"], "scheduler"), (["sglang::scheduler"], "scheduler"),
+    (["sglang::detokenizer"], "detokenizer"), (["sglang::data_parallel_controller"], "data_parallel_controller"),
+    (["python", "-c", "from multiprocessing.spawn import spawn_main"], "other"), ([], "other"),
+])
+def test_role_of(argv, role):
+    assert role_of(argv) == role
+
+
+# ------------------------------------------------------------------ the install
+
+
+def test_find_sglang_in_venv_metadata(sglang_install):
+    version, location = find_sglang(str(sglang_install))
+    assert version == "0.5.6.post2"
+    assert location == str(sglang_install.parent.parent / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}" / "site-packages")
+
+
+def test_pythonpath_source_tree_comes_first(sglang_install, tmp_path):
+    src = tmp_path / "checkout" / "python"
+    (src / "sglang").mkdir(parents=True)
+    (src / "sglang" / "version.py").write_text('__version__ = "0.5.23"\n')
+    assert site_dirs(str(sglang_install), environ={"PYTHONPATH": str(src)})[0] == str(src)
+    assert find_sglang(str(sglang_install), environ={"PYTHONPATH": str(src)}) == ("0.5.23", str(src))
+
+
+def _dist(site: Path, version: str) -> None:
+    d = site / f"sglang-{version}.dist-info"
+    d.mkdir(parents=True)
+    (d / "METADATA").write_text(f"Metadata-Version: 2.1\nName: sglang\nVersion: {version}\n")
+
+
+def test_container_root_venv_and_debian_python(tmp_path):
+    """Paths as the server sees them, read under its root (/proc/<pid>/root for a container)."""
+    root = tmp_path / "rootfs"
+    venv_dir = root / "opt" / "venv"
+    (venv_dir / "bin").mkdir(parents=True)
+    (venv_dir / "pyvenv.cfg").write_text("home = /usr/bin\ninclude-system-site-packages = false\nversion = 3.10.12\n")
+    _dist(venv_dir / "lib" / "python3.10" / "site-packages", "0.5.9")
+    assert find_sglang("/opt/venv/bin/python3", fs_root=str(root)) == ("0.5.9", "/opt/venv/lib/python3.10/site-packages")
+
+    # Debian's python3 -> python3.10 symlink; pip installs to /usr/local/lib/python3.10/dist-packages;
+    # the user site comes first
+    usr_bin = root / "usr" / "bin"
+    usr_bin.mkdir(parents=True)
+    (usr_bin / "python3.10").write_text("")
+    (usr_bin / "python3").symlink_to("python3.10")
+    _dist(root / "usr" / "local" / "lib" / "python3.10" / "dist-packages", "0.5.4")
+    assert find_sglang("/usr/bin/python3", fs_root=str(root)) == ("0.5.4", "/usr/local/lib/python3.10/dist-packages")
+    _dist(root / "home" / "ml" / ".local" / "lib" / "python3.10" / "site-packages", "0.5.23")
+    assert find_sglang("/usr/bin/python3", fs_root=str(root), environ={"HOME": "/home/ml"}) == (
+        "0.5.23", "/home/ml/.local/lib/python3.10/site-packages")
+
+
+def test_no_sglang_anywhere(tmp_path):
+    root = tmp_path / "empty"
+    import venv
+    venv.EnvBuilder(with_pip=False, symlinks=True).create(root)
+    assert find_sglang(str(root / "bin" / "python")) == (None, None)
+
+
+# ------------------------------------------------------------------ real processes
+
+
+def test_finds_launcher_children_args_usage(sglang_install, sglang_procs, tmp_path):
+    port = free_port()
+    log = tmp_path / "server.log"
+    with open(log, "w") as out:
+        p = sglang_procs.start(server_argv(sglang_install, port), stdout=out)
+    kids = psutil.Process(p.pid).children()
+    rec = Recorder()
+    src = ProcessSource(rec, server="gpu-box-1", interval=5, servers={port: "sglang-a"})
+    src.poll(time.time())
+
+    started = rec.of(ServerStarted)
+    assert len(started) == 1 and started[0].first_seen
+    sp = started[0].process
+    assert sp.pid == p.pid
+    assert sp.start_time == pytest.approx(psutil.Process(p.pid).create_time())
+    assert sp.port == port
+    assert sp.interpreter == str(sglang_install)  # the venv's bin/python, not the resolved system binary
+    assert sp.fs_root == "/"
+    assert sp.sglang_version == "0.5.6.post2"
+    assert sp.args["speculative_algorithm"] == "EAGLE3"
+    assert sp.args["speculative_draft_model_path"] == DRAFT
+    assert (sp.args["speculative_num_steps"], sp.args["speculative_eagle_topk"],
+            sp.args["speculative_num_draft_tokens"], sp.args["tp_size"]) == (5, 8, 32, 1)
+    assert "sk-secret-123" not in " ".join(sp.cmdline)
+    assert set(sp.pids) == {p.pid} | {k.pid for k in kids}
+    assert set(sp.roles) == {"main", "scheduler", "detokenizer"}
+    assert sp.roles["scheduler"].processes == 1
+    assert sp.roles["main"].rss_bytes == pytest.approx(psutil.Process(p.pid).memory_info().rss, rel=0.5)
+    assert sp.roles["main"].cpu_seconds > 0
+    assert str(log) in sp.output_paths
+    assert src.pids() == set(sp.pids)
+    # the command line's settings also go to the rules as ServerArgs
+    args = rec.of(ServerArgs)
+    assert len(args) == 1 and args[0].source == "cmdline" and args[0].args["port"] == port
+    assert rec.of(ProcessSample)[0].process is sp
+
+    rec.clear()
+    src.poll(time.time())  # nothing changed: only a sample
+    assert [type(e).__name__ for _, e in rec.events] == ["ProcessSample"]
+
+
+def test_restart_between_scans_then_down(sglang_install, sglang_procs):
+    port = free_port()
+    p1 = sglang_procs.start(server_argv(sglang_install, port, steps=5))
+    rec = Recorder()
+    src = ProcessSource(rec, server="box", interval=5, servers={port: "sglang-a"})
+    src.poll(time.time())
+    stop(p1)
+    p2 = sglang_procs.start(server_argv(sglang_install, port, steps=3, extra=("--log-level", "warning")))
+    rec.clear()
+    src.poll(time.time())
+
+    restarts = rec.of(ServerRestarted)
+    assert len(restarts) == 1
+    r = restarts[0]
+    assert (r.old.pid, r.new.pid) == (p1.pid, p2.pid)
+    assert r.old.args["speculative_num_steps"] == 5 and r.new.args["speculative_num_steps"] == 3
+    assert r.new.args["log_level"] == "warning"
+    assert src.restarts_total == {"sglang-a": 1}
+    assert rec.of(ServerArgs)[0].args["speculative_num_steps"] == 3
+    assert rec.of(ServerStarted) == [] and rec.of(ServerDown) == []
+
+    stop(p2)
+    rec.clear()
+    src.poll(time.time())
+    down = rec.of(ServerDown)
+    assert len(down) == 1 and down[0].last.pid == p2.pid
+    assert rec.of(ProcessSample)[0].process is None
+    assert src.pids() == set()
+
+
+def test_down_then_back_is_a_restart_too(sglang_install, sglang_procs):
+    port = free_port()
+    p1 = sglang_procs.start(server_argv(sglang_install, port))
+    rec = Recorder()
+    src = ProcessSource(rec, server="box", interval=5, servers={port: "s"})
+    src.poll(time.time())
+    stop(p1)
+    src.poll(time.time())
+    assert len(rec.of(ServerDown)) == 1
+    # `sglang serve` through the venv's console script this time
+    p2 = sglang_procs.start([str(sglang_install.parent / "sglang"), "serve", "--model-path", MODEL,
+                             "--port", str(port), "--speculative-algorithm", "EAGLE3",
+                             "--speculative-draft-model-path", DRAFT])
+    rec.clear()
+    src.poll(time.time())
+    started = rec.of(ServerStarted)
+    assert len(started) == 1 and not started[0].first_seen and started[0].previous.pid == p1.pid
+    assert [(r.old.pid, r.new.pid) for r in rec.of(ServerRestarted)] == [(p1.pid, p2.pid)]
+    sp = started[0].process
+    assert sp.interpreter == str(sglang_install)  # from the console script's shebang line
+    assert sp.sglang_version == "0.5.6.post2"
+    assert src.restarts_total == {"s": 1}
+
+
+def test_declared_server_never_seen_is_reported_missing(sglang_install):
+    port = free_port()
+    rec = Recorder()
+    src = ProcessSource(rec, server="box", interval=5, servers={port: "sglang-a"})
+    src.poll(time.time())
+    assert [(s, e.process) for s, e in rec.events if isinstance(e, ProcessSample)] == [("sglang-a", None)]
+    assert rec.of(ServerDown) == []  # nothing was up, so nothing went down
+
+
+def test_undeclared_servers_are_named_by_port(sglang_install, sglang_procs):
+    ports = sorted([free_port(), free_port()])
+    for port in ports:
+        sglang_procs.start(server_argv(sglang_install, port))
+    rec = Recorder()
+    src = ProcessSource(rec, server="box", interval=5)
+    found = src.scan()
+    ours = {name: sp for name, sp in found.items() if sp.pid in {p.pid for p in sglang_procs.started}}
+    # the first port seen keeps the plain name; the other is box:<port> (other servers on this
+    # machine, if any, may have taken the plain name first)
+    assert len(ours) == 2
+    assert {sp.port for sp in ours.values()} == set(ports)
+    for name, sp in ours.items():
+        assert name in ("box", f"box:{sp.port}")
+
+
+def test_match_regex_adds_a_wrapper(tmp_path, sglang_procs):
+    import venv
+    venv.EnvBuilder(with_pip=False, symlinks=True).create(tmp_path / "plain")
+    python = tmp_path / "plain" / "bin" / "python"
+    script = tmp_path / "serve_llama.py"
+    script.write_text("import time\ntime.sleep(3600)\n")
+    port = free_port()
+    p = sglang_procs.start([str(python), str(script), "--port", str(port), "--speculative-algorithm", "EAGLE3"],
+                           children=0)
+    rec = Recorder()
+    src = ProcessSource(rec, server="box", interval=5, servers={port: "wrapped"}, match=r"serve_llama\.py")
+    deadline = time.monotonic() + 5
+    while not rec.of(ServerStarted):
+        assert time.monotonic() < deadline
+        src.poll(time.time())
+    sp = rec.of(ServerStarted)[0].process
+    assert sp.pid == p.pid and sp.args["speculative_algorithm"] == "EAGLE3"
+    assert sp.interpreter == str(python)
+    assert (sp.sglang_version, sp.sglang_location) == (None, None)  # that venv has no sglang
+
+
+def test_thread_start_stop(sglang_install, sglang_procs):
+    port = free_port()
+    sglang_procs.start(server_argv(sglang_install, port))
+    rec = Recorder()
+    src = ProcessSource(rec, server="box", interval=0.05, servers={port: "s"})
+    src.start()
+    deadline = time.monotonic() + 5
+    while len(rec.of(ProcessSample)) < 3:
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    assert src.stop(timeout=2)
+    assert src.scans_total >= 3 and src.scan_errors_total == 0

@@ -1,0 +1,122 @@
+"""`specwatch run` with the process and HTTP API sources, end to end: a fake SGLang launcher
+(real processes, real venv, a real HTTP API on its --port, decode lines on its stdout) watched by
+the daemon as a subprocess; metrics scraped over HTTP; alerts delivered to a local Slack."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from fake_sglang import free_port, stop  # noqa: E402
+from test_daemon import delivered, scrape, wait_for  # noqa: E402
+
+
+def server_argv(python: Path, port: int, steps: int, level: str) -> list[str]:
+    return [str(python), "-m", "sglang.launch_server", "--model-path", "/models/meta-llama/Llama-3.1-8B-Instruct",
+            "--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", "/models/eagle3-llama3.1-8b",
+            "--speculative-num-steps", str(steps), "--speculative-eagle-topk", "1",
+            "--speculative-num-draft-tokens", str(steps + 1), "--port", str(port), "--log-level", level]
+
+
+def texts(slack) -> list[str]:
+    return [b["text"] for b in delivered(slack)]
+
+
+def test_daemon_watches_process_and_api(tmp_path, slack, sglang_install, sglang_procs):
+    python = sglang_install
+    sglang_port = free_port()
+    log = tmp_path / "sglang.log"
+    env = {"FAKE_SGLANG_HTTP": "1"}
+    with open(log, "a") as out:
+        server = sglang_procs.start(server_argv(python, sglang_port, 3, "warning"), stdout=out, env=env)
+    port = free_port()
+    cfg = tmp_path / "config.yaml"
+    cfg.write_text(
+        f"server: gpu-box-1\n"
+        f"logs:\n  - path: {log}\n    server: sglang-a\n"
+        f"follow:\n  poll_interval: 0.2s\n"
+        f"metrics:\n  listen_port: {port}\n"
+        f"state_dir: {tmp_path / 'state'}\n"
+        f"gpu:\n  enabled: false\n"
+        f"process:\n  interval: 300ms\n  servers: {{{sglang_port}: sglang-a}}\n"
+        f"server_api:\n  url: http://127.0.0.1:{sglang_port}\n  server: sglang-a\n  interval: 300ms\n"
+        f"  timeout: 200ms\n  backoff_max: 600ms\n"
+        f"rules:\n  server: {{down_for: 1s, restart_window: 3s}}\n  log_silent: {{intervals: 2}}\n"
+        f"alerts:\n  group_by: ['...']\n  group_wait: 0s\n  group_interval: 0s\n"
+        f"  slack:\n    webhook_url_env: SW_TEST_HOOK\n    backoff_initial: 0.1s\n"
+    )
+    daemon = subprocess.Popen([sys.executable, "-m", "specwatch", "run", "--config", str(cfg)],
+                              env=dict(os.environ, SW_TEST_HOOK=slack.url, PYTHONUNBUFFERED="1"),
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        srv = (("server", "sglang-a"),)
+        m = wait_for(lambda: (x := _scrape(port)) and x.get(("specwatch_server_up", srv)) == 1
+                     and x.get(("specwatch_server_avg_accept_length_lifetime", (("dp_rank", "0"), ("server", "sglang-a"))))
+                     # /model_info is read after /server_info: wait for the architecture too
+                     and any(k[0] == "specwatch_server_info" and dict(k[1]).get("architecture") for k in x)
+                     and x, what="server up and its API read")
+        info = [k for k in m if k[0] == "specwatch_server_info"]
+        assert len(info) == 1
+        labels = dict(info[0][1])
+        assert labels == {"server": "sglang-a", "algorithm": "EAGLE3", "draft_model": "/models/eagle3-llama3.1-8b",
+                          "model": "/models/meta-llama/Llama-3.1-8B-Instruct", "sglang_version": "0.5.6.post2",
+                          "architecture": "LlamaForCausalLM", "tp_size": "1", "dp_size": "1", "pp_size": "1",
+                          "port": str(sglang_port)}
+        assert m[("specwatch_server_avg_accept_length_lifetime", (("dp_rank", "0"), ("server", "sglang-a")))] == 2.75
+        assert m[("specwatch_server_restarts_total", srv)] == 0
+        assert m[("specwatch_server_start_time_seconds", srv)] == pytest.approx(
+            __import__("psutil").Process(server.pid).create_time())
+        for role in ("main", "scheduler", "detokenizer"):
+            key = (("role", role), ("server", "sglang-a"))
+            assert m[("specwatch_server_processes", key)] == 1
+            assert m[("specwatch_server_resident_memory_bytes", key)] > 1_000_000
+            assert ("specwatch_server_cpu_seconds_total", key) in m
+        assert m[("specwatch_server_api_up", srv)] == 1
+        assert m[("specwatch_server_healthy", srv)] == 1
+
+        # --log-level warning: the scheduler decodes, no decode line ever reaches the log
+        wait_for(lambda: any(t.startswith("[FIRING] SGLangLogSilent on sglang-a") for t in texts(slack)),
+                 timeout=20, what="the log-silent alert")
+        silent = next(b for b in delivered(slack) if b["text"].startswith("[FIRING] SGLangLogSilent"))
+        assert "--log-level warning" in str(silent["blocks"])
+
+        # the server dies: down after 1 s; the silence is no longer the issue
+        stop(server)
+        wait_for(lambda: any(t.startswith("[FIRING] SGLangServerDown on sglang-a") for t in texts(slack)),
+                 timeout=20, what="the down alert")
+        assert _scrape(port)[("specwatch_server_up", srv)] == 0
+        assert any(t.startswith("[RESOLVED] SGLangLogSilent") for t in texts(slack))
+
+        # it comes back with other flags and at info: decode lines flow, the restart is reported
+        with open(log, "a") as out:
+            server = sglang_procs.start(server_argv(python, sglang_port, 5, "info"), stdout=out, env=env)
+        wait_for(lambda: any(t.startswith("[FIRING] SGLangServerRestarted on sglang-a") for t in texts(slack)),
+                 timeout=20, what="the restart alert")
+        restart = next(b for b in delivered(slack) if b["text"].startswith("[FIRING] SGLangServerRestarted"))
+        assert "3 → 5" in str(restart["blocks"])  # speculative_num_steps old → new
+        assert any(t.startswith("[RESOLVED] SGLangServerDown") for t in texts(slack))
+        m = wait_for(lambda: (x := _scrape(port)).get(("specwatch_decode_batches_total",
+                     (("dp_rank", ""), ("ep_rank", ""), ("pp_rank", ""), ("server", "sglang-a"), ("tp_rank", "")))) and x,
+                     what="decode lines from the restarted server")
+        assert m[("specwatch_server_restarts_total", srv)] == 1
+        assert m[("specwatch_server_up", srv)] == 1
+        wait_for(lambda: any(t.startswith("[RESOLVED] SGLangServerRestarted") for t in texts(slack)),
+                 timeout=20, what="the restart alert to resolve after restart_window")
+    finally:
+        daemon.send_signal(signal.SIGTERM)
+        out, _ = daemon.communicate(timeout=20)
+    assert daemon.returncode == 0, out
+    assert slack.url.split("/")[-1] not in out
+
+
+def _scrape(port: int) -> dict:
+    try:
+        return scrape(port)
+    except OSError:
+        return {}
