@@ -67,3 +67,32 @@ def test_decline_stopping_resolves():
     t = run(log.lines)
     assert names(t) == [("AcceptanceDrift", "firing", ""), ("AcceptanceDrift", "resolved", "")]
     assert float(dict(t[1].evidence)["decline now"].rstrip("%/h")) < 1.5
+
+
+def _process(pid):
+    from specwatch.events import ServerProcess
+    return ServerProcess(pid=pid, start_time=T0 + pid, port=30000, cmdline=("python", "-m", "sglang.launch_server"),
+                         args={}, interpreter=None, fs_root="/", sglang_version=None, sglang_location=None,
+                         pids=(pid,), roles={})
+
+
+def test_settings_re_sent_by_other_sources_do_not_reset_but_a_process_restart_does():
+    from specwatch.events import ServerArgs, ServerRestarted
+    from timeline import feed, pipeline
+
+    rnd = random.Random(15)
+    n = 4 * 3600 // EVERY
+    log = Timeline()
+    log.decode(n=n, every=EVERY, accept=drifting(3.07, 2.5, n, rnd))
+    p = pipeline()
+    assert names(feed(p, log.lines)) == [("AcceptanceDrift", "firing", "")]
+    end = T0 + n * EVERY
+    # the HTTP API and the command line send the settings again (specwatch restarted, a poll)
+    p.feed_event("box", ServerArgs(end + 1, {"speculative_algorithm": "EAGLE3"}, source="server_info"), end + 1)
+    p.feed_event("box", ServerArgs(end + 2, {"speculative_algorithm": "EAGLE3"}, source="cmdline"), end + 2)
+    assert len(p.dispatcher.history) == 1
+    p.feed_event("box", ServerRestarted(end + 3, _process(1), _process(2)), end + 3)
+    drift = [a for a in p.dispatcher.history if a.name == "AcceptanceDrift"]
+    assert [a.status for a in drift] == ["firing", "resolved"]
+    assert dict(drift[1].evidence)["reset"] == "server restarted" and drift[1].ends_at == end + 3
+    assert ("SGLangServerRestarted", "firing", "") in names(p.dispatcher.history)  # issue 4's rule
