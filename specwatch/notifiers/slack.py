@@ -12,8 +12,6 @@ from __future__ import annotations
 import json
 import logging
 import re
-from pathlib import Path
-from typing import TextIO
 
 import requests
 
@@ -295,8 +293,8 @@ class SlackNotifier(QueuedNotifier):
     webhook_url: secret; never logged, shown in repr or put in an exception message.
     channel: channel override for legacy webhooks (new-style webhooks are bound to one channel).
     session: a `requests.Session` to post with (default: a new one).
-    Everything else (queue_path, timeout, backoff, dry_run, send_resolved, counters): see
-    `QueuedNotifier`. A 200 `ok` is delivered; Slack's permanent error strings
+    queue_options (queue_path, timeout, backoff_initial, backoff_max, dry_run, send_resolved)
+    and the counters: see `QueuedNotifier`. A 200 `ok` is delivered; Slack's permanent error strings
     (`PERMANENT_ERRORS`) and other 4xx except 429 drop the message; the rest is retried.
 
     Raises ValueError when webhook_url is not an http(s) URL (message omits the URL) or a
@@ -305,26 +303,13 @@ class SlackNotifier(QueuedNotifier):
 
     kind = "Slack"
 
-    def __init__(
-        self,
-        webhook_url: str,
-        *,
-        name: str = "slack",
-        queue_path: Path | None = None,
-        timeout: float = 10.0,
-        backoff_initial: float = 1.0,
-        backoff_max: float = 300.0,
-        session: requests.Session | None = None,
-        dry_run: TextIO | None = None,
-        channel: str | None = None,
-        send_resolved: bool = True,
-    ) -> None:
+    def __init__(self, webhook_url: str, *, name: str = "slack", channel: str | None = None,
+                 session: requests.Session | None = None, **queue_options) -> None:
         check_url(webhook_url, "webhook_url")
         self._url = Secret(webhook_url)
         self.channel = channel
         self._session = session
-        super().__init__(name, queue_path=queue_path, timeout=timeout, backoff_initial=backoff_initial,
-                         backoff_max=backoff_max, dry_run=dry_run, send_resolved=send_resolved, logger=log)
+        super().__init__(name, logger=log, **queue_options)
 
     def __repr__(self) -> str:
         return (

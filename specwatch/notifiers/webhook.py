@@ -8,8 +8,6 @@ as they are. Evidence and fixes travel as the `evidence` and `fixes` annotations
 from __future__ import annotations
 
 import logging
-from pathlib import Path
-from typing import TextIO
 
 import requests
 
@@ -65,34 +63,21 @@ class WebhookNotifier(QueuedNotifier):
 
     url: may carry a token, so it is treated as a secret (never logged). 2xx is delivered; 4xx
     other than 408/429 is permanent (logged once, dropped); network errors, 408, 429 and 5xx
-    are retried. max_alerts: see `build_webhook_payload`. Other arguments: `QueuedNotifier`.
+    are retried. max_alerts: see `build_webhook_payload`. queue_options (queue_path, timeout,
+    backoff_initial, backoff_max, dry_run, send_resolved): `QueuedNotifier`.
     Raises ValueError when url is not http(s).
     """
 
     kind = "webhook"
 
-    def __init__(
-        self,
-        url: str,
-        *,
-        name: str = "webhook",
-        queue_path: Path | None = None,
-        timeout: float = 10.0,
-        backoff_initial: float = 1.0,
-        backoff_max: float = 300.0,
-        max_alerts: int = 0,
-        external_url: str = "",
-        send_resolved: bool = True,
-        dry_run: TextIO | None = None,
-        session: requests.Session | None = None,
-    ) -> None:
+    def __init__(self, url: str, *, name: str = "webhook", max_alerts: int = 0, external_url: str = "",
+                 session: requests.Session | None = None, **queue_options) -> None:
         check_url(url, "url")
         self._url = Secret(url)
         self.max_alerts = max_alerts
         self.external_url = external_url
         self._session = session
-        super().__init__(name, queue_path=queue_path, timeout=timeout, backoff_initial=backoff_initial,
-                         backoff_max=backoff_max, dry_run=dry_run, send_resolved=send_resolved, logger=log)
+        super().__init__(name, logger=log, **queue_options)
 
     def __repr__(self) -> str:
         return f"WebhookNotifier(name={self.name!r}, url={REDACTED}, queue_depth={self.queue_depth})"
