@@ -14,7 +14,7 @@ inhibits this alert by default: it is the cause, and its alert carries the fix.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from specwatch.alerts.model import Alert
 from specwatch.config import ThroughputDropConfig, WindowConfig
@@ -40,9 +40,8 @@ def level_text(level: int) -> str:
 
 @dataclass
 class _Rank:
-    recent: Recent  # (throughput, level) per valid line
+    levels: dict[int, Recent] = field(default_factory=dict)  # load level → recent throughputs
     low_since: float | None = None
-    last: DecodeBatch | None = None
 
 
 class ThroughputDropRule(Rule):
@@ -73,32 +72,42 @@ class ThroughputDropRule(Rule):
         key, akey = (server, b.rank), alert_key(server, b.rank)
         st = self._ranks.get(key)
         if st is None:
-            st = self._ranks[key] = _Rank(Recent(cfg.window))
-        st.last = b
-        aged = st.recent.add(b.timestamp, (b.gen_throughput, load_level(b.running_requests)))
-        if st.low_since is None and akey not in self.active:
-            for t, (thr, level) in aged:
-                self._baselines.setdefault((server, b.rank, level), Baseline(BASELINE_BUCKET, cfg.baseline_window)).add(t, thr)
-        bases = {level: self.baseline(server, b.rank, level) for level in {lv for _, (_, lv) in st.recent.samples}}
-        pairs = [(thr, bases[level]) for _, (thr, level) in st.recent.samples if bases[level]]
-        if len(pairs) < cfg.min_window_batches:
+            st = self._ranks[key] = _Rank()
+        this = load_level(b.running_requests)
+        aged_here = st.levels.setdefault(this, Recent(cfg.window)).add(b.timestamp, b.gen_throughput)
+        healthy = st.low_since is None and akey not in self.active
+        # (sum of throughputs, lines, baseline) per level with a usable baseline
+        used: list[tuple[float, int, float]] = []
+        for level, recent in st.levels.items():
+            aged = aged_here if level == this else recent.prune(b.timestamp)
+            if healthy and aged:
+                learned = self._baselines.setdefault((server, b.rank, level), Baseline(BASELINE_BUCKET, cfg.baseline_window))
+                for t, thr in aged:
+                    learned.add(t, thr)
+            base = self.baseline(server, b.rank, level)
+            if base and len(recent):
+                used.append((recent.sum, len(recent), base))
+        n = sum(c for _, c, _ in used)
+        if n < cfg.min_window_batches:
             return []
-        ratio = sum(thr / base for thr, base in pairs) / len(pairs)
+        ratio = sum(s / base for s, _, base in used) / n
         action, st.low_since = drop_transition(ratio, b.timestamp, st.low_since, akey in self.active,
                                                max_drop=cfg.max_drop_ratio, recover_drop=cfg.recover_drop_ratio,
                                                hold=cfg.hold)
         if action == "fire":
-            return self.active.fire(akey, self._alert(server, b, st, pairs, ratio))
+            return self.active.fire(akey, self._alert(server, b, st, used, ratio))
         if action == "resolve":
             return self.active.resolve(akey, b.timestamp, ("recovered to baseline", f"{ratio:.0%}"))
         return []
 
-    def _alert(self, server: str, b: DecodeBatch, st: _Rank, pairs: list[tuple[float, float]], ratio: float) -> Alert:
+    def _alert(self, server: str, b: DecodeBatch, st: _Rank, used: list[tuple[float, int, float]],
+               ratio: float) -> Alert:
         cfg = self.config
         where = f"{server} {b.rank}".strip()
-        mean_thr = sum(t for t, _ in pairs) / len(pairs)
-        mean_base = sum(base for _, base in pairs) / len(pairs)
-        levels = sorted({level for _, (_, level) in st.recent.samples})
+        n = sum(c for _, c, _ in used)
+        mean_thr = sum(s for s, _, _ in used) / n
+        mean_base = sum(base * c for _, c, base in used) / n
+        levels = sorted(level for level, recent in st.levels.items() if len(recent))
         evidence = [
             ("gen throughput (token/s)", fmt(mean_thr, ".1f")),
             ("baseline at same load (token/s)", fmt(mean_base, ".1f")),
@@ -109,7 +118,7 @@ class ThroughputDropRule(Rule):
             ("cuda graph", "n/a" if b.graph_enabled is None else str(b.graph_enabled)),
             ("token usage", fmt(b.token_usage)),
             ("queued requests", str(b.queued_requests)),
-            ("window", f"{len(pairs)} decode lines over {cfg.window:g}s"),
+            ("window", f"{n} decode lines over {cfg.window:g}s"),
         ]
         return new_alert(
             ALERT_NAME, "warning", server, b.rank,
@@ -149,4 +158,4 @@ class ThroughputDropRule(Rule):
             b.load_state(buckets)
         self.active.load_state(state.get("active", {}))
         for k, since in state.get("low_since", []):
-            self._ranks[tuple(k)] = _Rank(Recent(self.config.window), low_since=since)
+            self._ranks[tuple(k)] = _Rank(low_since=since)
