@@ -119,15 +119,27 @@ class SilenceStore:
     @contextmanager
     def _locked(self):
         self.state_dir.mkdir(parents=True, exist_ok=True)
-        with open(self.state_dir / "silences.lock", "a") as lock:
+        lock_path = self.state_dir / "silences.lock"
+        with open(lock_path, "a") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
             try:
                 self._stamp = None
                 self.silences = self._read()
                 yield
                 write_json_atomic(self.path, {"version": 1, "silences": [s.to_dict() for s in self.silences]})
+                self._hand_over(lock_path)
             finally:
                 fcntl.flock(lock, fcntl.LOCK_UN)
+
+    def _hand_over(self, lock_path: Path) -> None:
+        """Let the daemon read (and later rewrite) what the CLI wrote: silences are not secret,
+        so 0644; run as root (`sudo specwatch silence ...`), give the files to the state
+        directory's owner (the daemon's user)."""
+        for p in (self.path, lock_path):
+            os.chmod(p, 0o644)
+            if os.geteuid() == 0:
+                st = os.stat(self.state_dir)
+                os.chown(p, st.st_uid, st.st_gid)
 
     def add(self, matchers: list[Matcher], starts_at: float, ends_at: float, *, created_by: str = "",
             comment: str = "") -> Silence:

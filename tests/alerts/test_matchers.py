@@ -68,3 +68,15 @@ def test_store_refuses_silences_that_match_everything(tmp_path):
         SilenceStore(tmp_path).add([parse_matcher('alertname=~".*"')], 0, 10)
     with pytest.raises(ValueError):
         SilenceStore(tmp_path).add([], 0, 10)
+
+
+def test_files_written_by_the_cli_are_readable_by_the_daemon(tmp_path):
+    import os
+    import stat
+
+    store = SilenceStore(tmp_path)
+    store.add([parse_matcher("a=b")], 0, 10)
+    for name in ("silences.json", "silences.lock"):
+        st = os.stat(tmp_path / name)
+        assert stat.S_IMODE(st.st_mode) == 0o644
+        assert (st.st_uid, st.st_gid) == (os.stat(tmp_path).st_uid, os.stat(tmp_path).st_gid)
