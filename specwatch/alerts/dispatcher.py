@@ -125,7 +125,6 @@ class Dispatcher:
         self.history: list[Alert] = []  # transitions as handled (keep_history only)
         self._groups: dict[tuple[str, str], _Group] = {}
         self._nflog: dict[tuple[str, str, str], dict] = {}  # (route, group, receiver) → last sent
-        self.sent_total = 0  # notifications handed to receivers
 
     @property
     def active(self) -> dict[str, Alert]:
@@ -218,7 +217,6 @@ class Dispatcher:
             out = firing + (resolved if send_resolved else [])
             if out:
                 rcv.notify(Notification(rcv.name, g.key, dict(g.labels), copy.deepcopy(out)))
-                self.sent_total += 1
         g.flushed = True
         # Resolved alerts leave the group once flushed (notified or muted), as in Alertmanager.
         g.fingerprints -= {a.fingerprint for a in alerts if a.status != FIRING}
