@@ -4,7 +4,9 @@ The daemon gets everything: routes with their timers, inhibit rules, the silence
 directory, Alertmanager pushers, and a durable queue per notifier in the state directory.
 Replay sends each change at once (group_wait and group_interval 0: log time would only delay
 the messages), applies no silences (they are set in wall-clock time) and never pushes to
-Alertmanager (old alerts would land in a live Alertmanager).
+Alertmanager (old alerts would land in a live Alertmanager). A config reload (SIGHUP) builds
+them again from the new config: notifiers of the same name reopen the same queue files, and the
+running dispatcher adopts the new one's routing (`Dispatcher.adopt`).
 """
 
 from __future__ import annotations

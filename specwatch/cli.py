@@ -14,7 +14,7 @@ import os
 import sys
 
 from specwatch import __version__
-from specwatch.config import Config, ConfigError, LogSource, build_config, load_config
+from specwatch.config import Config, ConfigError, LogSource, build_config, load_config, load_run_config
 
 
 def _load(path: str | None) -> Config:
@@ -68,7 +68,7 @@ def cmd_replay(args) -> int:
               "(use --slack-dry-run to print them instead)", file=sys.stderr)
     dispatcher, notifiers = build_alerting(cfg, state_dir=None, replay=True,
                                            slack_dry_run=dry_out if args.slack_dry_run else None)
-    pipeline = Pipeline(cfg, dispatcher)
+    pipeline = Pipeline(cfg, dispatcher, diagnosis_background=False)  # deterministic replay
     replay_files(pipeline, args.logs, cfg.follow.max_line_bytes)
     rc = 0
     for name, n in notifiers.items():
@@ -157,14 +157,99 @@ def cmd_run(args) -> int:
     from specwatch.daemon import Daemon
 
     try:
-        cfg = load_config(args.config)
+        cfg = load_run_config(args.config)
     except ConfigError as e:
         return _print_problems(args.config, e)
-    if not cfg.logs:
-        print(f"{args.config}: logs: no log file configured; add `logs: [{{path: /var/log/sglang/server.log}}]`",
-              file=sys.stderr)
-        return 2
     return Daemon(cfg).run()
+
+
+def _settings(args):
+    """ServerSettings from --server-args-from / --server-info / --pid, then explicit flags over them."""
+    from specwatch.probes.base import ServerSettings, normalize_algorithm
+    from specwatch.sources import server_settings
+
+    found: dict = {}
+    if args.server_args_from:
+        found = server_settings.from_log(args.server_args_from)
+    elif args.server_info:
+        found = server_settings.from_server_info(args.server_info)
+    elif args.pid:
+        found = server_settings.from_pid(args.pid)
+    s = ServerSettings.from_server_args(found)
+    for name in ("num_steps", "eagle_topk", "num_draft_tokens", "draft_window_size", "context_length"):
+        if getattr(args, name) is not None:
+            setattr(s, name, getattr(args, name))
+    if args.algorithm:
+        s.algorithm = normalize_algorithm(args.algorithm)
+    return s, found
+
+
+def _facts(args):
+    from specwatch.diagnosis import facts_for
+    from specwatch.probes.sglang_source import sglang_root_of_process
+
+    root = args.sglang_root
+    if root is None and args.pid:
+        root = sglang_root_of_process(args.pid)
+    return facts_for(root, args.sglang_version)
+
+
+def cmd_diagnose(args) -> int:
+    from specwatch.diagnosis import diagnose
+    from specwatch.probes.checkpoint import CheckpointError
+
+    try:
+        settings, found = _settings(args)
+        facts = _facts(args)
+        target = args.target or (found.get("model_path") if found and os.path.exists(str(found.get("model_path"))) else None)
+        report = diagnose(args.draft, target, facts=facts, settings=settings)
+    except (CheckpointError, FileNotFoundError, OSError) as e:
+        print(f"specwatch diagnose: {e}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps(report.to_dict(), indent=2))
+    else:
+        print(report.format_text(verbose=args.verbose))
+    return 1 if report.has_errors else 0
+
+
+def cmd_fix_checkpoint(args) -> int:
+    from specwatch.fixes.fix_checkpoint import FixError, fix_checkpoint
+    from specwatch.probes.checkpoint import CheckpointError
+
+    try:
+        settings, _ = _settings(args)
+        result = fix_checkpoint(args.draft, args.out, facts=_facts(args), target=args.target, settings=settings)
+    except (CheckpointError, FixError, FileNotFoundError, OSError) as e:
+        print(f"specwatch fix-checkpoint: {e}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps({"out": str(result.out), "actions": result.actions, **result.report.to_dict()}, indent=2))
+    else:
+        print("\n".join(f"- {a}" for a in result.actions))
+        print(f"\nDiagnosis of {result.out}:")
+        print(result.report.format_text())
+    return 1 if result.report.has_errors else 0
+
+
+def _diagnosis_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--draft", required=True, metavar="DIR", help="draft checkpoint folder (config.json + weights)")
+    p.add_argument("--target", metavar="DIR", help="target model folder, or its config.json")
+    p.add_argument("--sglang-root", metavar="DIR",
+                   help="folder containing the sglang package the server runs (default: the importable one, found "
+                        "without importing it; else specwatch's table of known versions)")
+    p.add_argument("--sglang-version", metavar="X.Y.Z", help="version for the fallback table when no source is found")
+    p.add_argument("--algorithm", help="--speculative-algorithm of the server (EAGLE3, EAGLE, NEXTN)")
+    p.add_argument("--num-steps", type=int, help="--speculative-num-steps")
+    p.add_argument("--eagle-topk", type=int, help="--speculative-eagle-topk")
+    p.add_argument("--num-draft-tokens", type=int, help="--speculative-num-draft-tokens")
+    p.add_argument("--draft-window-size", type=int, help="--speculative-draft-window-size")
+    p.add_argument("--context-length", type=int, help="--context-length")
+    src = p.add_mutually_exclusive_group()
+    src.add_argument("--server-args-from", metavar="LOG", help="read settings from the server_args line of an SGLang log")
+    src.add_argument("--server-info", metavar="URL", help="read settings from http://HOST:PORT/server_info")
+    src.add_argument("--pid", type=int, help="read settings (and the sglang install) from the server process")
+    p.add_argument("--json", action="store_true", help="print JSON")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -181,7 +266,8 @@ def build_parser() -> argparse.ArgumentParser:
                    choices=["debug", "info", "warning", "error"], help=argparse.SUPPRESS)
     sub = p.add_subparsers(dest="command", required=True)
 
-    r = sub.add_parser("run", parents=[common], help="follow SGLang logs, serve /metrics, send alerts (the daemon)")
+    r = sub.add_parser("run", parents=[common],
+                       help="follow SGLang logs, serve /metrics, send alerts (the daemon); SIGHUP reloads the config")
     r.add_argument("--config", required=True, help="YAML config file (see config.example.yaml)")
     r.set_defaults(func=cmd_run)
 
@@ -219,6 +305,18 @@ def build_parser() -> argparse.ArgumentParser:
     se.add_argument("ids", nargs="+", metavar="ID", help="silence ID (a unique prefix is enough)")
     where(se)
     sil.set_defaults(func=cmd_silence)
+
+    dg = sub.add_parser("diagnose", parents=[common], help="check a draft checkpoint against the target and the installed SGLang "
+                                         "(exit 1 on any error finding)")
+    _diagnosis_args(dg)
+    dg.add_argument("--verbose", action="store_true", help="show the evidence of info findings too")
+    dg.set_defaults(func=cmd_diagnose)
+
+    fx = sub.add_parser("fix-checkpoint", parents=[common], help="write a copy of the draft the installed SGLang loads correctly, "
+                                               "then diagnose it")
+    _diagnosis_args(fx)
+    fx.add_argument("--out", required=True, metavar="DIR", help="new folder for the converted copy")
+    fx.set_defaults(func=cmd_fix_checkpoint)
 
     c = sub.add_parser("check-config", parents=[common], help="validate a config file (exit 2 with every problem named)")
     c.add_argument("file")

@@ -250,6 +250,22 @@ class GpuThrottleConfig:
 
 
 @dataclass
+class DiagnosisConfig:
+    """`diagnosis:`: run the probes ahead of time and put their findings into collapse alerts.
+
+    draft / target: folders (target may be its config.json); None → `speculative_draft_model_path`
+    / `model_path` of the server's `server_args` log line. sglang_root: the folder containing the
+    `sglang` package the server runs; None → found without importing it. timeout: seconds.
+    """
+
+    enabled: bool = True
+    draft: str | None = None
+    target: str | None = None
+    sglang_root: str | None = None
+    timeout: float = 60.0
+
+
+@dataclass
 class Config:
     server: str = ""  # default `server` label (host name)
     log_timezone: str | None = None  # default zone of log timestamps (None: local time)
@@ -285,6 +301,7 @@ class Config:
     log_silent: LogSilentConfig = field(default_factory=LogSilentConfig)
     gpu_errors: GpuErrorsConfig = field(default_factory=GpuErrorsConfig)
     gpu_throttle: GpuThrottleConfig = field(default_factory=GpuThrottleConfig)
+    diagnosis: DiagnosisConfig = field(default_factory=DiagnosisConfig)
     source_path: str | None = None
 
 
@@ -440,6 +457,19 @@ def _resolve_secret(r: _Reader, data: dict, path: str, name: str) -> str | None:
     return value or None
 
 
+def _check_diagnosis_paths(r: _Reader, d: DiagnosisConfig) -> None:
+    if d.draft is not None and not Path(d.draft).is_dir():
+        r.bad("diagnosis.draft", f"{d.draft} is not a directory; give the draft checkpoint folder "
+              "(config.json + *.safetensors), or remove the key to use the server's speculative_draft_model_path")
+    if d.target is not None and not Path(d.target).exists():
+        r.bad("diagnosis.target", f"{d.target} does not exist; give the target model folder or its config.json, "
+              "or remove the key to use the server's model_path")
+    if d.sglang_root is not None and not ((Path(d.sglang_root) / "sglang" / "__init__.py").is_file()
+                                          or (Path(d.sglang_root) / "__init__.py").is_file()):
+        r.bad("diagnosis.sglang_root", f"no sglang package in {d.sglang_root}; give the folder that contains sglang/ "
+              "(e.g. the server's site-packages), or remove the key to find it automatically")
+
+
 def _timezone(r: _Reader, data: dict, path: str, default: str | None) -> str | None:
     key = "timezone" if path else "log_timezone"
     name = r.string(data, key, path, default)
@@ -471,7 +501,7 @@ def build_config(data: dict | None, source_path: str | None = None) -> Config:
     if not isinstance(data, dict):
         raise ConfigError(["(top level): must be a mapping of keys such as `logs:`, `metrics:`, `alerts:`"])
     r.unknown(data, "", {"server", "log_timezone", "logs", "follow", "metrics", "state_dir", "rules", "alerts", "gpu",
-                         "process", "server_api"})
+                         "process", "server_api", "diagnosis"})
     default_server = r.string(data, "server", "", None) or socket.gethostname()
     cfg.server = default_server
     default_tz = _timezone(r, data, "", None)
@@ -532,6 +562,19 @@ def build_config(data: dict | None, source_path: str | None = None) -> Config:
 
     cfg.process = _process_section(r, data)
     cfg.server_apis = _server_api_section(r, data, default_server)
+    dg = r.section(data, "diagnosis", "", {"enabled", "draft", "target", "sglang_root", "timeout"})
+    def _path(key: str) -> str | None:  # relative to the config file, like logs[].path
+        value = r.string(dg, key, "diagnosis", None)
+        return os.path.normpath(os.path.join(source_dir, value)) if value and source_dir else value
+
+    cfg.diagnosis = DiagnosisConfig(
+        enabled=r.boolean(dg, "enabled", "diagnosis", True),
+        draft=_path("draft"),
+        target=_path("target"),
+        sglang_root=_path("sglang_root"),
+        timeout=r.duration(dg, "timeout", "diagnosis", 60.0),
+    )
+    _check_diagnosis_paths(r, cfg.diagnosis)
 
     m = r.section(data, "metrics", "", {"listen_address", "listen_port"})
     cfg.listen_address = r.string(m, "listen_address", "metrics", "127.0.0.1")
@@ -902,3 +945,12 @@ def _alerts(r: _Reader, cfg: Config, a: dict) -> None:
             repeat_interval=r.duration(rt, "repeat_interval", rp, None),
             continue_matching=r.boolean(rt, "continue", rp, False),
         ))
+
+
+def load_run_config(path: str | os.PathLike) -> Config:
+    """`load_config` plus what `specwatch run` needs beyond a valid file (at least one log), so
+    start-up and a reload (SIGHUP) accept exactly the same files. Raises ConfigError."""
+    cfg = load_config(path)
+    if not cfg.logs:
+        raise ConfigError(["logs: no log file configured; add `logs: [{path: /var/log/sglang/server.log}]`"])
+    return cfg

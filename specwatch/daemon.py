@@ -12,14 +12,28 @@ State (`<state_dir>/state.json`, written atomically): file offsets and the rule/
 a restart resumes after the last line read and neither re-fires nor forgets a firing alert.
 Beside it: one delivery queue per notifier (`<name>-queue.json`) and the silences
 (`silences.json`, re-read when `specwatch silence` changes it).
+
+Under systemd (`Type=notify`, deploy/specwatch.service) it speaks sd_notify itself: READY=1 once
+/metrics listens and the followers run, STATUS= lines, WATCHDOG=1 from the main loop only while
+`health()` finds nothing wrong, RELOADING=1 … READY=1 around a reload, STOPPING=1.
+
+SIGHUP reloads the config file. A file that does not validate is refused whole: the running
+config stays, the problems are logged and `specwatch_config_reload_success` drops to 0. A valid
+one applies at once what can change live — `logs` (followers added and removed; a new path is
+read from its start, like at first start), each log's `server` and `container_prefix` (for lines
+read from then on), `rules.*` thresholds, and all of `alerts.*`: routes, timers, inhibit
+rules, runbook and external URLs, and the notifiers (Slack, webhooks, Alertmanager), rebuilt on
+the same on-disk queues, so nothing pending is lost. Firing alerts, the notification log and
+silences carry over: a reload re-sends nothing already sent. It logs a warning for each setting
+that needs a restart (`metrics.*`, `state_dir`, `follow.*`, `gpu.*`, `process`, `server_api`,
+`diagnosis`), which keeps its running value until then.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
-import os
 import signal
-import socket
 import threading
 import time
 from pathlib import Path
@@ -30,37 +44,29 @@ from prometheus_client import CollectorRegistry, make_wsgi_app
 
 from specwatch import __version__
 from specwatch.alerting import build_alerting
-from specwatch.config import Config
+from specwatch.config import Config, ConfigError, load_run_config
 from specwatch.metrics import FollowerCollector, PipelineCollector, SelfCollector, ServerCollector
 from specwatch.pipeline import Pipeline
+from specwatch.sdnotify import Watchdog, monotonic_usec, notify
 from specwatch.sources.follow import Follower, FollowerGroup
 from specwatch.storage import read_json, write_json_atomic
 
 log = logging.getLogger("specwatch.daemon")
 
 STATE_EVERY = 10.0  # seconds between state snapshots (also written on stop)
+LOCK_WAIT = 5.0  # seconds the main loop waits for the pipeline lock before calling it wedged
+STATUS_EVERY = 10.0  # seconds between STATUS= updates while nothing else changes
+# Settings read once at start; a reload that changes them warns and keeps the running value.
+RESTART_ONLY = ("listen_address", "listen_port", "state_dir", "follow", "gpu", "process", "server_apis",
+                "diagnosis")
+# The settings `build_alerting` reads: a reload that changes any rebuilds the notifiers and routes.
+ALERTING = ("group_by", "group_wait", "group_interval", "repeat_interval", "inhibit_rules", "runbook_url",
+            "external_url", "slack", "webhooks", "alertmanager", "routes")
 
 _LANDING = """<!doctype html><html><head><title>specwatch</title></head><body>
 <h1>specwatch {version}</h1><p>Speculative-decoding monitor for SGLang.</p>
 <ul><li><a href="/metrics">/metrics</a></li></ul>
 <p>Following: {logs}</p><p>Firing alerts: {firing}</p></body></html>"""
-
-
-def sd_notify(message: str) -> bool:
-    """Send one sd_notify(3) datagram to $NOTIFY_SOCKET; False when not run by systemd."""
-    addr = os.environ.get("NOTIFY_SOCKET")
-    if not addr:
-        return False
-    if addr.startswith("@"):
-        addr = "\0" + addr[1:]  # abstract namespace
-    try:
-        with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as s:
-            s.connect(addr)
-            s.sendall(message.encode())
-        return True
-    except OSError as e:
-        log.warning("sd_notify failed: %s", e)
-        return False
 
 
 class _ThreadingWSGIServer(ThreadingMixIn, WSGIServer):
@@ -78,10 +84,21 @@ class Daemon:
         self.state_dir = Path(config.state_dir)
         self.state_path = self.state_dir / "state.json"
         self._stop = threading.Event()
+        self._wake = threading.Event()  # signals wake the main loop at once
+        self._reload_requested = False
         self.notifiers: dict[str, object] = {}
         self.httpd = None
+        self._http_thread: threading.Thread | None = None
+        self._progress = time.monotonic()  # last line or poll round of the followers' thread
+        self._lock_stuck = False
+        self.reload_success = True
+        self.last_reload_success = time.time()  # start-up counts, as for Prometheus' own metric
 
     # --- wiring ---
+    def _make_follower(self, path: str, checkpoint=None) -> Follower:
+        return Follower(path, self._on_line, max_line_bytes=self.config.follow.max_line_bytes,
+                        checkpoint=checkpoint)
+
     def _build(self) -> None:
         cfg = self.config
         self.state_dir.mkdir(parents=True, exist_ok=True)
@@ -91,16 +108,16 @@ class Daemon:
         self.pipeline.load_state(state.get("pipeline", {}))
         offsets = state.get("offsets", {})
         self.followers = FollowerGroup(
-            [Follower(s.path, self._on_line, max_line_bytes=cfg.follow.max_line_bytes,
-                      checkpoint=offsets.get(s.path)) for s in cfg.logs],
+            [self._make_follower(s.path, offsets.get(s.path)) for s in cfg.logs],
             poll_interval=cfg.follow.poll_interval, use_watchdog=cfg.follow.watchdog,
-            after_poll=self._maybe_save,
+            after_poll=self._after_poll,
         )
         self._last_save = time.monotonic()
         self.registry = CollectorRegistry()
         self.registry.register(PipelineCollector(self.pipeline))
         self.registry.register(FollowerCollector(lambda: self.followers.followers))
-        self.registry.register(SelfCollector(self.pipeline, lambda: self.notifiers))
+        self.registry.register(SelfCollector(self.pipeline, lambda: self.notifiers,
+                                             reload_status=lambda: (self.reload_success, self.last_reload_success)))
         self.registry.register(ServerCollector(self.pipeline))
         self.sources: list = []
         self.process = None
@@ -133,6 +150,7 @@ class Daemon:
         self.pipeline.feed_event(server, event, now)
 
     def _on_line(self, line) -> None:
+        self._progress = time.monotonic()
         self.pipeline.feed(line, now=time.time())
 
     def _app(self):
@@ -151,7 +169,8 @@ class Daemon:
 
         return app
 
-    def _maybe_save(self) -> None:
+    def _after_poll(self) -> None:
+        self._progress = time.monotonic()
         # On the followers' thread between poll rounds: offsets and rule state agree.
         if time.monotonic() - self._last_save >= STATE_EVERY:
             self.save_state()
@@ -165,8 +184,130 @@ class Daemon:
                    "pipeline": self.pipeline.to_state()}
         write_json_atomic(self.state_path, doc)
 
+    # --- health (gates WATCHDOG=1) ---
+    @property
+    def wedged_after(self) -> float:
+        """Seconds without a line or a finished poll round after which the followers count as
+        wedged. Rounds end every poll_interval when idle, and a long catch-up emits lines."""
+        return max(10 * self.config.follow.poll_interval, 5.0)
+
+    def health(self) -> str | None:
+        """None when healthy, else what is wrong (sent as STATUS=, and no WATCHDOG=1)."""
+        t = self.followers.thread
+        if t is None or not t.is_alive():
+            return "log follower thread is not running"
+        idle = time.monotonic() - self._progress
+        if idle > self.wedged_after:
+            return f"log followers made no progress for {idle:.0f}s"
+        if self._lock_stuck:
+            return f"pipeline lock held for more than {LOCK_WAIT:g}s"
+        if self._http_thread is None or not self._http_thread.is_alive():
+            return "metrics listener thread is not running"
+        return None
+
+    def status_text(self) -> str:
+        with self.pipeline.lock:
+            lines = sum(sum(st.lines.values()) for st in self.pipeline.servers.values())
+            firing = len(self.dispatcher.active)
+        port = self.httpd.server_address[1] if self.httpd else self.config.listen_port
+        return (f"following {len(self.config.logs)} log(s), {lines} line(s) read, {firing} alert(s) firing, "
+                f"metrics on port {port}" + ("" if self.reload_success else "; last reload FAILED"))
+
+    # --- reload (SIGHUP) ---
+    def _request(self, reload: bool) -> None:
+        if reload:
+            self._reload_requested = True
+        else:
+            self._stop.set()
+        self._wake.set()
+
+    def reload(self) -> bool:
+        """Re-read the config file and apply it (see the module docstring). Returns success."""
+        path = self.config.source_path
+        notify(f"RELOADING=1\nMONOTONIC_USEC={monotonic_usec()}\nSTATUS=reloading {path}")
+        try:
+            new = load_run_config(path)
+        except ConfigError as e:
+            self.reload_success = False
+            log.error("config reload from %s refused, the running config stays: %s", path, "; ".join(e.problems))
+            notify(f"READY=1\nSTATUS=reload of {path} FAILED ({len(e.problems)} problem(s), see the log); "
+                   "running the previous config")
+            return False
+        old = self.config
+        kept = {}
+        for key in RESTART_ONLY:
+            if getattr(new, key) != getattr(old, key):
+                log.warning("config reload: %s changed; it takes effect after a restart", key)
+                kept[key] = getattr(old, key)
+        new = dataclasses.replace(new, **kept)
+
+        old_paths = [s.path for s in old.logs]
+        new_paths = [s.path for s in new.logs]
+        self.config = new
+        failed = None
+        if any(getattr(new, k) != getattr(old, k) for k in ALERTING):
+            try:
+                self._swap_alerting(new)
+            except Exception:  # validated above, so unexpected: keep the daemon, report it
+                log.exception("config reload: applying alerts.* failed")
+                failed = "alerts.*"
+                self.pipeline.reconfigure(new)  # rules and logs still apply
+                for n in self.notifiers.values():  # the old ones, or the new ones if swapped
+                    n.start()
+        else:
+            self.pipeline.reconfigure(new)  # rules and logs; the routing stays as it is
+        self.followers.update(add=[self._make_follower(p) for p in new_paths if p not in old_paths],
+                              remove=[p for p in old_paths if p not in new_paths])
+        if failed:
+            self.reload_success = False
+            notify(f"READY=1\nSTATUS=reload applied except {failed} (see the log)")
+            return False
+        self.reload_success = True
+        self.last_reload_success = time.time()
+        log.info("config reloaded from %s: %d log(s)%s", path, len(new.logs),
+                 "".join(f", +{p}" for p in new_paths if p not in old_paths)
+                 + "".join(f", -{p}" for p in old_paths if p not in new_paths))
+        notify(f"READY=1\nSTATUS={self.status_text()}")
+        return True
+
+    def _swap_alerting(self, new: Config) -> None:
+        """New alerting settings: stop the notifiers (their queues stay on disk), then, under the
+        pipeline lock, build the new ones on the same queue files and hand the dispatcher the new
+        routes (`Pipeline.reconfigure`), so every notification lands in exactly one of them and
+        each file holds both's pending items. Firing alerts and the notification log stay."""
+        old = self.notifiers
+        for n in old.values():
+            n.stop(timeout=0)  # ask them all first: they wind down in parallel
+        for n in old.values():
+            if not n.stop(timeout=n.timeout + 1.0):
+                log.warning("%s delivery still in flight during reload; a message may be sent twice", n.name)
+
+        def build():
+            dispatcher, notifiers = build_alerting(new, state_dir=self.state_dir)
+            for name, n in notifiers.items():  # counters continue across the swap
+                o = old.get(name)
+                if o is not None:
+                    n.sent_total, n.failed_total = o.sent_total, dict(o.failed_total)
+                    n.last_success_timestamp = o.last_success_timestamp
+            self.notifiers = notifiers
+            return dispatcher
+
+        self.pipeline.reconfigure(new, routing=build)
+        for n in self.notifiers.values():
+            n.start()
+        for name, n in old.items():
+            if name not in self.notifiers and n.queue_depth:
+                log.warning("%s removed from the config: %d notification(s) stay queued in %s until it is set again",
+                            name, n.queue_depth, n.queue_path)
+        log.info("notifiers: %s", ", ".join(self.notifiers) or "none (alerts only in /metrics)")
+
     # --- lifecycle ---
     def run(self) -> int:
+        if threading.current_thread() is threading.main_thread():
+            # Installed first: a SIGHUP during start-up must not kill the daemon (default action).
+            signal.signal(signal.SIGTERM, lambda *_: self._request(reload=False))
+            signal.signal(signal.SIGINT, lambda *_: self._request(reload=False))
+            signal.signal(signal.SIGHUP, lambda *_: self._request(reload=True))
         self._build()
         cfg = self.config
         try:
@@ -175,30 +316,24 @@ class Daemon:
         except OSError as e:
             log.error("cannot listen on %s:%s: %s (set metrics.listen_port)", cfg.listen_address, cfg.listen_port, e.strerror)
             return 1
-        threading.Thread(target=self.httpd.serve_forever, name="http", daemon=True).start()
+        self._http_thread = threading.Thread(target=self.httpd.serve_forever, name="http", daemon=True)
+        self._http_thread.start()
         for n in self.notifiers.values():
             n.start()
+        self._progress = time.monotonic()
         self.followers.start()
         for src in self.sources:
             src.start()
         if self.gpu is not None:
             self.gpu.start()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(sig, lambda *_: self._stop.set())
         port = self.httpd.server_address[1]
         log.info("specwatch %s: following %d log(s), metrics on http://%s:%d/metrics",
                  __version__, len(cfg.logs), cfg.listen_address, port)
         log.info("notifiers: %s", ", ".join(self.notifiers) or "none (alerts only in /metrics)")
-        sd_notify(f"READY=1\nSTATUS=following {len(cfg.logs)} log(s), metrics on port {port}")
-        while not self._stop.wait(1.0):
-            now = time.time()
-            if self.gpu_events is not None:
-                sample = self.gpu_events.poll(now)
-                if sample is not None:  # GPU facts are per box: the default server name
-                    self.pipeline.feed_event(cfg.server, sample, now)
-            with self.pipeline.lock:
-                self.pipeline.tick(now)
-        sd_notify("STOPPING=1")
+        status = self.status_text()
+        notify(f"READY=1\nSTATUS={status}")
+        self._main_loop(status)
+        notify("STOPPING=1\nSTATUS=stopping: saving state")
         log.info("stopping")
         self.followers.stop(timeout=5.0)
         for src in self.sources:
@@ -210,3 +345,46 @@ class Daemon:
             n.stop(timeout=5.0)
         self.httpd.shutdown()
         return 0
+
+    def _main_loop(self, last_status: str) -> None:
+        watchdog = Watchdog()
+        wait = 1.0 if watchdog.period is None else min(1.0, watchdog.period / 2)
+        problem, status_at = None, time.monotonic()
+        while not self._stop.is_set():
+            self._wake.wait(wait)
+            self._wake.clear()
+            if self._stop.is_set():
+                break
+            if self._reload_requested:
+                self._reload_requested = False
+                self.reload()
+            wall = time.time()
+            if self.gpu_events is not None:
+                sample = self.gpu_events.poll(wall)
+                if sample is not None:  # GPU facts are per box: the default server name
+                    self.pipeline.feed_event(self.config.server, sample, wall)
+            # A bounded wait: a wedged pipeline shows up in health() instead of hanging here.
+            if self.pipeline.lock.acquire(timeout=LOCK_WAIT):
+                try:
+                    self.pipeline.tick(wall)
+                finally:
+                    self.pipeline.lock.release()
+                self._lock_stuck = False
+            else:
+                self._lock_stuck = True
+            now = time.monotonic()
+            found = self.health()
+            if found != problem:
+                if found:
+                    log.error("unhealthy, no watchdog pings until it recovers: %s", found)
+                else:
+                    log.info("healthy again")
+                problem = found
+            if problem is None:
+                watchdog.ping_if_due(now)
+            status = f"unhealthy: {problem}" if problem else self.status_text()
+            # Problems and recoveries at once; routine counts at most every STATUS_EVERY.
+            if status != last_status and (problem or last_status.startswith("unhealthy")
+                                           or now - status_at >= STATUS_EVERY):
+                notify(f"STATUS={status}")
+                last_status, status_at = status, now

@@ -184,14 +184,25 @@ class FollowerCollector(Collector):
 class SelfCollector(Collector):
     """specwatch's own health: build, alerts, notifications."""
 
-    def __init__(self, pipeline: Pipeline, notifiers: Callable[[], dict[str, object]]):
+    def __init__(self, pipeline: Pipeline, notifiers: Callable[[], dict[str, object]],
+                 reload_status: Callable[[], tuple[bool, float]] | None = None):
         self.pipeline = pipeline
         self.notifiers = notifiers
+        self.reload_status = reload_status  # the daemon's (last reload ok, time of the last ok one)
 
     def collect(self) -> Iterable:
         build = GaugeMetricFamily("specwatch_build_info", "specwatch build (value 1).", labels=("version", "python_version"))
         build.add_metric([__version__, platform.python_version()], 1.0)
         yield build
+        if self.reload_status is not None:
+            ok, last_ok = self.reload_status()
+            # Named like Prometheus' own prometheus_config_last_reload_success* pair.
+            g = GaugeMetricFamily("specwatch_config_reload_success", "1 when the last config reload (SIGHUP) succeeded or none was tried, 0 when it was refused (the previous config keeps running).")
+            g.add_metric([], 1.0 if ok else 0.0)
+            yield g
+            g = GaugeMetricFamily("specwatch_config_last_reload_success_timestamp_seconds", "Wall time of the last successful config load (start-up or reload), seconds since the epoch.")
+            g.add_metric([], last_ok)
+            yield g
         firing = GaugeMetricFamily("specwatch_alerts_firing", "Alerts currently firing, by alert name.", labels=("alertname",))
         counts: dict[str, int] = {}
         with self.pipeline.lock:

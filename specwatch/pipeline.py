@@ -8,10 +8,13 @@ the clock (wall time vs the log's own timestamps). The per-rank state kept here 
 from __future__ import annotations
 
 import math
+import os
 import re
 import threading
+import time
 from zoneinfo import ZoneInfo
 from dataclasses import dataclass, field
+from typing import Callable
 
 from specwatch.alerts.dispatcher import Dispatcher
 from specwatch.config import Config
@@ -29,7 +32,7 @@ from specwatch.events import (
     ServerRestarted,
     ServerStarted,
 )
-from specwatch.rules.base import Rule
+from specwatch.rules.base import Rule, log_paths_of
 from specwatch.rules.collapse import CollapseRule
 from specwatch.rules.degradation import DegradationRule
 from specwatch.rules.drift import DriftRule
@@ -91,13 +94,21 @@ class Pipeline:
     another thread under `lock`.
     """
 
-    def __init__(self, config: Config, dispatcher: Dispatcher):
+    def __init__(self, config: Config, dispatcher: Dispatcher, *, diagnosis_background: bool = True):
         self.config = config
         self.dispatcher = dispatcher
-        self.collapse = CollapseRule(config.collapse, config.windows)
-        log_paths: dict[str, list[str]] = {}
-        for src in config.logs:
-            log_paths.setdefault(src.server, []).append(src.path)
+        self.diagnoser = None
+        d = config.diagnosis
+        if d.enabled:
+            from specwatch.diagnosis import Diagnoser
+
+            self.diagnoser = Diagnoser(draft=d.draft, target=d.target, sglang_root=d.sglang_root,
+                                       timeout=d.timeout, background=diagnosis_background)
+        self.collapse = CollapseRule(config.collapse, config.windows, diagnoser=self.diagnoser)
+        if self.diagnoser is not None and d.draft:  # paths from the config: diagnose now
+            for server in sorted({s.server for s in config.logs} or {config.server}):
+                self.diagnoser.ensure(server)
+        log_paths = log_paths_of(config)
         self.rules: list[Rule] = [
             self.collapse,
             ServerStateRule(config.server_rule, log_paths),
@@ -115,13 +126,31 @@ class Pipeline:
         self.ranks: dict[tuple[str, str], RankStats] = {}
         self.lock = threading.Lock()
         self._last_tick = -math.inf
-        self._prefix: dict[str, re.Pattern | None] = {}
-        self._tz: dict[str, ZoneInfo | None] = {}
-        self._server_of: dict[str, str] = {}
-        for src in config.logs:
-            self._server_of[src.path] = src.server
-            self._prefix[src.path] = re.compile(src.container_prefix) if src.container_prefix else None
-            self._tz[src.path] = ZoneInfo(src.timezone) if src.timezone else None
+        self._map_logs(config)
+
+    def _map_logs(self, config: Config) -> None:
+        # Replaced whole, not mutated: feed() on the followers' thread reads them without the lock.
+        self._server_of = {src.path: src.server for src in config.logs}
+        self._prefix = {src.path: re.compile(src.container_prefix) if src.container_prefix else None
+                        for src in config.logs}
+        self._tz = {src.path: ZoneInfo(src.timezone) if src.timezone else None for src in config.logs}
+
+    def reconfigure(self, config: Config, routing: Callable[[], Dispatcher] | None = None,
+                    now: float | None = None) -> None:
+        """A reloaded config: log → server mapping, container prefixes, time zones, rule
+        thresholds and, with `routing`, the alert routing. `routing` builds a dispatcher from the
+        new config (with its notifiers); it is called under the lock, before anything changes,
+        so no alert reaches a notifier while they are swapped, and the current dispatcher adopts
+        its routes, receivers, timers and inhibit rules (`Dispatcher.adopt`). Per-rank state,
+        firing alerts and what was notified are kept. `now`: wall time (default: the clock)."""
+        with self.lock:
+            new_routing = routing() if routing is not None else None
+            self.config = config
+            self._map_logs(config)
+            if new_routing is not None:
+                self.dispatcher.adopt(new_routing, time.time() if now is None else now)
+            for rule in self.rules:
+                rule.reconfigure(config)
 
     def server_for(self, path: str) -> str:
         return self._server_of.get(path) or (self.config.logs[0].server if self.config.logs else "")
@@ -170,8 +199,11 @@ class Pipeline:
                     self.tick(clock)
             elif isinstance(event, ServerArgs):
                 stats.lines["other"] += 1
+                merged = self._merge_args(stats, event)
+                if self.diagnoser is not None:  # run the probes ahead of any collapse
+                    self.diagnoser.observe(server, merged.args)
                 clock = now if now is not None else event.timestamp
-                self._apply_rules(server, self._merge_args(stats, event), clock if clock is not None else 0.0)
+                self._apply_rules(server, merged, clock if clock is not None else 0.0)
                 if clock is not None and clock - self._last_tick >= 1.0:
                     self.tick(clock)
             else:
@@ -188,9 +220,15 @@ class Pipeline:
                 stats = self.servers[server] = ServerStats()
             if isinstance(event, ServerArgs):
                 event = self._merge_args(stats, event)
+                if self.diagnoser is not None:
+                    self.diagnoser.observe(server, event.args)
             elif isinstance(event, ProcessSample):
                 stats.process = event.process
                 stats.process_watched = True
+                proc = event.process
+                if self.diagnoser is not None and proc is not None and proc.sglang_location:
+                    site = os.path.join(proc.fs_root, proc.sglang_location.lstrip("/"))
+                    self.diagnoser.observe_install(server, site)
             elif isinstance(event, ServerRestarted) or (isinstance(event, ServerStarted) and not event.first_seen):
                 if isinstance(event, ServerRestarted):
                     stats.restarts += 1

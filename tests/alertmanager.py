@@ -12,7 +12,6 @@ are short (group_wait 100ms, group_interval 1s) so notifications come within a s
 from __future__ import annotations
 
 import shutil
-import socket
 import subprocess
 import time
 from datetime import datetime, timedelta, timezone
@@ -21,13 +20,9 @@ from pathlib import Path
 import requests
 import yaml
 
+from procs import free_port, terminate
+
 BINARY = shutil.which("prometheus-alertmanager") or shutil.which("alertmanager")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def slack_receiver(url: str, *, send_resolved: bool = True) -> dict:
@@ -105,10 +100,4 @@ class Alertmanager:
         return r.json()["silenceID"]
 
     def close(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        terminate(self.proc)

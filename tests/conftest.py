@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -10,6 +13,7 @@ import pytest
 from alertmanager import BINARY as ALERTMANAGER_BINARY
 from alertmanager import Alertmanager
 from fake_sglang import Launcher, make_install
+import prom
 from slack_endpoint import SlackEndpoint
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -54,3 +58,56 @@ def sglang_procs():
     runner = Launcher()
     yield runner
     runner.stop_all()
+
+
+# The real SGLang sources the probes read (never imported): `.ci/run` pre-installs them with
+#   python3 -m pip install --no-deps --target .cache/sglang-<version> sglang==<version>
+SGLANG_VERSIONS = ("0.5.11", "0.5.23")
+SGLANG_CACHE = ROOT / ".cache"
+
+
+def sglang_root(version: str) -> Path:
+    """`.cache/sglang-<version>`, installed from PyPI (sources only, no dependencies) if missing."""
+    root = SGLANG_CACHE / f"sglang-{version}"
+    if (root / "sglang" / "_version.py").is_file():
+        return root
+    tmp = SGLANG_CACHE / f".sglang-{version}.partial"
+    shutil.rmtree(tmp, ignore_errors=True)
+    r = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-compile",
+                        "--target", str(tmp), f"sglang=={version}"], capture_output=True, text=True)
+    if r.returncode != 0:
+        pytest.fail(f"cannot install the sglang=={version} sources into {root}: {r.stderr[-2000:]}")
+    shutil.rmtree(root, ignore_errors=True)
+    tmp.rename(root)  # complete or absent, never half-installed
+    return root
+
+
+@pytest.fixture(scope="session")
+def sglang_roots() -> dict[str, Path]:
+    return {v: sglang_root(v) for v in SGLANG_VERSIONS}
+
+
+@pytest.fixture(scope="session")
+def facts(sglang_roots):
+    """SourceFacts per version, shared by the session (they cache parsed files)."""
+    from specwatch.probes.sglang_source import SourceFacts
+
+    return {v: SourceFacts(root) for v, root in sglang_roots.items()}
+
+
+@pytest.fixture
+def prometheus(tmp_path):
+    """Start real Prometheus servers: `prometheus(scrape_configs, rule_files=())` → prom.Prometheus
+    (see tests/prom.py); all are stopped after the test."""
+    if not prom.available():
+        pytest.skip(f"{prom.PROMETHEUS} not installed (Debian package prometheus; .ci/run installs it)")
+    started = []
+
+    def start(scrape_configs, rule_files=(), name="prometheus"):
+        p = prom.Prometheus(tmp_path / name, scrape_configs, rule_files)
+        started.append(p)
+        return p.start()
+
+    yield start
+    for p in started:
+        p.stop()

@@ -42,6 +42,7 @@ def test_example_config_is_valid_and_matches_defaults():
     assert cfg.log_silent == default.log_silent and cfg.log_silent.intervals == 3
     assert cfg.gpu_errors == default.gpu_errors and cfg.gpu_errors.window == 600
     assert cfg.gpu_throttle == default.gpu_throttle
+    assert cfg.diagnosis == default.diagnosis
 
 
 def test_every_problem_is_reported_with_its_key_path():
@@ -197,6 +198,17 @@ def test_single_server_api_mapping_and_null_url():
     cfg = build_config({"server_api": {"url": "https://sglang.internal:8443", "timeout": "500ms"}})
     assert [(a.url, a.timeout) for a in cfg.server_apis] == [("https://sglang.internal:8443", 0.5)]
     assert build_config({"server_api": {"url": None}}).server_apis == []
+def test_diagnosis_section(tmp_path):
+    cfg = build_config({"diagnosis": {"timeout": "30s", "draft": str(tmp_path)}})
+    assert cfg.diagnosis.enabled and cfg.diagnosis.timeout == 30.0 and cfg.diagnosis.draft == str(tmp_path)
+    assert build_config({}).diagnosis.timeout == 60.0
+    got = problems({"diagnosis": {"enabled": "yes", "draft": str(tmp_path / "nope"), "sglang_root": str(tmp_path),
+                                  "timeout": "soon", "bogus": 1}})
+    assert "diagnosis.bogus: unknown key; known keys here: draft, enabled, sglang_root, target, timeout" in got
+    assert "diagnosis.enabled: must be true or false, got 'yes'" in got
+    assert any(p.startswith("diagnosis.draft: ") and "is not a directory" in p for p in got)
+    assert any(p.startswith("diagnosis.sglang_root: no sglang package in") for p in got)
+    assert any(p.startswith("diagnosis.timeout: not a duration") for p in got)
 
 
 def test_logs_checked_the_way_run_would_use_them(tmp_path):

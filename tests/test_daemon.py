@@ -11,23 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from specwatch_daemon import SpecwatchDaemon, scrape, wait_for
-
-SAMPLES = Path(__file__).resolve().parent / "data" / "samples"
-
-
-def decode_line(accept: float, ts: str, rank: str = "TP0", running: int = 32, thr: float = 400.57) -> str:
-    return (f"[2026-02-23 {ts} {rank}] Decode batch, #running-req: {running}, #token: 2268, token usage: 0.02, "
-            f"accept len: {accept:.2f}, accept rate: 0.21, cuda graph: False, "
-            f"gen throughput (token/s): {thr:.2f}, #queue-req: 0\n")
+from procs import SAMPLES, decode_line, rank_labels, scrape, wait_for
+from specwatch_daemon import SpecwatchDaemon
 
 
-def rank_labels(server="gpu-box-1", tp="0"):
-    return tuple(sorted({"server": server, "dp_rank": "", "tp_rank": tp, "pp_rank": "", "ep_rank": ""}.items()))
-
-
-def Daemon(tmp_path: Path, slack_url: str, log: Path) -> SpecwatchDaemon:
-    return SpecwatchDaemon(tmp_path, log, env={"SW_TEST_HOOK": slack_url}, alerts={
+def Daemon(tmp_path: Path, slack_url: str, log: Path, extra: dict | None = None) -> SpecwatchDaemon:
+    return SpecwatchDaemon(tmp_path, log, env={"SW_TEST_HOOK": slack_url}, extra=extra, alerts={
         "group_wait": "0s", "group_interval": "0s",
         "slack": {"webhook_url_env": "SW_TEST_HOOK", "backoff_initial": "0.1s", "backoff_max": "1s"}})
 
@@ -113,3 +102,32 @@ def test_bad_config_exits_2_naming_the_key(tmp_path):
                        capture_output=True, text=True, timeout=30)
     assert r.returncode == 2
     assert "rules.collapse.min_batches: must be an integer" in r.stderr
+
+
+def test_collapse_alert_carries_the_diagnosis(tmp_path, slack, log, sglang_roots):
+    """server_args line → probes in the background → the collapse alert (or its one update) lists
+    the findings, errors first; the firing message itself never waits for them."""
+    ck = Path(__file__).resolve().parent / "data" / "checkpoints"
+    d = Daemon(tmp_path, slack.url, log, extra={"diagnosis": {"sglang_root": str(sglang_roots["0.5.11"])}})
+    d.start()
+    with open(log, "a") as f:
+        f.write(f"[2026-02-23 16:30:00] server_args=ServerArgs(model_path='{ck / 'target-llama'}', "
+                f"speculative_algorithm='EAGLE', speculative_draft_model_path='{ck / 'speculators-converted'}', "
+                "speculative_num_steps=3, speculative_eagle_topk=1, speculative_num_draft_tokens=4)\n")
+        for i in range(3):
+            f.write(decode_line(1.02, f"16:32:3{i}"))
+
+    def with_findings():
+        msgs = delivered(slack)
+        return msgs if any("[error] unloaded_weights" in json.dumps(m) for m in msgs) else None
+
+    msgs = wait_for(with_findings, timeout=30, what="a Slack message with the diagnosis")
+    assert 1 <= len(msgs) <= 2  # the alert, and at most one update
+    assert msgs[0]["text"].startswith("[FIRING] AcceptanceCollapse on gpu-box-1 TP0")
+    last = json.dumps(msgs[-1])
+    assert last.index("[error] config_format") < last.index("Unloaded draft weights")  # findings first
+    assert "fc_bypass" in last
+    time.sleep(1.5)
+    assert len(delivered(slack)) == len(msgs)  # nothing more in this episode
+    rc, out = d.stop()
+    assert rc == 0, out

@@ -9,7 +9,8 @@ import sys
 import time
 
 from slack_endpoint import SECRET_PATH, SlackEndpoint
-from specwatch_daemon import SpecwatchDaemon, free_port, wait_for
+from procs import free_port, wait_for
+from specwatch_daemon import SpecwatchDaemon
 
 
 def decode(ts: str, rank: str, accept: float) -> str:

@@ -12,6 +12,10 @@ Rules hand over transitions (`handle`: an alert starts firing, or resolves). The
   inhibit rule or a silence and sends a receiver a notification only when the set of firing
   (or, with send_resolved, resolved) alerts changed since the last notification to it, or when
   `repeat_interval` has passed (so repeats fall on a group_interval tick, as in Alertmanager);
+- sends an update of a firing alert (a rule hands it over again with `annotations["update"]`,
+  e.g. collapse diagnosis findings that arrived after it fired) at once, to the receivers of
+  the groups that were already told about it, as a notification of that group with the alert
+  marked (Slack shows `[UPDATE]`);
 - feeds every alert that no silence mutes to the push notifiers (Alertmanager), which re-send
   on their own schedule.
 
@@ -134,18 +138,26 @@ class Dispatcher:
     # -- input -----------------------------------------------------------------------------
 
     def handle(self, alert: Alert, now: float) -> None:
-        """Take a transition from a rule: a newly firing alert or a resolved one.
+        """Take a transition from a rule: a newly firing alert or a resolved one; or an update
+        of a firing one.
 
-        A firing alert already firing only refreshes the stored copy (its evidence); a resolve
-        of an alert that is not firing is ignored.
+        A firing alert already firing refreshes the stored copy (its evidence). When it carries
+        `annotations["update"]` (what changed, e.g. diagnosis findings that arrived after it
+        fired) its groups are notified once, now, the alert marked with that note; the mark is
+        removed from the alert, so repeats do not carry it. A muted alert, or one whose group
+        has not been notified yet, sends nothing extra: its next notification has the new
+        content. A resolve of an alert that is not firing is ignored.
         """
         fp = alert.fingerprint
         was_firing = self._status.get(fp) == FIRING
+        note = alert.annotations.pop("update", None)  # meaningful only for an alert already firing
         if self.runbook_url and "runbook_url" not in alert.annotations:
             alert.annotations["runbook_url"] = self.runbook_url.format_map(_Blank(alert.labels))
         if alert.status == FIRING:
             self.alerts[fp] = alert
             if was_firing:
+                if note:
+                    self._update(alert, note, now)
                 return
             for route in self._routes_for(alert):
                 self._insert(route, alert, now)
@@ -163,6 +175,31 @@ class Dispatcher:
         self._flush_due(now)
         self._gc(now)
         self._push(now, changed=False)
+
+    def adopt(self, other: "Dispatcher", now: float) -> None:
+        """Take the routing of `other`, built from a reloaded config: the default route, routes,
+        receivers, timers, inhibit rules, pushers and runbook URL. Alerts, silences and the
+        notification log stay, so a reload re-sends nothing already sent (receivers are known by
+        name); groups are rebuilt under the new routes, those that still exist keeping their
+        timers, and a group new to the routes waits its group_wait like any new group."""
+        self.default_route, self.routes = other.default_route, other.routes
+        self.inhibit_rules, self.pushers, self.runbook_url = other.inhibit_rules, other.pushers, other.runbook_url
+        old, self._groups = self._groups, {}
+        pending = set().union(*(g.fingerprints for g in old.values())) if old else set()
+        for fp, a in self.alerts.items():
+            if a.status != FIRING and fp not in pending:
+                continue  # resolved and already notified: kept only for the pushers
+            for route in self._routes_for(a):
+                gk = (route.name, self._group_key(route, a))
+                fresh = gk not in self._groups
+                self._insert(route, a, now)
+                if not fresh:
+                    continue
+                g, prev = self._groups[gk], old.get(gk)
+                if prev is not None:
+                    g.next_flush, g.flushed = prev.next_flush, prev.flushed
+                elif any(k[:2] == gk for k in self._nflog):
+                    g.next_flush, g.flushed = now, True  # was notified under this name: re-check now
 
     # -- routing and grouping -----------------------------------------------------------
 
@@ -202,7 +239,23 @@ class Dispatcher:
             return True
         return bool(self.inhibit_rules) and inhibited(alert, self.inhibit_rules, list(self.alerts.values()))
 
-    def _flush(self, g: _Group, now: float) -> None:
+    def _update(self, alert: Alert, note: str, now: float) -> None:
+        """Notify the groups that already told their receivers about `alert` at once, the
+        alert marked `annotations["update"] = note` (the rest of the group as it is now)."""
+        if self.silences is not None:
+            self.silences.reload_if_changed()
+        if self._muted(alert, now):
+            return
+        fp = alert.fingerprint
+        for route in self._routes_for(alert):
+            g = self._groups.get((route.name, self._group_key(route, alert)))
+            if g is not None and g.flushed and fp in g.fingerprints:
+                self._flush(g, now, update=(fp, note))
+        self._push(now, changed=True)
+
+    def _flush(self, g: _Group, now: float, update: tuple[str, str] | None = None) -> None:
+        """Notify each receiver of the group whose last notification is out of date; with
+        `update` (fingerprint, note), every receiver, that alert marked with the note."""
         alerts = [self.alerts[fp] for fp in sorted(g.fingerprints) if fp in self.alerts]
         visible = [a for a in alerts if not self._muted(a, now)]
         firing = [a for a in visible if a.status == FIRING]
@@ -211,12 +264,16 @@ class Dispatcher:
         for rcv in g.route.receivers:
             key = (g.route.name, g.key, rcv.name)
             send_resolved = getattr(rcv, "send_resolved", True)
-            if not _needs_update(self._nflog.get(key), f_fps, r_fps, send_resolved, g.route.repeat_interval, now):
+            if update is None and not _needs_update(self._nflog.get(key), f_fps, r_fps, send_resolved,
+                                                    g.route.repeat_interval, now):
                 continue
             self._nflog[key] = {"firing": sorted(f_fps), "resolved": sorted(r_fps), "ts": now}
-            out = firing + (resolved if send_resolved else [])
+            out = copy.deepcopy(firing + (resolved if send_resolved else []))
+            for a in out:
+                if update is not None and a.fingerprint == update[0]:
+                    a.annotations["update"] = update[1]
             if out:
-                rcv.notify(Notification(rcv.name, g.key, dict(g.labels), copy.deepcopy(out)))
+                rcv.notify(Notification(rcv.name, g.key, dict(g.labels), out))
         g.flushed = True
         # Resolved alerts leave the group once flushed (notified or muted), as in Alertmanager.
         g.fingerprints -= {a.fingerprint for a in alerts if a.status != FIRING}

@@ -124,7 +124,7 @@ def _where(alert: Alert) -> str:
 
 
 def _fallback_text(alert: Alert) -> str:
-    status = "RESOLVED" if alert.status == RESOLVED else "FIRING"
+    status = "RESOLVED" if alert.status == RESOLVED else "UPDATE" if alert.annotations.get("update") else "FIRING"
     head = f"[{status}] {alert.name}"
     where = _where(alert)
     if where:
@@ -162,7 +162,8 @@ def build_payload(alert: Alert, *, channel: str | None = None) -> dict:
     numbered, and a context line (start time, severity, fingerprint). Resolved: header, a
     "Resolved after <ends_at - starts_at>" section, and the same fields; no description or fixes.
     `text` is a one-line fallback, e.g. `[FIRING] AcceptanceCollapse on sglang-0 DP0 TP0: accept
-    len 1.05`. All alert text is escaped (see `escape_mrkdwn`); sections are cut at 3,000
+    len 1.05`. An update of a firing alert (`annotations["update"]`, e.g. diagnosis findings that
+    arrived after it fired) says `[UPDATE]`, "(update)" in the header and the note first. All alert text is escaped (see `escape_mrkdwn`); sections are cut at 3,000
     characters, fields at 2,000, the header at 150, and the message at 50 blocks. `channel`
     (legacy webhooks only) is added as is. Raises nothing for any well-typed Alert.
     """
@@ -170,6 +171,8 @@ def build_payload(alert: Alert, *, channel: str | None = None) -> dict:
     title = f"{_EMOJI.get(alert.status, ':grey_question:')} {alert.name or 'alert'}"
     if resolved:
         title += " resolved"
+    elif alert.annotations.get("update"):
+        title += " (update)"
     # plain_text is not parsed for mentions, but swap angle brackets anyway: cheap insurance
     # against an alert name that looks like `<!channel>`, without showing `&lt;` literally.
     title = _one_line(title).replace("<", "\u2039").replace(">", "\u203a")
@@ -193,6 +196,8 @@ def build_payload(alert: Alert, *, channel: str | None = None) -> dict:
 
     tail: list[dict] = []
     if not resolved:
+        if alert.annotations.get("update"):
+            tail.append(_section(f"*Update:* {escape_mrkdwn(alert.annotations['update'])}"))
         description = alert.annotations.get("description", "") or alert.annotations.get("summary", "")
         if description:
             tail.append(_section(escape_entities(description)))
@@ -232,6 +237,8 @@ def _alert_line(alert: Alert) -> str:
         if alert.ends_at is not None:
             line += f": resolved after {format_duration(alert.ends_at - alert.starts_at)}"
         return line
+    if alert.annotations.get("update"):
+        line += f" _(update)_\n*Update:* {escape_mrkdwn(alert.annotations['update'])}"
     summary = alert.annotations.get("summary", "")
     return line + (f"\n{escape_entities(_one_line(summary))}" if summary else "")
 
@@ -244,7 +251,9 @@ def build_notification_payload(notification: Notification, *, channel: str | Non
     up to 10 evidence fields and, while firing, its numbered fixes. Alerts that would pass
     Slack's 50-block cap are counted in a last "N more alerts not shown" line. `text`, the
     fallback, reads e.g. `[FIRING:2] AcceptanceCollapse, ThroughputDrop on sglang-0`, with
-    `; resolved: <names>` when the group also holds resolved alerts.
+    `; resolved: <names>` when the group also holds resolved alerts. An update (a firing alert
+    with `annotations["update"]`) is marked "(update)" with its note, and the fallback starts
+    with `[UPDATE]`.
     """
     alerts = notification.alerts
     if len(alerts) == 1:
@@ -259,6 +268,8 @@ def build_notification_payload(notification: Notification, *, channel: str | Non
             fallback += f"; resolved: {names(resolved)}"
     else:
         fallback = f"[RESOLVED:{len(resolved)}] {names(resolved)}" + (f" on {server}" if server else "")
+    if any(a.annotations.get("update") for a in firing):
+        fallback = "[UPDATE] " + fallback
     title = f"{_EMOJI[FIRING if firing else RESOLVED]} {len(alerts)} alerts: {len(firing)} firing, {len(resolved)} resolved"
     blocks: list[dict] = [{"type": "header", "text": {"type": "plain_text", "text": title, "emoji": True}}]
     shown = 0

@@ -5,11 +5,14 @@ and the passage of time (`on_tick`, about once a second in the daemon, at each t
 in replay). It returns only transitions: a newly firing `Alert`, or the same alert with status
 `resolved`. The dispatcher does grouping, repeats and delivery; a rule knows nothing of Slack.
 State that must survive a restart goes through `to_state` / `load_state` (JSON-able).
+A config reload (SIGHUP) hands each rule the new config through `reconfigure`; the rule keeps
+its state and applies the new thresholds from the next event on.
 """
 
 from __future__ import annotations
 
 from specwatch.alerts.model import FIRING, Alert
+from specwatch.config import Config
 from specwatch.events import ServerArgs, ServerRestarted, ServerStarted
 
 
@@ -29,6 +32,17 @@ class Rule:
 
     def load_state(self, state: dict) -> None:
         pass
+
+    def reconfigure(self, config: Config) -> None:
+        """The config was reloaded (under the pipeline's lock): take the new thresholds."""
+
+
+def log_paths_of(config: Config) -> dict[str, list[str]]:
+    """server → the log files followed for it (for rules that name them in alerts)."""
+    paths: dict[str, list[str]] = {}
+    for src in config.logs:
+        paths.setdefault(src.server, []).append(src.path)
+    return paths
 
 
 def fmt(v: float | None, spec: str = ".2f") -> str:

@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from specwatch.alerts.model import FIRING, RESOLVED, Alert
-from specwatch.config import CollapseConfig, WindowConfig
+from specwatch.config import CollapseConfig, Config, WindowConfig
 from specwatch.events import DecodeBatch, PrefillBatch, ServerArgs
 from specwatch.rules.base import Rule, args_evidence, fmt
 from specwatch.rules.windows import WindowTracker
@@ -30,6 +30,13 @@ class _RankState:
     low_since: float | None = None
     collapsed: bool = False
     alert: Alert | None = None
+    awaiting_diagnosis: bool = False  # fired before the probes finished: one follow-up due
+
+
+def _summary(report) -> str:
+    errors = sum(f.severity == "error" for f in report.findings)
+    warnings = sum(f.severity == "warning" for f in report.findings)
+    return f"{errors} error(s), {warnings} warning(s) on SGLang {report.sglang_version or '?'}"
 
 
 def known_causes(args: dict[str, object] | None) -> list[str]:
@@ -69,15 +76,51 @@ def known_causes(args: dict[str, object] | None) -> list[str]:
 
 
 class CollapseRule(Rule):
-    """Per (server, rank) collapse state machine; `observe` returns alerts that changed state."""
+    """Per (server, rank) collapse state machine; `observe` returns alerts that changed state.
+
+    With a `diagnoser` (specwatch.diagnosis.Diagnoser), a firing alert's fixes start with the
+    cached probe findings of its server (errors, then warnings), then the generic known causes.
+    If the probes are still running when the alert fires, it goes out at once with the generic
+    causes, and `on_tick` returns it once more — marked `annotations["update"]`, same
+    fingerprint — when the findings arrive during that episode.
+    """
 
     name = "collapse"
 
-    def __init__(self, config: CollapseConfig, windows: WindowConfig | None = None):
+    def __init__(self, config: CollapseConfig, windows: WindowConfig | None = None, diagnoser=None):
         self.config = config
         self.windows = WindowTracker(windows or WindowConfig())
+        self.diagnoser = diagnoser
         self._ranks: dict[tuple[str, str], _RankState] = {}
         self._server_args: dict[str, dict[str, object]] = {}
+
+    def on_tick(self, now: float) -> list[Alert]:
+        if self.diagnoser is None:
+            return []
+        updates = []
+        for (server, _), st in self._ranks.items():
+            if not (st.awaiting_diagnosis and st.collapsed and st.alert is not None):
+                continue
+            report = self.diagnoser.report(server)
+            if report is None:
+                if not self.diagnoser.pending(server):
+                    st.awaiting_diagnosis = False  # failed or gave up: the generic causes stand
+                continue
+            st.awaiting_diagnosis = False
+            if report.actionable():
+                self._apply_diagnosis(st.alert, server, report)
+                st.alert.annotations["update"] = f"specwatch diagnose: {_summary(report)}"
+                updates.append(st.alert)
+        return updates
+
+    def _apply_diagnosis(self, alert: Alert, server: str, report) -> None:
+        alert.fixes = [f.one_line() for f in report.actionable()] + known_causes(self._server_args.get(server))
+        alert.evidence = [p for p in alert.evidence if p[0] != "diagnosis"] + [("diagnosis", _summary(report))]
+
+    def reconfigure(self, config: Config) -> None:
+        # Runs of low/high batches carry over: a rank half-way to firing stays half-way.
+        self.config = config.collapse
+        self.windows.config = config.windows
 
     def on_event(self, server: str, event: object, now: float) -> list[Alert]:
         if isinstance(event, DecodeBatch):
@@ -122,6 +165,7 @@ class CollapseRule(Rule):
             st.low_run = 0
             if st.collapsed and st.high_run >= cfg.min_batches:
                 st.collapsed = False
+                st.awaiting_diagnosis = False
                 alert, st.alert = st.alert, None
                 if alert is not None:
                     alert.status = RESOLVED
@@ -133,7 +177,8 @@ class CollapseRule(Rule):
         return None
 
     def _update_evidence(self, alert: Alert, batch: DecodeBatch, st: _RankState) -> None:
-        alert.evidence[:] = self._evidence(batch, st)
+        kept = [p for p in alert.evidence if p[0] == "diagnosis"]
+        alert.evidence[:] = self._evidence(batch, st) + kept
 
     def _evidence(self, batch: DecodeBatch, st: _RankState) -> list[tuple[str, str]]:
         return [
@@ -148,7 +193,7 @@ class CollapseRule(Rule):
         args = self._server_args.get(server, {})
         evidence = self._evidence(batch, st) + args_evidence(args)
         where = f"{server} {batch.rank}".strip()
-        return Alert(
+        alert = Alert(
             labels={"alertname": ALERT_NAME, "severity": "critical", "server": server, "rank": batch.rank},
             annotations={
                 "summary": f"Speculative decoding collapsed on {where}: accept len {batch.accept_length:.2f}",
@@ -163,6 +208,14 @@ class CollapseRule(Rule):
             fixes=known_causes(args),
             status=FIRING,
         )
+        if self.diagnoser is not None:
+            self.diagnoser.ensure(server)  # once per episode: re-runs only if the inputs changed
+            report = self.diagnoser.report(server)
+            if report is not None and report.actionable():
+                self._apply_diagnosis(alert, server, report)
+            elif report is None and self.diagnoser.pending(server):
+                st.awaiting_diagnosis = True
+        return alert
 
     # --- persistence (the daemon saves this with the file offsets, atomically) ---
     def to_state(self) -> dict:

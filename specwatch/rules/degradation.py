@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from specwatch.alerts.model import Alert
-from specwatch.config import CollapseConfig, DegradationConfig, WindowConfig
+from specwatch.config import CollapseConfig, Config, DegradationConfig, WindowConfig
 from specwatch.events import DecodeBatch, PrefillBatch, ServerArgs
 from specwatch.rules.active import ActiveAlerts
 from specwatch.rules.base import Rule, ServerArgsMemory, alert_key, args_evidence, fmt, new_alert
@@ -60,6 +60,16 @@ class DegradationRule(Rule):
         self._ranks: dict[tuple[str, str], _Rank] = {}
         self._baselines: dict[str, Baseline] = {}  # model pair → learned baseline
         self.active = ActiveAlerts()
+
+    def reconfigure(self, config: Config) -> None:
+        # Learned baselines and pending times carry over; windows take the new spans.
+        self.config = config.degradation
+        self.collapse_max = config.collapse.max_accept_length
+        self.windows.config = config.windows
+        for st in self._ranks.values():
+            st.recent.span = st.running.span = self.config.window
+        for b in self._baselines.values():
+            b.resize(self.config.baseline_window)
 
     def on_event(self, server: str, event: object, now: float) -> list[Alert]:
         if not self.config.enabled:

@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 
 from specwatch.alerts.model import Alert
-from specwatch.config import CollapseConfig, DriftConfig, WindowConfig
+from specwatch.config import CollapseConfig, Config, DriftConfig, WindowConfig
 from specwatch.events import DecodeBatch, PrefillBatch, ServerArgs
 from specwatch.rules.active import ActiveAlerts
 from specwatch.rules.base import Rule, ServerArgsMemory, alert_key, args_evidence, fmt, is_restart_event, new_alert
@@ -44,6 +44,13 @@ class DriftRule(Rule):
         self._buckets: dict[tuple[str, str], list[list[float]]] = {}
         self._last_seen: dict[tuple[str, str], float] = {}
         self.active = ActiveAlerts()
+
+    def reconfigure(self, config: Config) -> None:
+        if config.drift.bucket != self.config.bucket:
+            self._buckets.clear()  # indexes of the old bucket size: start over (alerts stay firing)
+        self.config = config.drift
+        self.collapse_max = config.collapse.max_accept_length
+        self.windows.config = config.windows
 
     def on_event(self, server: str, event: object, now: float) -> list[Alert]:
         if not self.config.enabled:

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections import deque
 
 from specwatch.alerts.model import Alert
-from specwatch.config import RankDisagreementConfig, WindowConfig
+from specwatch.config import Config, RankDisagreementConfig, WindowConfig
 from specwatch.events import DecodeBatch, PrefillBatch
 from specwatch.rules.active import ActiveAlerts
 from specwatch.rules.base import Rule, alert_key, fmt, new_alert
@@ -34,6 +34,13 @@ class RankDisagreementRule(Rule):
         # server → rank → last min_batches valid lines (timestamp, accept len)
         self._recent: dict[str, dict[str, deque[tuple[float, float]]]] = {}
         self.active = ActiveAlerts()
+
+    def reconfigure(self, config: Config) -> None:
+        self.config = config.rank_disagreement
+        self.windows.config = config.windows
+        for ranks in self._recent.values():  # keep the newest min_batches lines of each rank
+            for r, lines in ranks.items():
+                ranks[r] = deque(lines, maxlen=self.config.min_batches)
 
     def on_event(self, server: str, event: object, now: float) -> list[Alert]:
         if not self.config.enabled or not isinstance(event, (DecodeBatch, PrefillBatch)):

@@ -13,7 +13,7 @@ algorithm.
 from __future__ import annotations
 
 from specwatch.alerts.model import Alert
-from specwatch.config import SpeculationInactiveConfig
+from specwatch.config import Config, SpeculationInactiveConfig
 from specwatch.events import DecodeBatch, ServerArgs
 from specwatch.rules.active import ActiveAlerts
 from specwatch.rules.base import Rule, ServerArgsMemory, args_evidence, new_alert, speculation_configured
@@ -30,6 +30,9 @@ class SpeculationInactiveRule(Rule):
         self._plain: dict[str, int] = {}  # server → decode lines without accept fields in a row
         self._since: dict[str, float] = {}
         self.active = ActiveAlerts()  # by server
+
+    def reconfigure(self, config: Config) -> None:
+        self.config = config.speculation_inactive
 
     def on_event(self, server: str, event: object, now: float) -> list[Alert]:
         if not self.config.enabled:

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections import deque
 
 from specwatch.alerts.model import Alert
-from specwatch.config import SpecMetricsMissingConfig
+from specwatch.config import Config, SpecMetricsMissingConfig
 from specwatch.events import DecodeBatch, PrefillBatch, ServerArgs
 from specwatch.rules.active import ActiveAlerts
 from specwatch.rules.base import Rule, ServerArgsMemory, args_evidence, new_alert, speculation_configured
@@ -36,6 +36,9 @@ class SpecMetricsMissingRule(Rule):
         self._prefills: dict[str, deque[float]] = {}  # server → times of recent prefill lines
         self._streak: dict[str, float] = {}  # server → first prefill line since the last decode line
         self.active = ActiveAlerts()  # by server
+
+    def reconfigure(self, config: Config) -> None:
+        self.config = config.spec_metrics_missing
 
     def on_event(self, server: str, event: object, now: float) -> list[Alert]:
         if not self.config.enabled:

@@ -74,6 +74,11 @@ class Baseline:
         self.buckets.append([idx, value, 1])
         self._trim()
 
+    def resize(self, span: float) -> None:
+        """A new `span` (config reload): keep the newest buckets that fit."""
+        self.max_buckets = max(1, math.ceil(span / self.bucket))
+        self._trim()
+
     def _trim(self) -> None:
         while len(self.buckets) > self.max_buckets:
             _, s, n = self.buckets.popleft()

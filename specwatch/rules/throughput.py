@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from specwatch.alerts.model import Alert
-from specwatch.config import ThroughputDropConfig, WindowConfig
+from specwatch.config import Config, ThroughputDropConfig, WindowConfig
 from specwatch.events import DecodeBatch, PrefillBatch
 from specwatch.rules.active import ActiveAlerts
 from specwatch.rules.base import Rule, alert_key, fmt, new_alert
@@ -53,6 +53,16 @@ class ThroughputDropRule(Rule):
         self._ranks: dict[tuple[str, str], _Rank] = {}
         self._baselines: dict[tuple[str, str, int], Baseline] = {}
         self.active = ActiveAlerts()
+
+    def reconfigure(self, config: Config) -> None:
+        # Learned baselines and pending times carry over; windows take the new spans.
+        self.config = config.throughput_drop
+        self.windows.config = config.windows
+        for st in self._ranks.values():
+            for recent in st.levels.values():
+                recent.span = self.config.window
+        for b in self._baselines.values():
+            b.resize(self.config.baseline_window)
 
     def on_event(self, server: str, event: object, now: float) -> list[Alert]:
         if not self.config.enabled or not isinstance(event, (DecodeBatch, PrefillBatch)):

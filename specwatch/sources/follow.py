@@ -633,6 +633,8 @@ class FollowerGroup:
         self._last_watch_try = 0.0
         self.watch_errors_total = 0
         self.poll_errors_total = 0
+        self._pending: list[tuple[list[Follower], list[str]]] = []  # update() calls not yet applied
+        self._pending_lock = threading.Lock()
         for f in followers:
             self.add(f)
 
@@ -658,6 +660,27 @@ class FollowerGroup:
         if follower.path in self._followers:
             raise ValueError(f"{follower.path!r} is already followed")
         self._followers[follower.path] = follower
+
+    def update(self, add: Iterable[Follower] = (), remove: Iterable[str] = ()) -> None:
+        """Follow more paths and stop following others, also while running (a config reload).
+
+        Before `start()` this applies at once. Once started, the change is queued and applied on
+        the group's thread before its next poll round (woken now), so `on_line` stays
+        single-threaded and no line is cut in half; a removed follower's file is closed there.
+        Raises ValueError for a path added twice or already followed (and not removed).
+        """
+        add, remove = list(add), [os.fspath(p) for p in remove]
+        paths = [f.path for f in add]
+        kept = set(self._followers) - set(remove)
+        for p in paths:
+            if p in kept or paths.count(p) > 1:
+                raise ValueError(f"{p!r} is already followed")
+        with self._pending_lock:
+            self._pending.append((add, remove))
+        if self._thread is None:
+            self._apply_pending()
+        else:
+            self._wake.set()
 
     def start(self) -> None:
         """Start watchdog (if enabled) and the thread; the first poll happens at once.
@@ -721,6 +744,7 @@ class FollowerGroup:
                 if self._stop.is_set():
                     break
                 self._wake.clear()  # before polling: an event during the poll means another round
+                self._apply_pending()
                 self.poll_all()
                 if self._after_poll is not None:
                     try:
@@ -732,6 +756,26 @@ class FollowerGroup:
         finally:
             for f in self._followers.values():
                 f.close()
+
+    def _apply_pending(self) -> None:
+        """Apply queued `update()` calls (on the group's thread once started). The dict is
+        replaced, never mutated, so readers on other threads iterate a consistent copy."""
+        with self._pending_lock:
+            pending, self._pending = self._pending, []
+        for add, remove in pending:
+            followers = dict(self._followers)
+            for p in remove:
+                f = followers.pop(p, None)
+                if f is not None and self._thread is not None:
+                    f.close()
+            for f in add:
+                followers[f.path] = f
+            self._followers = followers
+            self._interest = frozenset(os.path.abspath(p) for p in followers)
+            if self._observer is not None:  # watch the directories of new paths at once
+                for d in sorted(self._dirs() - self._watched):
+                    if os.path.isdir(d):
+                        self._watch(d)
 
     def _dirs(self) -> set[str]:
         return {os.path.dirname(p) for p in self._interest}

@@ -261,3 +261,86 @@ def test_runbook_url_template():
     d = immediate(rec, runbook_url="https://wiki.example/runbooks/{alertname}#{rank}{nosuch}")
     d.handle(alert(), now=100)
     assert rec.got[0].alerts[0].annotations["runbook_url"] == "https://wiki.example/runbooks/AcceptanceCollapse#TP0"
+
+
+def test_update_of_a_firing_alert_is_sent_once_and_not_repeated_as_update():
+    rec = Recorder()
+    d = immediate(rec, repeat_interval=60)
+    a = alert()
+    d.handle(a, now=100)
+    a.fixes = ["[error] unloaded_weights: ..."]
+    a.annotations["update"] = "specwatch diagnose: 1 error(s)"
+    d.handle(a, now=110)
+    sent = [n.alerts[0] for n in rec.got]
+    assert [x.annotations.get("update") for x in sent] == [None, "specwatch diagnose: 1 error(s)"]
+    assert sent[1].fixes == ["[error] unloaded_weights: ..."] and sent[1].fingerprint == sent[0].fingerprint
+    assert rec.got[1].group_key == rec.got[0].group_key  # a notification of the same group
+    assert "update" not in a.annotations and "update" not in d.active[a.fingerprint].annotations
+    d.handle(a, now=120)  # no new update mark: deduplicated as before
+    d.tick(now=169)
+    assert len(rec.got) == 2  # the update restarted the repeat timer
+    d.tick(now=170)  # the repeat carries the new fixes, not the update mark
+    assert len(rec.got) == 3 and rec.got[2].alerts[0].annotations.get("update") is None
+    assert rec.got[2].alerts[0].fixes == a.fixes
+    b = alert(rank="TP1")
+    b.annotations["update"] = "x"
+    d.handle(b, now=180)  # an update of an alert that is not firing fires it normally, unmarked
+    last = rec.got[-1].alerts
+    assert [x.labels["rank"] for x in last] == ["TP0", "TP1"] and all("update" not in x.annotations for x in last)
+
+
+def test_update_goes_to_every_group_and_receiver_that_was_told_and_marks_only_that_alert():
+    crit, audit, default = Recorder("crit"), Recorder("audit"), Recorder("default")
+    routes = [Route("audit", [audit], [parse_matcher("server=s")], group_by=["..."], group_wait=0, group_interval=0,
+                    continue_matching=True),
+              Route("critical", [crit], [parse_matcher("rank=~TP[01]")], group_wait=0, group_interval=0)]
+    d = Dispatcher([default], routes=routes, group_wait=0, group_interval=0)
+    a0, a1 = alert(rank="TP0"), alert(rank="TP1")
+    d.handle(a0, now=100)
+    d.handle(a1, now=100)
+    assert crit.summary()[-1] == ("firing:AcceptanceCollapse:TP0", "firing:AcceptanceCollapse:TP1")
+    assert len(audit.got) == 2 and default.got == []
+    n_crit, n_audit = len(crit.got), len(audit.got)
+    a1.annotations["update"] = "findings"
+    d.handle(a1, now=105)
+    assert len(crit.got) == n_crit + 1 and len(audit.got) == n_audit + 1 and default.got == []
+    upd = crit.got[-1]  # the whole group, only the updated alert marked
+    assert [x.annotations.get("update") for x in upd.alerts] == [None, "findings"]
+    assert [(x.labels["rank"], x.annotations.get("update")) for x in audit.got[-1].alerts] == [("TP1", "findings")]
+    d.tick(106)
+    assert len(crit.got) == n_crit + 1 and len(audit.got) == n_audit + 1  # once
+
+
+def test_update_of_a_muted_or_not_yet_notified_alert_sends_nothing_extra(tmp_path):
+    rec = Recorder()
+    store = SilenceStore(tmp_path)
+    d = Dispatcher([rec], silences=store, group_by=["..."])  # group_wait 30s
+    a = alert(starts_at=100)
+    d.handle(a, now=100)
+    a.annotations["update"] = "early"
+    d.handle(a, now=110)  # still in group_wait: its first notification will carry the new content
+    assert rec.got == []
+    d.tick(130)
+    assert len(rec.got) == 1 and "update" not in rec.got[0].alerts[0].annotations
+    store.add([parse_matcher("rank=TP0")], 0, 10_000)
+    a.annotations["update"] = "muted"
+    d.handle(a, now=140)
+    assert len(rec.got) == 1 and "update" not in a.annotations
+
+
+def test_adopt_takes_new_routes_and_keeps_what_was_sent():
+    old_rec, new_rec = Recorder("slack"), Recorder("slack")
+    d = immediate(old_rec, repeat_interval=3600)
+    d.handle(alert(rank="TP0"), now=100)
+    assert len(old_rec.got) == 1
+    crit = Recorder("crit")
+    d.adopt(Dispatcher([new_rec], repeat_interval=3600, group_wait=0, group_interval=0,
+                       routes=[Route("critical", [crit], [parse_matcher("rank=TP1")], group_wait=0, group_interval=0)]),
+            now=150)
+    d.tick(151)
+    assert new_rec.got == [] and crit.got == []  # same receiver name, same group: nothing re-sent
+    d.handle(alert(rank="TP1"), now=160)
+    assert crit.summary() == [("firing:AcceptanceCollapse:TP1",)]  # the new route
+    d.handle(alert(rank="TP2"), now=170)
+    assert new_rec.summary() == [("firing:AcceptanceCollapse:TP0", "firing:AcceptanceCollapse:TP2")]
+    assert old_rec.got[1:] == []

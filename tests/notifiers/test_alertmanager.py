@@ -7,10 +7,11 @@ import time
 
 import pytest
 
-from alertmanager import free_port, slack_receiver
+from alertmanager import slack_receiver
+from procs import free_port, wait_for
 from specwatch.alerts.model import Alert
 from specwatch.notifiers.alertmanager import AlertmanagerNotifier
-from specwatch_daemon import SpecwatchDaemon, wait_for
+from specwatch_daemon import SpecwatchDaemon
 
 
 def alert(server="sglang-0", rank="DP0 TP0", status="firing", starts_at=None, ends_at=None, name="AcceptanceCollapse"):

@@ -10,8 +10,8 @@ import time
 
 import pytest
 
-from specwatch.alerts.model import RESOLVED, Alert
-from specwatch.notifiers.slack import SlackNotifier, build_payload, escape_mrkdwn
+from specwatch.alerts.model import RESOLVED, Alert, Notification
+from specwatch.notifiers.slack import SlackNotifier, build_notification_payload, build_payload, escape_mrkdwn
 from slack_endpoint import SECRET_PATH, SlackEndpoint
 
 T0 = 1771864362.0  # 2026-02-23T16:32:42Z
@@ -98,6 +98,32 @@ def test_resolved_payload_and_single_rank():
     )
     assert blocks[2]["fields"][1]["text"] == "*Rank*\n(single rank)"
     assert "What to check" not in json.dumps(p)
+
+
+def test_update_payload_says_so():
+    a = Alert(labels={"alertname": "AcceptanceCollapse", "server": "s", "rank": "TP0", "severity": "critical"},
+              annotations={"summary": "x", "description": "d", "update": "specwatch diagnose: 3 error(s)"},
+              starts_at=1_700_000_000.0, evidence=[("accept len", "1.02")], fixes=["[error] fc_bypass: fc is skipped"])
+    p = build_payload(a)
+    assert p["text"].startswith("[UPDATE] AcceptanceCollapse on s TP0")
+    assert p["blocks"][0]["text"]["text"].endswith("AcceptanceCollapse (update)")
+    texts = [b.get("text", {}).get("text", "") for b in p["blocks"] if b["type"] == "section"]
+    assert "*Update:* specwatch diagnose: 3 error(s)" in texts
+    assert any("1. [error] fc_bypass: fc is skipped" in t for t in texts)
+
+
+def test_update_in_a_group_payload_marks_that_alert():
+    def make(rank, **ann):
+        return Alert(labels={"alertname": "AcceptanceCollapse", "server": "s", "rank": rank},
+                     annotations={"summary": f"collapsed {rank}", **ann}, starts_at=1_700_000_000.0)
+
+    n = Notification("slack", "g", {}, [make("TP0"), make("TP1", update="specwatch diagnose: 1 error(s)")])
+    p = build_notification_payload(n)
+    assert p["text"].startswith("[UPDATE] [FIRING:2] AcceptanceCollapse on s")
+    lines = [b["text"]["text"] for b in p["blocks"] if b["type"] == "section" and "text" in b]
+    assert "(update)" not in lines[0] and "*Update:*" not in lines[0]
+    assert "_(update)_\n*Update:* specwatch diagnose: 1 error(s)\ncollapsed TP1" in lines[1]
+    assert not build_notification_payload(Notification("slack", "g", {}, [make("TP0"), make("TP1")]))["text"].startswith("[UPDATE]")
 
 
 def test_hostile_text_is_escaped():

@@ -84,3 +84,27 @@ def test_prefill_only_ranks_of_other_ranks_do_not_dilute():
         lines += [prefill_line("0.5.23", ts=ts, rank={"DP": 1, "TP": 1})[0]] * 50
         lines.append(decode_line("0.5.23", ts=ts, rank={"DP": 0, "TP": 0}, accept_len=1.0)[0])
     assert names(run(lines)) == [("AcceptanceCollapse", "firing", "DP0 TP0")]
+
+
+def test_a_reload_hands_every_rule_its_new_section_and_keeps_its_state():
+    """`Pipeline.reconfigure` (SIGHUP): each rule takes its new thresholds, runs carry over."""
+    from specwatch.config import build_config
+    from specwatch.rules.base import Rule
+
+    p = pipeline()
+    assert all(type(r).reconfigure is not Rule.reconfigure for r in p.rules), [r.name for r in p.rules]
+    log = Timeline().decode(n=1, accept=1.05)
+    assert feed(p, log.lines) == []
+    new = build_config({"server": "box", "logs": [{"path": "server.log"}], "rules": {
+        "collapse": {"min_batches": 2}, "rank_disagreement": {"min_batches": 5},
+        "degradation": {"window": "20m"}, "windows": {"max_gap": "5m"}}})
+    p.reconfigure(new)
+    sections = {id(getattr(new, f)) for f in vars(new)}
+    assert all(id(r.config) in sections for r in p.rules)  # each rule holds a section of the new config
+    assert p.collapse.windows.config is new.windows
+    # one more low line: the run of one before the reload counts (two under the new threshold)
+    assert names(feed(p, Timeline(start="2026-03-01 10:00:02", spec=None).decode(n=1, accept=1.05).lines)) == [
+        ("AcceptanceCollapse", "firing", "")]
+    rd = next(r for r in p.rules if r.name == "rank_disagreement")
+    kept = [lines for ranks in rd._recent.values() for lines in ranks.values()]
+    assert kept and all(lines.maxlen == 5 and len(lines) == 2 for lines in kept)

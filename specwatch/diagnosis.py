@@ -1,0 +1,262 @@
+"""Run the probes on a draft/target pair and keep the results per server.
+
+`diagnose()` is the whole check (what `specwatch diagnose` prints). `Diagnoser` is what the
+daemon holds: when a server's settings become known (its `server_args` line, or the config's
+`diagnosis:` paths) it runs `diagnose()` ahead of time — in a background thread in the daemon,
+inline in replay — and caches the report per server, re-running only when the inputs change.
+The collapse rule reads the cached findings when it fires, so an alert never waits for probes.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import os
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from specwatch.probes import PROBE_IDS
+from specwatch.probes.base import ERROR, SEVERITIES, WARNING, Finding, ProbeContext, ServerSettings, sort_findings
+
+log = logging.getLogger("specwatch.diagnosis")
+
+
+@dataclass
+class Report:
+    """The result of one diagnosis. findings: errors first. sglang: where the facts came from."""
+
+    sglang_version: str | None
+    sglang: str
+    draft: str
+    target: str | None
+    findings: list[Finding] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def has_errors(self) -> bool:
+        return any(f.severity == ERROR for f in self.findings)
+
+    def actionable(self) -> list[Finding]:
+        """Errors, then warnings (what goes into an alert's fixes)."""
+        return [f for f in self.findings if f.severity in (ERROR, WARNING)]
+
+    def to_dict(self) -> dict:
+        return {"sglang_version": self.sglang_version, "sglang": self.sglang, "draft": self.draft,
+                "target": self.target, "notes": self.notes, "findings": [f.to_dict() for f in self.findings]}
+
+    def format_text(self, *, verbose: bool = False) -> str:
+        """Readable report grouped by severity; infos are summarised unless `verbose`."""
+        lines = [f"draft:  {self.draft}", f"target: {self.target or '(not given)'}", f"sglang: {self.sglang}"]
+        lines += [f"note:   {n}" for n in self.notes]
+        counts = {s: sum(f.severity == s for f in self.findings) for s in SEVERITIES}
+        lines.append(f"result: {counts[ERROR]} error(s), {counts[WARNING]} warning(s), {counts['info']} info")
+        for sev in SEVERITIES:
+            group = [f for f in self.findings if f.severity == sev]
+            if not group:
+                continue
+            lines += ["", f"{sev.upper()}S"]
+            for f in group:
+                lines.append(f"  [{f.id}] {f.title}")
+                if sev != "info" or verbose:
+                    for k, v in f.evidence.items():
+                        lines.append(f"      {k}: {v}")
+                if f.fix:
+                    lines.append(f"    fix: {f.fix}")
+        return "\n".join(lines)
+
+
+def facts_for(sglang_root: str | Path | None = None, version: str | None = None, *, discover: bool = True):
+    """SGLang facts: from `sglang_root`, else the importable `sglang` (found, never imported),
+    else specwatch's table for `version`. Raises FileNotFoundError for a bad `sglang_root`."""
+    from specwatch.probes.known_versions import TableFacts
+    from specwatch.probes.sglang_source import SourceFacts, find_sglang_root
+
+    if sglang_root:
+        return SourceFacts(sglang_root)
+    root = find_sglang_root() if discover else None
+    return SourceFacts(root) if root else TableFacts(version)
+
+
+def resolve_model_dir(path: str) -> Path | None:
+    """A local directory for `path`: itself, or the newest Hugging Face cache snapshot of a repo
+    id like `org/name` ($HF_HUB_CACHE, $HF_HOME/hub, ~/.cache/huggingface/hub). None if absent."""
+    p = Path(path).expanduser()
+    if p.exists():
+        return p
+    if path.count("/") != 1 or path.startswith(("/", ".")):
+        return None
+    hub = Path(os.environ.get("HF_HUB_CACHE") or Path(os.environ.get("HF_HOME", "~/.cache/huggingface")) / "hub").expanduser()
+    snaps = hub / f"models--{path.replace('/', '--')}" / "snapshots"
+    dirs = sorted((d for d in snaps.glob("*") if d.is_dir()), key=lambda d: d.stat().st_mtime) if snaps.is_dir() else []
+    return dirs[-1] if dirs else None
+
+
+def diagnose(draft: str | Path, target: str | Path | None = None, *, facts=None,
+             settings: ServerSettings | None = None) -> Report:
+    """Run every probe. Raises CheckpointError when `draft` is not a directory or the target
+    config cannot be read (bad input, reported by the caller); a probe that fails internally
+    becomes a warning finding, never an exception."""
+    from specwatch.probes.checkpoint import load_draft, load_target
+
+    facts = facts if facts is not None else facts_for()
+    ckpt = load_draft(draft)
+    tgt = load_target(target) if target is not None else None
+    ctx = ProbeContext(ckpt, tgt, facts, settings or ServerSettings())
+    findings: list[Finding] = []
+    for probe_id in PROBE_IDS:
+        module = importlib.import_module(f"specwatch.probes.{probe_id}")
+        try:
+            findings += module.run(ctx)
+        except Exception as e:  # a specwatch bug must not hide the other probes' findings
+            log.exception("probe %s failed", probe_id)
+            findings.append(Finding(probe_id, "internal_error", WARNING, f"probe failed: {type(e).__name__}: {e}",
+                                    {}, "Report this to the specwatch maintainers with the command line."))
+    return Report(facts.version, facts.describe(), str(ckpt.path), str(tgt.path) if tgt else None,
+                  sort_findings(findings), list(facts.notes))
+
+
+@dataclass(frozen=True)
+class Inputs:
+    """What a diagnosis depends on; any change re-runs it. stamp: (name, size, mtime) of the
+    draft folder's files, so a checkpoint fixed in place is diagnosed again."""
+
+    draft: str
+    target: str | None
+    sglang_root: str | None
+    settings: ServerSettings
+    stamp: tuple = ()
+
+
+def _stamp(path: str) -> tuple:
+    d = resolve_model_dir(path)
+    if d is None or not d.is_dir():
+        return ()
+    try:
+        return tuple(sorted((f.name, f.stat().st_size, f.stat().st_mtime_ns) for f in d.iterdir() if f.is_file()))
+    except OSError:
+        return ()
+
+
+class Diagnoser:
+    """Cached diagnoses per server, computed ahead of time.
+
+    `observe(server, server_args)`: the server's settings became known (its `server_args` line;
+    {} for config-only paths); starts a run when the inputs changed. `ensure(server)`: start a run
+    unless one for the current inputs is done or running (the collapse rule calls it when an
+    episode starts). `report(server)`: the finished report for the current inputs, else None.
+    `pending(server)`: a run is in progress. `background=False` runs inline (replay: deterministic).
+    `timeout`: seconds after which a run is given up and its late result discarded. Thread-safe.
+    """
+
+    def __init__(self, *, draft: str | None = None, target: str | None = None, sglang_root: str | None = None,
+                 timeout: float = 60.0, background: bool = True):
+        self.draft, self.target, self.sglang_root = draft, target, sglang_root
+        self.timeout = timeout
+        self.background = background
+        self._lock = threading.Lock()
+        self._args: dict[str, dict] = {}
+        self._roots: dict[str, str | None] = {}
+        self._current: dict[str, Inputs] = {}
+        self._reports: dict[str, tuple[Inputs, Report | None]] = {}
+        self._running: dict[str, tuple[Inputs, float]] = {}
+
+    def inputs_for(self, server_args: dict, sglang_root: str | None = None) -> Inputs | None:
+        """`sglang_root`: the site directory of the SGLang the server process really imports
+        (from psutil); the configured `sglang_root` wins over it."""
+        draft = self.draft or server_args.get("speculative_draft_model_path")
+        target = self.target or server_args.get("model_path")
+        if not draft:
+            return None
+        return Inputs(str(draft), str(target) if target else None, self.sglang_root or sglang_root,
+                      ServerSettings.from_server_args(server_args), _stamp(str(draft)))
+
+    def observe(self, server: str, server_args: dict) -> None:
+        with self._lock:
+            self._args[server] = dict(server_args)
+        self.ensure(server)
+
+    def observe_install(self, server: str, sglang_root: str | None) -> None:
+        """The SGLang install the server process runs (site directory on this host's paths)."""
+        with self._lock:
+            if self._roots.get(server) == sglang_root:
+                return
+            self._roots[server] = sglang_root
+        self.ensure(server)
+
+    def ensure(self, server: str) -> None:
+        with self._lock:
+            args = self._args.get(server)
+            if args is None and self.draft is None:
+                return
+            inputs = self.inputs_for(args or {}, self._roots.get(server))
+            if inputs is None:
+                return
+            self._current[server] = inputs
+            done = self._reports.get(server)
+            if done is not None and done[0] == inputs:
+                return
+            running = self._running.get(server)
+            if running and running[0] == inputs and time.monotonic() - running[1] < self.timeout:
+                return
+            self._running[server] = (inputs, time.monotonic())
+        if self.background:
+            threading.Thread(target=self._run, args=(server, inputs), name=f"diagnosis-{server}", daemon=True).start()
+        else:
+            self._run(server, inputs)
+
+    def pending(self, server: str) -> bool:
+        with self._lock:
+            r = self._running.get(server)
+            return bool(r and time.monotonic() - r[1] < self.timeout)
+
+    def report(self, server: str) -> Report | None:
+        with self._lock:
+            done = self._reports.get(server)
+            return done[1] if done and done[0] == self._current.get(server) else None
+
+    def _run(self, server: str, inputs: Inputs) -> None:
+        started = time.monotonic()
+        report = self._diagnose(inputs)
+        with self._lock:
+            current = self._running.get(server)
+            if current is None or current[0] != inputs:
+                return  # superseded by newer inputs
+            del self._running[server]
+            if time.monotonic() - started > self.timeout:
+                log.warning("diagnosis of %s took %.0fs, over diagnosis.timeout: result discarded", server,
+                            time.monotonic() - started)
+                return
+            self._reports[server] = (inputs, report)
+
+    def _diagnose(self, inputs: Inputs) -> Report | None:
+        draft = resolve_model_dir(inputs.draft)
+        if draft is None:
+            log.info("diagnosis skipped: draft %s is not a local folder or cached Hugging Face repo", inputs.draft)
+            return None
+        target = resolve_model_dir(inputs.target) if inputs.target else None
+        try:
+            facts = facts_for(inputs.sglang_root) if inputs.sglang_root else _discover_facts()
+            return diagnose(draft, target, facts=facts, settings=inputs.settings)
+        except Exception as e:  # bad paths, unreadable target: the alert keeps its generic causes
+            log.warning("diagnosis of draft %s failed: %s", inputs.draft, e)
+            return None
+
+
+def _discover_facts():
+    """Facts from the importable sglang, else the SGLang server process's interpreter, else the table."""
+    from specwatch.probes.known_versions import TableFacts
+    from specwatch.probes.sglang_source import SourceFacts, find_sglang_root, sglang_root_of_process
+
+    root = find_sglang_root()
+    if root is None:
+        import psutil
+
+        for proc in psutil.process_iter(["pid", "cmdline"]):
+            cmd = " ".join(proc.info.get("cmdline") or [])
+            if "sglang.launch_server" in cmd or "sglang serve" in cmd:
+                root = sglang_root_of_process(proc.info["pid"])
+                if root:
+                    break
+    return SourceFacts(root) if root else TableFacts(None)

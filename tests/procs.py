@@ -1,0 +1,154 @@
+"""Real processes and sockets the tests drive: `specwatch run` subprocesses, a systemd-style
+notify socket, polling helpers. Shared by the daemon, systemd and Prometheus tests."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+from prometheus_client.parser import text_string_to_metric_families
+
+SAMPLES = Path(__file__).resolve().parent / "data" / "samples"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_for(pred, timeout=15.0, what="condition", interval=0.05):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        v = pred()
+        if v:
+            return v
+        time.sleep(interval)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def scrape(port: int) -> dict[tuple[str, tuple], float]:
+    """/metrics as {(sample name, sorted label items): value}."""
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+    out = {}
+    for fam in text_string_to_metric_families(text):
+        for s in fam.samples:
+            out[(s.name, tuple(sorted(s.labels.items())))] = s.value
+    return out
+
+
+def terminate(proc: subprocess.Popen | None, timeout: float = 10) -> None:
+    """SIGTERM a helper server (Prometheus, Alertmanager), SIGKILL it after `timeout` s."""
+    if proc is not None and proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def rank_labels(server="gpu-box-1", tp="0", dp=""):
+    return tuple(sorted({"server": server, "dp_rank": dp, "tp_rank": tp, "pp_rank": "", "ep_rank": ""}.items()))
+
+
+def decode_line(accept: float, ts: str, rank: str = "TP0", running: int = 32, thr: float = 400.57,
+                day: str = "2026-02-23") -> str:
+    return (f"[{day} {ts} {rank}] Decode batch, #running-req: {running}, #token: 2268, token usage: 0.02, "
+            f"accept len: {accept:.2f}, accept rate: 0.21, cuda graph: False, "
+            f"gen throughput (token/s): {thr:.2f}, #queue-req: 0\n")
+
+
+class SpecwatchProcess:
+    """`python -m specwatch run --config CFG` (or another argv) with its output in a file."""
+
+    def __init__(self, config: Path, port: int, env: dict[str, str] | None = None,
+                 argv: list[str] | None = None):
+        self.config = config
+        self.port = port
+        self.env = dict(os.environ, PYTHONUNBUFFERED="1", **(env or {}))
+        self.argv = argv or [sys.executable, "-m", "specwatch", "run", "--config", str(config)]
+        self.out_path = config.with_name(config.stem + f".{port}.out")
+        self.proc: subprocess.Popen | None = None
+
+    def start(self, wait: bool = True) -> "SpecwatchProcess":
+        out = open(self.out_path, "a")
+        self.proc = subprocess.Popen(self.argv, env=self.env, stdout=out, stderr=subprocess.STDOUT, text=True)
+        out.close()
+        if wait:
+            wait_for(self._up, what=f"/metrics on port {self.port}")
+        return self
+
+    @property
+    def output(self) -> str:
+        return self.out_path.read_text()
+
+    def _up(self):
+        if self.proc.poll() is not None:
+            raise AssertionError(f"specwatch exited {self.proc.returncode}: {self.output}")
+        try:
+            urllib.request.urlopen(f"http://127.0.0.1:{self.port}/", timeout=1).read()
+            return True
+        except OSError:
+            return False
+
+    def scrape(self):
+        return scrape(self.port)
+
+    def signal(self, sig: int) -> None:
+        self.proc.send_signal(sig)
+
+    def stop(self, timeout: float = 20) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+            raise AssertionError(f"specwatch did not stop within {timeout}s: {self.output}") from None
+
+
+class NotifySocket:
+    """An AF_UNIX datagram socket standing where systemd's $NOTIFY_SOCKET would: collects every
+    message as (monotonic time, {KEY: value})."""
+
+    def __init__(self, path: Path):
+        self.path = str(path)
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self.sock.bind(self.path)
+        self.sock.settimeout(0.2)
+        self.messages: list[tuple[float, dict[str, str]]] = []
+        self._closed = False
+        self._thread = threading.Thread(target=self._recv, daemon=True)
+        self._thread.start()
+
+    def _recv(self) -> None:
+        while not self._closed:
+            try:
+                data = self.sock.recv(65536)
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            fields = dict(line.split("=", 1) for line in data.decode().split("\n") if line)
+            self.messages.append((time.monotonic(), fields))
+
+    def with_key(self, key: str, value: str | None = None) -> list[tuple[float, dict[str, str]]]:
+        return [(t, m) for t, m in list(self.messages) if key in m and (value is None or m[key] == value)]
+
+    def wait(self, key: str, value: str | None = None, count: int = 1, timeout: float = 15.0):
+        return wait_for(lambda: len(m := self.with_key(key, value)) >= count and m, timeout,
+                        what=f"{count} notify message(s) with {key}={value or '*'}; got {self.messages}")
+
+    def close(self) -> None:
+        self._closed = True
+        self._thread.join(2)
+        self.sock.close()

@@ -1,0 +1,94 @@
+"""`specwatch diagnose` and `fix-checkpoint` as real subprocesses, and the Kimi-K2.5 story."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+
+from checkpoints import OUT as CK
+from checkpoints import hot_ids, variant
+from specwatch.diagnosis import diagnose
+from specwatch.probes.base import ServerSettings
+
+
+def cli(*args, timeout=120):
+    return subprocess.run([sys.executable, "-m", "specwatch", *map(str, args)], capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def tree_hash(d: Path) -> str:
+    h = hashlib.sha256()
+    for p in sorted(d.rglob("*")):
+        if p.is_file():
+            h.update(p.name.encode() + p.read_bytes())
+    return h.hexdigest()
+
+
+def test_diagnose_json_speculators_on_0511(sglang_roots):
+    r = cli("diagnose", "--draft", CK / "speculators-converted", "--target", CK / "target-llama",
+            "--sglang-root", sglang_roots["0.5.11"], "--algorithm", "EAGLE3", "--json")
+    assert r.returncode == 1, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["sglang_version"] == "0.5.11"
+    errors = [f["id"] for f in doc["findings"] if f["severity"] == "error"]
+    assert errors == ["config_format/speculators_format", "unloaded_weights/dropped_keys",
+                      "unloaded_weights/unfilled_params"]
+    assert set(doc["findings"][0]) >= {"probe", "severity", "title", "evidence", "fix"}
+    assert [f["severity"] for f in doc["findings"]] == sorted((f["severity"] for f in doc["findings"]),
+                                                             key=["error", "warning", "info"].index)
+
+
+def test_diagnose_healthy_exit_0_text_report(sglang_roots):
+    r = cli("diagnose", "--draft", CK / "specforge", "--target", CK / "target-llama", "--sglang-root",
+            sglang_roots["0.5.23"])
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "result: 0 error(s), 0 warning(s)" in r.stdout and "INFOS" in r.stdout
+    assert "sglang: SGLang 0.5.23 read from" in r.stdout
+
+
+def test_diagnose_bad_usage_exit_2(sglang_roots, tmp_path):
+    assert cli("diagnose", "--draft", tmp_path / "nope").returncode == 2
+    r = cli("diagnose", "--draft", CK / "specforge", "--sglang-root", tmp_path)
+    assert r.returncode == 2 and "no `sglang` package" in r.stderr
+    assert cli("diagnose").returncode == 2  # argparse: --draft missing
+
+
+def test_no_source_falls_back_to_the_table_and_says_so():
+    r = cli("diagnose", "--draft", CK / "speculators-converted", "--target", CK / "target-llama",
+            "--sglang-version", "0.5.11", "--json")
+    doc = json.loads(r.stdout)
+    assert doc["sglang"].startswith("no SGLang source found: facts from specwatch's table")
+    assert "unloaded_weights/dropped_keys" in [f["id"] for f in doc["findings"]]
+
+
+def test_settings_from_the_server_args_log_line(sglang_roots, tmp_path):
+    log = tmp_path / "server.log"
+    log.write_text(f"[2026-02-23 16:30:00] server_args=ServerArgs(model_path='{CK / 'target-llama'}', "
+                   f"speculative_algorithm='EAGLE', speculative_draft_model_path='{CK / 'specforge'}', "
+                   "speculative_num_steps=5)\n")
+    r = cli("diagnose", "--draft", CK / "specforge", "--sglang-root", sglang_roots["0.5.23"],
+            "--server-args-from", log, "--json")
+    assert r.returncode == 1
+    ids = [f["id"] for f in json.loads(r.stdout)["findings"]]
+    assert "fc_bypass/bypassed" in ids  # algorithm and target both came from the log line
+
+
+def test_kimi_k25_story_three_faults_in_one_report(facts, tmp_path):
+    """samples/README.md: layers.0.* on an old SGLang, fc bypassed, d2t encoded differently."""
+    draft = variant(CK / "speculators-converted", tmp_path / "k25-eagle3", set_tensors={"d2t": hot_ids()})
+    report = diagnose(draft, CK / "target-kimi-vlm", facts=facts["0.5.11"], settings=ServerSettings(algorithm="EAGLE"))
+    errors = [f.id for f in report.findings if f.severity == "error"]
+    assert {"unloaded_weights/dropped_keys", "fc_bypass/bypassed", "d2t_encoding/absolute_ids"} <= set(errors)
+    assert report.findings[0].severity == "error"
+
+
+def test_no_heavy_imports_at_daemon_import_time():
+    code = ("import sys, specwatch.cli, specwatch.daemon, specwatch.pipeline, specwatch.diagnosis, "
+            "specwatch.rules.collapse; print(sorted(m for m in ('numpy', 'safetensors', 'torch') if m in sys.modules))")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "[]"
