@@ -12,7 +12,6 @@ import json
 import logging
 import os
 import sys
-from pathlib import Path
 
 from specwatch import __version__
 from specwatch.config import Config, ConfigError, LogSource, build_config, load_config, load_run_config
@@ -36,14 +35,14 @@ def cmd_check_config(args) -> int:
     except ConfigError as e:
         return _print_problems(args.file, e)
     print(f"{args.file}: ok ({len(cfg.logs)} log file(s), metrics on {cfg.listen_address}:{cfg.listen_port}, "
-          f"slack {'configured' if cfg.slack.webhook_url else 'not configured'}, "
+          f"slack {'configured' if cfg.slack.webhook_url else 'not configured'}, {len(cfg.webhooks)} webhook(s), "
+          f"{len(cfg.alertmanager.urls)} alertmanager(s), {len(cfg.routes)} route(s), "
           f"process watching {'on' if cfg.process.enabled else 'off'}, {len(cfg.server_apis)} server API(s))")
     return 0
 
 
 def cmd_replay(args) -> int:
-    from specwatch.alerts.dispatcher import Dispatcher
-    from specwatch.notifiers.slack import SlackNotifier
+    from specwatch.alerting import build_alerting
     from specwatch.pipeline import Pipeline
     from specwatch.replay import format_text, replay_files, summary
 
@@ -63,26 +62,18 @@ def cmd_replay(args) -> int:
         if p not in known:
             cfg.logs.append(LogSource(path=p, server=server, timezone=tz))
 
-    notifiers = []
     dry_out = io.StringIO() if args.json else sys.stdout
-    slack = None
-    if args.slack_dry_run:
-        slack = SlackNotifier("https://dry-run.invalid/", dry_run=dry_out)
-    elif cfg.slack.webhook_url:
+    if cfg.slack.webhook_url and not args.slack_dry_run:
         print("specwatch replay: posting this log's alerts to the configured Slack webhook "
               "(use --slack-dry-run to print them instead)", file=sys.stderr)
-        slack = SlackNotifier(cfg.slack.webhook_url, timeout=cfg.slack.timeout,
-                              backoff_initial=cfg.slack.backoff_initial, backoff_max=cfg.slack.backoff_max,
-                              channel=cfg.slack.channel)
-    if slack is not None:
-        notifiers.append(slack)
-    dispatcher = Dispatcher(notifiers, repeat_interval=cfg.repeat_interval)
+    dispatcher, notifiers = build_alerting(cfg, state_dir=None, replay=True,
+                                           slack_dry_run=dry_out if args.slack_dry_run else None)
     pipeline = Pipeline(cfg, dispatcher, diagnosis_background=False)  # deterministic replay
     replay_files(pipeline, args.logs, cfg.follow.max_line_bytes)
     rc = 0
-    if slack is not None:
-        if not slack.drain(timeout=args.slack_timeout):
-            print(f"specwatch replay: {slack.queue_depth} Slack notification(s) not delivered within "
+    for name, n in notifiers.items():
+        if not n.drain(timeout=args.slack_timeout):
+            print(f"specwatch replay: {n.queue_depth} {name} notification(s) not delivered within "
                   f"{args.slack_timeout:.0f}s", file=sys.stderr)
             rc = 1
     doc = summary(pipeline, list(dispatcher.history))
@@ -105,6 +96,61 @@ def _json_stream(text: str) -> list:
             return docs
         doc, i = dec.raw_decode(text, i)
         docs.append(doc)
+
+
+def _state_dir(args) -> str:
+    if args.state_dir:
+        return args.state_dir
+    return load_config(args.config).state_dir if args.config else Config().state_dir
+
+
+def cmd_silence(args) -> int:
+    import getpass
+    import time
+
+    from specwatch.alerts.matchers import parse_matcher
+    from specwatch.alerts.model import iso8601
+    from specwatch.alerts.silences import SilenceStore
+    from specwatch.config import parse_duration
+
+    store = SilenceStore(_state_dir(args))
+    now = time.time()
+    try:
+        if args.action == "add":
+            matchers = [parse_matcher(m) for m in args.match]
+            try:
+                duration = parse_duration(args.duration)
+            except ValueError:
+                duration = 0.0
+            if duration <= 0:
+                raise ValueError(f"--for: {args.duration!r} is not a positive duration; write e.g. 30m, 2h, 1d")
+            author = args.author or os.environ.get("SUDO_USER") or getpass.getuser()
+            s = store.add(matchers, now, now + duration, created_by=author, comment=args.comment)
+            print(s.id)
+            return 0
+        if args.action == "expire":
+            for sid in args.ids:
+                s = store.expire(sid, now)
+                print(f"expired {s.id}")
+            return 0
+        silences = store.list(now, include_expired=args.expired)
+    except (ValueError, KeyError) as e:
+        print(f"specwatch silence {args.action}: {e.args[0] if e.args else e}", file=sys.stderr)
+        return 2
+    except OSError as e:
+        print(f"specwatch silence {args.action}: {e.filename or store.path}: {e.strerror} "
+              "(use --state-dir, or run as the user that runs the daemon)", file=sys.stderr)
+        return 1
+    if args.json:
+        print(json.dumps([{**s.to_dict(), "state": s.state(now)} for s in silences], indent=2))
+        return 0
+    rows = [("ID", "Matchers", "Starts", "Ends", "State", "Created by", "Comment")]
+    rows += [(s.id, " ".join(str(m) for m in s.matchers), iso8601(s.starts_at), iso8601(s.ends_at), s.state(now),
+              s.created_by, s.comment) for s in silences]
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
+    for r in rows:
+        print("  ".join(c.ljust(w) for c, w in zip(r, widths)) + "  " + r[-1])
+    return 0
 
 
 def cmd_run(args) -> int:
@@ -232,8 +278,33 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument("--slack-dry-run", action="store_true", help="print each Slack payload instead of posting it")
     rp.add_argument("--server", help="server name for the replayed logs (default: the config's `server`, else 'replay')")
     rp.add_argument("--log-timezone", help="IANA zone of the log's timestamps (default: config's log_timezone, else local time)")
-    rp.add_argument("--slack-timeout", type=float, default=60.0, help="seconds to wait for Slack delivery (default 60)")
+    rp.add_argument("--slack-timeout", type=float, default=60.0,
+                    help="seconds to wait for delivery to each notifier (default 60)")
     rp.set_defaults(func=cmd_replay)
+
+    sil = sub.add_parser("silence", help="mute notifications of matching alerts for a while (add, list, expire)")
+    silsub = sil.add_subparsers(dest="action", required=True)
+
+    def where(sp):
+        g = sp.add_mutually_exclusive_group()
+        g.add_argument("--state-dir", help="the daemon's state directory (default: from --config, else /var/lib/specwatch)")
+        g.add_argument("--config", help="the daemon's config file, to find its state_dir")
+
+    sa = silsub.add_parser("add", parents=[common], help="add a silence; prints its ID")
+    sa.add_argument("--match", action="append", required=True, metavar="MATCHER",
+                    help='label matcher: name=value, name!=value, name=~regex, name!~regex (repeatable; all must match)')
+    sa.add_argument("--for", dest="duration", required=True, help="how long, e.g. 30m, 2h, 1d")
+    sa.add_argument("--comment", required=True, help="why (shown in `silence list`)")
+    sa.add_argument("--author", help="who (default: the user name)")
+    where(sa)
+    sl = silsub.add_parser("list", parents=[common], help="list active and pending silences")
+    sl.add_argument("--expired", action="store_true", help="also list expired silences (kept 5 days)")
+    sl.add_argument("--json", action="store_true", help="print JSON")
+    where(sl)
+    se = silsub.add_parser("expire", parents=[common], help="end silences now")
+    se.add_argument("ids", nargs="+", metavar="ID", help="silence ID (a unique prefix is enough)")
+    where(se)
+    sil.set_defaults(func=cmd_silence)
 
     dg = sub.add_parser("diagnose", parents=[common], help="check a draft checkpoint against the target and the installed SGLang "
                                          "(exit 1 on any error finding)")

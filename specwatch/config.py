@@ -18,6 +18,9 @@ from pathlib import Path
 
 import yaml
 
+from specwatch.alerts.inhibit import InhibitRule, default_inhibit_rules
+from specwatch.alerts.matchers import Matcher, parse_matcher
+
 # Port 9849: a free slot near the GPU exporters (dcgm 9400, nvidia_gpu_exporter 9835) on the
 # Prometheus "Default port allocations" list (monitoring.md §5); see README, "Port".
 DEFAULT_PORT = 9849
@@ -57,15 +60,131 @@ class CollapseConfig:
 
 
 @dataclass
+class WindowConfig:
+    """What makes a decode line a usable sample (rules/windows.py)."""
+
+    min_running_requests: int = 1
+    max_prefill_batches: int = 40  # SGLang's default --decode-log-interval
+    max_gap: float = 120.0
+
+
+@dataclass
+class ExpectedAcceptance:
+    model: str
+    draft: str | None  # None: any draft of that model
+    accept_length: float
+
+
+@dataclass
+class DegradationConfig:
+    enabled: bool = True
+    max_drop_ratio: float = 0.20
+    recover_drop_ratio: float = 0.10
+    window: float = 600.0
+    hold: float = 600.0  # `for:` in YAML
+    min_window_batches: int = 10
+    baseline_window: float = 86400.0
+    min_baseline_batches: int = 100
+    expected: list[ExpectedAcceptance] = field(default_factory=list)
+
+
+@dataclass
+class DriftConfig:
+    enabled: bool = True
+    window: float = 4 * 3600.0
+    bucket: float = 600.0
+    min_buckets: int = 6
+    min_bucket_batches: int = 3
+    min_decline_per_hour: float = 0.03
+    min_total_decline: float = 0.05
+    min_falling_fraction: float = 0.7
+    restart_gap: float = 1800.0
+
+
+@dataclass
+class SpeculationInactiveConfig:
+    enabled: bool = True
+    min_batches: int = 3
+
+
+@dataclass
+class SpecMetricsMissingConfig:
+    enabled: bool = True
+    window: float = 600.0
+    min_prefill_batches: int = 10
+
+
+@dataclass
+class ThroughputDropConfig:
+    enabled: bool = True
+    max_drop_ratio: float = 0.40
+    recover_drop_ratio: float = 0.20
+    window: float = 300.0
+    hold: float = 300.0  # `for:` in YAML
+    min_window_batches: int = 5
+    baseline_window: float = 86400.0
+    min_baseline_batches: int = 30
+
+
+@dataclass
+class RankDisagreementConfig:
+    enabled: bool = True
+    max_accept_length: float = 1.10
+    healthy_accept_length: float = 1.5
+    min_batches: int = 3
+    max_age: float = 300.0
+
+
+@dataclass
 class SlackConfig:
     webhook_url: str | None = None  # resolved secret (from the value, the env var or the file)
     channel: str | None = None
     timeout: float = 10.0
     backoff_initial: float = 1.0
     backoff_max: float = 300.0
+    send_resolved: bool = True
 
     def __repr__(self) -> str:  # the webhook URL is a secret
         return f"SlackConfig(webhook_url={'<redacted>' if self.webhook_url else None}, channel={self.channel!r})"
+
+
+@dataclass
+class WebhookConfig:
+    name: str
+    url: str  # resolved secret
+    send_resolved: bool = True
+    max_alerts: int = 0
+    timeout: float = 10.0
+    backoff_initial: float = 1.0
+    backoff_max: float = 300.0
+
+    def __repr__(self) -> str:
+        return f"WebhookConfig(name={self.name!r}, url=<redacted>)"
+
+
+@dataclass
+class AlertmanagerConfig:
+    urls: list[str] = field(default_factory=list)
+    resend_delay: float = 60.0
+    resolved_retention: float = 900.0
+    timeout: float = 10.0
+    backoff_initial: float = 1.0
+    backoff_max: float = 60.0
+
+
+@dataclass
+class RouteConfig:
+    """One entry of alerts.routes; None = inherit from alerts.*."""
+
+    name: str
+    matchers: list[Matcher]
+    slack: SlackConfig | None = None
+    webhooks: list[str] | None = None
+    group_by: list[str] | None = None
+    group_wait: float | None = None
+    group_interval: float | None = None
+    repeat_interval: float | None = None
+    continue_matching: bool = False
 
 
 @dataclass
@@ -156,8 +275,25 @@ class Config:
     listen_port: int = DEFAULT_PORT
     state_dir: str = "/var/lib/specwatch"
     collapse: CollapseConfig = field(default_factory=CollapseConfig)
+    windows: WindowConfig = field(default_factory=WindowConfig)
+    degradation: DegradationConfig = field(default_factory=DegradationConfig)
+    drift: DriftConfig = field(default_factory=DriftConfig)
+    speculation_inactive: SpeculationInactiveConfig = field(default_factory=SpeculationInactiveConfig)
+    spec_metrics_missing: SpecMetricsMissingConfig = field(default_factory=SpecMetricsMissingConfig)
+    throughput_drop: ThroughputDropConfig = field(default_factory=ThroughputDropConfig)
+    rank_disagreement: RankDisagreementConfig = field(default_factory=RankDisagreementConfig)
+    # alerts: Alertmanager's route defaults
+    group_by: list[str] = field(default_factory=list)
+    group_wait: float = 30.0
+    group_interval: float = 300.0
     repeat_interval: float = 4 * 3600.0
+    inhibit_rules: list[InhibitRule] = field(default_factory=default_inhibit_rules)
+    runbook_url: str = ""
+    external_url: str = ""
     slack: SlackConfig = field(default_factory=SlackConfig)
+    webhooks: list[WebhookConfig] = field(default_factory=list)
+    alertmanager: AlertmanagerConfig = field(default_factory=AlertmanagerConfig)
+    routes: list[RouteConfig] = field(default_factory=list)
     gpu: GpuConfig = field(default_factory=GpuConfig)
     process: ProcessConfig = field(default_factory=ProcessConfig)
     server_apis: list[ServerApiConfig] = field(default_factory=list)
@@ -226,7 +362,8 @@ class _Reader:
             return default
         return kind(v)
 
-    def duration(self, data: dict, key: str, path: str, default: float, minimum: float = 0.001) -> float:
+    def duration(self, data: dict, key: str, path: str, default, minimum: float = 0.001):
+        """A duration in seconds, at least `minimum` (0: zero allowed)."""
         if key not in data or data[key] is None:
             return default
         try:
@@ -254,6 +391,43 @@ class _Reader:
             self.bad(_join(path, key), f"must be a string, got {data[key]!r}")
             return default
         return str(data[key])
+
+    def strings(self, data: dict, key: str, path: str, default: list[str] | None) -> list[str] | None:
+        if key not in data or data[key] is None:
+            return default
+        v = data[key]
+        if not isinstance(v, list) or not all(isinstance(x, str) and x for x in v):
+            self.bad(f"{path}.{key}", f"must be a list of strings, got {v!r}; e.g. `{key}: [alertname, server]`")
+            return default
+        return list(v)
+
+    def matchers(self, data: dict, key: str, path: str) -> list[Matcher]:
+        out = []
+        for i, text in enumerate(self.strings(data, key, path, []) or []):
+            try:
+                out.append(parse_matcher(text))
+            except ValueError as e:
+                self.bad(f"{path}.{key}[{i}]", str(e))
+        return out
+
+    def ratio(self, data: dict, key: str, path: str, default: float) -> float:
+        return self.number(data, key, path, default, lo=0.0, hi=1.0)
+
+    def items(self, data: dict, key: str, path: str, example: str) -> list[tuple[str, dict]]:
+        """A list of mappings → [(key path, mapping)]; anything else is reported."""
+        v = data.get(key)
+        if v is None:
+            return []
+        if not isinstance(v, list):
+            self.bad(f"{path}.{key}", f"must be a list of mappings, e.g. `{key}: [{example}]`")
+            return []
+        out = []
+        for i, item in enumerate(v):
+            if isinstance(item, dict):
+                out.append((f"{path}.{key}[{i}]", item))
+            else:
+                self.bad(f"{path}.{key}[{i}]", f"must be a mapping, e.g. {example}")
+        return out
 
 
 def _resolve_secret(r: _Reader, data: dict, path: str, name: str) -> str | None:
@@ -408,37 +582,16 @@ def build_config(data: dict | None, source_path: str | None = None) -> Config:
 
     cfg.state_dir = r.string(data, "state_dir", "", cfg.state_dir)
 
-    rules = r.section(data, "rules", "", {"collapse", "server", "log_silent", "gpu_errors", "gpu_throttle"})
-    _source_rule_sections(r, rules, cfg)
-    c = r.section(rules, "collapse", "rules", {"max_accept_length", "min_batches", "recover_accept_length"})
-    cfg.collapse = CollapseConfig(
-        max_accept_length=r.number(c, "max_accept_length", "rules.collapse", 1.10, lo=1.0),
-        min_batches=r.number(c, "min_batches", "rules.collapse", 3, kind=int, lo=1),
-        recover_accept_length=r.number(c, "recover_accept_length", "rules.collapse", 1.5, lo=1.0),
-    )
-    if cfg.collapse.recover_accept_length <= cfg.collapse.max_accept_length:
-        r.bad("rules.collapse.recover_accept_length",
-              f"must be above max_accept_length ({cfg.collapse.max_accept_length}) or the alert would flap; e.g. 1.5")
-
-    a = r.section(data, "alerts", "", {"repeat_interval", "slack"})
-    cfg.repeat_interval = r.duration(a, "repeat_interval", "alerts", 4 * 3600.0)
-    s = r.section(a, "slack", "alerts", {
-        "webhook_url", "webhook_url_env", "webhook_url_file", "channel", "timeout", "backoff_initial", "backoff_max",
+    rules = r.section(data, "rules", "", {
+        "collapse", "windows", "degradation", "drift", "speculation_inactive", "spec_metrics_missing",
+        "throughput_drop", "rank_disagreement", "server", "log_silent", "gpu_errors", "gpu_throttle",
     })
-    url = _resolve_secret(r, s, "alerts.slack", "webhook_url")
-    if url is not None and not _valid_url(url):
-        r.bad("alerts.slack.webhook_url", "must be an http(s) URL such as https://hooks.slack.com/services/T000/B000/XXXX (value not shown: it is a secret)")
-        url = None
-    cfg.slack = SlackConfig(
-        webhook_url=url,
-        channel=r.string(s, "channel", "alerts.slack", None),
-        timeout=r.duration(s, "timeout", "alerts.slack", 10.0),
-        backoff_initial=r.duration(s, "backoff_initial", "alerts.slack", 1.0),
-        backoff_max=r.duration(s, "backoff_max", "alerts.slack", 300.0),
-    )
-    if cfg.slack.backoff_initial > cfg.slack.backoff_max:
-        r.bad("alerts.slack.backoff_initial", f"({cfg.slack.backoff_initial:g}s) must not exceed backoff_max "
-              f"({cfg.slack.backoff_max:g}s)")
+    _source_rule_sections(r, rules, cfg)
+    _rules(r, cfg, rules)
+    _alerts(r, cfg, r.section(data, "alerts", "", {
+        "group_by", "group_wait", "group_interval", "repeat_interval", "inhibit_rules", "runbook_url",
+        "external_url", "slack", "webhooks", "alertmanager", "routes",
+    }))
     if r.problems:
         raise ConfigError(r.problems)
     return cfg
@@ -558,6 +711,240 @@ def load_config(path: str | os.PathLike) -> Config:
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         raise ConfigError([f"{path}: not valid YAML{where}: {getattr(e, 'problem', e)}"]) from None
     return build_config(data, str(path))
+
+
+def _rules(r: _Reader, cfg: Config, rules: dict) -> None:
+    p = "rules.collapse"
+    c = r.section(rules, "collapse", "rules", {"max_accept_length", "min_batches", "recover_accept_length"})
+    cfg.collapse = CollapseConfig(
+        max_accept_length=r.number(c, "max_accept_length", p, 1.10, lo=1.0),
+        min_batches=r.number(c, "min_batches", p, 3, kind=int, lo=1),
+        recover_accept_length=r.number(c, "recover_accept_length", p, 1.5, lo=1.0),
+    )
+    if cfg.collapse.recover_accept_length <= cfg.collapse.max_accept_length:
+        r.bad("rules.collapse.recover_accept_length",
+              f"must be above max_accept_length ({cfg.collapse.max_accept_length}) or the alert would flap; e.g. 1.5")
+
+    p = "rules.windows"
+    w = r.section(rules, "windows", "rules", {"min_running_requests", "max_prefill_batches", "max_gap"})
+    cfg.windows = WindowConfig(
+        min_running_requests=r.number(w, "min_running_requests", p, 1, kind=int, lo=1),
+        max_prefill_batches=r.number(w, "max_prefill_batches", p, 40, kind=int, lo=0),
+        max_gap=r.duration(w, "max_gap", p, 120.0),
+    )
+
+    p = "rules.degradation"
+    d = r.section(rules, "degradation", "rules", {
+        "enabled", "max_drop_ratio", "recover_drop_ratio", "window", "for", "min_window_batches",
+        "baseline_window", "min_baseline_batches", "expected"})
+    expected = []
+    for ep, e in r.items(d, "expected", p, "{model: moonshotai/Kimi-K2.5, draft: /models/k25-eagle3, accept_length: 2.9}"):
+        r.unknown(e, ep, {"model", "draft", "accept_length"})
+        model = r.string(e, "model", ep, None)
+        if not model:
+            r.bad(f"{ep}.model", "missing; the target's model_path as in the server_args line (--model-path)")
+        if "accept_length" not in e:
+            r.bad(f"{ep}.accept_length", "missing; the accept len this model pair reaches when healthy, e.g. 2.9")
+        length = r.number(e, "accept_length", ep, 0.0, lo=1.0)
+        if model and length >= 1.0:
+            expected.append(ExpectedAcceptance(model, r.string(e, "draft", ep, None), length))
+    cfg.degradation = DegradationConfig(
+        enabled=r.boolean(d, "enabled", p, True),
+        max_drop_ratio=r.ratio(d, "max_drop_ratio", p, 0.20),
+        recover_drop_ratio=r.ratio(d, "recover_drop_ratio", p, 0.10),
+        window=r.duration(d, "window", p, 600.0),
+        hold=r.duration(d, "for", p, 600.0),
+        min_window_batches=r.number(d, "min_window_batches", p, 10, kind=int, lo=1),
+        baseline_window=r.duration(d, "baseline_window", p, 86400.0),
+        min_baseline_batches=r.number(d, "min_baseline_batches", p, 100, kind=int, lo=1),
+        expected=expected,
+    )
+    _check_hysteresis(r, p, cfg.degradation.max_drop_ratio, cfg.degradation.recover_drop_ratio)
+
+    p = "rules.drift"
+    d = r.section(rules, "drift", "rules", {
+        "enabled", "window", "bucket", "min_buckets", "min_bucket_batches", "min_decline_per_hour",
+        "min_total_decline", "min_falling_fraction", "restart_gap"})
+    cfg.drift = DriftConfig(
+        enabled=r.boolean(d, "enabled", p, True),
+        window=r.duration(d, "window", p, 4 * 3600.0),
+        bucket=r.duration(d, "bucket", p, 600.0),
+        min_buckets=r.number(d, "min_buckets", p, 6, kind=int, lo=3),
+        min_bucket_batches=r.number(d, "min_bucket_batches", p, 3, kind=int, lo=1),
+        min_decline_per_hour=r.ratio(d, "min_decline_per_hour", p, 0.03),
+        min_total_decline=r.ratio(d, "min_total_decline", p, 0.05),
+        min_falling_fraction=r.ratio(d, "min_falling_fraction", p, 0.7),
+        restart_gap=r.duration(d, "restart_gap", p, 1800.0),
+    )
+    if cfg.drift.window < cfg.drift.bucket * cfg.drift.min_buckets:
+        r.bad("rules.drift.window", f"must hold min_buckets ({cfg.drift.min_buckets}) buckets of "
+              f"{cfg.drift.bucket:g}s; make it at least {cfg.drift.bucket * cfg.drift.min_buckets:g}s")
+
+    p = "rules.speculation_inactive"
+    d = r.section(rules, "speculation_inactive", "rules", {"enabled", "min_batches"})
+    cfg.speculation_inactive = SpeculationInactiveConfig(
+        enabled=r.boolean(d, "enabled", p, True), min_batches=r.number(d, "min_batches", p, 3, kind=int, lo=1))
+
+    p = "rules.spec_metrics_missing"
+    d = r.section(rules, "spec_metrics_missing", "rules", {"enabled", "window", "min_prefill_batches"})
+    cfg.spec_metrics_missing = SpecMetricsMissingConfig(
+        enabled=r.boolean(d, "enabled", p, True), window=r.duration(d, "window", p, 600.0),
+        min_prefill_batches=r.number(d, "min_prefill_batches", p, 10, kind=int, lo=1))
+
+    p = "rules.throughput_drop"
+    d = r.section(rules, "throughput_drop", "rules", {
+        "enabled", "max_drop_ratio", "recover_drop_ratio", "window", "for", "min_window_batches",
+        "baseline_window", "min_baseline_batches"})
+    cfg.throughput_drop = ThroughputDropConfig(
+        enabled=r.boolean(d, "enabled", p, True),
+        max_drop_ratio=r.ratio(d, "max_drop_ratio", p, 0.40),
+        recover_drop_ratio=r.ratio(d, "recover_drop_ratio", p, 0.20),
+        window=r.duration(d, "window", p, 300.0),
+        hold=r.duration(d, "for", p, 300.0),
+        min_window_batches=r.number(d, "min_window_batches", p, 5, kind=int, lo=1),
+        baseline_window=r.duration(d, "baseline_window", p, 86400.0),
+        min_baseline_batches=r.number(d, "min_baseline_batches", p, 30, kind=int, lo=1),
+    )
+    _check_hysteresis(r, p, cfg.throughput_drop.max_drop_ratio, cfg.throughput_drop.recover_drop_ratio)
+
+    p = "rules.rank_disagreement"
+    d = r.section(rules, "rank_disagreement", "rules", {
+        "enabled", "max_accept_length", "healthy_accept_length", "min_batches", "max_age"})
+    cfg.rank_disagreement = RankDisagreementConfig(
+        enabled=r.boolean(d, "enabled", p, True),
+        max_accept_length=r.number(d, "max_accept_length", p, 1.10, lo=1.0),
+        healthy_accept_length=r.number(d, "healthy_accept_length", p, 1.5, lo=1.0),
+        min_batches=r.number(d, "min_batches", p, 3, kind=int, lo=1),
+        max_age=r.duration(d, "max_age", p, 300.0),
+    )
+    if cfg.rank_disagreement.healthy_accept_length <= cfg.rank_disagreement.max_accept_length:
+        r.bad(f"{p}.healthy_accept_length",
+              f"must be above max_accept_length ({cfg.rank_disagreement.max_accept_length}); e.g. 1.5")
+
+
+def _check_hysteresis(r: _Reader, path: str, max_drop: float, recover_drop: float) -> None:
+    if recover_drop >= max_drop:
+        r.bad(f"{path}.recover_drop_ratio",
+              f"must be below max_drop_ratio ({max_drop}) or the alert would flap; e.g. {max_drop / 2:g}")
+
+
+_SLACK_KEYS = {"webhook_url", "webhook_url_env", "webhook_url_file", "channel", "timeout", "backoff_initial",
+               "backoff_max", "send_resolved"}
+
+
+def _slack(r: _Reader, s: dict, path: str, base: SlackConfig) -> SlackConfig:
+    """A Slack section; unset keys come from `base` (alerts.slack for a route)."""
+    url = _resolve_secret(r, s, path, "webhook_url")
+    if url is not None and not _valid_url(url):
+        r.bad(f"{path}.webhook_url", "must be an http(s) URL such as https://hooks.slack.com/services/T000/B000/XXXX (value not shown: it is a secret)")
+        url = None
+    sc = SlackConfig(
+        webhook_url=url or base.webhook_url,
+        channel=r.string(s, "channel", path, base.channel),
+        timeout=r.duration(s, "timeout", path, base.timeout),
+        backoff_initial=r.duration(s, "backoff_initial", path, base.backoff_initial),
+        backoff_max=r.duration(s, "backoff_max", path, base.backoff_max),
+        send_resolved=r.boolean(s, "send_resolved", path, base.send_resolved),
+    )
+    _check_backoff(r, path, sc.backoff_initial, sc.backoff_max)
+    return sc
+
+
+def _check_backoff(r: _Reader, path: str, initial: float, maximum: float) -> None:
+    if initial > maximum:
+        r.bad(f"{path}.backoff_initial", f"({initial:g}s) must not exceed backoff_max ({maximum:g}s)")
+
+
+def _alerts(r: _Reader, cfg: Config, a: dict) -> None:
+    cfg.group_by = r.strings(a, "group_by", "alerts", [])
+    cfg.group_wait = r.duration(a, "group_wait", "alerts", 30.0, minimum=0.0)
+    cfg.group_interval = r.duration(a, "group_interval", "alerts", 300.0, minimum=0.0)
+    cfg.repeat_interval = r.duration(a, "repeat_interval", "alerts", 4 * 3600.0)
+    cfg.runbook_url = r.string(a, "runbook_url", "alerts", "")
+    cfg.external_url = r.string(a, "external_url", "alerts", "")
+    if "inhibit_rules" in a and a["inhibit_rules"] is not None:
+        cfg.inhibit_rules = []
+        example = "{source_matchers: [alertname=AcceptanceCollapse], target_matchers: [alertname=ThroughputDrop], equal: [server, rank]}"
+        for ip, rule in r.items(a, "inhibit_rules", "alerts", example):
+            r.unknown(rule, ip, {"source_matchers", "target_matchers", "equal"})
+            src, tgt = r.matchers(rule, "source_matchers", ip), r.matchers(rule, "target_matchers", ip)
+            if not src or not tgt:
+                r.bad(ip, "needs source_matchers and target_matchers, e.g. " + example)
+                continue
+            cfg.inhibit_rules.append(InhibitRule(tuple(src), tuple(tgt), tuple(r.strings(rule, "equal", ip, []))))
+
+    cfg.slack = _slack(r, r.section(a, "slack", "alerts", _SLACK_KEYS), "alerts.slack", SlackConfig())
+
+    for wp, w in r.items(a, "webhooks", "alerts", "{name: ops, url: https://hooks.example/specwatch}"):
+        r.unknown(w, wp, {"name", "url", "url_env", "url_file", "send_resolved", "max_alerts", "timeout",
+                          "backoff_initial", "backoff_max"})
+        name = r.string(w, "name", wp, None)
+        if not name:
+            r.bad(f"{wp}.name", "missing; a short name for metrics and routes, e.g. `name: ops`")
+        elif any(x.name == name for x in cfg.webhooks):
+            r.bad(f"{wp}.name", f"{name!r} is used twice; give each webhook its own name")
+        url = _resolve_secret(r, w, wp, "url")
+        if url is None and not any(w.get(k) for k in ("url", "url_env", "url_file")):
+            r.bad(f"{wp}.url", "missing; the URL to POST to (or url_env / url_file)")
+        elif url is not None and not _valid_url(url):
+            r.bad(f"{wp}.url", "must be an http(s) URL (value not shown: it may hold a token)")
+            url = None
+        hook = WebhookConfig(
+            name=name or "", url=url or "",
+            send_resolved=r.boolean(w, "send_resolved", wp, True),
+            max_alerts=r.number(w, "max_alerts", wp, 0, kind=int, lo=0),
+            timeout=r.duration(w, "timeout", wp, 10.0),
+            backoff_initial=r.duration(w, "backoff_initial", wp, 1.0),
+            backoff_max=r.duration(w, "backoff_max", wp, 300.0),
+        )
+        _check_backoff(r, wp, hook.backoff_initial, hook.backoff_max)
+        if name and url:
+            cfg.webhooks.append(hook)
+
+    p = "alerts.alertmanager"
+    m = r.section(a, "alertmanager", "alerts", {"urls", "resend_delay", "resolved_retention", "timeout",
+                                                "backoff_initial", "backoff_max"})
+    urls = r.strings(m, "urls", p, []) or []
+    for i, u in enumerate(urls):
+        if not _valid_url(u):
+            r.bad(f"{p}.urls[{i}]", f"{u!r} is not an http(s) URL; e.g. http://127.0.0.1:9093")
+    cfg.alertmanager = AlertmanagerConfig(
+        urls=[u for u in urls if _valid_url(u)],
+        resend_delay=r.duration(m, "resend_delay", p, 60.0),
+        resolved_retention=r.duration(m, "resolved_retention", p, 900.0),
+        timeout=r.duration(m, "timeout", p, 10.0),
+        backoff_initial=r.duration(m, "backoff_initial", p, 1.0),
+        backoff_max=r.duration(m, "backoff_max", p, 60.0),
+    )
+    _check_backoff(r, p, cfg.alertmanager.backoff_initial, cfg.alertmanager.backoff_max)
+
+    hooks = {w.name for w in cfg.webhooks}
+    for i, (rp, rt) in enumerate(r.items(a, "routes", "alerts", "{matchers: [severity=critical], slack: {channel: '#oncall'}}")):
+        r.unknown(rt, rp, {"name", "matchers", "slack", "webhooks", "group_by", "group_wait", "group_interval",
+                           "repeat_interval", "continue"})
+        name = r.string(rt, "name", rp, f"route{i + 1}")
+        matchers = r.matchers(rt, "matchers", rp)
+        if not matchers:
+            r.bad(f"{rp}.matchers", "missing; a route needs at least one matcher, e.g. [severity=critical]")
+        slack = None
+        if "slack" in rt:
+            slack = _slack(r, r.section(rt, "slack", rp, _SLACK_KEYS), f"{rp}.slack", cfg.slack)
+            if not slack.webhook_url:
+                r.bad(f"{rp}.slack", "no webhook: set webhook_url (or _env/_file) here or in alerts.slack")
+        webhooks = r.strings(rt, "webhooks", rp, None)
+        for j, h in enumerate(webhooks or []):
+            if h not in hooks:
+                r.bad(f"{rp}.webhooks[{j}]", f"no webhook named {h!r} in alerts.webhooks; known: {', '.join(sorted(hooks)) or 'none'}")
+        if any(x.name == name for x in cfg.routes) or name == "default":
+            r.bad(f"{rp}.name", f"{name!r} is used twice (or is the reserved name 'default'); give each route its own name")
+        cfg.routes.append(RouteConfig(
+            name=name, matchers=matchers, slack=slack, webhooks=webhooks,
+            group_by=r.strings(rt, "group_by", rp, None),
+            group_wait=r.duration(rt, "group_wait", rp, None, minimum=0.0),
+            group_interval=r.duration(rt, "group_interval", rp, None, minimum=0.0),
+            repeat_interval=r.duration(rt, "repeat_interval", rp, None),
+            continue_matching=r.boolean(rt, "continue", rp, False),
+        ))
 
 
 def load_run_config(path: str | os.PathLike) -> Config:

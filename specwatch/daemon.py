@@ -1,15 +1,17 @@
 """`specwatch run`: lifecycle of the daemon — threads, signals, state, HTTP listener.
 
-Threads: the follower group (reads lines and feeds the pipeline), the HTTP server (scrapes), the
-Slack delivery thread, one thread per source (process scan, each HTTP API, NVML sampling and
-XID events), and the main thread, which waits on an Event and wakes once a second to feed new
-GPU cycles to the rules, re-send due alerts and, every `STATE_EVERY` seconds, to persist state.
-Nothing spins: idle CPU is the followers' poll (one stat per file per poll interval), one scan
-of /proc every `process.interval`, one HTTP GET per `server_api.interval`, plus these wake-ups.
+Threads: the follower group (reads lines and feeds the pipeline), the HTTP server (scrapes), one
+delivery thread per notifier, one thread per source (process scan, each HTTP API, NVML sampling
+and XID events), and the main thread, which waits on an Event and wakes once a second to feed
+new GPU cycles to the rules, flush due alert groups, re-send to Alertmanager and, every
+`STATE_EVERY` seconds, to persist state. Nothing spins: idle CPU is the followers' poll (one
+stat per file per poll interval), one scan of /proc every `process.interval`, one HTTP GET per
+`server_api.interval`, plus these wake-ups.
 
 State (`<state_dir>/state.json`, written atomically): file offsets and the rule/alert state, so
 a restart resumes after the last line read and neither re-fires nor forgets a firing alert.
-The Slack queue lives beside it (`slack-queue.json`).
+Beside it: one delivery queue per notifier (`<name>-queue.json`) and the silences
+(`silences.json`, re-read when `specwatch silence` changes it).
 
 Under systemd (`Type=notify`, deploy/specwatch.service) it speaks sd_notify itself: READY=1 once
 /metrics listens and the followers run, STATUS= lines, WATCHDOG=1 from the main loop only while
@@ -19,10 +21,12 @@ SIGHUP reloads the config file. A file that does not validate is refused whole: 
 config stays, the problems are logged and `specwatch_config_reload_success` drops to 0. A valid
 one applies at once what can change live — `logs` (followers added and removed; a new path is
 read from its start, like at first start), each log's `server` and `container_prefix` (for lines
-read from then on), `rules.*` thresholds, `alerts.repeat_interval` and `alerts.slack` (the
-notifier is rebuilt on the same on-disk queue, nothing pending is lost) — and logs a warning for
-each setting that needs a restart (`metrics.*`, `state_dir`, `follow.*`, `gpu.*`), which keeps its
-running value until then.
+read from then on), `rules.*` thresholds, and all of `alerts.*`: routes, timers, inhibit
+rules, runbook and external URLs, and the notifiers (Slack, webhooks, Alertmanager), rebuilt on
+the same on-disk queues, so nothing pending is lost. Firing alerts, the notification log and
+silences carry over: a reload re-sends nothing already sent. It logs a warning for each setting
+that needs a restart (`metrics.*`, `state_dir`, `follow.*`, `gpu.*`, `process`, `server_api`,
+`diagnosis`), which keeps its running value until then.
 """
 
 from __future__ import annotations
@@ -39,12 +43,13 @@ from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 from prometheus_client import CollectorRegistry, make_wsgi_app
 
 from specwatch import __version__
-from specwatch.alerts.dispatcher import Dispatcher
-from specwatch.config import Config, ConfigError, SlackConfig, load_run_config
+from specwatch.alerting import build_alerting
+from specwatch.config import Config, ConfigError, load_run_config
 from specwatch.metrics import FollowerCollector, PipelineCollector, SelfCollector, ServerCollector
 from specwatch.pipeline import Pipeline
 from specwatch.sdnotify import Watchdog, monotonic_usec, notify
-from specwatch.sources.follow import Follower, FollowerGroup, read_json, write_json_atomic
+from specwatch.sources.follow import Follower, FollowerGroup
+from specwatch.storage import read_json, write_json_atomic
 
 log = logging.getLogger("specwatch.daemon")
 
@@ -52,7 +57,11 @@ STATE_EVERY = 10.0  # seconds between state snapshots (also written on stop)
 LOCK_WAIT = 5.0  # seconds the main loop waits for the pipeline lock before calling it wedged
 STATUS_EVERY = 10.0  # seconds between STATUS= updates while nothing else changes
 # Settings read once at start; a reload that changes them warns and keeps the running value.
-RESTART_ONLY = ("listen_address", "listen_port", "state_dir", "follow", "gpu")
+RESTART_ONLY = ("listen_address", "listen_port", "state_dir", "follow", "gpu", "process", "server_apis",
+                "diagnosis")
+# The settings `build_alerting` reads: a reload that changes any rebuilds the notifiers and routes.
+ALERTING = ("group_by", "group_wait", "group_interval", "repeat_interval", "inhibit_rules", "runbook_url",
+            "external_url", "slack", "webhooks", "alertmanager", "routes")
 
 _LANDING = """<!doctype html><html><head><title>specwatch</title></head><body>
 <h1>specwatch {version}</h1><p>Speculative-decoding monitor for SGLang.</p>
@@ -86,17 +95,6 @@ class Daemon:
         self.last_reload_success = time.time()  # start-up counts, as for Prometheus' own metric
 
     # --- wiring ---
-    def _make_slack(self, slack: SlackConfig):
-        if not slack.webhook_url:
-            return None
-        from specwatch.notifiers.slack import SlackNotifier
-
-        return SlackNotifier(
-            slack.webhook_url, queue_path=self.state_dir / "slack-queue.json",
-            timeout=slack.timeout, backoff_initial=slack.backoff_initial,
-            backoff_max=slack.backoff_max, channel=slack.channel,
-        )
-
     def _make_follower(self, path: str, checkpoint=None) -> Follower:
         return Follower(path, self._on_line, max_line_bytes=self.config.follow.max_line_bytes,
                         checkpoint=checkpoint)
@@ -104,10 +102,7 @@ class Daemon:
     def _build(self) -> None:
         cfg = self.config
         self.state_dir.mkdir(parents=True, exist_ok=True)
-        slack = self._make_slack(cfg.slack)
-        if slack is not None:
-            self.notifiers["slack"] = slack
-        self.dispatcher = Dispatcher(list(self.notifiers.values()), repeat_interval=cfg.repeat_interval)
+        self.dispatcher, self.notifiers = build_alerting(cfg, state_dir=self.state_dir)
         self.pipeline = Pipeline(cfg, self.dispatcher)
         state = read_json(self.state_path, {})
         self.pipeline.load_state(state.get("pipeline", {}))
@@ -249,17 +244,24 @@ class Daemon:
         old_paths = [s.path for s in old.logs]
         new_paths = [s.path for s in new.logs]
         self.config = new
-        self.pipeline.reconfigure(new)
+        failed = None
+        if any(getattr(new, k) != getattr(old, k) for k in ALERTING):
+            try:
+                self._swap_alerting(new)
+            except Exception:  # validated above, so unexpected: keep the daemon, report it
+                log.exception("config reload: applying alerts.* failed")
+                failed = "alerts.*"
+                self.pipeline.reconfigure(new)  # rules and logs still apply
+                for n in self.notifiers.values():  # the old ones, or the new ones if swapped
+                    n.start()
+        else:
+            self.pipeline.reconfigure(new)  # rules and logs; the routing stays as it is
         self.followers.update(add=[self._make_follower(p) for p in new_paths if p not in old_paths],
                               remove=[p for p in old_paths if p not in new_paths])
-        if new.slack != old.slack:
-            try:
-                self._swap_slack(new.slack)
-            except Exception:  # validated above, so unexpected: keep the daemon, report it
-                log.exception("config reload: applying alerts.slack failed")
-                self.reload_success = False
-                notify("READY=1\nSTATUS=reload applied except alerts.slack (see the log)")
-                return False
+        if failed:
+            self.reload_success = False
+            notify(f"READY=1\nSTATUS=reload applied except {failed} (see the log)")
+            return False
         self.reload_success = True
         self.last_reload_success = time.time()
         log.info("config reloaded from %s: %d log(s)%s", path, len(new.logs),
@@ -268,27 +270,36 @@ class Daemon:
         notify(f"READY=1\nSTATUS={self.status_text()}")
         return True
 
-    def _swap_slack(self, slack: SlackConfig) -> None:
-        """New Slack settings: stop the old notifier (its queue stays on disk), build the new one
-        on the same queue file, and swap it in under the pipeline lock, so every alert lands in
-        exactly one of them and the file holds both's pending items."""
-        old = self.notifiers.get("slack")
-        if old is not None and not old.stop(timeout=old.timeout + 1.0):
-            log.warning("Slack delivery still in flight during reload; a message may be sent twice")
-        with self.pipeline.lock:
-            new = self._make_slack(slack)
-            if old is not None and new is not None:  # counters continue across the swap
-                new.sent_total, new.failed_total = old.sent_total, dict(old.failed_total)
-                new.last_success_timestamp = old.last_success_timestamp
-            self.notifiers = {k: v for k, v in self.notifiers.items() if k != "slack"}
-            if new is not None:
-                self.notifiers["slack"] = new
-            self.dispatcher.notifiers = list(self.notifiers.values())
-        if new is not None:
-            new.start()
-        elif old is not None and old.queue_depth:
-            log.warning("Slack removed from the config: %d notification(s) stay queued in %s until it is set again",
-                        old.queue_depth, old.queue_path)
+    def _swap_alerting(self, new: Config) -> None:
+        """New alerting settings: stop the notifiers (their queues stay on disk), then, under the
+        pipeline lock, build the new ones on the same queue files and hand the dispatcher the new
+        routes (`Pipeline.reconfigure`), so every notification lands in exactly one of them and
+        each file holds both's pending items. Firing alerts and the notification log stay."""
+        old = self.notifiers
+        for n in old.values():
+            n.stop(timeout=0)  # ask them all first: they wind down in parallel
+        for n in old.values():
+            if not n.stop(timeout=n.timeout + 1.0):
+                log.warning("%s delivery still in flight during reload; a message may be sent twice", n.name)
+
+        def build():
+            dispatcher, notifiers = build_alerting(new, state_dir=self.state_dir)
+            for name, n in notifiers.items():  # counters continue across the swap
+                o = old.get(name)
+                if o is not None:
+                    n.sent_total, n.failed_total = o.sent_total, dict(o.failed_total)
+                    n.last_success_timestamp = o.last_success_timestamp
+            self.notifiers = notifiers
+            return dispatcher
+
+        self.pipeline.reconfigure(new, routing=build)
+        for n in self.notifiers.values():
+            n.start()
+        for name, n in old.items():
+            if name not in self.notifiers and n.queue_depth:
+                log.warning("%s removed from the config: %d notification(s) stay queued in %s until it is set again",
+                            name, n.queue_depth, n.queue_path)
+        log.info("notifiers: %s", ", ".join(self.notifiers) or "none (alerts only in /metrics)")
 
     # --- lifecycle ---
     def run(self) -> int:
@@ -318,6 +329,7 @@ class Daemon:
         port = self.httpd.server_address[1]
         log.info("specwatch %s: following %d log(s), metrics on http://%s:%d/metrics",
                  __version__, len(cfg.logs), cfg.listen_address, port)
+        log.info("notifiers: %s", ", ".join(self.notifiers) or "none (alerts only in /metrics)")
         status = self.status_text()
         notify(f"READY=1\nSTATUS={status}")
         self._main_loop(status)

@@ -14,6 +14,7 @@ of the JSON summary.
 from __future__ import annotations
 
 import platform
+import time
 from typing import Callable, Iterable
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -210,6 +211,16 @@ class SelfCollector(Collector):
         for name, n in sorted(counts.items()):
             firing.add_metric([name], n)
         yield firing
+        store = self.pipeline.dispatcher.silences
+        if store is not None:
+            silences = GaugeMetricFamily("specwatch_silences", "Silences in the state directory, by state (active, pending, expired).", labels=("state",))
+            now = time.time()
+            with self.pipeline.lock:
+                store.reload_if_changed()
+                states = [s.state(now) for s in store.silences]
+            for state in ("active", "pending", "expired"):
+                silences.add_metric([state], states.count(state))
+            yield silences
         sent = CounterMetricFamily("specwatch_notifications_sent", "Notifications delivered, by notifier.", labels=("notifier",))
         failed = CounterMetricFamily("specwatch_notifications_failed", "Failed delivery attempts, by notifier and reason (retry: will be retried; permanent: dropped).", labels=("notifier", "reason"))
         depth = GaugeMetricFamily("specwatch_notification_queue_depth", "Notifications waiting for delivery, by notifier.", labels=("notifier",))

@@ -11,8 +11,10 @@ import math
 import os
 import re
 import threading
+import time
 from zoneinfo import ZoneInfo
 from dataclasses import dataclass, field
+from typing import Callable
 
 from specwatch.alerts.dispatcher import Dispatcher
 from specwatch.config import Config
@@ -30,12 +32,18 @@ from specwatch.events import (
     ServerRestarted,
     ServerStarted,
 )
-from specwatch.rules.base import Rule
+from specwatch.rules.base import Rule, log_paths_of
 from specwatch.rules.collapse import CollapseRule
+from specwatch.rules.degradation import DegradationRule
+from specwatch.rules.drift import DriftRule
 from specwatch.rules.gpu_errors import GpuErrorsRule
 from specwatch.rules.gpu_throttle import GpuThrottleRule
 from specwatch.rules.log_silent import LogSilentRule
+from specwatch.rules.rank_disagreement import RankDisagreementRule
 from specwatch.rules.server_state import ServerStateRule
+from specwatch.rules.spec_inactive import SpeculationInactiveRule
+from specwatch.rules.spec_missing import SpecMetricsMissingRule
+from specwatch.rules.throughput import ThroughputDropRule
 from specwatch.sources.sglang_log import parse_line
 
 KINDS = ("decode", "prefill", "other", "malformed")
@@ -96,19 +104,23 @@ class Pipeline:
 
             self.diagnoser = Diagnoser(draft=d.draft, target=d.target, sglang_root=d.sglang_root,
                                        timeout=d.timeout, background=diagnosis_background)
-        self.collapse = CollapseRule(config.collapse, diagnoser=self.diagnoser)
+        self.collapse = CollapseRule(config.collapse, config.windows, diagnoser=self.diagnoser)
         if self.diagnoser is not None and d.draft:  # paths from the config: diagnose now
             for server in sorted({s.server for s in config.logs} or {config.server}):
                 self.diagnoser.ensure(server)
-        log_paths: dict[str, list[str]] = {}
-        for src in config.logs:
-            log_paths.setdefault(src.server, []).append(src.path)
+        log_paths = log_paths_of(config)
         self.rules: list[Rule] = [
             self.collapse,
             ServerStateRule(config.server_rule, log_paths),
             LogSilentRule(config.log_silent, log_paths),
             GpuErrorsRule(config.gpu_errors),
             GpuThrottleRule(config.gpu_throttle),
+            DegradationRule(config.degradation, config.windows, config.collapse),
+            DriftRule(config.drift, config.windows, config.collapse),
+            SpeculationInactiveRule(config.speculation_inactive),
+            SpecMetricsMissingRule(config.spec_metrics_missing),
+            ThroughputDropRule(config.throughput_drop, config.windows),
+            RankDisagreementRule(config.rank_disagreement, config.windows),
         ]
         self.servers: dict[str, ServerStats] = {}
         self.ranks: dict[tuple[str, str], RankStats] = {}
@@ -123,13 +135,20 @@ class Pipeline:
                         for src in config.logs}
         self._tz = {src.path: ZoneInfo(src.timezone) if src.timezone else None for src in config.logs}
 
-    def reconfigure(self, config: Config) -> None:
+    def reconfigure(self, config: Config, routing: Callable[[], Dispatcher] | None = None,
+                    now: float | None = None) -> None:
         """A reloaded config: log → server mapping, container prefixes, time zones, rule
-        thresholds, repeat interval. Per-rank state and firing alerts are kept."""
+        thresholds and, with `routing`, the alert routing. `routing` builds a dispatcher from the
+        new config (with its notifiers); it is called under the lock, before anything changes,
+        so no alert reaches a notifier while they are swapped, and the current dispatcher adopts
+        its routes, receivers, timers and inhibit rules (`Dispatcher.adopt`). Per-rank state,
+        firing alerts and what was notified are kept. `now`: wall time (default: the clock)."""
         with self.lock:
+            new_routing = routing() if routing is not None else None
             self.config = config
             self._map_logs(config)
-            self.dispatcher.repeat_interval = config.repeat_interval
+            if new_routing is not None:
+                self.dispatcher.adopt(new_routing, time.time() if now is None else now)
             for rule in self.rules:
                 rule.reconfigure(config)
 
@@ -174,12 +193,19 @@ class Pipeline:
                 rs = self._rank(server, event)
                 rs.prefill_batches += 1
                 rs.last_prefill = event
+                clock = event.timestamp if now is None else now
+                self._apply_rules(server, event, clock)
+                if clock - self._last_tick >= 1.0:
+                    self.tick(clock)
             elif isinstance(event, ServerArgs):
                 stats.lines["other"] += 1
                 merged = self._merge_args(stats, event)
                 if self.diagnoser is not None:  # run the probes ahead of any collapse
                     self.diagnoser.observe(server, merged.args)
-                self._apply_rules(server, merged, event.timestamp if now is None else now)
+                clock = now if now is not None else event.timestamp
+                self._apply_rules(server, merged, clock if clock is not None else 0.0)
+                if clock is not None and clock - self._last_tick >= 1.0:
+                    self.tick(clock)
             else:
                 stats.lines["malformed"] += 1
                 stats.last_malformed_reason = event.reason
@@ -232,8 +258,7 @@ class Pipeline:
         for rule in self.rules:
             for alert in rule.on_tick(now):
                 self.dispatcher.handle(alert, now)
-        if self.dispatcher.active:
-            self.dispatcher.tick(now)
+        self.dispatcher.tick(now)
 
     def _apply_rules(self, server: str, event: object, now: float) -> None:
         for rule in self.rules:

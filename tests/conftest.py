@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from alertmanager import BINARY as ALERTMANAGER_BINARY
+from alertmanager import Alertmanager
 from fake_sglang import Launcher, make_install
 import prom
 from slack_endpoint import SlackEndpoint
@@ -27,6 +29,23 @@ def slack():
     s.close()
 
 
+@pytest.fixture
+def alertmanager(tmp_path):
+    """Factory: `alertmanager(receiver=None, group_by=None, port=None)` starts a real
+    Alertmanager on 127.0.0.1 (see tests/alertmanager.py); all are stopped after the test."""
+    if ALERTMANAGER_BINARY is None:
+        pytest.skip("prometheus-alertmanager not installed (.ci/run installs it)")
+    started = []
+
+    def start(receiver=None, group_by=None, port=None):
+        started.append(Alertmanager(tmp_path, receiver, group_by=group_by, port=port))
+        return started[-1]
+
+    yield start
+    for am in started:
+        am.close()
+
+
 @pytest.fixture(scope="session")
 def sglang_install(tmp_path_factory):
     """bin/python of a venv with a stand-in `sglang` 0.5.6.post2 (tests/fake_sglang.py)."""
@@ -39,6 +58,8 @@ def sglang_procs():
     runner = Launcher()
     yield runner
     runner.stop_all()
+
+
 # The real SGLang sources the probes read (never imported): `.ci/run` pre-installs them with
 #   python3 -m pip install --no-deps --target .cache/sglang-<version> sglang==<version>
 SGLANG_VERSIONS = ("0.5.11", "0.5.23")
@@ -72,6 +93,8 @@ def facts(sglang_roots):
     from specwatch.probes.sglang_source import SourceFacts
 
     return {v: SourceFacts(root) for v, root in sglang_roots.items()}
+
+
 @pytest.fixture
 def prometheus(tmp_path):
     """Start real Prometheus servers: `prometheus(scrape_configs, rule_files=())` → prom.Prometheus

@@ -44,6 +44,17 @@ def scrape(port: int) -> dict[tuple[str, tuple], float]:
     return out
 
 
+def terminate(proc: subprocess.Popen | None, timeout: float = 10) -> None:
+    """SIGTERM a helper server (Prometheus, Alertmanager), SIGKILL it after `timeout` s."""
+    if proc is not None and proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
 def rank_labels(server="gpu-box-1", tp="0", dp=""):
     return tuple(sorted({"server": server, "dp_rank": dp, "tp_rank": tp, "pp_rank": "", "ep_rank": ""}.items()))
 

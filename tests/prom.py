@@ -21,7 +21,7 @@ from pathlib import Path
 
 import yaml
 
-from procs import free_port, wait_for
+from procs import free_port, terminate, wait_for
 
 PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"
 PROMTOOL = shutil.which("promtool") or "/usr/bin/promtool"
@@ -117,13 +117,7 @@ class Prometheus:
         return self.api("targets")
 
     def stop(self) -> None:
-        if self.proc and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        terminate(self.proc)
 
 
 def wait_scraped(prom: Prometheus, after: float | None = None) -> None:

@@ -27,6 +27,14 @@ def test_example_config_is_valid_and_matches_defaults():
     assert cfg.collapse.recover_accept_length == 1.5
     assert cfg.repeat_interval == default.repeat_interval == 4 * 3600
     assert cfg.follow == default.follow
+    for key in ("windows", "degradation", "drift", "speculation_inactive", "spec_metrics_missing",
+                "throughput_drop", "rank_disagreement", "group_by", "group_wait", "group_interval",
+                "inhibit_rules", "runbook_url", "external_url", "slack", "webhooks", "alertmanager", "routes"):
+        assert getattr(cfg, key) == getattr(default, key), key
+    # Alertmanager's defaults
+    assert (cfg.group_by, cfg.group_wait, cfg.group_interval) == ([], 30, 300)
+    assert cfg.alertmanager.resend_delay == 60 and cfg.alertmanager.resolved_retention == 900
+    assert cfg.degradation.hold == 600 and cfg.throughput_drop.max_drop_ratio == 0.4
     assert cfg.process == default.process and cfg.process.enabled and cfg.process.interval == 5.0
     assert cfg.server_apis == default.server_apis == []  # url: null = not polled
     assert cfg.server_rule == default.server_rule
@@ -100,6 +108,59 @@ def test_check_config_cli_exit_codes(tmp_path):
     assert "rules.collapse.min_batches: must be >= 1" in r.stderr
     assert "alerts.slack.webhook_url: must be an http(s) URL" in r.stderr
     assert "nope" not in r.stderr
+
+
+def test_alerting_sections(monkeypatch, tmp_path):
+    monkeypatch.setenv("SW_OPS_HOOK", "https://hooks.example/ops/t0ken")
+    cfg = build_config({"alerts": {
+        "group_by": ["alertname", "server"], "group_wait": "0s", "group_interval": "10s",
+        "slack": {"webhook_url": "https://hooks.slack.com/services/T/B/x", "channel": "#gpu"},
+        "webhooks": [{"name": "ops", "url_env": "SW_OPS_HOOK", "max_alerts": 5, "send_resolved": False}],
+        "alertmanager": {"urls": ["http://am-1:9093", "http://am-2:9093"], "resend_delay": "30s"},
+        "inhibit_rules": [{"source_matchers": ["alertname=A"], "target_matchers": ['alertname=~"B|C"'],
+                           "equal": ["server"]}],
+        "routes": [{"name": "critical", "matchers": ["severity=critical"], "slack": {"channel": "#oncall"},
+                    "webhooks": ["ops"], "group_wait": "5s", "continue": True}],
+    }, "rules": {"degradation": {"expected": [{"model": "Kimi-K2.5", "accept_length": 2.9}], "for": "15m"}}})
+    assert cfg.group_by == ["alertname", "server"] and cfg.group_wait == 0 and cfg.group_interval == 10
+    assert cfg.webhooks[0].url == "https://hooks.example/ops/t0ken" and cfg.webhooks[0].max_alerts == 5
+    assert "t0ken" not in repr(cfg)
+    assert cfg.alertmanager.urls == ["http://am-1:9093", "http://am-2:9093"] and cfg.alertmanager.resend_delay == 30
+    [rule] = cfg.inhibit_rules
+    assert [str(m) for m in rule.source + rule.target] == ['alertname="A"', 'alertname=~"B|C"'] and rule.equal == ("server",)
+    [route] = cfg.routes
+    assert route.slack.channel == "#oncall"
+    assert route.slack.webhook_url == "https://hooks.slack.com/services/T/B/x"  # inherited from alerts.slack
+    assert route.webhooks == ["ops"] and route.group_wait == 5 and route.group_interval is None
+    assert route.continue_matching is True
+    assert cfg.degradation.expected[0].model == "Kimi-K2.5" and cfg.degradation.expected[0].draft is None
+    assert cfg.degradation.hold == 900
+
+
+def test_alerting_problems_are_named_by_key_path():
+    ps = problems({
+        "alerts": {
+            "group_by": "server", "group_wait": "-1s",
+            "webhooks": [{"url": "ftp://x"}, {"name": "a", "url": "https://a"}, {"name": "a", "url": "https://b"}],
+            "alertmanager": {"urls": ["am:9093"], "bogus": 1},
+            "inhibit_rules": [{"source_matchers": ["alertname=A"]}],
+            "routes": [{"matchers": ["severity=~("], "webhooks": ["nope"], "slack": {"channel": "#x"}}],
+        },
+        "rules": {"degradation": {"max_drop_ratio": 0.1, "recover_drop_ratio": 0.2, "expected": [{"model": "m"}]},
+                  "drift": {"window": "30m"}, "throughput_drop": {"max_drop_ratio": 1.5}, "nosuch": {}},
+    })
+    keys = sorted(p.split(": ")[0] for p in ps)
+    assert keys == [
+        "alerts.alertmanager.bogus", "alerts.alertmanager.urls[0]", "alerts.group_by", "alerts.group_wait",
+        "alerts.inhibit_rules[0]", "alerts.routes[0].matchers", "alerts.routes[0].matchers[0]",
+        "alerts.routes[0].slack", "alerts.routes[0].webhooks[0]", "alerts.webhooks[0].name",
+        "alerts.webhooks[0].url", "alerts.webhooks[2].name",
+        "rules.degradation.expected[0].accept_length", "rules.degradation.recover_drop_ratio",
+        "rules.drift.window", "rules.nosuch", "rules.throughput_drop.max_drop_ratio",
+    ]
+    text = "\n".join(ps)
+    assert "no webhook named 'nope'" in text and "not a valid regular expression" in text
+    assert "'a' is used twice" in text and "e.g. http://127.0.0.1:9093" in text
 
 
 def test_source_sections_and_their_problems(tmp_path, monkeypatch):

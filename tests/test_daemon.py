@@ -11,27 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from procs import SAMPLES, SpecwatchProcess, decode_line, free_port, rank_labels, scrape, wait_for
+from procs import SAMPLES, decode_line, rank_labels, scrape, wait_for
+from specwatch_daemon import SpecwatchDaemon
 
 
-class Daemon(SpecwatchProcess):
-    def __init__(self, tmp_path: Path, slack_url: str, log: Path, extra: str = ""):
-        port = free_port()
-        self.state = tmp_path / "state"
-        cfg = tmp_path / "config.yaml"
-        cfg.write_text(
-            f"server: gpu-box-1\n"
-            f"logs:\n  - path: {log}\n"
-            f"follow:\n  poll_interval: 0.2s\n"
-            f"metrics:\n  listen_port: {port}\n"
-            f"state_dir: {self.state}\n"
-            f"alerts:\n  slack:\n    webhook_url_env: SW_TEST_HOOK\n    backoff_initial: 0.1s\n    backoff_max: 1s\n"
-            + extra
-        )
-        super().__init__(cfg, port, env={"SW_TEST_HOOK": slack_url})
-
-    def stop(self) -> tuple[int, str]:
-        return super().stop(), self.output
+def Daemon(tmp_path: Path, slack_url: str, log: Path, extra: dict | None = None) -> SpecwatchDaemon:
+    return SpecwatchDaemon(tmp_path, log, env={"SW_TEST_HOOK": slack_url}, extra=extra, alerts={
+        "group_wait": "0s", "group_interval": "0s",
+        "slack": {"webhook_url_env": "SW_TEST_HOOK", "backoff_initial": "0.1s", "backoff_max": "1s"}})
 
 
 @pytest.fixture
@@ -121,7 +108,7 @@ def test_collapse_alert_carries_the_diagnosis(tmp_path, slack, log, sglang_roots
     """server_args line → probes in the background → the collapse alert (or its one update) lists
     the findings, errors first; the firing message itself never waits for them."""
     ck = Path(__file__).resolve().parent / "data" / "checkpoints"
-    d = Daemon(tmp_path, slack.url, log, extra=f"diagnosis:\n  sglang_root: {sglang_roots['0.5.11']}\n")
+    d = Daemon(tmp_path, slack.url, log, extra={"diagnosis": {"sglang_root": str(sglang_roots["0.5.11"])}})
     d.start()
     with open(log, "a") as f:
         f.write(f"[2026-02-23 16:30:00] server_args=ServerArgs(model_path='{ck / 'target-llama'}', "

@@ -48,7 +48,8 @@ def test_daemon_watches_process_and_api(tmp_path, slack, sglang_install, sglang_
         f"server_api:\n  url: http://127.0.0.1:{sglang_port}\n  server: sglang-a\n  interval: 300ms\n"
         f"  timeout: 200ms\n  backoff_max: 600ms\n"
         f"rules:\n  server: {{down_for: 1s, restart_window: 3s}}\n  log_silent: {{intervals: 2}}\n"
-        f"alerts:\n  slack:\n    webhook_url_env: SW_TEST_HOOK\n    backoff_initial: 0.1s\n"
+        f"alerts:\n  group_by: ['...']\n  group_wait: 0s\n  group_interval: 0s\n"
+        f"  slack:\n    webhook_url_env: SW_TEST_HOOK\n    backoff_initial: 0.1s\n"
     )
     daemon = subprocess.Popen([sys.executable, "-m", "specwatch", "run", "--config", str(cfg)],
                               env=dict(os.environ, SW_TEST_HOOK=slack.url, PYTHONUNBUFFERED="1"),
@@ -57,6 +58,8 @@ def test_daemon_watches_process_and_api(tmp_path, slack, sglang_install, sglang_
         srv = (("server", "sglang-a"),)
         m = wait_for(lambda: (x := _scrape(port)) and x.get(("specwatch_server_up", srv)) == 1
                      and x.get(("specwatch_server_avg_accept_length_lifetime", (("dp_rank", "0"), ("server", "sglang-a"))))
+                     # /model_info is read after /server_info: wait for the architecture too
+                     and any(k[0] == "specwatch_server_info" and dict(k[1]).get("architecture") for k in x)
                      and x, what="server up and its API read")
         info = [k for k in m if k[0] == "specwatch_server_info"]
         assert len(info) == 1

@@ -11,8 +11,11 @@ import time
 import urllib.request
 
 import pytest
+import yaml
 
 from procs import NotifySocket, SpecwatchProcess, decode_line, free_port, rank_labels, wait_for
+from slack_endpoint import SlackEndpoint
+from specwatch_daemon import SpecwatchDaemon
 from specwatch import daemon as daemon_mod
 from specwatch.config import load_run_config
 from specwatch.sdnotify import Watchdog
@@ -130,6 +133,46 @@ def test_sighup_reload_applies_logs_rules_and_slack(tmp_path, notify_socket, sla
         assert p.scrape()[("specwatch_decode_batches_total", rank_labels("box-a"))] == 1
     finally:
         assert p.stop() == 0, p.output
+
+
+def test_sighup_reload_rebuilds_routes_and_notifiers_and_resends_nothing(tmp_path, slack):
+    """alerts.* change live: a new webhook and route, Slack rebuilt on its queue file. A receiver
+    that was told already (Slack, known by name) is not told again; a new one (the webhook, on
+    the default route too) gets what fires; counters carry over; new alerts take the new route."""
+    hook = SlackEndpoint()  # any 200 is a delivered webhook
+    log = tmp_path / "a.log"
+    log.write_text("")
+    alerts = {"group_by": ["..."], "group_wait": "0s", "group_interval": "0s",
+              "slack": {"webhook_url": slack.url, "backoff_initial": "0.1s"}}
+    d = SpecwatchDaemon(tmp_path, log, alerts=alerts, rules={"collapse": {"min_batches": 1}}).start()
+    try:
+        with open(log, "a") as f:
+            f.write(decode_line(1.02, "10:00:00", rank="TP0"))
+        wait_for(lambda: len(slack.received) == 1, what="TP0's collapse in Slack")
+        doc = yaml.safe_load(d.cfg.read_text())
+        doc["alerts"]["slack"]["backoff_initial"] = "0.2s"
+        doc["alerts"]["webhooks"] = [{"name": "ops", "url": hook.url}]
+        doc["alerts"]["routes"] = [{"name": "tp1", "matchers": ["rank=TP1"], "webhooks": ["ops"]}]
+        d.cfg.write_text(yaml.safe_dump(doc))
+        d.signal(signal.SIGHUP)
+        wait_for(lambda: len(hook.received) == 1, what="the firing TP0 at the new webhook (default route)")
+        assert [a["labels"]["rank"] for a in hook.received[0]["alerts"]] == ["TP0"]
+        m = d.scrape()
+        assert m[("specwatch_config_reload_success", ())] == 1
+        assert m[("specwatch_notifications_sent_total", (("notifier", "slack"),))] == 1  # carried over
+        with open(log, "a") as f:
+            f.write(decode_line(1.02, "10:00:02", rank="TP1"))
+        wait_for(lambda: len(hook.received) == 2, what="TP1's collapse at the webhook")
+        assert [a["labels"]["rank"] for a in hook.received[1]["alerts"]] == ["TP1"]
+        time.sleep(1.0)
+        assert len(slack.received) == 1  # TP0 not re-sent, TP1 routed away from Slack
+        assert len(hook.received) == 2
+        assert (d.state / "slack-queue.json").exists() and (d.state / "webhook_ops-queue.json").exists()
+    finally:
+        rc, out = d.stop()
+        hook.close()
+    assert rc == 0, out
+    assert "notifiers: webhook/ops, slack" in out
 
 
 def test_sighup_invalid_config_keeps_the_old_one(tmp_path, notify_socket):

@@ -92,15 +92,23 @@ def test_multi_rank_log_with_injection_and_malformed_lines(tmp_path):
     assert dp0["accept_length"]["last"] == 2.8 and dp0["gen_throughput_last"] == 107.0
     assert dp0["collapsed"] is False and dp1["collapsed"] is False
     assert dp1["accept_length"] == {"last": 2.5, "mean": 2.5, "min": 2.5, "max": 2.5}
-    assert [(a["status"], a["rank"]) for a in doc["alerts"]] == [("firing", "DP0 TP0"), ("resolved", "DP0 TP0")]
+    # DP0 alone collapsed while DP1 stayed healthy: a collapse and a rank disagreement, both resolved
+    assert [(a["name"], a["status"], a["rank"]) for a in doc["alerts"]] == [
+        ("AcceptanceCollapse", "firing", "DP0 TP0"), ("RankDisagreement", "firing", "DP0 TP0"),
+        ("AcceptanceCollapse", "resolved", "DP0 TP0"), ("RankDisagreement", "resolved", "DP0 TP0")]
     firing = doc["alerts"][0]
     assert firing["evidence"]["speculative_draft_model_path"] == "/models/draft-eagle3"
     assert any("/models/draft-eagle3" in f for f in firing["fixes"])
+    assert doc["alerts"][1]["evidence"]["mean accept len DP1 TP1"] == "2.50"
     assert doc["servers"]["box"]["server_args"]["speculative_algorithm"] == "EAGLE3"
+    # replay sends each change of the (single, default) alert group at once
     texts = [p["text"] for p in doc["slack_payloads"]]
-    assert texts[0] == "[FIRING] AcceptanceCollapse on box DP0 TP0: accept len 1.01"
-    assert texts[1].startswith("[RESOLVED] AcceptanceCollapse on box DP0 TP0")
-    assert len(texts) == 2
+    assert texts == [
+        "[FIRING] AcceptanceCollapse on box DP0 TP0: accept len 1.01",
+        "[FIRING:2] AcceptanceCollapse, RankDisagreement on box",
+        "[FIRING:1] RankDisagreement on box; resolved: AcceptanceCollapse",
+        "[RESOLVED] RankDisagreement on box DP0 TP0: resolved after 6s",
+    ]
 
 
 def test_missing_file_is_a_usage_error():

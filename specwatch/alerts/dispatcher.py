@@ -1,71 +1,358 @@
-"""From rule transitions to notifications: dedup by fingerprint, repeat interval, resolve.
+"""From rule transitions to notifications, with Alertmanager's semantics.
 
-A firing alert is sent once, then again only every `repeat_interval` seconds while it keeps
-firing; a resolved alert is sent once. Time comes from the caller's clock (log timestamps in
-replay, wall time in the daemon), so replay and run share this code path.
+Rules hand over transitions (`handle`: an alert starts firing, or resolves). The dispatcher
+
+- keeps every current alert by fingerprint (firing, and resolved ones until they are notified);
+- routes each alert: the first route whose matchers match (more with `continue`), else the
+  default route; a route names its receivers (notifiers) and its timers;
+- groups alerts per route by the values of its `group_by` labels (none: one group; `...`: every
+  label, i.e. one group per alert);
+- flushes a group `group_wait` after it appeared (at once when its first alert started longer
+  ago than that), then every `group_interval`; at a flush it leaves out alerts muted by an
+  inhibit rule or a silence and sends a receiver a notification only when the set of firing
+  (or, with send_resolved, resolved) alerts changed since the last notification to it, or when
+  `repeat_interval` has passed (so repeats fall on a group_interval tick, as in Alertmanager);
+- sends an update of a firing alert (a rule hands it over again with `annotations["update"]`,
+  e.g. collapse diagnosis findings that arrived after it fired) at once, to the receivers of
+  the groups that were already told about it, as a notification of that group with the alert
+  marked (Slack shows `[UPDATE]`);
+- feeds every alert that no silence mutes to the push notifiers (Alertmanager), which re-send
+  on their own schedule.
+
+Time comes from the caller's clock (log timestamps in replay, wall time in the daemon), so replay
+and run share this code path. Not thread-safe: the pipeline calls it under its lock.
 """
 
 from __future__ import annotations
 
 import copy
-from typing import Protocol
+from dataclasses import dataclass, field
+from typing import Iterable, Protocol
 
-from specwatch.alerts.model import FIRING, RESOLVED, Alert
+from specwatch.alerts.inhibit import InhibitRule, inhibited
+from specwatch.alerts.matchers import Matcher, matches_all
+from specwatch.alerts.model import FIRING, RESOLVED, Alert, Notification
+from specwatch.alerts.silences import SilenceStore
+
+# Alertmanager's route defaults (monitoring.md §4.1).
+GROUP_WAIT = 30.0
+GROUP_INTERVAL = 300.0
+REPEAT_INTERVAL = 4 * 3600.0
+ALL_LABELS = "..."
 
 
-class Notifier(Protocol):
-    def notify(self, alert: Alert) -> None: ...
+class Receiver(Protocol):
+    name: str
+    send_resolved: bool
+
+    def notify(self, notification: Notification) -> object: ...
+
+
+class Pusher(Protocol):
+    def sync(self, alerts: list[Alert], now: float, changed: bool) -> object:
+        """Must not keep or change the alerts it is given (they are the dispatcher's)."""
+
+
+@dataclass
+class Route:
+    """Where matching alerts go and how they are grouped. Times are seconds.
+
+    group_by: label names; [] puts every alert of the route in one group (Alertmanager's
+    default), ["..."] gives each alert its own group.
+    """
+
+    name: str
+    receivers: list[Receiver]
+    matchers: list[Matcher] = field(default_factory=list)
+    group_by: list[str] = field(default_factory=list)
+    group_wait: float = GROUP_WAIT
+    group_interval: float = GROUP_INTERVAL
+    repeat_interval: float = REPEAT_INTERVAL
+    continue_matching: bool = False
+
+    def group_labels(self, labels: dict[str, str]) -> dict[str, str]:
+        if ALL_LABELS in self.group_by:
+            return dict(labels)
+        return {k: labels.get(k, "") for k in self.group_by}
+
+
+@dataclass
+class _Group:
+    route: Route
+    key: str
+    labels: dict[str, str]
+    fingerprints: set[str] = field(default_factory=set)
+    next_flush: float = float("-inf")
+    flushed: bool = False
 
 
 class Dispatcher:
-    def __init__(self, notifiers: list[Notifier], repeat_interval: float = 4 * 3600.0):
-        self.notifiers = list(notifiers)
-        self.repeat_interval = repeat_interval
-        self.active: dict[str, Alert] = {}
-        self._last_sent: dict[str, float] = {}
-        self.history: list[Alert] = []  # every notification sent, as sent (for replay summaries)
+    """Route, group, mute and notify.
+
+    notifiers: the default route's receivers (each with `name`, `send_resolved`, `notify`).
+    repeat_interval, group_by, group_wait, group_interval: the default route's settings
+    (Alertmanager's defaults: 4h, [], 30s, 5m). routes: checked in order before the default.
+    inhibit_rules, silences: what mutes an alert. pushers: notifiers that get every unsilenced
+    alert (`sync(alerts, now, changed)`). runbook_url: a template such as
+    `https://wiki.example/runbooks/{alertname}`, added as the `runbook_url` annotation of
+    alerts that have none. keep_history: keep every transition in `history` (replay, tests; the
+    daemon turns it off: it would grow for ever).
+    """
+
+    def __init__(
+        self,
+        notifiers: Iterable[Receiver] = (),
+        repeat_interval: float = REPEAT_INTERVAL,
+        *,
+        group_by: list[str] | None = None,
+        group_wait: float = GROUP_WAIT,
+        group_interval: float = GROUP_INTERVAL,
+        routes: Iterable[Route] = (),
+        inhibit_rules: Iterable[InhibitRule] = (),
+        silences: SilenceStore | None = None,
+        pushers: Iterable[Pusher] = (),
+        runbook_url: str = "",
+        keep_history: bool = True,
+    ):
+        self.default_route = Route("default", list(notifiers), [], list(group_by or []), group_wait,
+                                   group_interval, repeat_interval)
+        self.routes = list(routes)
+        self.inhibit_rules = list(inhibit_rules)
+        self.silences = silences
+        self.pushers = list(pushers)
+        self.runbook_url = runbook_url
+        self.keep_history = keep_history
+        self.alerts: dict[str, Alert] = {}  # fingerprint → current alert (firing or resolved)
+        # Status as last handled: a rule resolves by mutating the alert object it returned before,
+        # so the stored object's own status cannot tell what the dispatcher already saw.
+        self._status: dict[str, str] = {}
+        self.history: list[Alert] = []  # transitions as handled (keep_history only)
+        self._groups: dict[tuple[str, str], _Group] = {}
+        self._nflog: dict[tuple[str, str, str], dict] = {}  # (route, group, receiver) → last sent
+
+    @property
+    def active(self) -> dict[str, Alert]:
+        """Firing alerts by fingerprint."""
+        return {fp: a for fp, a in self.alerts.items() if a.status == FIRING}
+
+    # -- input -----------------------------------------------------------------------------
 
     def handle(self, alert: Alert, now: float) -> None:
-        """Take a transition from a rule: a newly firing alert, an update of a firing one
-        (`annotations["update"]` says what changed; the mark is removed so repeats do not carry
-        it), or a resolved one."""
+        """Take a transition from a rule: a newly firing alert or a resolved one; or an update
+        of a firing one.
+
+        A firing alert already firing refreshes the stored copy (its evidence). When it carries
+        `annotations["update"]` (what changed, e.g. diagnosis findings that arrived after it
+        fired) its groups are notified once, now, the alert marked with that note; the mark is
+        removed from the alert, so repeats do not carry it. A muted alert, or one whose group
+        has not been notified yet, sends nothing extra: its next notification has the new
+        content. A resolve of an alert that is not firing is ignored.
+        """
         fp = alert.fingerprint
+        was_firing = self._status.get(fp) == FIRING
+        note = alert.annotations.pop("update", None)  # meaningful only for an alert already firing
+        if self.runbook_url and "runbook_url" not in alert.annotations:
+            alert.annotations["runbook_url"] = self.runbook_url.format_map(_Blank(alert.labels))
         if alert.status == FIRING:
-            if fp in self.active:
-                # already firing: repeats come from tick(); an update (new content, e.g. diagnosis
-                # findings, marked annotations["update"]) is sent once, now
-                note = alert.annotations.pop("update", None)
+            self.alerts[fp] = alert
+            if was_firing:
                 if note:
-                    self.active[fp] = alert
-                    snap = copy.deepcopy(alert)
-                    snap.annotations["update"] = note
-                    self._send(snap, now)
+                    self._update(alert, note, now)
                 return
-            self.active[fp] = alert
-            self._send(alert, now)
-        elif alert.status == RESOLVED and fp in self.active:
-            del self.active[fp]
-            self._last_sent.pop(fp, None)
-            self._send(alert, now)
+            for route in self._routes_for(alert):
+                self._insert(route, alert, now)
+        elif alert.status != RESOLVED or not was_firing:
+            return
+        self.alerts[fp] = alert
+        self._status[fp] = alert.status
+        if self.keep_history:
+            self.history.append(copy.deepcopy(alert))
+        self._flush_due(now)
+        self._push(now, changed=True)
 
     def tick(self, now: float) -> None:
-        """Re-send firing alerts whose repeat interval has passed."""
-        for fp, alert in list(self.active.items()):
-            if now - self._last_sent.get(fp, now) >= self.repeat_interval:
-                self._send(alert, now)
+        """Flush groups whose timer is due, let pushers re-send, forget what is done."""
+        self._flush_due(now)
+        self._gc(now)
+        self._push(now, changed=False)
 
-    def _send(self, alert: Alert, now: float) -> None:
-        snap = copy.deepcopy(alert)
-        self._last_sent[alert.fingerprint] = now
-        self.history.append(snap)
-        for n in self.notifiers:
-            n.notify(snap)
+    def adopt(self, other: "Dispatcher", now: float) -> None:
+        """Take the routing of `other`, built from a reloaded config: the default route, routes,
+        receivers, timers, inhibit rules, pushers and runbook URL. Alerts, silences and the
+        notification log stay, so a reload re-sends nothing already sent (receivers are known by
+        name); groups are rebuilt under the new routes, those that still exist keeping their
+        timers, and a group new to the routes waits its group_wait like any new group."""
+        self.default_route, self.routes = other.default_route, other.routes
+        self.inhibit_rules, self.pushers, self.runbook_url = other.inhibit_rules, other.pushers, other.runbook_url
+        old, self._groups = self._groups, {}
+        pending = set().union(*(g.fingerprints for g in old.values())) if old else set()
+        for fp, a in self.alerts.items():
+            if a.status != FIRING and fp not in pending:
+                continue  # resolved and already notified: kept only for the pushers
+            for route in self._routes_for(a):
+                gk = (route.name, self._group_key(route, a))
+                fresh = gk not in self._groups
+                self._insert(route, a, now)
+                if not fresh:
+                    continue
+                g, prev = self._groups[gk], old.get(gk)
+                if prev is not None:
+                    g.next_flush, g.flushed = prev.next_flush, prev.flushed
+                elif any(k[:2] == gk for k in self._nflog):
+                    g.next_flush, g.flushed = now, True  # was notified under this name: re-check now
+
+    # -- routing and grouping -----------------------------------------------------------
+
+    def _routes_for(self, alert: Alert) -> list[Route]:
+        hit = []
+        for r in self.routes:
+            if matches_all(r.matchers, alert.labels):
+                hit.append(r)
+                if not r.continue_matching:
+                    break
+        return hit or [self.default_route]
+
+    def _insert(self, route: Route, alert: Alert, now: float) -> None:
+        key = self._group_key(route, alert)
+        g = self._groups.get((route.name, key))
+        if g is None:
+            g = self._groups[(route.name, key)] = _Group(route, key, route.group_labels(alert.labels),
+                                                         next_flush=now + route.group_wait)
+        g.fingerprints.add(alert.fingerprint)
+        if not g.flushed and alert.starts_at + route.group_wait <= now:
+            g.next_flush = min(g.next_flush, now)  # it waited long enough before it was raised
+
+    def _flush_due(self, now: float) -> None:
+        due = [g for g in self._groups.values() if g.next_flush <= now]
+        if not due:
+            return
+        if self.silences is not None:
+            self.silences.reload_if_changed()
+        for g in due:
+            self._flush(g, now)
+            g.next_flush = now + g.route.group_interval
+            if not g.fingerprints:
+                del self._groups[(g.route.name, g.key)]
+
+    def _muted(self, alert: Alert, now: float) -> bool:
+        if self.silences is not None and self.silences.muted_by(alert.labels, now):
+            return True
+        return bool(self.inhibit_rules) and inhibited(alert, self.inhibit_rules, list(self.alerts.values()))
+
+    def _update(self, alert: Alert, note: str, now: float) -> None:
+        """Notify the groups that already told their receivers about `alert` at once, the
+        alert marked `annotations["update"] = note` (the rest of the group as it is now)."""
+        if self.silences is not None:
+            self.silences.reload_if_changed()
+        if self._muted(alert, now):
+            return
+        fp = alert.fingerprint
+        for route in self._routes_for(alert):
+            g = self._groups.get((route.name, self._group_key(route, alert)))
+            if g is not None and g.flushed and fp in g.fingerprints:
+                self._flush(g, now, update=(fp, note))
+        self._push(now, changed=True)
+
+    def _flush(self, g: _Group, now: float, update: tuple[str, str] | None = None) -> None:
+        """Notify each receiver of the group whose last notification is out of date; with
+        `update` (fingerprint, note), every receiver, that alert marked with the note."""
+        alerts = [self.alerts[fp] for fp in sorted(g.fingerprints) if fp in self.alerts]
+        visible = [a for a in alerts if not self._muted(a, now)]
+        firing = [a for a in visible if a.status == FIRING]
+        resolved = [a for a in visible if a.status != FIRING]
+        f_fps, r_fps = {a.fingerprint for a in firing}, {a.fingerprint for a in resolved}
+        for rcv in g.route.receivers:
+            key = (g.route.name, g.key, rcv.name)
+            send_resolved = getattr(rcv, "send_resolved", True)
+            if update is None and not _needs_update(self._nflog.get(key), f_fps, r_fps, send_resolved,
+                                                    g.route.repeat_interval, now):
+                continue
+            self._nflog[key] = {"firing": sorted(f_fps), "resolved": sorted(r_fps), "ts": now}
+            out = copy.deepcopy(firing + (resolved if send_resolved else []))
+            for a in out:
+                if update is not None and a.fingerprint == update[0]:
+                    a.annotations["update"] = update[1]
+            if out:
+                rcv.notify(Notification(rcv.name, g.key, dict(g.labels), out))
+        g.flushed = True
+        # Resolved alerts leave the group once flushed (notified or muted), as in Alertmanager.
+        g.fingerprints -= {a.fingerprint for a in alerts if a.status != FIRING}
+        g.fingerprints &= set(self.alerts)
+
+    def _push(self, now: float, changed: bool) -> None:
+        if not self.pushers:
+            return
+        if self.silences is not None:
+            self.silences.reload_if_changed()
+        alerts = [a for a in self.alerts.values()
+                  if self.silences is None or not self.silences.muted_by(a.labels, now)]
+        for p in self.pushers:
+            p.sync(alerts, now, changed)  # pushers copy what they queue (Alert.to_dict)
+
+    def _gc(self, now: float) -> None:
+        grouped = set().union(*(g.fingerprints for g in self._groups.values())) if self._groups else set()
+        keep_for = max((getattr(p, "resolved_retention", 0.0) for p in self.pushers), default=0.0)
+        for fp, a in list(self.alerts.items()):
+            if a.status != FIRING and fp not in grouped and now - (a.ends_at or now) >= keep_for:
+                del self.alerts[fp]
+                self._status.pop(fp, None)
+
+    # -- persistence -------------------------------------------------------------------
 
     def to_state(self) -> dict:
-        return {"active": [a.to_dict() for a in self.active.values()], "last_sent": self._last_sent}
+        return {
+            "alerts": [a.to_dict() for a in self.alerts.values()],
+            "nflog": [{"route": r, "group": g, "receiver": n, **e} for (r, g, n), e in self._nflog.items()],
+        }
 
     def load_state(self, state: dict) -> None:
+        """Restore alerts and what was sent; groups are rebuilt from the current routes, so a
+        restart sends only what changed (or is due to repeat) since the last notification."""
+        for d in state.get("alerts", []):
+            a = Alert.from_dict(d)
+            self.alerts[a.fingerprint] = a
+        for e in state.get("nflog", []):
+            self._nflog[(e["route"], e["group"], e["receiver"])] = {
+                "firing": list(e["firing"]), "resolved": list(e["resolved"]), "ts": float(e["ts"])}
+        # State from before grouping: {"active": [...], "last_sent": {fp: ts}}; those were sent.
+        legacy_sent = state.get("last_sent", {})
         for d in state.get("active", []):
             a = Alert.from_dict(d)
-            self.active[a.fingerprint] = a
-        self._last_sent.update(state.get("last_sent", {}))
+            self.alerts[a.fingerprint] = a
+        for fp, a in self.alerts.items():
+            self._status[fp] = a.status
+            for route in self._routes_for(a):
+                self._insert(route, a, a.starts_at + route.group_wait)
+                g = self._groups[(route.name, self._group_key(route, a))]
+                if a.fingerprint in legacy_sent:
+                    for rcv in route.receivers:
+                        self._nflog.setdefault((route.name, g.key, rcv.name), {
+                            "firing": [a.fingerprint], "resolved": [], "ts": float(legacy_sent[a.fingerprint])})
+                if any(k[0] == route.name and k[1] == g.key for k in self._nflog):
+                    g.flushed = True
+                    g.next_flush = float("-inf")  # re-evaluate at the first tick
+
+    def _group_key(self, route: Route, alert: Alert) -> str:
+        labels = route.group_labels(alert.labels)
+        return f"{route.name}:{{{','.join(f'{k}={v!r}' for k, v in sorted(labels.items()))}}}"
+
+
+def _needs_update(entry: dict | None, firing: set[str], resolved: set[str], send_resolved: bool,
+                  repeat_interval: float, now: float) -> bool:
+    """Alertmanager's notification-log check (notify.DedupStage.needsUpdate)."""
+    if entry is None:
+        return bool(firing)
+    if not firing <= set(entry["firing"]):
+        return True
+    if not firing:
+        return bool(entry["firing"])  # all resolved: clear the log, even without send_resolved
+    if send_resolved and not resolved <= set(entry["resolved"]):
+        return True
+    return entry["ts"] <= now - repeat_interval
+
+
+class _Blank(dict):
+    """format_map mapping that leaves unknown names empty."""
+
+    def __missing__(self, key: str) -> str:
+        return ""

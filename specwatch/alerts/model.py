@@ -1,7 +1,7 @@
-"""The alert: what a rule raises and a notifier delivers.
+"""The alert: what a rule raises and a notifier delivers; the notification: a group of alerts.
 
 Shaped after Alertmanager's alert (labels identify it, annotations describe it, a fingerprint is a
-hash of the labels) so the same object can be pushed to `/api/v2/alerts` later. Notifiers know
+hash of the labels) so the same object can be pushed to `/api/v2/alerts` as is. Notifiers know
 nothing about SGLang: everything they print is in labels, annotations, evidence and fixes.
 """
 
@@ -22,7 +22,7 @@ class Alert:
 
     labels: identity, e.g. {"alertname": "AcceptanceCollapse", "severity": "critical",
         "server": "sglang-0", "rank": "DP0 TP0"}.
-    annotations: {"summary": one line, "description": a paragraph}.
+    annotations: {"summary": one line, "description": a paragraph, optional "runbook_url"}.
     evidence: ordered (name, value) pairs shown to the user, values already formatted as text
         (taken from logs: notifiers must escape them).
     fixes: concrete things to check or change, most likely first.
@@ -57,6 +57,66 @@ class Alert:
         d = dict(d)
         d["evidence"] = [tuple(p) for p in d.get("evidence", [])]
         return cls(**d)
+
+    def flat_annotations(self) -> dict[str, str]:
+        """Annotations as Alertmanager carries them (strings only): the alert's own, plus
+        `evidence` ("name: value" lines) and `fixes` (numbered lines) when there are any."""
+        out = dict(self.annotations)
+        if self.evidence:
+            out["evidence"] = "\n".join(f"{n}: {v}" for n, v in self.evidence)
+        if self.fixes:
+            out["fixes"] = "\n".join(f"{i}. {f}" for i, f in enumerate(self.fixes, 1))
+        return out
+
+
+@dataclass(slots=True)
+class Notification:
+    """What one receiver is sent for one aggregation group (Alertmanager's model).
+
+    receiver: the notifier's name (`slack`, `webhook/ops`, ...). group_key: stable text naming
+    the route and the group's label values. group_labels: the values of the route's group_by.
+    alerts: firing ones first, then resolved ones, each a snapshot. truncated: alerts left out
+    by a receiver's max_alerts (webhook `truncatedAlerts`).
+    """
+
+    receiver: str
+    group_key: str
+    group_labels: dict[str, str]
+    alerts: list[Alert]
+    truncated: int = 0
+
+    @property
+    def status(self) -> str:
+        return FIRING if any(a.status == FIRING for a in self.alerts) else RESOLVED
+
+    def common_labels(self) -> dict[str, str]:
+        return _common([a.labels for a in self.alerts])
+
+    def common_annotations(self) -> dict[str, str]:
+        return _common([a.flat_annotations() for a in self.alerts])
+
+    def to_dict(self) -> dict:
+        return {"receiver": self.receiver, "group_key": self.group_key, "group_labels": dict(self.group_labels),
+                "alerts": [a.to_dict() for a in self.alerts], "truncated": self.truncated}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Notification":
+        return cls(receiver=str(d["receiver"]), group_key=str(d["group_key"]),
+                   group_labels=dict(d.get("group_labels", {})),
+                   alerts=[Alert.from_dict(a) for a in d["alerts"]], truncated=int(d.get("truncated", 0)))
+
+    @classmethod
+    def single(cls, alert: Alert, receiver: str = "") -> "Notification":
+        """A notification of one alert (group key = its fingerprint)."""
+        return cls(receiver=receiver, group_key=alert.fingerprint, group_labels={}, alerts=[alert])
+
+
+def _common(dicts: list[dict[str, str]]) -> dict[str, str]:
+    """The pairs every dict has with the same value."""
+    if not dicts:
+        return {}
+    first, rest = dicts[0], dicts[1:]
+    return {k: v for k, v in first.items() if all(d.get(k) == v for d in rest)}
 
 
 def iso8601(ts: float | None) -> str | None:

@@ -1,34 +1,23 @@
-"""Deliver alerts to a Slack incoming webhook, in order, surviving outages and restarts.
+"""Deliver notifications to a Slack incoming webhook, in order, surviving outages and restarts.
 
-`build_payload` turns an `Alert` into Block Kit JSON; `SlackNotifier` queues notifications
-(optionally in a JSON file), and a background thread posts them one at a time: transient failures
-(network, timeout, 5xx, 429) are retried forever, permanent ones (Slack says the payload or the
-webhook is bad) are logged once and dropped. Slack's responses: monitoring.md §4.2.
-
-Delivery is at-least-once: if the process dies after Slack accepted a message but before the
-queue file was rewritten, that message is posted again after the restart.
+`build_payload` turns an `Alert` into Block Kit JSON, `build_notification_payload` a group of
+alerts; `SlackNotifier` queues them through the shared durable queue (`notifiers/queue.py`):
+transient failures (network, timeout, 5xx, 429) are retried forever, permanent ones (Slack says
+the payload or the webhook is bad) are logged once and dropped. Slack's responses:
+monitoring.md §4.2.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import os
-import random
 import re
-import tempfile
-import threading
-import time
-import weakref
-from email.utils import parsedate_to_datetime
-from pathlib import Path
-from typing import TextIO
-from urllib.parse import urlsplit
 
 import requests
-from requests.utils import requote_uri
 
-from specwatch.alerts.model import FIRING, RESOLVED, Alert, iso8601
+from specwatch.alerts.model import FIRING, RESOLVED, Alert, Notification, iso8601
+from specwatch.notifiers.http import REDACTED, Attempt, Secret, check_url, post_json
+from specwatch.notifiers.queue import QueuedNotifier
 
 log = logging.getLogger("specwatch.notifiers.slack")
 
@@ -59,7 +48,6 @@ PERMANENT_ERRORS = frozenset(
 
 _EMOJI = {FIRING: ":rotating_light:", RESOLVED: ":white_check_mark:"}
 _ELLIPSIS = "…"
-REDACTED = "<redacted>"
 
 
 # --------------------------------------------------------------------------------------------
@@ -239,382 +227,133 @@ def build_payload(alert: Alert, *, channel: str | None = None) -> dict:
     return payload
 
 
-# --------------------------------------------------------------------------------------------
-# Secret handling
+
+def _alert_line(alert: Alert) -> str:
+    where = _where(alert)
+    line = f"{_EMOJI.get(alert.status, ':grey_question:')} *{escape_mrkdwn(alert.name or 'alert')}*"
+    if where:
+        line += f" on {escape_mrkdwn(where)}"
+    if alert.status == RESOLVED:
+        if alert.ends_at is not None:
+            line += f": resolved after {format_duration(alert.ends_at - alert.starts_at)}"
+        return line
+    if alert.annotations.get("update"):
+        line += f" _(update)_\n*Update:* {escape_mrkdwn(alert.annotations['update'])}"
+    summary = alert.annotations.get("summary", "")
+    return line + (f"\n{escape_entities(_one_line(summary))}" if summary else "")
 
 
-class _Secret:
-    """Holds the webhook URL so that repr(), vars() dumps and tracebacks of locals never show it."""
+def build_notification_payload(notification: Notification, *, channel: str | None = None) -> dict:
+    """Slack JSON for a group notification.
 
-    __slots__ = ("value", "fragments", "__weakref__")
-
-    def __init__(self, url: str) -> None:
-        self.value = url
-        forms = set()
-        # The path carries the token on hooks.slack.com; requests/urllib3 messages quote the
-        # path alone ("... with url: /services/T/B/x"), percent-encoded, so redact every form.
-        for u in (url, requote_uri(url)):
-            parts = urlsplit(u)
-            forms |= {u, parts.path + (f"?{parts.query}" if parts.query else ""), parts.path}
-        self.fragments = sorted((f for f in forms if f and f != "/"), key=len, reverse=True)
-
-    def redact(self, text: str) -> str:
-        for f in self.fragments:
-            text = text.replace(f, REDACTED)
-        return text
-
-    def __repr__(self) -> str:
-        return REDACTED
-
-
-class _RedactFilter(logging.Filter):
-    """Scrubs webhook URLs from urllib3's own records (e.g. its DEBUG line with the path)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.secrets: weakref.WeakSet[_Secret] = weakref.WeakSet()
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        secrets = list(self.secrets)
-        if secrets:
-            msg = record.getMessage()
-            clean = msg
-            for s in secrets:
-                clean = s.redact(clean)
-            if clean != msg:
-                record.msg, record.args = clean, None
-        return True
-
-
-# Filters do not inherit, so each urllib3 logger that prints a URL or path gets its own.
-_URLLIB3_LOGGERS = ("urllib3.connectionpool", "urllib3.poolmanager", "urllib3.util.retry")
-_urllib3_filter = _RedactFilter()
-_filter_lock = threading.Lock()
-
-
-def _register_secret(secret: _Secret) -> None:
-    with _filter_lock:
-        for name in _URLLIB3_LOGGERS:
-            logger = logging.getLogger(name)
-            if _urllib3_filter not in logger.filters:
-                logger.addFilter(_urllib3_filter)
-        _urllib3_filter.secrets.add(secret)
+    One alert: exactly `build_payload(alert)`. Several: a header counting firing and resolved
+    alerts, then per alert (firing first) a divider, a line with its name, where and summary,
+    up to 10 evidence fields and, while firing, its numbered fixes. Alerts that would pass
+    Slack's 50-block cap are counted in a last "N more alerts not shown" line. `text`, the
+    fallback, reads e.g. `[FIRING:2] AcceptanceCollapse, ThroughputDrop on sglang-0`, with
+    `; resolved: <names>` when the group also holds resolved alerts. An update (a firing alert
+    with `annotations["update"]`) is marked "(update)" with its note, and the fallback starts
+    with `[UPDATE]`.
+    """
+    alerts = notification.alerts
+    if len(alerts) == 1:
+        return build_payload(alerts[0], channel=channel)
+    firing = [a for a in alerts if a.status == FIRING]
+    resolved = [a for a in alerts if a.status != FIRING]
+    server = notification.common_labels().get("server", "")
+    names = lambda group: ", ".join(sorted({a.name or "alert" for a in group}))  # noqa: E731
+    if firing:
+        fallback = f"[FIRING:{len(firing)}] {names(firing)}" + (f" on {server}" if server else "")
+        if resolved:
+            fallback += f"; resolved: {names(resolved)}"
+    else:
+        fallback = f"[RESOLVED:{len(resolved)}] {names(resolved)}" + (f" on {server}" if server else "")
+    if any(a.annotations.get("update") for a in firing):
+        fallback = "[UPDATE] " + fallback
+    title = f"{_EMOJI[FIRING if firing else RESOLVED]} {len(alerts)} alerts: {len(firing)} firing, {len(resolved)} resolved"
+    blocks: list[dict] = [{"type": "header", "text": {"type": "plain_text", "text": title, "emoji": True}}]
+    shown = 0
+    for a in firing + resolved:
+        part: list[dict] = [{"type": "divider"}, _section(_alert_line(a))]
+        fields = [_field(str(n), str(v)) for n, v in a.evidence[:MAX_FIELDS_PER_SECTION]]
+        if fields:
+            part.append({"type": "section", "fields": fields})
+        if a.status == FIRING and a.fixes:
+            items = "\n".join(f"{i}. {escape_entities(_one_line(f))}" for i, f in enumerate(a.fixes, 1))
+            part.append(_section(f"*What to check*\n{items}"))
+        if len(blocks) + len(part) > MAX_BLOCKS - 1:  # keep one block for the "not shown" line
+            break
+        blocks += part
+        shown += 1
+    if shown < len(alerts):
+        blocks.append({"type": "context", "elements": [
+            {"type": "mrkdwn", "text": f"_{len(alerts) - shown} more alerts not shown_"}]})
+    payload: dict = {"text": _truncate(escape_mrkdwn(_one_line(fallback)), MAX_FALLBACK_TEXT), "blocks": blocks}
+    if channel:
+        payload["channel"] = channel
+    return payload
 
 
 # --------------------------------------------------------------------------------------------
 # Notifier
 
-_SENT, _DROPPED, _RETRY = "sent", "dropped", "retry"
 
-
-class SlackNotifier:
-    """Queue alerts and post them to a Slack incoming webhook, oldest first.
+class SlackNotifier(QueuedNotifier):
+    """Post notifications to a Slack incoming webhook, oldest first, through the durable queue.
 
     webhook_url: secret; never logged, shown in repr or put in an exception message.
-    queue_path: JSON file holding pending notifications across restarts (None: memory only).
-    timeout: seconds per HTTP request. backoff_initial / backoff_max: seconds; the n-th
-        consecutive transient failure waits min(backoff_max, backoff_initial × 2^n) minus up to
-        10 % jitter. A 429 waits `Retry-After` seconds instead and leaves the backoff alone.
-    session: a `requests.Session` to post with (default: a new one).
-    dry_run: a text stream; when set each payload is printed there as indented JSON and nothing
-        is posted (counted as sent).
     channel: channel override for legacy webhooks (new-style webhooks are bound to one channel).
-
-    Counters (read by the metrics layer): `sent_total`, `failed_total` {"permanent": dropped
-    notifications, "retry": failed attempts that will be retried}, `queue_depth`,
-    `last_success_timestamp` (seconds since the epoch, None before the first success).
+    session: a `requests.Session` to post with (default: a new one).
+    queue_options (queue_path, timeout, backoff_initial, backoff_max, dry_run, send_resolved)
+    and the counters: see `QueuedNotifier`. A 200 `ok` is delivered; Slack's permanent error strings
+    (`PERMANENT_ERRORS`) and other 4xx except 429 drop the message; the rest is retried.
 
     Raises ValueError when webhook_url is not an http(s) URL (message omits the URL) or a
-    backoff/timeout is not positive; OSError when an existing queue file cannot be read. A queue
-    file that is not valid JSON is renamed to `<name>.corrupt-<epoch>` and logged at ERROR.
+    backoff/timeout is not positive.
     """
 
-    def __init__(
-        self,
-        webhook_url: str,
-        *,
-        queue_path: Path | None = None,
-        timeout: float = 10.0,
-        backoff_initial: float = 1.0,
-        backoff_max: float = 300.0,
-        session: requests.Session | None = None,
-        dry_run: TextIO | None = None,
-        channel: str | None = None,
-    ) -> None:
-        parts = urlsplit(webhook_url or "")
-        if parts.scheme not in ("http", "https") or not parts.netloc:
-            raise ValueError("webhook_url must be an http(s) URL")
-        if timeout <= 0 or backoff_initial <= 0 or backoff_max < backoff_initial:
-            raise ValueError("timeout and backoff_initial must be > 0 and backoff_max >= backoff_initial")
-        self._url = _Secret(webhook_url)
-        _register_secret(self._url)
-        self.queue_path = Path(queue_path) if queue_path is not None else None
-        self.timeout = timeout
-        self.backoff_initial = backoff_initial
-        self.backoff_max = backoff_max
+    kind = "Slack"
+
+    def __init__(self, webhook_url: str, *, name: str = "slack", channel: str | None = None,
+                 session: requests.Session | None = None, **queue_options) -> None:
+        check_url(webhook_url, "webhook_url")
+        self._url = Secret(webhook_url)
         self.channel = channel
         self._session = session
-        self._dry_run = dry_run
-
-        self.sent_total = 0
-        self.failed_total: dict[str, int] = {"permanent": 0, "retry": 0}
-        self.last_success_timestamp: float | None = None
-
-        self._pending: list[dict] = []  # [{"seq": int, "alert": Alert.to_dict()}], oldest first
-        self._next_seq = 1
-        self._lock = threading.Lock()  # guards _pending, _next_seq and the queue file
-        self._cond = threading.Condition(self._lock)
-        self._send_lock = threading.Lock()  # one delivery attempt at a time (thread or drain)
-        self._failures = 0  # consecutive transient failures of the head notification
-        self._not_before = 0.0  # time.monotonic() before which the head is not retried
-        self._thread: threading.Thread | None = None
-        self._stopping = False
-        if self.queue_path is not None:
-            self._load()
+        super().__init__(name, logger=log, **queue_options)
 
     def __repr__(self) -> str:
         return (
-            f"SlackNotifier(webhook_url={REDACTED}, queue_path={self.queue_path!r}, "
+            f"SlackNotifier(name={self.name!r}, webhook_url={REDACTED}, queue_path={self.queue_path!r}, "
             f"queue_depth={self.queue_depth}, dry_run={self._dry_run is not None})"
         )
 
-    # -- queue -------------------------------------------------------------------------------
-
     @property
-    def queue_depth(self) -> int:
-        """Notifications not yet delivered or dropped."""
-        with self._lock:
-            return len(self._pending)
+    def target(self) -> tuple[str, str | None]:
+        """(webhook URL, channel): two routes with the same target share one notifier."""
+        return self._url.value, self.channel
 
-    def notify(self, alert: Alert) -> int:
-        """Queue a snapshot of `alert` for delivery and return its sequence number at once.
+    def notify(self, notification: Notification | Alert) -> int:
+        """Queue a notification (or one alert) and return its sequence number at once.
 
-        Later changes to `alert` do not affect what is sent. With a queue_path the file is
-        rewritten before returning; if that fails the error is logged and the notification is
-        kept in memory only. Raises TypeError when the alert holds values JSON cannot encode.
+        Later changes to the argument do not affect what is sent. Raises TypeError when it holds
+        values JSON cannot encode.
         """
-        snapshot = json.loads(json.dumps(alert.to_dict()))  # deep copy + proves it is storable
-        with self._cond:
-            item = {"seq": self._next_seq, "alert": snapshot}
-            self._next_seq += 1
-            self._pending.append(item)
-            self._persist_locked()
-            self._cond.notify_all()
-        return item["seq"]
+        if isinstance(notification, Alert):
+            notification = Notification.single(notification, receiver=self.name)
+        return super().notify(notification)
 
-    def _load(self) -> None:
-        path = self.queue_path
-        try:
-            raw = path.read_text(encoding="utf-8")
-        except FileNotFoundError:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            return
-        try:
-            data = json.loads(raw) if raw.strip() else {}
-            pending = [
-                {"seq": int(it["seq"]), "alert": dict(it["alert"])} for it in data.get("pending", [])
-            ]
-            next_seq = int(data.get("next_seq", 1))
-        except (ValueError, TypeError, KeyError, AttributeError) as exc:
-            aside = path.with_name(f"{path.name}.corrupt-{int(time.time())}")
-            os.replace(path, aside)
-            log.error("Slack queue file %s is unreadable (%s); moved to %s, starting empty", path, exc, aside)
-            return
-        pending.sort(key=lambda it: it["seq"])
-        self._pending = pending
-        self._next_seq = max([next_seq] + [it["seq"] + 1 for it in pending])
-        if pending:
-            log.info("Slack queue %s: %d notification(s) pending from a previous run", path, len(pending))
+    def render(self, data: dict) -> dict:
+        return build_notification_payload(Notification.from_dict(data), channel=self.channel)
 
-    def _persist_locked(self) -> None:
-        """Rewrite the queue file atomically (temp file in the same dir, fsync, rename)."""
-        if self.queue_path is None:
-            return
-        path = self.queue_path
-        data = {"version": 1, "next_seq": self._next_seq, "pending": self._pending}
-        tmp = None
-        try:
-            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                json.dump(data, f, ensure_ascii=False)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
-            tmp = None
-            # fsync the directory too, or the rename itself may not survive a power cut.
-            dfd = os.open(path.parent, os.O_RDONLY)
-            try:
-                os.fsync(dfd)
-            finally:
-                os.close(dfd)
-        except OSError as exc:
-            log.error("could not write Slack queue file %s: %s", path, exc)
-        finally:
-            if tmp is not None:
-                try:
-                    os.unlink(tmp)
-                except OSError:
-                    pass
-
-    def _remove_head(self, seq: int) -> None:
-        with self._lock:
-            if self._pending and self._pending[0]["seq"] == seq:
-                self._pending.pop(0)
-                self._persist_locked()
-
-    # -- delivery ----------------------------------------------------------------------------
-
-    def start(self) -> None:
-        """Start the background delivery thread (no-op when already running)."""
-        with self._lock:
-            if self._thread is not None and self._thread.is_alive():
-                return
-            self._stopping = False
-            self._thread = threading.Thread(target=self._run, name="specwatch-slack", daemon=True)
-            self._thread.start()
-
-    def stop(self, timeout: float = 5.0) -> bool:
-        """Stop the delivery thread, waiting up to `timeout` seconds; pending items stay queued.
-
-        A request in flight is not interrupted (it lasts at most `self.timeout` seconds). Returns
-        True when the thread has ended.
-        """
-        with self._cond:
-            self._stopping = True
-            self._cond.notify_all()
-            thread = self._thread
-        if thread is None:
-            return True
-        thread.join(timeout)
-        return not thread.is_alive()
-
-    def drain(self, timeout: float = 30.0) -> bool:
-        """Deliver pending notifications in this thread for up to `timeout` seconds.
-
-        Waits out backoff and Retry-After like the background thread (the two may run at once;
-        attempts are serialised). Request timeouts are shortened so the call ends within about
-        `timeout`. Returns True when the queue is empty.
-        """
-        deadline = time.monotonic() + timeout
-        while True:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                return self.queue_depth == 0
-            wait = self._deliver_one(request_timeout=min(self.timeout, remaining))
-            if wait is None:
-                return True
-            if wait > 0:
-                time.sleep(min(wait, max(0.0, deadline - time.monotonic())))
-
-    def _run(self) -> None:
-        while True:
-            with self._cond:
-                if self._stopping:
-                    return
-            wait = self._deliver_one(request_timeout=self.timeout)
-            with self._cond:
-                if self._stopping:
-                    return
-                if wait is None:
-                    if not self._pending:
-                        self._cond.wait()  # notify() or stop() wakes us
-                elif wait > 0:
-                    # notify() may wake us early; _deliver_one then returns the time still left.
-                    self._cond.wait(wait)
-
-    def _deliver_one(self, request_timeout: float) -> float | None:
-        """Try the oldest notification once.
-
-        Returns None when nothing is pending, 0 to go on at once, or seconds to wait before the
-        head may be tried again.
-        """
-        with self._send_lock:
-            with self._lock:
-                if not self._pending:
-                    return None
-                item = self._pending[0]
-            wait = self._not_before - time.monotonic()
-            if wait > 0:
-                return wait
-            outcome, delay = self._attempt(item, request_timeout)
-            if outcome == _RETRY:
-                self._not_before = time.monotonic() + delay
-                return delay
-            self._failures = 0
-            self._not_before = 0.0
-            self._remove_head(item["seq"])
-            return 0.0
-
-    def _backoff(self) -> float:
-        delay = min(self.backoff_max, self.backoff_initial * 2.0 ** min(self._failures, 60))
-        self._failures += 1
-        return delay * random.uniform(0.9, 1.0)  # jitter down, so backoff_max is a true cap
-
-    def _attempt(self, item: dict, request_timeout: float) -> tuple[str, float]:
-        seq = item["seq"]
-        try:
-            alert = Alert.from_dict(item["alert"])
-            payload = build_payload(alert, channel=self.channel)
-        except Exception as exc:  # a hand-edited or foreign queue file; retrying cannot help
-            self.failed_total["permanent"] += 1
-            log.error("Slack notification seq=%d is malformed (%s: %s); dropped", seq, type(exc).__name__, exc)
-            return _DROPPED, 0.0
-
-        if self._dry_run is not None:
-            try:
-                self._dry_run.write(json.dumps(payload, indent=2, ensure_ascii=False) + "\n")
-                self._dry_run.flush()
-            except (OSError, ValueError) as exc:  # closed or full stream: keep it queued
-                self.failed_total["retry"] += 1
-                delay = self._backoff()
-                log.warning("dry-run output failed (%s); retry in %.2fs", exc, delay)
-                return _RETRY, delay
-            self._record_success()
-            return _SENT, 0.0
-
+    def send(self, payload: object, timeout: float) -> Attempt:
         if self._session is None:
             self._session = requests.Session()
-        try:
-            resp = self._session.post(self._url.value, json=payload, timeout=request_timeout)
-        except Exception as exc:  # noqa: BLE001 - anything here is retried, never kills the thread
-            # requests puts the URL in its messages; only the redacted text is logged, no traceback.
-            self.failed_total["retry"] += 1
-            delay = self._backoff()
-            log.warning(
-                "Slack post of %s seq=%d failed (%s: %s); retry %d in %.2fs",
-                alert.name, seq, type(exc).__name__, self._url.redact(str(exc)), self._failures, delay,
-            )
-            return _RETRY, delay
-
-        status = resp.status_code
-        body = self._url.redact(resp.text.strip())[:200]
-        error = _error_code(body)
-        if status == 200 and body == "ok":
-            self._record_success()
-            return _SENT, 0.0
-        if error in PERMANENT_ERRORS or (400 <= status < 500 and status != 429):
-            self.failed_total["permanent"] += 1
-            log.error(
-                "Slack rejected %s seq=%d permanently: HTTP %d %r; dropped", alert.name, seq, status, body
-            )
-            return _DROPPED, 0.0
-        self.failed_total["retry"] += 1
-        if status == 429:
-            delay = _retry_after(resp.headers.get("Retry-After"))
-            if delay is None:
-                delay = self.backoff_initial * random.uniform(0.9, 1.0)
-            log.warning("Slack rate-limited %s seq=%d; retry in %.2fs", alert.name, seq, delay)
-            return _RETRY, delay
-        delay = self._backoff()
-        log.warning(
-            "Slack post of %s seq=%d got HTTP %d %r; retry %d in %.2fs",
-            alert.name, seq, status, body, self._failures, delay,
+        return post_json(
+            self._session, self._url, payload, timeout,
+            succeeded=lambda status, body: status == 200 and body == "ok",
+            permanent=lambda status, body: _error_code(body) in PERMANENT_ERRORS or (400 <= status < 500 and status != 429),
         )
-        return _RETRY, delay
-
-    def _record_success(self) -> None:
-        self.sent_total += 1
-        self.last_success_timestamp = time.time()
 
 
 def _error_code(body: str) -> str:
@@ -625,17 +364,3 @@ def _error_code(body: str) -> str:
         except (ValueError, AttributeError):
             return body
     return body
-
-
-def _retry_after(value: str | None) -> float | None:
-    """`Retry-After` → seconds ≥ 0: delta-seconds (what Slack sends) or an HTTP date; else None."""
-    if not value:
-        return None
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        pass
-    try:
-        return max(0.0, parsedate_to_datetime(value).timestamp() - time.time())
-    except (TypeError, ValueError, IndexError):
-        return None

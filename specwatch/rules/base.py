@@ -1,9 +1,9 @@
-"""The rule interface: events in, alert transitions out.
+"""The rule interface: events in, alert transitions out; and what rules share.
 
 A rule sees every event of every server (`on_event`, on the pipeline's thread, under its lock)
-and the passage of time (`on_tick`, about once a second in the daemon, at each decode line in
-replay). It returns only transitions: a newly firing `Alert`, or the same alert with status
-`resolved`. The dispatcher does dedup, repeats and delivery; a rule knows nothing of Slack.
+and the passage of time (`on_tick`, about once a second in the daemon, at each timestamped line
+in replay). It returns only transitions: a newly firing `Alert`, or the same alert with status
+`resolved`. The dispatcher does grouping, repeats and delivery; a rule knows nothing of Slack.
 State that must survive a restart goes through `to_state` / `load_state` (JSON-able).
 A config reload (SIGHUP) hands each rule the new config through `reconfigure`; the rule keeps
 its state and applies the new thresholds from the next event on.
@@ -11,8 +11,9 @@ its state and applies the new thresholds from the next event on.
 
 from __future__ import annotations
 
-from specwatch.alerts.model import Alert
+from specwatch.alerts.model import FIRING, Alert
 from specwatch.config import Config
+from specwatch.events import ServerArgs, ServerRestarted, ServerStarted
 
 
 class Rule:
@@ -34,3 +35,84 @@ class Rule:
 
     def reconfigure(self, config: Config) -> None:
         """The config was reloaded (under the pipeline's lock): take the new thresholds."""
+
+
+def log_paths_of(config: Config) -> dict[str, list[str]]:
+    """server → the log files followed for it (for rules that name them in alerts)."""
+    paths: dict[str, list[str]] = {}
+    for src in config.logs:
+        paths.setdefault(src.server, []).append(src.path)
+    return paths
+
+
+def fmt(v: float | None, spec: str = ".2f") -> str:
+    return "n/a" if v is None else format(v, spec)
+
+
+def new_alert(name: str, severity: str, server: str, rank: str, *, summary: str, description: str,
+              starts_at: float, evidence: list[tuple[str, str]], fixes: list[str]) -> Alert:
+    """A firing alert with the labels every specwatch rule uses."""
+    return Alert(labels={"alertname": name, "severity": severity, "server": server, "rank": rank},
+                 annotations={"summary": summary, "description": description}, starts_at=starts_at,
+                 evidence=evidence, fixes=fixes, status=FIRING)
+
+
+def alert_key(*parts: str) -> str:
+    """Key of a firing alert in a rule's `ActiveAlerts` (strings: the state is JSON)."""
+    return "|".join(parts)
+
+
+SPEC_ARG_KEYS = ("speculative_algorithm", "speculative_draft_model_path", "model_path",
+                 "speculative_num_steps", "speculative_eagle_topk", "speculative_num_draft_tokens")
+
+
+def args_evidence(args: dict[str, object] | None) -> list[tuple[str, str]]:
+    """The speculative settings of a server as evidence pairs (those that are set)."""
+    args = args or {}
+    return [(k, str(args[k])) for k in SPEC_ARG_KEYS if args.get(k) is not None]
+
+
+def speculation_configured(args: dict[str, object] | None) -> bool | None:
+    """True/False from a server's args; None when no args were seen."""
+    if args is None:
+        return None
+    algo = args.get("speculative_algorithm")
+    return algo is not None and str(algo).strip().upper() not in ("", "NONE")
+
+
+class ServerArgsMemory:
+    """The latest `ServerArgs` of each server, and whether a new one means a (re)start.
+
+    Only the log's `server_args` line marks a start (its timestamp is the start time; a new
+    one after an earlier one is a restart). Settings from the HTTP API or the command line are
+    re-sent whenever specwatch starts or a poll sees them change, so they update the settings
+    but prove no restart; `is_restart_event` recognises the process source's own restart events.
+    """
+
+    def __init__(self) -> None:
+        self.args: dict[str, dict[str, object]] = {}
+        self._stamp: dict[str, float | None] = {}
+
+    def observe(self, server: str, event: ServerArgs) -> bool:
+        """Remember `event`'s settings; True when it is a log start line after an earlier one."""
+        self.args[server] = dict(event.args)
+        if getattr(event, "source", "log") != "log" or event.timestamp is None:
+            return False
+        old = self._stamp.get(server)
+        self._stamp[server] = event.timestamp
+        return old is not None and event.timestamp != old
+
+    def get(self, server: str) -> dict[str, object] | None:
+        return self.args.get(server)
+
+    def to_state(self) -> dict:
+        return {"args": self.args, "stamp": self._stamp}
+
+    def load_state(self, state: dict) -> None:
+        self.args.update(state.get("args", {}))
+        self._stamp.update(state.get("stamp", {}))
+
+
+def is_restart_event(event: object) -> bool:
+    """A process-source event saying the server restarted (or came back after being down)."""
+    return isinstance(event, ServerRestarted) or (isinstance(event, ServerStarted) and not event.first_seen)

@@ -6,7 +6,8 @@ changed meaning twice (0.25 vs 0.00 at the same total collapse; sglang.md §1.6)
 A rank collapses after `min_batches` consecutive decode batches with accept len <=
 `max_accept_length` while requests are running; it recovers after `min_batches` consecutive
 batches at or above `recover_accept_length`. Batches in between reset both runs, so a rank that
-hovers between the thresholds keeps its current state (no flapping).
+hovers between the thresholds keeps its current state (no flapping). Lines of idle or
+prefill-dominated windows (`rules/windows.py`) are skipped: they neither count nor break a run.
 """
 
 from __future__ import annotations
@@ -14,9 +15,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from specwatch.alerts.model import FIRING, RESOLVED, Alert
-from specwatch.config import CollapseConfig, Config
-from specwatch.events import DecodeBatch, ServerArgs
-from specwatch.rules.base import Rule
+from specwatch.config import CollapseConfig, Config, WindowConfig
+from specwatch.events import DecodeBatch, PrefillBatch, ServerArgs
+from specwatch.rules.base import Rule, args_evidence, fmt
+from specwatch.rules.windows import WindowTracker
 
 ALERT_NAME = "AcceptanceCollapse"
 
@@ -29,10 +31,6 @@ class _RankState:
     collapsed: bool = False
     alert: Alert | None = None
     awaiting_diagnosis: bool = False  # fired before the probes finished: one follow-up due
-
-
-def _fmt(v, spec: str = ".2f") -> str:
-    return "n/a" if v is None else format(v, spec)
 
 
 def _summary(report) -> str:
@@ -89,8 +87,9 @@ class CollapseRule(Rule):
 
     name = "collapse"
 
-    def __init__(self, config: CollapseConfig, diagnoser=None):
+    def __init__(self, config: CollapseConfig, windows: WindowConfig | None = None, diagnoser=None):
         self.config = config
+        self.windows = WindowTracker(windows or WindowConfig())
         self.diagnoser = diagnoser
         self._ranks: dict[tuple[str, str], _RankState] = {}
         self._server_args: dict[str, dict[str, object]] = {}
@@ -121,12 +120,15 @@ class CollapseRule(Rule):
     def reconfigure(self, config: Config) -> None:
         # Runs of low/high batches carry over: a rank half-way to firing stays half-way.
         self.config = config.collapse
+        self.windows.config = config.windows
 
     def on_event(self, server: str, event: object, now: float) -> list[Alert]:
         if isinstance(event, DecodeBatch):
             alert = self.observe(server, event)
             return [alert] if alert is not None else []
-        if isinstance(event, ServerArgs):
+        if isinstance(event, PrefillBatch):
+            self.windows.observe(server, event)
+        elif isinstance(event, ServerArgs):
             self.observe_server_args(server, event)
         return []
 
@@ -139,15 +141,14 @@ class CollapseRule(Rule):
 
     def observe(self, server: str, batch: DecodeBatch) -> Alert | None:
         """Feed one decode batch; returns the alert when it fires or resolves, else None."""
-        if batch.accept_length is None:
-            return None
+        window = self.windows.observe(server, batch)
+        if not window.acceptance_valid:
+            return None  # idle or prefill-dominated: says nothing about the draft
         key = (server, batch.rank)
         st = self._ranks.get(key)
         if st is None:
             st = self._ranks[key] = _RankState()
         cfg = self.config
-        if batch.running_requests <= 0:
-            return None  # an idle rank says nothing about the draft
         if batch.accept_length <= cfg.max_accept_length:
             if st.low_run == 0:
                 st.low_since = batch.timestamp
@@ -169,7 +170,7 @@ class CollapseRule(Rule):
                 if alert is not None:
                     alert.status = RESOLVED
                     alert.ends_at = batch.timestamp
-                    alert.evidence.append(("recovered accept len", _fmt(batch.accept_length)))
+                    alert.evidence.append(("recovered accept len", fmt(batch.accept_length)))
                     return alert
         else:
             st.low_run = st.high_run = 0
@@ -181,20 +182,16 @@ class CollapseRule(Rule):
 
     def _evidence(self, batch: DecodeBatch, st: _RankState) -> list[tuple[str, str]]:
         return [
-            ("accept len", _fmt(batch.accept_length)),
-            ("accept rate", _fmt(batch.accept_rate)),
-            ("gen throughput (token/s)", _fmt(batch.gen_throughput)),
+            ("accept len", fmt(batch.accept_length)),
+            ("accept rate", fmt(batch.accept_rate)),
+            ("gen throughput (token/s)", fmt(batch.gen_throughput)),
             ("running requests", str(batch.running_requests)),
             ("decode batches at or below threshold", str(st.low_run)),
         ]
 
     def _alert(self, server: str, batch: DecodeBatch, st: _RankState) -> Alert:
         args = self._server_args.get(server, {})
-        evidence = self._evidence(batch, st)
-        for key in ("speculative_algorithm", "speculative_draft_model_path", "model_path",
-                    "speculative_num_steps", "speculative_eagle_topk", "speculative_num_draft_tokens"):
-            if args.get(key) is not None:
-                evidence.append((key, str(args[key])))
+        evidence = self._evidence(batch, st) + args_evidence(args)
         where = f"{server} {batch.rank}".strip()
         alert = Alert(
             labels={"alertname": ALERT_NAME, "severity": "critical", "server": server, "rank": batch.rank},

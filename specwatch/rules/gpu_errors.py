@@ -17,7 +17,7 @@ XID meanings and actions: NVIDIA "XID Errors" catalog (docs.nvidia.com/deploy/xi
 from __future__ import annotations
 
 from specwatch.alerts.model import Alert, iso8601
-from specwatch.config import GpuErrorsConfig
+from specwatch.config import Config, GpuErrorsConfig
 from specwatch.events import GpuSample, GpuState
 from specwatch.rules.active import ActiveAlertsRule
 
@@ -89,6 +89,9 @@ class GpuErrorsRule(ActiveAlertsRule):
         self._last_hit: dict[str, float] = {}
         self._known: dict[str, GpuState] = {}  # index -> last good state (labels for a lost GPU)
         self._max_count = 0
+
+    def reconfigure(self, config: Config) -> None:
+        self.config = config.gpu_errors
 
     def on_event(self, server: str, event: object, now: float) -> list[Alert]:
         if not isinstance(event, GpuSample) or not event.up:

@@ -21,7 +21,7 @@ from collections import deque
 from itertools import islice
 
 from specwatch.alerts.model import Alert
-from specwatch.config import GpuThrottleConfig
+from specwatch.config import Config, GpuThrottleConfig
 from specwatch.events import DecodeBatch, GpuSample, GpuState
 from specwatch.rules.active import ActiveAlertsRule
 
@@ -43,6 +43,10 @@ class GpuThrottleRule(ActiveAlertsRule):
         self._throttled: list[GpuState] = []
         self._gpu_time: float | None = None
         self._lines: dict[tuple[str, str], deque] = {}
+
+    def reconfigure(self, config: Config) -> None:
+        self.config = config.gpu_throttle
+        self.reasons = frozenset(self.config.reasons)
 
     def on_event(self, server: str, event: object, now: float) -> list[Alert]:
         if isinstance(event, GpuSample):

@@ -20,7 +20,7 @@ import os
 from typing import Callable
 
 from specwatch.alerts.model import Alert, iso8601
-from specwatch.config import LogSilentConfig
+from specwatch.config import Config, LogSilentConfig
 from specwatch.events import (
     ApiSample,
     DecodeBatch,
@@ -31,6 +31,7 @@ from specwatch.events import (
     ServerStarted,
 )
 from specwatch.rules.active import ActiveAlertsRule
+from specwatch.rules.base import log_paths_of
 
 ALERT_NAME = "SGLangLogSilent"
 QUIET_LEVELS = ("warning", "error", "critical")
@@ -67,6 +68,10 @@ class LogSilentRule(ActiveAlertsRule):
         if st is None:
             st = self._s[server] = _State()
         return st
+
+    def reconfigure(self, config: Config) -> None:
+        self.config = config.log_silent
+        self.log_paths = log_paths_of(config)
 
     def on_event(self, server: str, event: object, now: float) -> list[Alert]:
         if isinstance(event, DecodeBatch):

@@ -16,7 +16,7 @@
 from __future__ import annotations
 
 from specwatch.alerts.model import Alert, iso8601
-from specwatch.config import ServerRuleConfig
+from specwatch.config import Config, ServerRuleConfig
 from specwatch.events import (
     ApiSample,
     ProcessSample,
@@ -26,6 +26,7 @@ from specwatch.events import (
     ServerStarted,
 )
 from specwatch.rules.active import ActiveAlertsRule
+from specwatch.rules.base import log_paths_of
 
 DOWN = "SGLangServerDown"
 RESTARTED = "SGLangServerRestarted"
@@ -85,6 +86,10 @@ class ServerStateRule(ActiveAlertsRule):
         self._bad_since: dict[str, float] = {}
         self._bad_what: dict[str, str] = {}
         self._startup: dict[str, tuple[float, dict]] = {}  # API only: startup_time, args
+
+    def reconfigure(self, config: Config) -> None:
+        self.config = config.server_rule
+        self.log_paths = log_paths_of(config)
 
     # --- events ---
     def on_event(self, server: str, event: object, now: float) -> list[Alert]:

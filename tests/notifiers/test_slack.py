@@ -10,8 +10,8 @@ import time
 
 import pytest
 
-from specwatch.alerts.model import RESOLVED, Alert
-from specwatch.notifiers.slack import SlackNotifier, build_payload, escape_mrkdwn
+from specwatch.alerts.model import RESOLVED, Alert, Notification
+from specwatch.notifiers.slack import SlackNotifier, build_notification_payload, build_payload, escape_mrkdwn
 from slack_endpoint import SECRET_PATH, SlackEndpoint
 
 T0 = 1771864362.0  # 2026-02-23T16:32:42Z
@@ -110,6 +110,20 @@ def test_update_payload_says_so():
     texts = [b.get("text", {}).get("text", "") for b in p["blocks"] if b["type"] == "section"]
     assert "*Update:* specwatch diagnose: 3 error(s)" in texts
     assert any("1. [error] fc_bypass: fc is skipped" in t for t in texts)
+
+
+def test_update_in_a_group_payload_marks_that_alert():
+    def make(rank, **ann):
+        return Alert(labels={"alertname": "AcceptanceCollapse", "server": "s", "rank": rank},
+                     annotations={"summary": f"collapsed {rank}", **ann}, starts_at=1_700_000_000.0)
+
+    n = Notification("slack", "g", {}, [make("TP0"), make("TP1", update="specwatch diagnose: 1 error(s)")])
+    p = build_notification_payload(n)
+    assert p["text"].startswith("[UPDATE] [FIRING:2] AcceptanceCollapse on s")
+    lines = [b["text"]["text"] for b in p["blocks"] if b["type"] == "section" and "text" in b]
+    assert "(update)" not in lines[0] and "*Update:*" not in lines[0]
+    assert "_(update)_\n*Update:* specwatch diagnose: 1 error(s)\ncollapsed TP1" in lines[1]
+    assert not build_notification_payload(Notification("slack", "g", {}, [make("TP0"), make("TP1")]))["text"].startswith("[UPDATE]")
 
 
 def test_hostile_text_is_escaped():
@@ -286,7 +300,7 @@ def test_durable_queue_survives_restart(tmp_path):
     assert n1.stop(5)
     on_disk = json.loads(qp.read_text())
     assert [it["seq"] for it in on_disk["pending"]] == [1, 2, 3]
-    assert [it["alert"]["labels"]["server"] for it in on_disk["pending"]] == ["sglang-0", "sglang-1", "sglang-2"]
+    assert [it["data"]["alerts"][0]["labels"]["server"] for it in on_disk["pending"]] == ["sglang-0", "sglang-1", "sglang-2"]
     assert list(qp.parent.iterdir()) == [qp]  # no temp files left behind
 
     server = SlackEndpoint()
@@ -325,3 +339,38 @@ def test_dry_run_prints_json_and_sends_nothing(slack):
     assert json.loads(text) == build_payload(make_alert(1))
     assert slack.received == []
     assert n.sent_total == 1
+
+
+# -- group notifications ---------------------------------------------------------------------
+
+
+def test_group_payload_lists_firing_then_resolved():
+    from specwatch.alerts.model import Notification
+    from specwatch.notifiers.slack import build_notification_payload
+
+    fired = make_alert(1)
+    done = make_alert(2, status=RESOLVED, ends_at=T0 + 312)
+    done.labels["alertname"] = "ThroughputDrop"
+    p = build_notification_payload(Notification("slack", "k", {}, [done, fired]), channel="#gpu")
+    assert p["text"] == "[FIRING:1] AcceptanceCollapse; resolved: ThroughputDrop"
+    assert p["channel"] == "#gpu"
+    b = p["blocks"]
+    assert b[0]["text"]["text"] == ":rotating_light: 2 alerts: 1 firing, 1 resolved"
+    assert [x["type"] for x in b] == ["header", "divider", "section", "section", "section", "divider", "section", "section"]
+    assert b[2]["text"]["text"] == (":rotating_light: *AcceptanceCollapse* on sglang-1 DP0 TP0\n"
+                                    "accept len 1.05 on sglang-0 DP0 TP0")
+    assert b[4]["text"]["text"].startswith("*What to check*\n1. Check that the draft model matches")
+    assert b[6]["text"]["text"] == ":white_check_mark: *ThroughputDrop* on sglang-2 DP0 TP0: resolved after 5m 12s"
+    # one alert: exactly the single-alert layout
+    assert build_notification_payload(Notification("slack", "k", {}, [fired])) == build_payload(fired)
+
+
+def test_group_payload_respects_the_block_cap():
+    from specwatch.alerts.model import Notification
+    from specwatch.notifiers.slack import build_notification_payload
+
+    many = [make_alert(i) for i in range(30)]
+    p = build_notification_payload(Notification("slack", "k", {}, many))
+    assert len(p["blocks"]) <= 50
+    assert p["blocks"][-1]["elements"][0]["text"] == "_18 more alerts not shown_"  # 12 shown × 4 blocks
+    assert p["text"] == "[FIRING:30] AcceptanceCollapse"

@@ -16,11 +16,16 @@ from specwatch.pipeline import Pipeline
 
 
 class Recorder:
+    """A receiver keeping the alerts of each notification, in order."""
+
+    name = "rec"
+    send_resolved = True
+
     def __init__(self):
         self.got = []
 
-    def notify(self, alert):
-        self.got.append(alert)
+    def notify(self, notification):
+        self.got.extend(notification.alerts)
 
 
 def server_args_line(algorithm="EAGLE3", draft="speculators-converted"):
@@ -39,7 +44,8 @@ def pipeline(sglang_root, background):
     cfg = build_config({"server": "k25", "logs": [{"path": "/x.log"}],
                         "diagnosis": {"sglang_root": str(sglang_root), "timeout": "30s"}})
     rec = Recorder()
-    return Pipeline(cfg, Dispatcher([rec]), diagnosis_background=background), rec
+    # every change notified at once (no group_wait / group_interval), as replay does
+    return Pipeline(cfg, Dispatcher([rec], group_wait=0, group_interval=0), diagnosis_background=background), rec
 
 
 def feed(p, text):

@@ -1,0 +1,48 @@
+"""Inhibition: a firing alert mutes other alerts that it explains (Alertmanager semantics).
+
+A rule mutes a target alert when the target matches `target`, some firing alert other than the
+target itself matches `source`, and both have the same value (absent = "") for every label in
+`equal`. The defaults: an acceptance collapse mutes the throughput-drop and degradation alerts of
+the same server and rank, and a degradation or a GPU throttling drop mutes the throughput drop,
+because those alerts name the cause and carry the fix.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from specwatch.alerts.matchers import Matcher, matches_all, parse_matcher
+from specwatch.alerts.model import FIRING, Alert
+
+
+@dataclass(frozen=True)
+class InhibitRule:
+    source: tuple[Matcher, ...]
+    target: tuple[Matcher, ...]
+    equal: tuple[str, ...] = field(default_factory=tuple)
+
+    def mutes(self, target: Alert, source: Alert) -> bool:
+        return (
+            source is not target
+            and source.status == FIRING
+            and source.fingerprint != target.fingerprint
+            and matches_all(self.target, target.labels)
+            and matches_all(self.source, source.labels)
+            and all(source.labels.get(k, "") == target.labels.get(k, "") for k in self.equal)
+        )
+
+
+def default_inhibit_rules() -> list[InhibitRule]:
+    return [
+        InhibitRule(source=(parse_matcher("alertname=AcceptanceCollapse"),),
+                    target=(parse_matcher('alertname=~"ThroughputDrop|AcceptanceDegradation"'),),
+                    equal=("server", "rank")),
+        InhibitRule(source=(parse_matcher('alertname=~"AcceptanceDegradation|GpuThrottlingThroughputDrop"'),),
+                    target=(parse_matcher("alertname=ThroughputDrop"),),
+                    equal=("server", "rank")),
+    ]
+
+
+def inhibited(alert: Alert, rules: list[InhibitRule], alerts: list[Alert]) -> bool:
+    """True when a firing alert in `alerts` mutes `alert` under one of `rules`."""
+    return any(r.mutes(alert, src) for r in rules if matches_all(r.target, alert.labels) for src in alerts)

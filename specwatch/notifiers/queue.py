@@ -1,0 +1,337 @@
+"""Durable, ordered delivery shared by every notifier: an on-disk queue and one sender thread.
+
+A notifier subclasses `QueuedNotifier` and supplies two steps: `render(data)` (queued JSON →
+the payload to send; an exception drops the item as permanently broken) and `send(payload,
+timeout)` (one attempt → an `Attempt`). The base class keeps the queue, in order, in
+`<state_dir>/<name>-queue.json` (rewritten atomically on every change, so it survives a crash or
+restart), retries transient failures forever with exponential backoff (a 429 waits its
+Retry-After instead), logs a permanent failure once and drops it, and counts what happened.
+
+Delivery is at-least-once: if the process dies after the receiver accepted an item but before
+the queue file was rewritten, that item is sent again after the restart. A clean stop (SIGTERM)
+waits for the request in flight, so a restart repeats nothing.
+
+Ordering: one queue per receiver, oldest first; an item is retried until it succeeds or is
+dropped before the next one is tried, so notifications about one alert arrive in the order they
+were made. `coalesce_key` lets a notifier replace a queued item that has not been sent yet (the
+Alertmanager push queues full snapshots: only the newest matters).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import random
+import re
+import threading
+import time
+from pathlib import Path
+from typing import TextIO
+
+from specwatch.alerts.model import Notification
+from specwatch.notifiers.http import PERMANENT, RETRY, SENT, Attempt
+from specwatch.storage import write_json_atomic
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+def queue_file(state_dir: str | os.PathLike, name: str) -> Path:
+    """`<state_dir>/<name>-queue.json`, with characters unsafe in a file name replaced by `_`."""
+    return Path(state_dir) / f"{_UNSAFE.sub('_', name)}-queue.json"
+
+
+class QueuedNotifier:
+    """Base class: a durable FIFO of JSON items and a thread that delivers them one at a time.
+
+    name: the `notifier` label of the delivery metrics (e.g. `slack`, `webhook/ops`).
+    queue_path: JSON file holding pending items across restarts (None: memory only).
+    timeout: seconds per attempt. backoff_initial / backoff_max: seconds; the n-th consecutive
+        transient failure waits min(backoff_max, backoff_initial × 2^n) minus up to 10 % jitter.
+        A wait the receiver asks for (Retry-After) is used instead and leaves the backoff alone.
+    dry_run: a text stream; when set each payload is printed there as indented JSON and nothing
+        is sent (counted as sent).
+    send_resolved: whether the dispatcher sends this receiver notifications of resolved alerts.
+
+    Counters (read by the metrics layer): `sent_total`, `failed_total` {"permanent": dropped
+    items, "retry": failed attempts that will be retried}, `queue_depth`,
+    `last_success_timestamp` (seconds since the epoch, None before the first success).
+
+    Raises ValueError when a backoff/timeout is not positive; OSError when an existing queue file
+    cannot be read. A queue file that is not valid JSON is renamed to `<name>.corrupt-<epoch>`
+    and logged at ERROR.
+    """
+
+    kind = "notifier"  # human name in log lines ("Slack", "webhook", "Alertmanager")
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        queue_path: Path | None = None,
+        timeout: float = 10.0,
+        backoff_initial: float = 1.0,
+        backoff_max: float = 300.0,
+        dry_run: TextIO | None = None,
+        send_resolved: bool = True,
+        logger: logging.Logger | None = None,
+    ) -> None:
+        if timeout <= 0 or backoff_initial <= 0 or backoff_max < backoff_initial:
+            raise ValueError("timeout and backoff_initial must be > 0 and backoff_max >= backoff_initial")
+        self.name = name
+        self.queue_path = Path(queue_path) if queue_path is not None else None
+        self.timeout = timeout
+        self.backoff_initial = backoff_initial
+        self.backoff_max = backoff_max
+        self.send_resolved = send_resolved
+        self.log = logger or logging.getLogger(f"specwatch.notifiers.{self.kind.lower()}")
+        self._dry_run = dry_run
+
+        self.sent_total = 0
+        self.failed_total: dict[str, int] = {PERMANENT: 0, RETRY: 0}
+        self.last_success_timestamp: float | None = None
+
+        self._pending: list[dict] = []  # [{"seq": int, "key": str|None, "data": dict}], oldest first
+        self._next_seq = 1
+        self._inflight: int | None = None  # seq of the item being attempted (never coalesced)
+        self._lock = threading.Lock()  # guards _pending, _next_seq, _inflight and the queue file
+        self._cond = threading.Condition(self._lock)
+        self._send_lock = threading.Lock()  # one delivery attempt at a time (thread or drain)
+        self._failures = 0  # consecutive transient failures of the head item
+        self._not_before = 0.0  # time.monotonic() before which the head is not retried
+        self._thread: threading.Thread | None = None
+        self._stopping = False
+        if self.queue_path is not None:
+            self._load()
+
+    # -- what subclasses provide ---------------------------------------------------------
+
+    def render(self, data: dict) -> object:
+        """Queued item → payload (JSON-able). Raising drops the item as permanently broken."""
+        raise NotImplementedError
+
+    def send(self, payload: object, timeout: float) -> Attempt:
+        """One delivery attempt of `payload`, at most `timeout` seconds. Must not raise."""
+        raise NotImplementedError
+
+    def describe(self, data: dict) -> str:
+        """Short text naming the item in log lines (no secrets)."""
+        alerts = data.get("alerts") or []
+        names = sorted({a.get("labels", {}).get("alertname", "?") for a in alerts})
+        return ",".join(names) or "notification"
+
+    def notify(self, notification: Notification) -> int:
+        """Queue a group notification (from the dispatcher); returns its sequence number."""
+        return self.enqueue(notification.to_dict())
+
+    # -- queue -----------------------------------------------------------------------------
+
+    @property
+    def queue_depth(self) -> int:
+        """Items not yet delivered or dropped."""
+        with self._lock:
+            return len(self._pending)
+
+    def enqueue(self, data: dict, coalesce_key: str | None = None) -> int:
+        """Queue a snapshot of `data` and return its sequence number at once.
+
+        With `coalesce_key`, a queued item with the same key that is not being sent right now
+        is replaced in place (keeping its position and number). With a queue_path the file is
+        rewritten before returning; if that fails the error is logged and the item is kept in
+        memory only. Raises TypeError when `data` holds values JSON cannot encode.
+        """
+        snapshot = json.loads(json.dumps(data))  # deep copy + proves it is storable
+        with self._cond:
+            for it in self._pending:
+                if coalesce_key is not None and it.get("key") == coalesce_key and it["seq"] != self._inflight:
+                    it["data"] = snapshot
+                    seq = it["seq"]
+                    break
+            else:
+                seq = self._next_seq
+                self._next_seq += 1
+                self._pending.append({"seq": seq, "key": coalesce_key, "data": snapshot})
+            self._persist_locked()
+            self._cond.notify_all()
+        return seq
+
+    def _load(self) -> None:
+        path = self.queue_path
+        try:
+            raw = path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            return
+        try:
+            data = json.loads(raw) if raw.strip() else {}
+            pending = [self._item_from_file(it) for it in data.get("pending", [])]
+            next_seq = int(data.get("next_seq", 1))
+        except (ValueError, TypeError, KeyError, AttributeError) as exc:
+            aside = path.with_name(f"{path.name}.corrupt-{int(time.time())}")
+            os.replace(path, aside)
+            self.log.error("%s queue file %s is unreadable (%s); moved to %s, starting empty",
+                           self.kind, path, exc, aside)
+            return
+        pending.sort(key=lambda it: it["seq"])
+        self._pending = pending
+        self._next_seq = max([next_seq] + [it["seq"] + 1 for it in pending])
+        if pending:
+            self.log.info("%s queue %s: %d notification(s) pending from a previous run", self.kind, path, len(pending))
+
+    def _item_from_file(self, it: dict) -> dict:
+        if "data" not in it and "alert" in it:  # version 1 (Slack only): one alert per item
+            data = {"receiver": self.name, "group_key": "", "group_labels": {}, "alerts": [dict(it["alert"])]}
+            return {"seq": int(it["seq"]), "key": None, "data": data}
+        return {"seq": int(it["seq"]), "key": it.get("key"), "data": dict(it["data"])}
+
+    def _persist_locked(self) -> None:
+        if self.queue_path is None:
+            return
+        try:
+            write_json_atomic(self.queue_path, {"version": 2, "next_seq": self._next_seq, "pending": self._pending})
+        except OSError as exc:
+            self.log.error("could not write %s queue file %s: %s", self.kind, self.queue_path, exc)
+
+    def _remove(self, seq: int) -> None:
+        with self._lock:
+            self._inflight = None
+            for i, it in enumerate(self._pending):
+                if it["seq"] == seq:
+                    del self._pending[i]
+                    self._persist_locked()
+                    return
+
+    # -- delivery ----------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Start the background delivery thread (no-op when already running)."""
+        with self._lock:
+            if self._thread is not None and self._thread.is_alive():
+                return
+            self._stopping = False
+            self._thread = threading.Thread(target=self._run, name=f"specwatch-{self.name}", daemon=True)
+            self._thread.start()
+
+    def stop(self, timeout: float = 5.0) -> bool:
+        """Stop the delivery thread, waiting up to `timeout` seconds; pending items stay queued.
+
+        A request in flight is not interrupted (it lasts at most `self.timeout` seconds). Returns
+        True when the thread has ended.
+        """
+        with self._cond:
+            self._stopping = True
+            self._cond.notify_all()
+            thread = self._thread
+        if thread is None:
+            return True
+        thread.join(timeout)
+        return not thread.is_alive()
+
+    def drain(self, timeout: float = 30.0) -> bool:
+        """Deliver pending items in this thread for up to `timeout` seconds.
+
+        Waits out backoff and Retry-After like the background thread (the two may run at once;
+        attempts are serialised). Request timeouts are shortened so the call ends within about
+        `timeout`. Returns True when the queue is empty.
+        """
+        deadline = time.monotonic() + timeout
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return self.queue_depth == 0
+            wait = self._deliver_one(request_timeout=min(self.timeout, remaining))
+            if wait is None:
+                return True
+            if wait > 0:
+                time.sleep(min(wait, max(0.0, deadline - time.monotonic())))
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                if self._stopping:
+                    return
+            wait = self._deliver_one(request_timeout=self.timeout)
+            with self._cond:
+                if self._stopping:
+                    return
+                if wait is None:
+                    if not self._pending:
+                        self._cond.wait()  # enqueue() or stop() wakes us
+                elif wait > 0:
+                    # enqueue() may wake us early; _deliver_one then returns the time still left.
+                    self._cond.wait(wait)
+
+    def _deliver_one(self, request_timeout: float) -> float | None:
+        """Try the oldest item once.
+
+        Returns None when nothing is pending, 0 to go on at once, or seconds to wait before the
+        head may be tried again.
+        """
+        with self._send_lock:
+            with self._lock:
+                if not self._pending:
+                    return None
+                wait = self._not_before - time.monotonic()
+                if wait > 0:
+                    return wait
+                item = self._pending[0]
+                self._inflight = item["seq"]
+                data = item["data"]
+            delay = self._attempt(item["seq"], data, request_timeout)
+            if delay is not None:
+                with self._lock:
+                    self._inflight = None
+                self._not_before = time.monotonic() + delay
+                return delay
+            self._failures = 0
+            self._not_before = 0.0
+            self._remove(item["seq"])
+            return 0.0
+
+    def _backoff(self) -> float:
+        delay = min(self.backoff_max, self.backoff_initial * 2.0 ** min(self._failures, 60))
+        self._failures += 1
+        return delay * random.uniform(0.9, 1.0)  # jitter down, so backoff_max is a true cap
+
+    def _attempt(self, seq: int, data: dict, request_timeout: float) -> float | None:
+        """One attempt; returns None when the item is done (sent or dropped), else the delay."""
+        what = f"{self.describe(data)} seq={seq}"
+        try:
+            payload = self.render(data)
+        except Exception as exc:  # a hand-edited or foreign queue file; retrying cannot help
+            self.failed_total[PERMANENT] += 1
+            self.log.error("%s notification %s is malformed (%s: %s); dropped", self.kind, what, type(exc).__name__, exc)
+            return None
+        if self._dry_run is not None:
+            try:
+                self._dry_run.write(json.dumps(payload, indent=2, ensure_ascii=False) + "\n")
+                self._dry_run.flush()
+            except (OSError, ValueError) as exc:  # closed or full stream: keep it queued
+                self.failed_total[RETRY] += 1
+                delay = self._backoff()
+                self.log.warning("dry-run output failed (%s); retry in %.2fs", exc, delay)
+                return delay
+            result = Attempt(SENT)
+        else:
+            result = self.send(payload, request_timeout)
+        if result.outcome == SENT:
+            self.sent_total += 1
+            self.last_success_timestamp = time.time()
+            return None
+        if result.outcome == PERMANENT:
+            self.failed_total[PERMANENT] += 1
+            self.log.error("%s rejected %s permanently: %s; dropped", self.kind, what, result.detail)
+            return None
+        self.failed_total[RETRY] += 1
+        if result.wait is not None:
+            delay = result.wait
+        elif result.rate_limited:
+            delay = self.backoff_initial * random.uniform(0.9, 1.0)
+        else:
+            delay = self._backoff()
+        if result.rate_limited:
+            self.log.warning("%s rate-limited %s; retry in %.2fs", self.kind, what, delay)
+        else:
+            self.log.warning("%s delivery of %s failed (%s); retry %d in %.2fs",
+                             self.kind, what, result.detail, self._failures, delay)
+        return delay

@@ -1,0 +1,187 @@
+"""Acceptance degradation: accept len clearly below what this model pair reaches — a regression.
+
+Not a collapse (the draft still helps) but a loss: an engine upgrade, a sampler change, another
+chat template, PD disaggregation (bugreports.md BR-10, BR-11, BR-18, BR-19). Compared per
+(server, rank) over a recent window (`window`, mean of valid decode lines) against a baseline:
+
+- configured: `expected` accept len of the model pair (`model_path` and, optionally,
+  `speculative_draft_model_path` from the server_args line; a value matches the full path or its
+  last components, so `Kimi-K2.5` matches `/models/moonshotai/Kimi-K2.5`);
+- else learned: the mean over the last `baseline_window` of activity for the model pair, from
+  samples that aged out of the recent window while the rank was healthy (a degradation never
+  becomes the baseline), kept across restarts, and used once it has `min_baseline_batches`.
+
+Fires when the recent mean stays below `baseline × (1 − max_drop_ratio)` for `for`; resolves
+at or above `baseline × (1 − recover_drop_ratio)`. Lines at collapse level (accept len <=
+rules.collapse.max_accept_length) are left to the collapse rule and are not counted.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from specwatch.alerts.model import Alert
+from specwatch.config import CollapseConfig, Config, DegradationConfig, WindowConfig
+from specwatch.events import DecodeBatch, PrefillBatch, ServerArgs
+from specwatch.rules.active import ActiveAlerts
+from specwatch.rules.base import Rule, ServerArgsMemory, alert_key, args_evidence, fmt, new_alert
+from specwatch.rules.stats import Baseline, Recent, drop_transition
+from specwatch.rules.windows import WindowTracker
+
+ALERT_NAME = "AcceptanceDegradation"
+BASELINE_BUCKET = 300.0  # seconds per learned-baseline bucket
+
+
+@dataclass
+class _Rank:
+    recent: Recent  # accept len
+    running: Recent  # running requests, same lines
+    low_since: float | None = None
+
+
+def path_matches(configured: str | None, actual: object) -> bool:
+    """`configured` is the whole path or its trailing components; None matches anything."""
+    if configured is None:
+        return True
+    actual = str(actual or "").rstrip("/")
+    configured = configured.rstrip("/")
+    return actual == configured or actual.endswith("/" + configured)
+
+
+class DegradationRule(Rule):
+    name = "degradation"
+
+    def __init__(self, config: DegradationConfig, windows: WindowConfig | None = None,
+                 collapse: CollapseConfig | None = None):
+        self.config = config
+        self.collapse_max = (collapse or CollapseConfig()).max_accept_length
+        self.windows = WindowTracker(windows or WindowConfig())
+        self.args = ServerArgsMemory()
+        self._ranks: dict[tuple[str, str], _Rank] = {}
+        self._baselines: dict[str, Baseline] = {}  # model pair → learned baseline
+        self.active = ActiveAlerts()
+
+    def reconfigure(self, config: Config) -> None:
+        # Learned baselines and pending times carry over; windows take the new spans.
+        self.config = config.degradation
+        self.collapse_max = config.collapse.max_accept_length
+        self.windows.config = config.windows
+        for st in self._ranks.values():
+            st.recent.span = st.running.span = self.config.window
+        for b in self._baselines.values():
+            b.resize(self.config.baseline_window)
+
+    def on_event(self, server: str, event: object, now: float) -> list[Alert]:
+        if not self.config.enabled:
+            return []
+        if isinstance(event, ServerArgs):
+            self.args.observe(server, event)
+        elif isinstance(event, PrefillBatch):
+            self.windows.observe(server, event)
+        elif isinstance(event, DecodeBatch):
+            w = self.windows.observe(server, event)
+            if w.acceptance_valid and event.accept_length > self.collapse_max:
+                return self._observe(server, event)
+        return []
+
+    def _pair(self, server: str) -> tuple[str, str]:
+        args = self.args.get(server) or {}
+        return str(args.get("model_path") or ""), str(args.get("speculative_draft_model_path") or "")
+
+    def baseline(self, server: str) -> tuple[float | None, str]:
+        """(baseline accept len, where it comes from) for the server's model pair."""
+        model, draft = self._pair(server)
+        for e in self.config.expected:
+            if path_matches(e.model, model) and path_matches(e.draft, draft):
+                return e.accept_length, "configured"
+        learned = self._baselines.get(f"{model}|{draft}")
+        if learned is not None and learned.count >= self.config.min_baseline_batches:
+            return learned.mean(), f"learned from {learned.count} decode lines"
+        return None, "none yet"
+
+    def _observe(self, server: str, b: DecodeBatch) -> list[Alert]:
+        cfg = self.config
+        key, akey = (server, b.rank), alert_key(server, b.rank)
+        st = self._ranks.get(key)
+        if st is None:
+            st = self._ranks[key] = _Rank(Recent(cfg.window), Recent(cfg.window))
+        aged = st.recent.add(b.timestamp, b.accept_length)
+        st.running.add(b.timestamp, b.running_requests)
+        if st.low_since is None and akey not in self.active and aged:
+            model, draft = self._pair(server)
+            learned = self._baselines.setdefault(f"{model}|{draft}", Baseline(BASELINE_BUCKET, cfg.baseline_window))
+            for t, v in aged:
+                learned.add(t, v)
+        base, source = self.baseline(server)
+        if base is None or len(st.recent) < cfg.min_window_batches:
+            return []
+        mean = st.recent.mean()
+        action, st.low_since = drop_transition(mean / base, b.timestamp, st.low_since, akey in self.active,
+                                               max_drop=cfg.max_drop_ratio, recover_drop=cfg.recover_drop_ratio,
+                                               hold=cfg.hold)
+        if action == "fire":
+            return self.active.fire(akey, self._alert(server, b, st, mean, base, source))
+        if action == "resolve":
+            return self.active.resolve(akey, b.timestamp, ("recovered mean accept len", fmt(mean)))
+        if akey in self.active:
+            self.active.get(akey).evidence[:2] = self._evidence(mean, base)
+        return []
+
+    @staticmethod
+    def _evidence(mean: float, base: float) -> list[tuple[str, str]]:
+        return [("mean accept len", fmt(mean)), ("baseline accept len", fmt(base))]
+
+    def _alert(self, server: str, b: DecodeBatch, st: _Rank, mean: float, base: float, source: str) -> Alert:
+        cfg = self.config
+        args = self.args.get(server)
+        where = f"{server} {b.rank}".strip()
+        drop = 1 - mean / base
+        running = st.running.mean()
+        evidence = self._evidence(mean, base) + [
+            ("drop", f"{drop:.0%}"),
+            ("baseline from", source),
+            ("window", f"{len(st.recent)} decode lines over {cfg.window:g}s"),
+            ("below for", f"{b.timestamp - st.low_since:.0f}s"),
+            ("mean running requests", fmt(running, ".1f")),
+        ] + args_evidence(args)
+        draft = str((args or {}).get("speculative_draft_model_path") or "<draft>")
+        return new_alert(
+            ALERT_NAME, "warning", server, b.rank,
+            summary=f"Speculative acceptance degraded on {where}: accept len {mean:.2f} vs baseline {base:.2f} (-{drop:.0%})",
+            description=(
+                f"The mean accept len over the last {cfg.window:g}s stayed more than {cfg.max_drop_ratio:.0%} "
+                f"below this model pair's baseline for {cfg.hold:g}s. The draft still helps, but less than it "
+                "did: this is a regression in the serving stack or the traffic, not a broken draft."
+            ),
+            starts_at=st.low_since,
+            evidence=evidence,
+            fixes=[
+                "Engine change: compare `pip show sglang` with the version the baseline was measured on; "
+                "SGLang releases changed rejection sampling and speculative code paths (BR-18). Pin the old "
+                "version on one server and compare accept len.",
+                "Sampling: higher temperature / top_p lowers acceptance. Check what clients send (request "
+                "logs, `--log-requests`) against what the baseline saw.",
+                "Traffic: another chat template or thinking mode the draft was not trained on lowers "
+                "acceptance (BR-19). Compare accept len per client or per `enable_thinking`.",
+                "Deployment: PD disaggregation loses draft state on the decode node (BR-10, BR-11); "
+                "larger batches lower accept len on some engines (BR-17): compare with the mean running "
+                "requests above.",
+                f"Pairing: confirm the draft at {draft} is the one trained for this target revision "
+                "(`config.json` of both); a re-quantized target changes hidden states (BR-09). If the "
+                "new level is expected, set rules.degradation.expected for this model pair.",
+            ],
+        )
+
+    def to_state(self) -> dict:
+        return {"baselines": {k: b.to_state() for k, b in self._baselines.items()},
+                "active": self.active.to_state(), "args": self.args.to_state(),
+                "low_since": [[list(k), st.low_since] for k, st in self._ranks.items() if st.low_since is not None]}
+
+    def load_state(self, state: dict) -> None:
+        for k, buckets in state.get("baselines", {}).items():
+            b = self._baselines[k] = Baseline(BASELINE_BUCKET, self.config.baseline_window)
+            b.load_state(buckets)
+        self.active.load_state(state.get("active", {}))
+        self.args.load_state(state.get("args", {}))
+        for k, since in state.get("low_since", []):
+            self._ranks[tuple(k)] = _Rank(Recent(self.config.window), Recent(self.config.window), low_since=since)

@@ -1,0 +1,181 @@
+"""Slow drift: accept len falling steadily over hours while the server runs; a restart resets it.
+
+The pattern of an engine-state bug (BR-13: a prefix-cache race took accept len from 3.07 to 2.8
+over hours; only a restart restored it). Per (server, rank), valid decode lines (not idle, not
+prefill-dominated, above collapse level) are averaged in `bucket`-long buckets; buckets with at
+least `min_bucket_batches` lines within the last `window` are fitted with a least-squares line.
+The rule fires when, over at least `min_buckets` buckets:
+
+- the fitted decline is at least `min_decline_per_hour` of the fitted starting value per hour,
+- the fitted total decline over the span is at least `min_total_decline` of that value, and
+- at least `min_falling_fraction` of consecutive bucket means went down (steady, not one step).
+
+It resolves when the fitted decline falls under half `min_decline_per_hour`, or on a restart:
+a new `server_args` line, a restart seen by the process source (`ServerRestarted`, or
+`ServerStarted` after the server was down), or no decode line of the rank for `restart_gap`. A
+restart clears the history, since the drift is expected to start over.
+"""
+
+from __future__ import annotations
+
+import math
+
+from specwatch.alerts.model import Alert
+from specwatch.config import CollapseConfig, Config, DriftConfig, WindowConfig
+from specwatch.events import DecodeBatch, PrefillBatch, ServerArgs
+from specwatch.rules.active import ActiveAlerts
+from specwatch.rules.base import Rule, ServerArgsMemory, alert_key, args_evidence, fmt, is_restart_event, new_alert
+from specwatch.rules.stats import linear_fit
+from specwatch.rules.windows import WindowTracker
+
+ALERT_NAME = "AcceptanceDrift"
+
+
+class DriftRule(Rule):
+    name = "drift"
+
+    def __init__(self, config: DriftConfig, windows: WindowConfig | None = None,
+                 collapse: CollapseConfig | None = None):
+        self.config = config
+        self.collapse_max = (collapse or CollapseConfig()).max_accept_length
+        self.windows = WindowTracker(windows or WindowConfig())
+        self.args = ServerArgsMemory()
+        # (server, rank) → buckets [[index, sum, count], ...], oldest first (the last one open)
+        self._buckets: dict[tuple[str, str], list[list[float]]] = {}
+        self._last_seen: dict[tuple[str, str], float] = {}
+        self.active = ActiveAlerts()
+
+    def reconfigure(self, config: Config) -> None:
+        if config.drift.bucket != self.config.bucket:
+            self._buckets.clear()  # indexes of the old bucket size: start over (alerts stay firing)
+        self.config = config.drift
+        self.collapse_max = config.collapse.max_accept_length
+        self.windows.config = config.windows
+
+    def on_event(self, server: str, event: object, now: float) -> list[Alert]:
+        if not self.config.enabled:
+            return []
+        restarted = is_restart_event(event)
+        if isinstance(event, ServerArgs):
+            restarted = self.args.observe(server, event)
+        if restarted:
+            at = getattr(event, "timestamp", None)
+            return self._reset([k for k in self._buckets if k[0] == server]
+                               + [tuple(k.split("|", 1)) for k in self.active.keys() if k.split("|", 1)[0] == server],
+                               at if at is not None else now, "server restarted")
+        if isinstance(event, ServerArgs):
+            return []
+        if not isinstance(event, (DecodeBatch, PrefillBatch)):
+            return []
+        w = self.windows.observe(server, event)
+        if w is None:  # a prefill line, counted by the tracker
+            return []
+        key = (server, event.rank)
+        out = []
+        last = self._last_seen.get(key)
+        self._last_seen[key] = event.timestamp
+        if last is not None and event.timestamp - last > self.config.restart_gap:
+            out = self._reset([key], event.timestamp, f"no decode line for {event.timestamp - last:.0f}s")
+        if w.acceptance_valid and event.accept_length > self.collapse_max:
+            out += self._observe(server, event)
+        return out
+
+    def _reset(self, keys: list[tuple[str, str]], at: float, why: str) -> list[Alert]:
+        out = []
+        for k in dict.fromkeys(keys):
+            self._buckets.pop(k, None)
+            out += self.active.resolve(alert_key(*k), at, ("reset", why))
+        return out
+
+    def _observe(self, server: str, b: DecodeBatch) -> list[Alert]:
+        cfg = self.config
+        key = (server, b.rank)
+        buckets = self._buckets.setdefault(key, [])
+        idx = math.floor(b.timestamp / cfg.bucket)
+        closed = bool(buckets) and buckets[-1][0] != idx
+        if buckets and buckets[-1][0] == idx:
+            buckets[-1][1] += b.accept_length
+            buckets[-1][2] += 1
+        else:
+            buckets.append([idx, b.accept_length, 1])
+        horizon = idx - cfg.window / cfg.bucket
+        while buckets and buckets[0][0] <= horizon:
+            buckets.pop(0)
+        return self._evaluate(server, b, buckets[:-1]) if closed else []
+
+    def trend(self, buckets: list[list[float]]) -> dict | None:
+        """Fit of the closed buckets: start/end value, decline per hour and in total (fractions
+        of the start value), falling fraction, r²; None when there are too few buckets."""
+        cfg = self.config
+        full = [bk for bk in buckets if bk[2] >= cfg.min_bucket_batches]
+        if len(full) < cfg.min_buckets:
+            return None
+        hours = [(bk[0] + 0.5) * cfg.bucket / 3600.0 for bk in full]
+        means = [bk[1] / bk[2] for bk in full]
+        slope, intercept, r2 = linear_fit(hours, means)
+        start, end = intercept + slope * hours[0], intercept + slope * hours[-1]
+        if start <= 0:
+            return None
+        falls = sum(1 for a, c in zip(means, means[1:]) if c < a)
+        return {"start": start, "end": end, "per_hour": -slope / start, "total": (start - end) / start,
+                "falling": falls / (len(means) - 1), "r2": r2, "buckets": len(full),
+                "span_h": hours[-1] - hours[0], "means": means}
+
+    def _evaluate(self, server: str, b: DecodeBatch, closed: list[list[float]]) -> list[Alert]:
+        cfg = self.config
+        key = alert_key(server, b.rank)
+        t = self.trend(closed)
+        if t is None:
+            return []
+        if key in self.active:
+            if t["per_hour"] < cfg.min_decline_per_hour / 2:
+                return self.active.resolve(key, b.timestamp, ("decline now", f"{t['per_hour']:.1%}/h"))
+            return []
+        if (t["per_hour"] >= cfg.min_decline_per_hour and t["total"] >= cfg.min_total_decline
+                and t["falling"] >= cfg.min_falling_fraction):
+            return self.active.fire(key, self._alert(server, b, t))
+        return []
+
+    def _alert(self, server: str, b: DecodeBatch, t: dict) -> Alert:
+        cfg = self.config
+        where = f"{server} {b.rank}".strip()
+        evidence = [
+            ("accept len, fitted", f"{t['start']:.2f} → {t['end']:.2f} over {t['span_h']:.1f}h"),
+            ("decline", f"{t['per_hour']:.1%} per hour, {t['total']:.1%} in total"),
+            ("buckets falling", f"{t['falling']:.0%} of {t['buckets'] - 1} steps"),
+            (f"{cfg.bucket / 60:g}-minute means", " ".join(fmt(m) for m in t["means"][-12:])),
+            ("fit r²", fmt(t["r2"])),
+        ] + args_evidence(self.args.get(server))
+        return new_alert(
+            ALERT_NAME, "warning", server, b.rank,
+            summary=f"Accept len drifting down on {where}: {t['start']:.2f} → {t['end']:.2f} "
+                    f"({t['per_hour']:.1%}/h over {t['span_h']:.1f}h)",
+            description=(
+                "Speculative acceptance has been falling steadily for hours while the server kept running. "
+                "A drift that a restart resets points at state that builds up inside the engine (caches, "
+                "allocators), not at the draft model."
+            ),
+            starts_at=b.timestamp - t["span_h"] * 3600.0,
+            evidence=evidence,
+            fixes=[
+                "Prefix cache: a race that reused KV blocks before they were written made accept len sink "
+                "over hours for high-volume prompt types (BR-13). Compare with `--disable-radix-cache` on "
+                "one server, and upgrade SGLang.",
+                "Confirm the reset: restart this server during a quiet period and check that accept len "
+                "returns to its start value (specwatch resets this rule on restart).",
+                "Traffic shift: a change of prompt mix over the day also moves accept len; compare the "
+                "request mix (request logs) between the start and the end of the span before blaming "
+                "the engine.",
+            ],
+        )
+
+    def to_state(self) -> dict:
+        return {"buckets": [[list(k), v] for k, v in self._buckets.items()],
+                "last_seen": [[list(k), v] for k, v in self._last_seen.items()],
+                "active": self.active.to_state(), "args": self.args.to_state()}
+
+    def load_state(self, state: dict) -> None:
+        self._buckets.update({tuple(k): [list(b) for b in v] for k, v in state.get("buckets", [])})
+        self._last_seen.update({tuple(k): v for k, v in state.get("last_seen", [])})
+        self.active.load_state(state.get("active", {}))
+        self.args.load_state(state.get("args", {}))

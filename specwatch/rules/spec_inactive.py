@@ -1,0 +1,101 @@
+"""Speculation inactive: the server is configured to speculate, but its decode lines say it does not.
+
+SGLang prints `accept len` on every decode line when a speculative algorithm runs (sglang.md
+§1.5). A server whose settings (`ServerArgs.speculative_algorithm`, from the startup
+`server_args` line or any other source that sends `ServerArgs` events) name an algorithm but
+whose decode lines carry no accept fields is not drafting at all: no draft cost, no speedup. This
+is not a collapse (drafts made, all rejected) and must not be reported as a bad draft
+(bugreports.md BR-14). Per server: fires after `min_batches` decode lines with requests running
+and no accept fields; resolves on the first decode line with them, or when new settings name no
+algorithm.
+"""
+
+from __future__ import annotations
+
+from specwatch.alerts.model import Alert
+from specwatch.config import Config, SpeculationInactiveConfig
+from specwatch.events import DecodeBatch, ServerArgs
+from specwatch.rules.active import ActiveAlerts
+from specwatch.rules.base import Rule, ServerArgsMemory, args_evidence, new_alert, speculation_configured
+
+ALERT_NAME = "SpeculationInactive"
+
+
+class SpeculationInactiveRule(Rule):
+    name = "speculation_inactive"
+
+    def __init__(self, config: SpeculationInactiveConfig):
+        self.config = config
+        self.args = ServerArgsMemory()
+        self._plain: dict[str, int] = {}  # server → decode lines without accept fields in a row
+        self._since: dict[str, float] = {}
+        self.active = ActiveAlerts()  # by server
+
+    def reconfigure(self, config: Config) -> None:
+        self.config = config.speculation_inactive
+
+    def on_event(self, server: str, event: object, now: float) -> list[Alert]:
+        if not self.config.enabled:
+            return []
+        key = server
+        if isinstance(event, ServerArgs):
+            self.args.observe(server, event)
+            self._plain.pop(server, None)
+            if not speculation_configured(event.args):
+                return self.active.resolve(key, event.timestamp or now, ("speculative_algorithm", "none (settings changed)"))
+            return []
+        if not isinstance(event, DecodeBatch) or event.running_requests <= 0:
+            return []
+        if event.accept_length is not None:
+            self._plain.pop(server, None)
+            return self.active.resolve(key, event.timestamp, ("accept len", f"{event.accept_length:.2f}"))
+        args = self.args.get(server)
+        if not speculation_configured(args):
+            return []
+        n = self._plain[server] = self._plain.get(server, 0) + 1
+        if n == 1:
+            self._since[server] = event.timestamp
+        if n >= self.config.min_batches and key not in self.active:
+            return self.active.fire(key, self._alert(server, event, args, n))
+        return []
+
+    def _alert(self, server: str, b: DecodeBatch, args: dict, n: int) -> Alert:
+        algo = args.get("speculative_algorithm")
+        return new_alert(
+            ALERT_NAME, "warning", server, "",
+            summary=f"Speculative decoding configured ({algo}) but not running on {server}: decode lines have no accept len",
+            description=(
+                f"The server's settings name speculative algorithm {algo}, but {n} decode lines in a row with "
+                "requests running carry no `accept len` / `accept rate`: SGLang prints them whenever a draft "
+                "runs. The server decodes without drafting: no speedup, and no acceptance to monitor. This "
+                "is not an acceptance collapse."
+            ),
+            starts_at=self._since.get(server, b.timestamp),
+            evidence=[("decode lines without accept fields", str(n)), ("last decode line rank", b.rank or "(single)"),
+                      ("running requests", str(b.running_requests)),
+                      ("gen throughput (token/s)", "n/a" if b.gen_throughput is None else f"{b.gen_throughput:.2f}")]
+                     + args_evidence(args),
+            fixes=[
+                "Check what the running server uses: `curl -s localhost:30000/server_info | python3 -m json.tool "
+                "| grep -E 'speculative|version'` (port: --port). A server restarted without the "
+                "--speculative-* flags still shows the old settings line in a log that was not rotated.",
+                "Check that the log holds only this server's lines: another SGLang process (a second "
+                "server, an old instance) writing to the same file mixes decode lines; compare the rank "
+                "prefixes and `grep -n 'server_args=' <log>`.",
+                "Look for a fallback at startup: `grep -n -i -E 'specul|draft|eagle' <log> | head -50`; "
+                "a draft that failed to load or an unsupported combination (e.g. attention backend) can "
+                "disable speculation with only a warning.",
+                "A log collector or filter that rewrites lines can drop fields: compare one decode line in "
+                "the raw output of the process (`journalctl -u <unit>` or `docker logs`) with the file.",
+            ],
+        )
+
+    def to_state(self) -> dict:
+        return {"active": self.active.to_state(), "args": self.args.to_state(),
+                "plain": self._plain, "since": self._since}
+
+    def load_state(self, state: dict) -> None:
+        self.active.load_state(state.get("active", {}))
+        self.args.load_state(state.get("args", {}))
+        self._plain.update(state.get("plain", {}))
+        self._since.update(state.get("since", {}))

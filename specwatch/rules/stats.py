@@ -1,0 +1,131 @@
+"""Rolling statistics for the baseline rules: a recent window and a learned baseline.
+
+`Recent` holds the samples of the last `span` seconds and hands back the ones that age out, so
+a rule can feed them into its `Baseline` only when they were healthy: a degradation never
+teaches the baseline that it is normal. `Baseline` keeps per-bucket sums (a bounded number of
+buckets, so memory and state size stay small over days) and reports their weighted mean.
+Times are seconds (the batches' timestamps).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+
+
+class Recent:
+    """Samples (t, value) of the last `span` seconds, oldest first, with their running sum
+    (`mean` is O(1): the rules call it on every decode line)."""
+
+    def __init__(self, span: float):
+        self.span = span
+        self.samples: deque[tuple[float, float]] = deque()
+        self._sum = 0.0
+
+    def add(self, t: float, value: float) -> list[tuple[float, float]]:
+        """Add a sample; returns the samples that fell out of the window (oldest first)."""
+        self.samples.append((t, value))
+        self._sum += value
+        return self.prune(t)
+
+    def prune(self, t: float) -> list[tuple[float, float]]:
+        """Drop the samples older than `span` before `t`; returns them (oldest first)."""
+        out = []
+        while self.samples and self.samples[0][0] <= t - self.span:
+            out.append(self.samples.popleft())
+            self._sum -= out[-1][1]
+        if not self.samples:
+            self._sum = 0.0  # no drift of float error across idle spells
+        return out
+
+    @property
+    def sum(self) -> float:
+        return self._sum
+
+    def __len__(self) -> int:
+        return len(self.samples)
+
+    def mean(self) -> float | None:
+        return self._sum / len(self.samples) if self.samples else None
+
+
+class Baseline:
+    """Weighted mean of the newest `span / bucket` time buckets that received samples.
+
+    Buckets that received no sample (idle hours) do not count, so the baseline spans the last
+    `span` seconds of activity, not of wall time. Totals are kept, so `mean` and `count` are O(1).
+    """
+
+    def __init__(self, bucket: float, span: float):
+        self.bucket = bucket
+        self.max_buckets = max(1, math.ceil(span / bucket))
+        self.buckets: deque[list[float]] = deque()  # [bucket index, sum, count]
+        self._sum = 0.0
+        self.count = 0
+
+    def add(self, t: float, value: float) -> None:
+        idx = math.floor(t / self.bucket)
+        self._sum += value
+        self.count += 1
+        if self.buckets and self.buckets[-1][0] == idx:
+            self.buckets[-1][1] += value
+            self.buckets[-1][2] += 1
+            return
+        self.buckets.append([idx, value, 1])
+        self._trim()
+
+    def resize(self, span: float) -> None:
+        """A new `span` (config reload): keep the newest buckets that fit."""
+        self.max_buckets = max(1, math.ceil(span / self.bucket))
+        self._trim()
+
+    def _trim(self) -> None:
+        while len(self.buckets) > self.max_buckets:
+            _, s, n = self.buckets.popleft()
+            self._sum -= s
+            self.count -= int(n)
+
+    def mean(self) -> float | None:
+        return self._sum / self.count if self.count else None
+
+    def to_state(self) -> list:
+        return [list(b) for b in self.buckets]
+
+    def load_state(self, state: list) -> None:
+        self.buckets = deque([float(i), float(s), int(n)] for i, s, n in state)
+        self._sum = sum(b[1] for b in self.buckets)
+        self.count = sum(b[2] for b in self.buckets)
+        self._trim()
+
+
+def linear_fit(xs: list[float], ys: list[float]) -> tuple[float, float, float]:
+    """Least-squares line through (xs, ys) → (slope, intercept, r²). Needs 2+ distinct xs;
+    r² is 0 for a flat series. Raises ValueError otherwise."""
+    n = len(xs)
+    if n < 2:
+        raise ValueError("need at least two points")
+    mx, my = sum(xs) / n, sum(ys) / n
+    sxx = sum((x - mx) ** 2 for x in xs)
+    if sxx == 0:
+        raise ValueError("xs are all equal")
+    sxy = sum((x - mx) * (y - my) for x, y in zip(xs, ys))
+    syy = sum((y - my) ** 2 for y in ys)
+    slope = sxy / sxx
+    r2 = (sxy * sxy) / (sxx * syy) if syy else 0.0
+    return slope, my - slope * mx, r2
+
+
+def drop_transition(ratio: float, t: float, low_since: float | None, firing: bool, *, max_drop: float,
+                    recover_drop: float, hold: float) -> tuple[str | None, float | None]:
+    """One step of a "below baseline for a while" alert → (action, new low_since).
+
+    ratio: current / baseline. Below `1 - max_drop` starts (or continues) the pending time, and
+    after `hold` seconds the action is "fire". At or above `1 - recover_drop` a firing alert
+    gets "resolve". In between, the pending time restarts and a firing alert stays firing.
+    """
+    if ratio < 1 - max_drop:
+        since = t if low_since is None else low_since
+        return ("fire" if not firing and t - since >= hold else None), since
+    if firing and ratio >= 1 - recover_drop:
+        return "resolve", None
+    return None, None

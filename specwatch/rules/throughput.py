@@ -1,0 +1,171 @@
+"""Throughput drop: gen throughput well below what this rank did at the same load.
+
+Generated tokens per second depend mostly on how many requests run, so the baseline is learned
+per (server, rank, load level), the level being the power-of-two bin of `#running-req` (1, 2-3,
+4-7, 8-15, ...). Each valid decode line (`rules/windows.py`: requests running, not
+prefill-dominated, close after the previous decode line, since gen throughput counts the whole
+time between two lines) is compared with the baseline of its level; the rule averages these
+ratios over `window` and fires when the average stays below `1 − max_drop_ratio` for `for`,
+resolving at or above `1 − recover_drop_ratio`. Baselines learn from lines that aged out of the
+window while the rank was healthy, over the last `baseline_window` of activity, and are used once
+they hold `min_baseline_batches` lines. An acceptance collapse (or degradation) of the same rank
+inhibits this alert by default: it is the cause, and its alert carries the fix.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from specwatch.alerts.model import Alert
+from specwatch.config import Config, ThroughputDropConfig, WindowConfig
+from specwatch.events import DecodeBatch, PrefillBatch
+from specwatch.rules.active import ActiveAlerts
+from specwatch.rules.base import Rule, alert_key, fmt, new_alert
+from specwatch.rules.stats import Baseline, Recent, drop_transition
+from specwatch.rules.windows import WindowTracker
+
+ALERT_NAME = "ThroughputDrop"
+BASELINE_BUCKET = 300.0  # seconds per learned-baseline bucket
+
+
+def load_level(running: int) -> int:
+    """Power-of-two bin of the running requests: 1 → 1, 2-3 → 2, 4-7 → 3, ..."""
+    return max(1, running).bit_length()
+
+
+def level_text(level: int) -> str:
+    lo, hi = 2 ** (level - 1), 2 ** level - 1
+    return f"{lo}" if lo == hi else f"{lo}-{hi}"
+
+
+@dataclass
+class _Rank:
+    levels: dict[int, Recent] = field(default_factory=dict)  # load level → recent throughputs
+    low_since: float | None = None
+
+
+class ThroughputDropRule(Rule):
+    name = "throughput_drop"
+
+    def __init__(self, config: ThroughputDropConfig, windows: WindowConfig | None = None):
+        self.config = config
+        self.windows = WindowTracker(windows or WindowConfig())
+        self._ranks: dict[tuple[str, str], _Rank] = {}
+        self._baselines: dict[tuple[str, str, int], Baseline] = {}
+        self.active = ActiveAlerts()
+
+    def reconfigure(self, config: Config) -> None:
+        # Learned baselines and pending times carry over; windows take the new spans.
+        self.config = config.throughput_drop
+        self.windows.config = config.windows
+        for st in self._ranks.values():
+            for recent in st.levels.values():
+                recent.span = self.config.window
+        for b in self._baselines.values():
+            b.resize(self.config.baseline_window)
+
+    def on_event(self, server: str, event: object, now: float) -> list[Alert]:
+        if not self.config.enabled or not isinstance(event, (DecodeBatch, PrefillBatch)):
+            return []
+        w = self.windows.observe(server, event)
+        if w is None or not w.throughput_valid:
+            return []
+        return self._observe(server, event)
+
+    def baseline(self, server: str, rank: str, level: int) -> float | None:
+        """Learned gen throughput (token/s) of the rank at that load level, once usable."""
+        b = self._baselines.get((server, rank, level))
+        return b.mean() if b is not None and b.count >= self.config.min_baseline_batches else None
+
+    def _observe(self, server: str, b: DecodeBatch) -> list[Alert]:
+        cfg = self.config
+        key, akey = (server, b.rank), alert_key(server, b.rank)
+        st = self._ranks.get(key)
+        if st is None:
+            st = self._ranks[key] = _Rank()
+        this = load_level(b.running_requests)
+        aged_here = st.levels.setdefault(this, Recent(cfg.window)).add(b.timestamp, b.gen_throughput)
+        healthy = st.low_since is None and akey not in self.active
+        # (sum of throughputs, lines, baseline) per level with a usable baseline
+        used: list[tuple[float, int, float]] = []
+        for level, recent in st.levels.items():
+            aged = aged_here if level == this else recent.prune(b.timestamp)
+            if healthy and aged:
+                learned = self._baselines.setdefault((server, b.rank, level), Baseline(BASELINE_BUCKET, cfg.baseline_window))
+                for t, thr in aged:
+                    learned.add(t, thr)
+            base = self.baseline(server, b.rank, level)
+            if base and len(recent):
+                used.append((recent.sum, len(recent), base))
+        n = sum(c for _, c, _ in used)
+        if n < cfg.min_window_batches:
+            return []
+        ratio = sum(s / base for s, _, base in used) / n
+        action, st.low_since = drop_transition(ratio, b.timestamp, st.low_since, akey in self.active,
+                                               max_drop=cfg.max_drop_ratio, recover_drop=cfg.recover_drop_ratio,
+                                               hold=cfg.hold)
+        if action == "fire":
+            return self.active.fire(akey, self._alert(server, b, st, used, ratio))
+        if action == "resolve":
+            return self.active.resolve(akey, b.timestamp, ("recovered to baseline", f"{ratio:.0%}"))
+        return []
+
+    def _alert(self, server: str, b: DecodeBatch, st: _Rank, used: list[tuple[float, int, float]],
+               ratio: float) -> Alert:
+        cfg = self.config
+        where = f"{server} {b.rank}".strip()
+        n = sum(c for _, c, _ in used)
+        mean_thr = sum(s for s, _, _ in used) / n
+        mean_base = sum(base * c for _, c, base in used) / n
+        levels = sorted(level for level, recent in st.levels.items() if len(recent))
+        evidence = [
+            ("gen throughput (token/s)", fmt(mean_thr, ".1f")),
+            ("baseline at same load (token/s)", fmt(mean_base, ".1f")),
+            ("of baseline", f"{ratio:.0%}"),
+            ("running requests (levels)", ", ".join(level_text(lv) for lv in levels)),
+            ("last line running requests", str(b.running_requests)),
+            ("accept len", fmt(b.accept_length)),
+            ("cuda graph", "n/a" if b.graph_enabled is None else str(b.graph_enabled)),
+            ("token usage", fmt(b.token_usage)),
+            ("queued requests", str(b.queued_requests)),
+            ("window", f"{n} decode lines over {cfg.window:g}s"),
+        ]
+        return new_alert(
+            ALERT_NAME, "warning", server, b.rank,
+            summary=f"Generation throughput on {where} at {ratio:.0%} of its baseline at the same load "
+                    f"({mean_thr:.0f} vs {mean_base:.0f} token/s)",
+            description=(
+                f"Over the last {cfg.window:g}s this rank generated {1 - ratio:.0%} fewer tokens per second "
+                f"than it did before with the same number of running requests, for {cfg.hold:g}s. Lower load "
+                "is already accounted for: the comparison is per load level."
+            ),
+            starts_at=st.low_since,
+            evidence=evidence,
+            fixes=[
+                "GPU clocks: `nvidia-smi -q -d PERFORMANCE,TEMPERATURE,POWER` shows thermal or power "
+                "throttling (`specwatch_gpu_clock_event_reason_active`); check cooling and power caps "
+                "(`nvidia-smi -q -d POWER`).",
+                "CUDA graphs: a `cuda graph: False` decode line means the batch ran eagerly (batch size above "
+                "`--cuda-graph-max-bs`, or graphs disabled); raise `--cuda-graph-max-bs` or remove "
+                "`--disable-cuda-graph`.",
+                "Acceptance: a lower accept len means fewer tokens per verify round; see the accept len "
+                "above and the AcceptanceDegradation / AcceptanceCollapse alerts.",
+                "Contention: another process on the GPU (`nvidia-smi --query-compute-apps=pid,name,"
+                "used_memory --format=csv`), XID or ECC errors (`dmesg | grep -i xid`), or KV cache "
+                "pressure (token usage near 1.0, retractions in the log: `grep -c 'Decode out of memory' "
+                "<log>`).",
+            ],
+        )
+
+    def to_state(self) -> dict:
+        return {"baselines": [[list(k), b.to_state()] for k, b in self._baselines.items()],
+                "active": self.active.to_state(),
+                "low_since": [[list(k), st.low_since] for k, st in self._ranks.items() if st.low_since is not None]}
+
+    def load_state(self, state: dict) -> None:
+        for k, buckets in state.get("baselines", []):
+            b = self._baselines[tuple(k)] = Baseline(BASELINE_BUCKET, self.config.baseline_window)
+            b.load_state(buckets)
+        self.active.load_state(state.get("active", {}))
+        for k, since in state.get("low_since", []):
+            self._ranks[tuple(k)] = _Rank(low_since=since)

@@ -1,0 +1,45 @@
+"""The durable queue every notifier shares: coalescing, file format, upgrade from the Slack-only file."""
+
+from __future__ import annotations
+
+import json
+
+from specwatch.alerts.model import Alert
+from specwatch.notifiers.queue import queue_file
+from specwatch.notifiers.slack import SlackNotifier
+from specwatch.notifiers.webhook import WebhookNotifier
+
+
+def alert(server):
+    return Alert(labels={"alertname": "AcceptanceCollapse", "server": server, "rank": "TP0"},
+                 annotations={"summary": "s"}, starts_at=1771864362.0, evidence=[("accept len", "1.00")])
+
+
+def test_coalescing_replaces_the_unsent_item_in_place(slack, tmp_path):
+    qp = tmp_path / "q.json"
+    n = WebhookNotifier(slack.url, queue_path=qp)
+    s1 = n.enqueue({"n": 1}, coalesce_key="snapshot")
+    s2 = n.enqueue({"n": 2})
+    s3 = n.enqueue({"n": 3}, coalesce_key="snapshot")
+    assert (s1, s2, s3) == (1, 2, 1) and n.queue_depth == 2
+    on_disk = json.loads(qp.read_text())
+    assert on_disk["version"] == 2 and on_disk["next_seq"] == 3
+    assert [(it["seq"], it["key"], it["data"]) for it in on_disk["pending"]] == [
+        (1, "snapshot", {"n": 3}), (2, None, {"n": 2})]
+
+
+def test_a_slack_queue_file_of_the_previous_version_is_delivered(slack, tmp_path):
+    qp = tmp_path / "slack-queue.json"
+    qp.write_text(json.dumps({"version": 1, "next_seq": 8, "pending": [
+        {"seq": 6, "alert": alert("old-1").to_dict()}, {"seq": 7, "alert": alert("old-2").to_dict()}]}))
+    n = SlackNotifier(slack.url, queue_path=qp, backoff_initial=0.05, backoff_max=0.1)
+    assert n.queue_depth == 2
+    assert n.drain(5)
+    assert slack.delivered_texts() == ["[FIRING] AcceptanceCollapse on old-1 TP0: accept len 1.00",
+                                       "[FIRING] AcceptanceCollapse on old-2 TP0: accept len 1.00"]
+    assert n.notify(alert("new")) == 8
+
+
+def test_queue_file_names():
+    assert queue_file("/var/lib/specwatch", "slack").name == "slack-queue.json"
+    assert queue_file("/s", "alertmanager/10.0.0.1:9093").name == "alertmanager_10.0.0.1_9093-queue.json"

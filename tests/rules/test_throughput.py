@@ -1,0 +1,78 @@
+"""Throughput drop against the baseline at the same load, on generated SGLang logs."""
+
+import random
+
+from specwatch.alerts.dispatcher import Dispatcher
+from specwatch.alerts.inhibit import default_inhibit_rules
+from specwatch.rules.throughput import level_text, load_level
+from timeline import Recorder, Timeline, feed, names, pipeline, run
+
+FAST = {"window": "2m", "for": "2m", "min_window_batches": 5, "min_baseline_batches": 30}
+CFG = {"rules": {"throughput_drop": FAST}}
+
+
+def noisy(level, rnd, spread=0.05):
+    return lambda i: round(level * rnd.uniform(1 - spread, 1 + spread), 2)
+
+
+def test_drop_at_same_load_fires_and_resolves():
+    rnd = random.Random(21)
+    log = Timeline()
+    log.decode(n=300, every=2, running=32, thr=noisy(330, rnd))  # 10 min: the baseline learns
+    log.decode(n=150, every=2, running=32, thr=noisy(150, rnd))  # 5 min at 45 %, accept len unchanged
+    log.decode(n=150, every=2, running=32, thr=noisy(330, rnd))
+    t = run(log.lines, CFG)
+    assert names(t) == [("ThroughputDrop", "firing", ""), ("ThroughputDrop", "resolved", "")]
+    ev = dict(t[0].evidence)
+    assert abs(float(ev["baseline at same load (token/s)"]) - 330) < 10
+    assert float(ev["gen throughput (token/s)"]) < 198  # below 60 % of the baseline
+    assert ev["running requests (levels)"] == "32-63"
+    assert ev["accept len"] == "2.80" and ev["cuda graph"] == "True"
+    assert int(dict(t[1].evidence)["recovered to baseline"].rstrip("%")) >= 80
+
+
+def test_lower_load_is_not_a_drop_but_lower_throughput_at_that_load_is():
+    rnd = random.Random(22)
+    log = Timeline()
+    for _ in range(150):  # mixed load: 32 requests → 330 token/s, 2 requests → 60 token/s
+        log.decode(every=2, running=32, thr=noisy(330, rnd))
+        log.decode(every=2, running=2, thr=noisy(60, rnd))
+    log.decode(n=150, every=2, running=2, thr=noisy(60, rnd))  # night: only light load
+    assert run(log.lines, CFG) == []
+    log.decode(n=150, every=2, running=2, thr=noisy(25, rnd))  # light load, half the speed
+    t = run(log.lines, CFG)
+    assert names(t) == [("ThroughputDrop", "firing", "")]
+    ev = dict(t[0].evidence)
+    assert abs(float(ev["baseline at same load (token/s)"]) - 60) < 3
+    assert ev["running requests (levels)"] == "2-3"
+
+
+def test_windows_after_idle_or_prefill_do_not_count():
+    rnd = random.Random(23)
+    log = Timeline()
+    log.decode(n=300, every=2, running=32, thr=noisy(330, rnd))
+    for _ in range(60):  # each line follows an idle minute (throughput diluted by idle time)
+        log.wait(180).decode(running=32, thr=40)
+    for _ in range(60):  # or a prefill-dominated window
+        log.prefill(n=50)
+        log.decode(running=32, thr=90)
+    assert run(log.lines, CFG) == []
+
+
+def test_collapse_inhibits_the_drop_of_the_same_rank():
+    rec = Recorder()
+    d = Dispatcher([rec], group_by=["..."], group_wait=0, group_interval=0, inhibit_rules=default_inhibit_rules(),
+                   keep_history=True)
+    p = pipeline(CFG, d)
+    rnd = random.Random(24)
+    log = Timeline()
+    log.decode(n=300, every=2, thr=noisy(330, rnd))
+    log.decode(n=150, every=2, accept=1.0, thr=noisy(120, rnd))  # the draft collapses: slower
+    feed(p, log.lines)
+    assert names(d.history) == [("AcceptanceCollapse", "firing", ""), ("ThroughputDrop", "firing", "")]
+    assert rec.got == [("AcceptanceCollapse", "firing", "")]  # the drop is muted by its cause
+
+
+def test_load_levels():
+    assert [load_level(n) for n in (0, 1, 2, 3, 4, 7, 8, 63, 64)] == [1, 1, 2, 2, 3, 3, 4, 6, 7]
+    assert [level_text(v) for v in (1, 2, 6)] == ["1", "2-3", "32-63"]
