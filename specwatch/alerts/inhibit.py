@@ -22,13 +22,13 @@ class InhibitRule:
     equal: tuple[str, ...] = field(default_factory=tuple)
 
     def mutes(self, target: Alert, source: Alert) -> bool:
-        return (
+        return (  # cheapest tests first: this runs for every pair of alerts on every flush
             source is not target
             and source.status == FIRING
-            and source.fingerprint != target.fingerprint
+            and all(source.labels.get(k, "") == target.labels.get(k, "") for k in self.equal)
             and matches_all(self.target, target.labels)
             and matches_all(self.source, source.labels)
-            and all(source.labels.get(k, "") == target.labels.get(k, "") for k in self.equal)
+            and source.fingerprint != target.fingerprint
         )
 
 

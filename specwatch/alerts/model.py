@@ -7,6 +7,7 @@ nothing about SGLang: everything they print is in labels, annotations, evidence 
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 from dataclasses import asdict, dataclass, field
@@ -14,6 +15,12 @@ from datetime import datetime, timezone
 
 FIRING = "firing"
 RESOLVED = "resolved"
+
+
+@functools.lru_cache(maxsize=4096)  # inhibition and grouping ask for it on every tick
+def _fingerprint(items: tuple[tuple[str, str], ...]) -> str:
+    blob = json.dumps(items, separators=(",", ":"))
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
 @dataclass(slots=True)
@@ -44,8 +51,7 @@ class Alert:
     @property
     def fingerprint(self) -> str:
         """16 hex digits of SHA-256 over the sorted labels (stable across runs and hosts)."""
-        blob = json.dumps(sorted(self.labels.items()), separators=(",", ":"))
-        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+        return _fingerprint(tuple(sorted(self.labels.items())))
 
     def to_dict(self) -> dict:
         d = asdict(self)

@@ -19,7 +19,7 @@ from specwatch.config import WindowConfig
 from specwatch.events import DecodeBatch, PrefillBatch
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)  # not frozen: built for every decode line by each rule, so kept cheap
 class Window:
     """One decode line and what the window behind it was like.
 
