@@ -7,6 +7,7 @@ in a `Secret` that redacts every form of it from our log lines and from urllib3'
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 import weakref
@@ -105,18 +106,24 @@ def _register_secret(secret: Secret) -> None:
         _urllib3_filter.secrets.add(secret)
 
 
+RETRY_AFTER_MAX = 3600.0  # a receiver asking for more (or for `inf`) is not waited for longer
+
+
 def retry_after(value: str | None) -> float | None:
-    """`Retry-After` → seconds ≥ 0: delta-seconds (what Slack sends) or an HTTP date; else None."""
+    """`Retry-After` → seconds in [0, RETRY_AFTER_MAX]: delta-seconds (what Slack sends) or an
+    HTTP date; None when absent or unreadable."""
     if not value:
         return None
     try:
-        return max(0.0, float(value))
+        seconds = float(value)
     except ValueError:
-        pass
-    try:
-        return max(0.0, parsedate_to_datetime(value).timestamp() - time.time())
-    except (TypeError, ValueError, IndexError):
+        try:
+            seconds = parsedate_to_datetime(value).timestamp() - time.time()
+        except (TypeError, ValueError, IndexError, OverflowError):
+            return None
+    if math.isnan(seconds):
         return None
+    return min(max(0.0, seconds), RETRY_AFTER_MAX)
 
 
 def post_json(

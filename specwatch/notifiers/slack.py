@@ -351,7 +351,9 @@ class SlackNotifier(QueuedNotifier):
             self._session = requests.Session()
         return post_json(
             self._session, self._url, payload, timeout,
-            succeeded=lambda status, body: status == 200 and body == "ok",
+            # Slack answers 200 `ok`; a proxy or compatible receiver may answer any 2xx body.
+            # Re-posting an accepted message forever is worse than trusting the status.
+            succeeded=lambda status, body: 200 <= status < 300 and _error_code(body) not in PERMANENT_ERRORS,
             permanent=lambda status, body: _error_code(body) in PERMANENT_ERRORS or (400 <= status < 500 and status != 429),
         )
 

@@ -374,3 +374,20 @@ def test_group_payload_respects_the_block_cap():
     assert len(p["blocks"]) <= 50
     assert p["blocks"][-1]["elements"][0]["text"] == "_18 more alerts not shown_"  # 12 shown × 4 blocks
     assert p["text"] == "[FIRING:30] AcceptanceCollapse"
+
+
+def test_any_2xx_without_an_error_code_is_delivered_once(slack):
+    """A proxy answering 200 `{"ok":true}` or 204: accepted, never re-posted."""
+    slack.script.extend([(200, {}, '{"ok":true}'), (204, {}, "")])
+    n = SlackNotifier(slack.url, backoff_initial=0.05)
+    n.notify(make_alert(0))
+    n.notify(make_alert(1))
+    assert n.drain(timeout=10)
+    assert len(slack.received) == 2 and n.sent_total == 2
+
+
+def test_unbounded_retry_after_is_capped():
+    from specwatch.notifiers.http import RETRY_AFTER_MAX, retry_after
+
+    assert retry_after("inf") == RETRY_AFTER_MAX and retry_after("1e12") == RETRY_AFTER_MAX
+    assert retry_after("nan") is None and retry_after("2") == 2.0 and retry_after("-5") == 0.0
