@@ -284,7 +284,7 @@ class Config:
     rank_disagreement: RankDisagreementConfig = field(default_factory=RankDisagreementConfig)
     # alerts: Alertmanager's route defaults
     group_by: list[str] = field(default_factory=list)
-    group_wait: float = 30.0
+    group_wait: float = 1.0  # Alertmanager: 30s; see config.example.yaml
     group_interval: float = 300.0
     repeat_interval: float = 4 * 3600.0
     inhibit_rules: list[InhibitRule] = field(default_factory=default_inhibit_rules)
@@ -857,7 +857,7 @@ def _check_backoff(r: _Reader, path: str, initial: float, maximum: float) -> Non
 
 def _alerts(r: _Reader, cfg: Config, a: dict) -> None:
     cfg.group_by = r.strings(a, "group_by", "alerts", [])
-    cfg.group_wait = r.duration(a, "group_wait", "alerts", 30.0, minimum=0.0)
+    cfg.group_wait = r.duration(a, "group_wait", "alerts", 1.0, minimum=0.0)
     cfg.group_interval = r.duration(a, "group_interval", "alerts", 300.0, minimum=0.0)
     cfg.repeat_interval = r.duration(a, "repeat_interval", "alerts", 4 * 3600.0)
     cfg.runbook_url = r.string(a, "runbook_url", "alerts", "")

@@ -171,6 +171,10 @@ class Daemon:
 
     def _after_poll(self) -> None:
         self._progress = time.monotonic()
+        if self.dispatcher.paused:  # the backlog of the first poll round is read: notify from now
+            with self.pipeline.lock:
+                self.dispatcher.resume(time.time())
+                self.pipeline.tick(time.time())
         # On the followers' thread between poll rounds: offsets and rule state agree.
         if time.monotonic() - self._last_save >= STATE_EVERY:
             self.save_state()
@@ -321,6 +325,7 @@ class Daemon:
         for n in self.notifiers.values():
             n.start()
         self._progress = time.monotonic()
+        self.dispatcher.paused = True  # until the first poll round has read the backlog
         self.followers.start()
         for src in self.sources:
             src.start()

@@ -131,3 +131,24 @@ def test_collapse_alert_carries_the_diagnosis(tmp_path, slack, log, sglang_roots
     assert len(delivered(slack)) == len(msgs)  # nothing more in this episode
     rc, out = d.stop()
     assert rc == 0, out
+
+
+def test_first_start_on_an_old_log_sends_no_old_episode(tmp_path, slack, log):
+    """A week-old episode (fired and resolved) in the backlog is not news; a new collapse is."""
+    with open(log, "w") as f:
+        for i in range(3):
+            f.write(decode_line(1.0, f"10:00:0{i}").replace("2026-02-23", "2026-02-16"))
+        for i in range(3):
+            f.write(decode_line(2.9, f"10:01:0{i}").replace("2026-02-23", "2026-02-16"))
+    d = Daemon(tmp_path, slack.url, log)
+    d.start()
+    wait_for(lambda: scrape(d.port).get(("specwatch_decode_batches_total", rank_labels())) == 6, what="the backlog")
+    time.sleep(2.5)  # past the first poll round and group_wait
+    assert slack.received == []
+    with open(log, "a") as f:
+        for i in range(3):
+            f.write(decode_line(1.01, f"16:40:0{i}"))
+    msgs = wait_for(lambda: delivered(slack), timeout=15, what="the new collapse")
+    assert len(msgs) == 1 and msgs[0]["text"].startswith("[FIRING] AcceptanceCollapse on gpu-box-1 TP0")
+    rc, out = d.stop()
+    assert rc == 0, out

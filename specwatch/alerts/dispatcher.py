@@ -122,6 +122,10 @@ class Dispatcher:
         self.pushers = list(pushers)
         self.runbook_url = runbook_url
         self.keep_history = keep_history
+        # While paused (the daemon catching up on a backlog at start), alerts are tracked but
+        # nothing is sent: an episode that fired and resolved in old log lines never notifies,
+        # one still firing when the backlog is read does (Alertmanager's notification-log rules).
+        self.paused = False
         self.alerts: dict[str, Alert] = {}  # fingerprint → current alert (firing or resolved)
         # Status as last handled: a rule resolves by mutating the alert object it returned before,
         # so the stored object's own status cannot tell what the dispatcher already saw.
@@ -169,6 +173,16 @@ class Dispatcher:
             self.history.append(copy.deepcopy(alert))
         self._flush_due(now)
         self._push(now, changed=True)
+
+    def resume(self, now: float) -> None:
+        """End a pause: resolved alerts that were never notified firing leave their groups (an
+        old episode is not news), then due groups flush as usual."""
+        notified = set().union(*(e["firing"] for e in self._nflog.values())) if self._nflog else set()
+        for g in self._groups.values():
+            g.fingerprints = {fp for fp in g.fingerprints
+                              if fp in notified or (fp in self.alerts and self.alerts[fp].status == FIRING)}
+        self.paused = False
+        self.tick(now)
 
     def tick(self, now: float) -> None:
         """Flush groups whose timer is due, let pushers re-send, forget what is done."""
@@ -223,6 +237,8 @@ class Dispatcher:
             g.next_flush = min(g.next_flush, now)  # it waited long enough before it was raised
 
     def _flush_due(self, now: float) -> None:
+        if self.paused:
+            return
         due = [g for g in self._groups.values() if g.next_flush <= now]
         if not due:
             return
@@ -244,7 +260,7 @@ class Dispatcher:
         alert marked `annotations["update"] = note` (the rest of the group as it is now)."""
         if self.silences is not None:
             self.silences.reload_if_changed()
-        if self._muted(alert, now):
+        if self.paused or self._muted(alert, now):
             return
         fp = alert.fingerprint
         for route in self._routes_for(alert):
@@ -280,7 +296,7 @@ class Dispatcher:
         g.fingerprints &= set(self.alerts)
 
     def _push(self, now: float, changed: bool) -> None:
-        if not self.pushers:
+        if not self.pushers or self.paused:
             return
         if self.silences is not None:
             self.silences.reload_if_changed()

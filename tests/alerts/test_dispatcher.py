@@ -344,3 +344,33 @@ def test_adopt_takes_new_routes_and_keeps_what_was_sent():
     d.handle(alert(rank="TP2"), now=170)
     assert new_rec.summary() == [("firing:AcceptanceCollapse:TP0", "firing:AcceptanceCollapse:TP2")]
     assert old_rec.got[1:] == []
+
+
+def test_paused_dispatcher_sends_only_what_still_fires_when_resumed():
+    """Start-up catch-up: an old episode that fired and resolved while paused is never sent;
+    one still firing when the backlog is read is sent once on resume."""
+    from specwatch.alerts.dispatcher import Dispatcher as D
+    from specwatch.alerts.model import Alert as A
+
+    got = []
+
+    class Rec:
+        name = "rec"
+
+        def notify(self, n):
+            got.append([(a.labels["rank"], a.status) for a in getattr(n, "alerts", [n])])
+
+    d = D([Rec()], group_wait=0, group_interval=300, repeat_interval=3600)
+    d.paused = True
+
+    def alert(rank, status, t0=100.0):
+        return A(labels={"alertname": "AcceptanceCollapse", "server": "s", "rank": rank},
+                 annotations={}, starts_at=t0, status=status, ends_at=None if status == "firing" else t0 + 50)
+
+    d.handle(alert("DP0", "firing"), now=1000)
+    d.handle(alert("DP0", "resolved"), now=1000)
+    d.handle(alert("DP1", "firing"), now=1000)
+    d.tick(now=1001)
+    assert got == []
+    d.resume(now=1002)
+    assert got == [[("DP1", "firing")]]
