@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from specwatch.alerts.model import FIRING, RESOLVED, Alert
 from specwatch.config import CollapseConfig, Config, WindowConfig
-from specwatch.events import DecodeBatch, PrefillBatch, ServerArgs
+from specwatch.events import DecodeBatch, PrefillBatch, ServerArgs, ServerRestarted, ServerStarted
 from specwatch.rules.base import Rule, args_evidence, fmt
 from specwatch.rules.windows import WindowTracker
 
@@ -130,7 +130,24 @@ class CollapseRule(Rule):
             self.windows.observe(server, event)
         elif isinstance(event, ServerArgs):
             self.observe_server_args(server, event)
+            if event.source == "log":  # a new startup line: the server restarted
+                return self._restarted(server, now, "the server restarted (new server_args line)")
+        elif isinstance(event, ServerRestarted) or (isinstance(event, ServerStarted) and not event.first_seen):
+            return self._restarted(server, now, "the server process restarted")
         return []
+
+    def _restarted(self, server: str, now: float, why: str) -> list[Alert]:
+        """A restarted server starts from scratch (often with new flags, e.g. speculation off):
+        its collapses resolve and every rank's runs reset."""
+        out = []
+        for key in [k for k in self._ranks if k[0] == server]:
+            st = self._ranks.pop(key)
+            if st.collapsed and st.alert is not None:
+                st.alert.status = RESOLVED
+                st.alert.ends_at = now
+                st.alert.evidence.insert(0, ("resolved because", why))
+                out.append(st.alert)
+        return out
 
     def observe_server_args(self, server: str, event: ServerArgs) -> None:
         self._server_args[server] = event.args
@@ -170,7 +187,7 @@ class CollapseRule(Rule):
                 if alert is not None:
                     alert.status = RESOLVED
                     alert.ends_at = batch.timestamp
-                    alert.evidence.append(("recovered accept len", fmt(batch.accept_length)))
+                    alert.evidence.insert(0, ("recovered accept len", fmt(batch.accept_length)))
                     return alert
         else:
             st.low_run = st.high_run = 0

@@ -117,3 +117,18 @@ def test_server_args_paths_appear_in_evidence_and_fixes():
     assert ev_d["speculative_draft_model_path"] == "/models/k25-eagle3"
     assert any("/models/k25-eagle3/config.json" in f for f in a.fixes)
     assert any("(this server: EAGLE)" in f for f in a.fixes)
+
+
+def test_restart_resolves_the_collapse_and_resets_ranks():
+    """The usual fix is a restart with other flags (or speculation off): the collapse of the old
+    process resolves; decode lines without accept fields afterwards keep it resolved."""
+    rule = CollapseRule(CollapseConfig())
+    fired = feed(rule, "s", [decode(1.0, ts=i) for i in range(3)])
+    assert [a.status for a in fired] == ["firing"]
+    ev = parse_line("[2026-02-23 17:00:00] server_args=ServerArgs(model_path='/m', speculative_algorithm=None)")
+    out = rule.on_event("s", ev, ev.timestamp)
+    assert [(a.status, a.labels["rank"]) for a in out] == [("resolved", "TP0")]
+    assert out[0].ends_at == ev.timestamp
+    assert out[0].evidence[0] == ("resolved because", "the server restarted (new server_args line)")
+    assert not rule.collapsed("s", "TP0")
+    assert feed(rule, "s", [decode(1.0, ts=10 + i) for i in range(2)]) == []  # runs start over
