@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 import signal
 import threading
 import time
@@ -53,6 +54,7 @@ from specwatch.storage import read_json, write_json_atomic
 
 log = logging.getLogger("specwatch.daemon")
 
+MISSING_WARN_EVERY = 600.0
 STATE_EVERY = 10.0  # seconds between state snapshots (also written on stop)
 LOCK_WAIT = 5.0  # seconds the main loop waits for the pipeline lock before calling it wedged
 STATUS_EVERY = 10.0  # seconds between STATUS= updates while nothing else changes
@@ -113,6 +115,7 @@ class Daemon:
             after_poll=self._after_poll,
         )
         self._last_save = time.monotonic()
+        self._missing_since: dict[str, list] = {}  # path -> [absent since, last warned] (monotonic)
         self.registry = CollectorRegistry()
         self.registry.register(PipelineCollector(self.pipeline))
         self.registry.register(FollowerCollector(lambda: self.followers.followers))
@@ -169,8 +172,27 @@ class Daemon:
 
         return app
 
+    def _warn_missing_logs(self) -> None:
+        """A followed file that stays absent or unreadable is said in the log, not only in
+        specwatch_log_file_open 0: once after five poll intervals (at least 2 s), then every
+        MISSING_WARN_EVERY seconds."""
+        now = time.monotonic()
+        after = max(2.0, 5 * self.config.follow.poll_interval)
+        for path, f in self.followers.followers.items():
+            if f.is_open:
+                self._missing_since.pop(path, None)
+                continue
+            since, warned = self._missing_since.setdefault(path, [now, None])
+            if now - since >= after and (warned is None or now - warned >= MISSING_WARN_EVERY):
+                self._missing_since[path][1] = now
+                why = ("is a directory" if os.path.isdir(path) else "exists but cannot be read"
+                       if os.path.exists(path) else "does not exist")
+                log.warning("log file %s %s (for %.0fs): check logs[].path and that SGLang writes there; "
+                            "it is read from its first line once it appears", path, why, now - since)
+
     def _after_poll(self) -> None:
         self._progress = time.monotonic()
+        self._warn_missing_logs()
         if self.dispatcher.paused:  # the backlog of the first poll round is read: notify from now
             with self.pipeline.lock:
                 self.dispatcher.resume(time.time())
@@ -312,7 +334,12 @@ class Daemon:
             signal.signal(signal.SIGTERM, lambda *_: self._request(reload=False))
             signal.signal(signal.SIGINT, lambda *_: self._request(reload=False))
             signal.signal(signal.SIGHUP, lambda *_: self._request(reload=True))
-        self._build()
+        try:
+            self._build()
+        except OSError as e:  # state_dir not creatable/writable, a queue file unreadable, ...
+            log.error("cannot start: %s: %s (check state_dir and its permissions)",
+                      getattr(e, "filename", None) or self.state_dir, e.strerror or e)
+            return 1
         cfg = self.config
         try:
             self.httpd = make_server(cfg.listen_address, cfg.listen_port, self._app(),

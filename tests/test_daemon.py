@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from procs import SAMPLES, decode_line, rank_labels, scrape, wait_for
+from procs import SAMPLES, decode_line, free_port, rank_labels, scrape, wait_for
 from specwatch_daemon import SpecwatchDaemon
 
 
@@ -152,3 +152,21 @@ def test_first_start_on_an_old_log_sends_no_old_episode(tmp_path, slack, log):
     assert len(msgs) == 1 and msgs[0]["text"].startswith("[FIRING] AcceptanceCollapse on gpu-box-1 TP0")
     rc, out = d.stop()
     assert rc == 0, out
+
+
+def test_missing_log_is_warned_about_and_bad_state_dir_is_a_clean_error(tmp_path, slack, log):
+    d = Daemon(tmp_path, slack.url, tmp_path / "not-there" / "server.log")
+    d.start()
+    time.sleep(3.0)  # the warning comes after five poll intervals, at least 2 s
+    rc, out = d.stop()
+    assert rc == 0
+    assert f"log file {tmp_path / 'not-there' / 'server.log'} does not exist" in out
+
+    cfg = tmp_path / "bad.yaml"
+    (tmp_path / "afile").write_text("x")
+    cfg.write_text(f"logs:\n  - path: {log}\nstate_dir: {tmp_path / 'afile' / 'state'}\n"
+                   f"metrics:\n  listen_port: {free_port()}\ngpu:\n  enabled: false\n")
+    r = subprocess.run([sys.executable, "-m", "specwatch", "run", "--config", str(cfg)],
+                       capture_output=True, text=True, timeout=30)
+    assert r.returncode == 1
+    assert "cannot start" in r.stderr and "Traceback" not in r.stderr
