@@ -39,7 +39,9 @@ def test_bundled_example_json_summary():
                             "--log-timezone", "Asia/Tokyo").stdout)
     assert utc["alerts"][0]["starts_at"] == "2026-02-23T07:32:38Z"
     assert alert["summary"] == "Speculative decoding collapsed on kimi-k25-tp8 TP0: accept len 1.06"
-    assert len(alert["fixes"]) == 4 and "midlayer" in alert["fixes"][0]
+    assert len(alert["fixes"]) == 5 and alert["fixes"][0].startswith("Run the whole diagnosis")
+    assert "specwatch diagnose --draft <draft dir> --target <target dir>" in alert["fixes"][0]
+    assert "midlayer" in alert["fixes"][1] and "d2t" in alert["fixes"][4]
 
 
 def test_bundled_example_default_rules_need_a_third_batch():

@@ -12,6 +12,7 @@ prefill-dominated windows (`rules/windows.py`) are skipped: they neither count n
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 from specwatch.alerts.model import FIRING, RESOLVED, Alert
@@ -40,37 +41,53 @@ def _summary(report) -> str:
 
 
 def known_causes(args: dict[str, object] | None) -> list[str]:
-    """The three known causes of a total collapse, each with the check a user can run now.
+    """The known causes of a total collapse, each with a check a user can run now: first the
+    whole diagnosis in one command, then the four causes one by one.
 
-    Paths come from the server's `server_args` line when it was seen. Facts: sglang.md §4.2
-    (`midlayer` vs `layers.0`, 0.5.11/0.5.12 split), §4.4 (fc width check), §4.5 and §5 (capture).
+    Paths come from the server's settings (`server_args` line, command line, /server_info) when
+    known. Facts: sglang.md §4.2 (`midlayer` vs `layers.0`, 0.5.11/0.5.12 split), §4.4 (fc width
+    check), §4.5 and §5 (capture), §6 (d2t as offsets).
     """
     args = args or {}
-    draft = str(args.get("speculative_draft_model_path") or "<draft dir>")
+    draft_arg = args.get("speculative_draft_model_path")
+    target_arg = args.get("model_path")
+    draft = str(draft_arg or "<draft dir>")
+    target = str(target_arg or "<target dir>")
     algo = args.get("speculative_algorithm")
+    # A Hugging Face repo id is not a folder: the commands need its local snapshot.
+    hub = bool(draft_arg) and not os.path.isabs(draft) and not os.path.isdir(draft)
+    folder = f"$(huggingface-cli download {draft})" if hub else draft
     fixes = [
+        f"Run the whole diagnosis (files only, reads the SGLang this server runs): "
+        f"`specwatch diagnose --draft {folder} --target {target}"
+        + (f" --algorithm {algo}`" if algo else "`")
+        + " — it names dropped weights, missing capture, fc bypass, layer ids and the d2t map, with the fix.",
         "Unloaded draft weights: SGLang <= 0.5.11 loads the draft decoder layer only from "
         "`midlayer.*` keys and silently drops `layers.0.*` (as saved by the speculators trainer). "
         f"Check: `python -c \"from safetensors import safe_open; import glob; "
-        f"print(sorted({{k.split('.')[0] for f in glob.glob('{draft}/*.safetensors') "
+        f"print(sorted({{k.split('.')[0] for f in glob.glob('{folder}/*.safetensors') "
         f"for k in safe_open(f, 'np').keys()}}))\"` and `pip show sglang`. "
-        "Fix: rename `layers.0.` to `midlayer.` in the checkpoint, or upgrade to SGLang >= 0.5.12.",
+        f"Fix: `specwatch fix-checkpoint --draft {folder} --out <new dir>` (renames `layers.0.` to "
+        "`midlayer.`), or upgrade to SGLang >= 0.5.12.",
         "Missing aux hidden-state capture: the target model class must implement "
         "`set_eagle3_layers_to_capture`, and a multimodal wrapper must forward it to its language "
         "model (Gemma3/Llama4 wrappers skip it silently when the inner model lacks it). Check: "
         "`grep -rn set_eagle3_layers_to_capture $(python -c 'import sglang, os; "
         "print(os.path.dirname(sglang.__file__))')/srt/models/` for your target's architecture "
-        "(from its config.json). Fix: use a target class that captures, or upgrade SGLang.",
+        f"(`architectures` in {target}/config.json). Fix: use a target class that captures, or upgrade SGLang.",
         "fc bypass: the draft's `fc.weight` is [H, 3*H] (e.g. [7168, 21504]) and runs only when the "
         "target feeds 3*H-wide aux hidden states; with capture off, a single captured layer, or "
         "`--speculative-algorithm EAGLE` for an EAGLE-3 draft, H-wide states skip the fc silently. "
-        f"Check: the draft config's `eagle_config.eagle_aux_hidden_state_layer_ids` in {draft}/config.json "
+        f"Check: the draft config's `eagle_config.eagle_aux_hidden_state_layer_ids` in {folder}/config.json "
         "(3 ids below the target's num_hidden_layers) and that the server runs "
         "`--speculative-algorithm EAGLE3`"
         + (f" (this server: {algo})." if algo else "."),
         "d2t map: SGLang reads `d2t` as offsets (target_id = draft_id + d2t[draft_id]); a map stored "
         "as absolute target ids sends every draft token to the wrong target token. Check: "
-        "d2t[i] + i must be the target id of draft token i.",
+        f"`python -c \"from safetensors import safe_open; import glob; "
+        f"f=safe_open(glob.glob('{folder}/*.safetensors')[0], 'np'); d=f.get_tensor('d2t'); "
+        "print(d[:8], d.min(), d.max())\"` — offsets are small and mostly non-decreasing from 0; "
+        "values near the vocabulary size mean absolute ids (fix: `specwatch fix-checkpoint` re-encodes them).",
     ]
     return fixes
 

@@ -132,3 +132,16 @@ def test_restart_resolves_the_collapse_and_resets_ranks():
     assert out[0].evidence[0] == ("resolved because", "the server restarted (new server_args line)")
     assert not rule.collapsed("s", "TP0")
     assert feed(rule, "s", [decode(1.0, ts=10 + i) for i in range(2)]) == []  # runs start over
+
+
+def test_known_causes_commands_use_the_servers_paths_or_the_hub_snapshot():
+    from specwatch.rules.collapse import known_causes
+
+    local = known_causes({"speculative_draft_model_path": "/models/d", "model_path": "/models/t",
+                          "speculative_algorithm": "EAGLE3"})
+    assert local[0].startswith("Run the whole diagnosis") and \
+        "`specwatch diagnose --draft /models/d --target /models/t --algorithm EAGLE3`" in local[0]
+    assert "glob.glob('/models/d/*.safetensors')" in local[1]
+    hub = known_causes({"speculative_draft_model_path": "Rayzl/qwen2.5-vl-7b-eagle3-sgl"})
+    # a repo id is no folder: the commands read its local snapshot instead of printing []
+    assert "glob.glob('$(huggingface-cli download Rayzl/qwen2.5-vl-7b-eagle3-sgl)/*.safetensors')" in hub[1]

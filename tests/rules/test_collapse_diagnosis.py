@@ -70,7 +70,7 @@ def test_a_healthy_draft_keeps_the_generic_causes_only(sglang_roots):
     feed(p, server_args_line(draft="specforge"))
     for s in range(3):
         feed(p, decode(s))
-    assert rec.got[0].fixes[0].startswith("Unloaded draft weights:") and "diagnosis" not in dict(rec.got[0].evidence)
+    assert rec.got[0].fixes[0].startswith("Run the whole diagnosis") and rec.got[0].fixes[1].startswith("Unloaded draft weights:") and "diagnosis" not in dict(rec.got[0].evidence)
 
 
 def test_probes_still_running_alert_at_once_then_one_update(sglang_roots, monkeypatch):
@@ -88,7 +88,7 @@ def test_probes_still_running_alert_at_once_then_one_update(sglang_roots, monkey
     for s in range(3):
         feed(p, decode(s))
     assert time.monotonic() - t0 < 1.0  # the alert never waits for the probes
-    assert len(rec.got) == 1 and rec.got[0].fixes[0].startswith("Unloaded draft weights:")
+    assert len(rec.got) == 1 and rec.got[0].fixes[1].startswith("Unloaded draft weights:")
     assert "update" not in rec.got[0].annotations
     with p.lock:
         p.tick(time.time())
