@@ -7,8 +7,9 @@ Measures, each repeated `--repeats` times (medians reported):
      mtail:     `mtail --one_shot` with a program that extracts the same decode fields
                 (its fastest mode: no tailing; its tailing mode is slower, monitoring.md §1.8).
   2. idle: CPU used by an idle `specwatch run` over `--idle` seconds, and its RSS.
-  3. latency: wall time from appending 3 collapse lines to a followed file until a local
-     Slack-compatible endpoint receives the alert.
+  3. latency: wall time from appending the third of three collapse lines (stamped 8 s, 4 s and
+     0 s ago, as a live server prints them) to a followed file until a local Slack-compatible
+     endpoint receives the alert (default group_wait of 1 s applies).
 
 Usage: python bench/backlog.py [--lines 200000] [--repeats 3] [--idle 20]
 Needs the Debian package `mtail` for the comparison (skipped with a note otherwise).
@@ -176,13 +177,19 @@ def alert_latency(tmp: Path, repeats: int) -> list[float]:
             time.sleep(0.05)
         time.sleep(0.5)
         _Slack.got.clear()
-        lines = "".join(
-            f"[2026-02-23 16:32:{40 + k} TP0] Decode batch, #running-req: 32, #token: 2268, token usage: 0.02, "
-            f"accept len: 1.05, accept rate: 0.21, cuda graph: False, gen throughput (token/s): 400.57, "
-            f"#queue-req: 0\n" for k in range(3))
+
+        def line(ago: float) -> str:  # stamped in local time, as SGLang does, `ago` seconds back
+            ts = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(time.time() - ago))
+            return (f"[{ts} TP0] Decode batch, #running-req: 32, #token: 2268, token usage: 0.02, "
+                    f"accept len: 1.05, accept rate: 0.21, cuda graph: False, gen throughput (token/s): 400.57, "
+                    f"#queue-req: 0\n")
+
+        with open(log, "a") as f:  # two low lines of the last decode-log intervals...
+            f.write(line(8) + line(4))
+        time.sleep(0.5)
         t0 = time.monotonic()
-        with open(log, "a") as f:
-            f.write(lines)
+        with open(log, "a") as f:  # ...and the third, which makes it a collapse
+            f.write(line(0))
         while not _Slack.got and time.monotonic() - t0 < 10:
             time.sleep(0.002)
         out.append((_Slack.got[0] - t0) if _Slack.got else float("inf"))
