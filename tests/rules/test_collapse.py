@@ -145,3 +145,24 @@ def test_known_causes_commands_use_the_servers_paths_or_the_hub_snapshot():
     hub = known_causes({"speculative_draft_model_path": "Rayzl/qwen2.5-vl-7b-eagle3-sgl"})
     # a repo id is no folder: the commands read its local snapshot instead of printing []
     assert "glob.glob('$(huggingface-cli download Rayzl/qwen2.5-vl-7b-eagle3-sgl)/*.safetensors')" in hub[1]
+
+
+def test_after_a_restart_repeats_carry_the_rules_current_evidence(tmp_path):
+    """The state file restores the rule's alert and the dispatcher's copy; they are one object
+    again, so a repeat after the restart shows the newest accept len, not the saved one."""
+    from specwatch.alerts.dispatcher import Dispatcher
+    from specwatch.config import build_config
+    from specwatch.pipeline import Pipeline
+
+    cfg = build_config({"server": "s", "diagnosis": {"enabled": False}})
+    p1 = Pipeline(cfg, Dispatcher([], group_wait=0))
+    with p1.lock:
+        for i in range(3):
+            p1._apply_rules("s", decode(1.07, ts=i), float(i))
+        state = p1.to_state()
+    p2 = Pipeline(cfg, Dispatcher([], group_wait=0))
+    p2.load_state(state)
+    with p2.lock:
+        p2._apply_rules("s", decode(1.09, ts=10), 10.0)
+    [alert] = p2.dispatcher.alerts.values()
+    assert dict(alert.evidence)["accept len"] == "1.09"
