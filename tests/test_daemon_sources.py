@@ -60,7 +60,7 @@ def test_daemon_watches_process_and_api(tmp_path, slack, sglang_install, sglang_
                      and x.get(("specwatch_server_avg_accept_length_lifetime", (("dp_rank", "0"), ("server", "sglang-a"))))
                      # /model_info is read after /server_info: wait for the architecture too
                      and any(k[0] == "specwatch_server_info" and dict(k[1]).get("architecture") for k in x)
-                     and x, what="server up and its API read")
+                     and x, timeout=30, what="server up and its API read")
         info = [k for k in m if k[0] == "specwatch_server_info"]
         assert len(info) == 1
         labels = dict(info[0][1])
