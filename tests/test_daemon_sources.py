@@ -46,7 +46,7 @@ def test_daemon_watches_process_and_api(tmp_path, slack, sglang_install, sglang_
         f"gpu:\n  enabled: false\n"
         f"process:\n  interval: 300ms\n  servers: {{{sglang_port}: sglang-a}}\n"
         f"server_api:\n  url: http://127.0.0.1:{sglang_port}\n  server: sglang-a\n  interval: 300ms\n"
-        f"  timeout: 1s\n  backoff_max: 600ms\n"  # generous: a loaded CI machine
+        f"  timeout: 200ms\n  backoff_max: 600ms\n"
         f"rules:\n  server: {{down_for: 1s, restart_window: 3s}}\n  log_silent: {{intervals: 2}}\n"
         f"alerts:\n  group_by: ['...']\n  group_wait: 0s\n  group_interval: 0s\n"
         f"  slack:\n    webhook_url_env: SW_TEST_HOOK\n    backoff_initial: 0.1s\n"
