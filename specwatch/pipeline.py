@@ -262,8 +262,10 @@ class Pipeline:
 
     def _apply_rules(self, server: str, event: object, now: float) -> None:
         for rule in self.rules:
-            for alert in rule.on_event(server, event, now):
-                self.dispatcher.handle(alert, now)
+            alerts = rule.on_event(server, event, now)
+            if alerts:  # rarely: most calls return [] (cheaper to test than to iterate)
+                for alert in alerts:
+                    self.dispatcher.handle(alert, now)
 
     def _rank(self, server: str, event: DecodeBatch | PrefillBatch) -> RankStats:
         key = (server, event.rank)

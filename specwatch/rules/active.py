@@ -18,6 +18,10 @@ class ActiveAlerts:
     def __contains__(self, key: str) -> bool:
         return key in self._alerts
 
+    def empty(self) -> bool:
+        """Nothing is firing (lets rules skip work in the common, healthy case)."""
+        return not self._alerts
+
     def get(self, key: str) -> Alert | None:
         return self._alerts.get(key)
 

@@ -37,6 +37,7 @@ class _Rank:
     recent: Recent  # accept len
     running: Recent  # running requests, same lines
     low_since: float | None = None
+    akey: str | None = None  # alert_key(server, rank), built once
 
 
 def path_matches(configured: str | None, actual: object) -> bool:
@@ -60,6 +61,12 @@ class DegradationRule(Rule):
         self._ranks: dict[tuple[str, str], _Rank] = {}
         self._baselines: dict[str, Baseline] = {}  # model pair → learned baseline
         self.active = ActiveAlerts()
+        # Per decode line the baseline is looked up for the server's model pair: the pair
+        # (server → (model, draft, "model|draft")) is kept until the server's settings change,
+        # and the configured `expected` value of a pair until `config` is another object.
+        self._pairs: dict[str, tuple[str, str, str]] = {}
+        self._expected: dict[str, tuple] = {}  # "model|draft" → `_configured`
+        self._expected_for = config
 
     def reconfigure(self, config: Config) -> None:
         # Learned baselines and pending times carry over; windows take the new spans.
@@ -74,52 +81,93 @@ class DegradationRule(Rule):
     def on_event(self, server: str, event: object, now: float) -> list[Alert]:
         if not self.config.enabled:
             return []
-        if isinstance(event, ServerArgs):
-            self.args.observe(server, event)
-        elif isinstance(event, PrefillBatch):
-            self.windows.observe(server, event)
-        elif isinstance(event, DecodeBatch):
+        if isinstance(event, DecodeBatch):
             w = self.windows.observe(server, event)
             if w.acceptance_valid and event.accept_length > self.collapse_max:
                 return self._observe(server, event)
+        elif isinstance(event, PrefillBatch):
+            self.windows.observe(server, event)
+        elif isinstance(event, ServerArgs):
+            self.args.observe(server, event)
+            self._pairs.pop(server, None)
         return []
 
-    def _pair(self, server: str) -> tuple[str, str]:
-        args = self.args.get(server) or {}
-        return str(args.get("model_path") or ""), str(args.get("speculative_draft_model_path") or "")
+    def _pair(self, server: str) -> tuple[str, str, str]:
+        """(model, draft, "model|draft") of the server, from its latest settings."""
+        pair = self._pairs.get(server)
+        if pair is None:
+            args = self.args.get(server) or {}
+            model, draft = str(args.get("model_path") or ""), str(args.get("speculative_draft_model_path") or "")
+            pair = self._pairs[server] = (model, draft, f"{model}|{draft}")
+        return pair
+
+    def _configured(self, model: str, draft: str, pair: str) -> tuple:
+        """(accept len,) of the first `expected` entry matching the pair; () when none does."""
+        if self.config is not self._expected_for:
+            self._expected.clear()
+            self._expected_for = self.config
+        hit = self._expected.get(pair)
+        if hit is None:
+            hit = next(((e.accept_length,) for e in self.config.expected
+                        if path_matches(e.model, model) and path_matches(e.draft, draft)), ())
+            self._expected[pair] = hit
+        return hit
 
     def baseline(self, server: str) -> tuple[float | None, str]:
         """(baseline accept len, where it comes from) for the server's model pair."""
-        model, draft = self._pair(server)
-        for e in self.config.expected:
-            if path_matches(e.model, model) and path_matches(e.draft, draft):
-                return e.accept_length, "configured"
-        learned = self._baselines.get(f"{model}|{draft}")
+        model, draft, pair = self._pair(server)
+        configured = self._configured(model, draft, pair)
+        if configured:
+            return configured[0], "configured"
+        learned = self._baselines.get(pair)
         if learned is not None and learned.count >= self.config.min_baseline_batches:
             return learned.mean(), f"learned from {learned.count} decode lines"
         return None, "none yet"
 
+    def _base(self, server: str) -> float | None:
+        """`baseline(server)[0]`, without building the text of where it comes from."""
+        model, draft, pair = self._pair(server)
+        configured = self._configured(model, draft, pair)
+        if configured:
+            return configured[0]
+        learned = self._baselines.get(pair)
+        if learned is not None and learned.count >= self.config.min_baseline_batches:
+            return learned.mean()
+        return None
+
     def _observe(self, server: str, b: DecodeBatch) -> list[Alert]:
         cfg = self.config
-        key, akey = (server, b.rank), alert_key(server, b.rank)
+        key = (server, b.rank)
         st = self._ranks.get(key)
         if st is None:
             st = self._ranks[key] = _Rank(Recent(cfg.window), Recent(cfg.window))
+        akey = st.akey
+        if akey is None:
+            akey = st.akey = alert_key(server, b.rank)
         aged = st.recent.add(b.timestamp, b.accept_length)
         st.running.add(b.timestamp, b.running_requests)
-        if st.low_since is None and akey not in self.active and aged:
-            model, draft = self._pair(server)
-            learned = self._baselines.setdefault(f"{model}|{draft}", Baseline(BASELINE_BUCKET, cfg.baseline_window))
+        firing = akey in self.active
+        if st.low_since is None and not firing and aged:
+            pair = self._pair(server)[2]
+            learned = self._baselines.get(pair)
+            if learned is None:
+                learned = self._baselines[pair] = Baseline(BASELINE_BUCKET, cfg.baseline_window)
             for t, v in aged:
                 learned.add(t, v)
-        base, source = self.baseline(server)
-        if base is None or len(st.recent) < cfg.min_window_batches:
+        if len(st.recent) < cfg.min_window_batches:
+            return []
+        base = self._base(server)
+        if base is None:
             return []
         mean = st.recent.mean()
-        action, st.low_since = drop_transition(mean / base, b.timestamp, st.low_since, akey in self.active,
+        if not firing and not mean / base < 1 - cfg.max_drop_ratio:
+            st.low_since = None  # what drop_transition says in the common, healthy case
+            return []
+        action, st.low_since = drop_transition(mean / base, b.timestamp, st.low_since, firing,
                                                max_drop=cfg.max_drop_ratio, recover_drop=cfg.recover_drop_ratio,
                                                hold=cfg.hold)
         if action == "fire":
+            base, source = self.baseline(server)
             return self.active.fire(akey, self._alert(server, b, st, mean, base, source))
         if action == "resolve":
             return self.active.resolve(akey, b.timestamp, ("recovered mean accept len", fmt(mean)))
@@ -183,5 +231,6 @@ class DegradationRule(Rule):
             b.load_state(buckets)
         self.active.load_state(state.get("active", {}))
         self.args.load_state(state.get("args", {}))
+        self._pairs.clear()
         for k, since in state.get("low_since", []):
             self._ranks[tuple(k)] = _Rank(Recent(self.config.window), Recent(self.config.window), low_since=since)

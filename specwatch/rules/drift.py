@@ -55,6 +55,8 @@ class DriftRule(Rule):
     def on_event(self, server: str, event: object, now: float) -> list[Alert]:
         if not self.config.enabled:
             return []
+        if isinstance(event, (DecodeBatch, PrefillBatch)):
+            return self._batch(server, event)  # first: nearly every event is one (and no restart)
         restarted = is_restart_event(event)
         if isinstance(event, ServerArgs):
             restarted = self.args.observe(server, event)
@@ -63,10 +65,9 @@ class DriftRule(Rule):
             return self._reset([k for k in self._buckets if k[0] == server]
                                + [tuple(k.split("|", 1)) for k in self.active.keys() if k.split("|", 1)[0] == server],
                                at if at is not None else now, "server restarted")
-        if isinstance(event, ServerArgs):
-            return []
-        if not isinstance(event, (DecodeBatch, PrefillBatch)):
-            return []
+        return []
+
+    def _batch(self, server: str, event: DecodeBatch | PrefillBatch) -> list[Alert]:
         w = self.windows.observe(server, event)
         if w is None:  # a prefill line, counted by the tracker
             return []
@@ -90,12 +91,15 @@ class DriftRule(Rule):
     def _observe(self, server: str, b: DecodeBatch) -> list[Alert]:
         cfg = self.config
         key = (server, b.rank)
-        buckets = self._buckets.setdefault(key, [])
+        buckets = self._buckets.get(key)
+        if buckets is None:
+            buckets = self._buckets[key] = []
         idx = math.floor(b.timestamp / cfg.bucket)
         closed = bool(buckets) and buckets[-1][0] != idx
         if buckets and buckets[-1][0] == idx:
-            buckets[-1][1] += b.accept_length
-            buckets[-1][2] += 1
+            last = buckets[-1]
+            last[1] += b.accept_length
+            last[2] += 1
         else:
             buckets.append([idx, b.accept_length, 1])
         horizon = idx - cfg.window / cfg.bucket

@@ -75,9 +75,11 @@ class LogSilentRule(ActiveAlertsRule):
 
     def on_event(self, server: str, event: object, now: float) -> list[Alert]:
         if isinstance(event, DecodeBatch):
-            st = self._st(server)
+            st = self._s.get(server) or self._st(server)
             st.last_decode = now
             st.intervals = 0
+            if server not in self.active:
+                return []  # the common case
             return self.active.resolve(server, now, ("decode lines", "arriving again"))
         if isinstance(event, ServerArgs):
             self._st(server).args = dict(event.args)

@@ -25,6 +25,9 @@ from specwatch.rules.windows import WindowTracker
 ALERT_NAME = "RankDisagreement"
 
 
+_COLLAPSED, _HEALTHY, _BETWEEN = "collapsed", "healthy", "between"
+
+
 class RankDisagreementRule(Rule):
     name = "rank_disagreement"
 
@@ -33,6 +36,10 @@ class RankDisagreementRule(Rule):
         self.windows = WindowTracker(windows or WindowConfig())
         # server → rank → last min_batches valid lines (timestamp, accept len)
         self._recent: dict[str, dict[str, deque[tuple[float, float]]]] = {}
+        # server → rank → what its lines in `_recent` say, ages aside (`_kind`): recomputed only
+        # when they change (one rank per line), under `_kinds_for` (the thresholds' config)
+        self._kinds: dict[str, dict[str, str]] = {}
+        self._kinds_for = config
         self.active = ActiveAlerts()
 
     def reconfigure(self, config: Config) -> None:
@@ -41,6 +48,11 @@ class RankDisagreementRule(Rule):
         for ranks in self._recent.values():  # keep the newest min_batches lines of each rank
             for r, lines in ranks.items():
                 ranks[r] = deque(lines, maxlen=self.config.min_batches)
+        self._rekind()
+
+    def _rekind(self) -> None:
+        self._kinds_for = self.config
+        self._kinds = {s: {r: self._kind(lines) for r, lines in ranks.items()} for s, ranks in self._recent.items()}
 
     def on_event(self, server: str, event: object, now: float) -> list[Alert]:
         if not self.config.enabled or not isinstance(event, (DecodeBatch, PrefillBatch)):
@@ -48,31 +60,52 @@ class RankDisagreementRule(Rule):
         w = self.windows.observe(server, event)
         if w is None or not w.acceptance_valid:
             return []
-        ranks = self._recent.setdefault(server, {})
-        ranks.setdefault(event.rank, deque(maxlen=self.config.min_batches)).append((event.timestamp, event.accept_length))
+        if self.config is not self._kinds_for:
+            self._rekind()
+        ranks = self._recent.get(server)
+        if ranks is None:
+            ranks = self._recent[server] = {}
+            self._kinds[server] = {}
+        lines = ranks.get(event.rank)
+        if lines is None:
+            lines = ranks[event.rank] = deque(maxlen=self.config.min_batches)
+        lines.append((event.timestamp, event.accept_length))
+        kinds = self._kinds[server]
+        kinds[event.rank] = self._kind(lines)
+        if self.active.empty() and (_COLLAPSED not in kinds.values() or _HEALTHY not in kinds.values()):
+            # Firing needs a collapsed rank and a healthy one, resolving a firing alert: the
+            # common case (all healthy, or all collapsed) ends here.
+            return []
         return self._evaluate(server, event.timestamp)
 
-    def _state(self, lines: deque, newest: float) -> str:
-        cfg = self.config
-        if len(lines) < cfg.min_batches or newest - lines[-1][0] > cfg.max_age:
-            return "unknown"
-        if all(a <= cfg.max_accept_length for _, a in lines):
-            return "collapsed"
-        if all(a >= cfg.healthy_accept_length for _, a in lines):
-            return "healthy"
-        return "between"
+    def _kind(self, lines: deque) -> str:
+        """What a rank's lines say, ages and count aside: collapsed if all are <=
+        max_accept_length, else healthy if all are >= healthy_accept_length, else between."""
+        low, high = self.config.max_accept_length, self.config.healthy_accept_length
+        collapsed = healthy = True
+        for _, a in lines:  # one pass instead of two all(): this runs for every decode line
+            if not a <= low:
+                collapsed = False
+            if not a >= high:
+                healthy = False
+        return _COLLAPSED if collapsed else _HEALTHY if healthy else _BETWEEN
 
     def _evaluate(self, server: str, newest: float) -> list[Alert]:
+        cfg = self.config
         ranks = self._recent[server]
-        states = {r: self._state(lines, newest) for r, lines in ranks.items()}
-        healthy = sorted(r for r, s in states.items() if s == "healthy")
+        kinds = self._kinds[server]
+        # a rank's state: its kind, unless it has fewer than min_batches lines or its newest is
+        # older than max_age (against the newest line of the server)
+        states = {r: "unknown" if len(lines) < cfg.min_batches or newest - lines[-1][0] > cfg.max_age else kinds[r]
+                  for r, lines in ranks.items()}
+        healthy = sorted(r for r, s in states.items() if s == _HEALTHY)
         out = []
         for rank, s in sorted(states.items()):
             key = alert_key(server, rank)
-            if s == "collapsed" and healthy and key not in self.active:
+            if s == _COLLAPSED and healthy and key not in self.active:
                 out += self.active.fire(key, self._alert(server, rank, healthy))
-            elif key in self.active and (s == "healthy" or not healthy):
-                why = ("rank recovered", fmt(ranks[rank][-1][1])) if s == "healthy" else \
+            elif key in self.active and (s == _HEALTHY or not healthy):
+                why = ("rank recovered", fmt(ranks[rank][-1][1])) if s == _HEALTHY else \
                       ("other ranks", "no healthy rank left: see AcceptanceCollapse")
                 out += self.active.resolve(key, newest, why)
         return out
@@ -117,3 +150,4 @@ class RankDisagreementRule(Rule):
         self.active.load_state(state.get("active", {}))
         for s, ranks in state.get("recent", {}).items():
             self._recent[s] = {r: deque([tuple(x) for x in v], maxlen=self.config.min_batches) for r, v in ranks.items()}
+        self._rekind()

@@ -227,6 +227,8 @@ class ServerStateRule(ActiveAlertsRule):
 
     # --- time ---
     def on_tick(self, now: float) -> list[Alert]:
+        if not (self._down_since or self._restart_until or self._bad_since):
+            return []  # the common case, every second: nothing down, restarting or unhealthy
         out: list[Alert] = []
         for server, since in list(self._down_since.items()):
             key = f"{server}|down"

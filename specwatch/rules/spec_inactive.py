@@ -48,6 +48,8 @@ class SpeculationInactiveRule(Rule):
             return []
         if event.accept_length is not None:
             self._plain.pop(server, None)
+            if key not in self.active:
+                return []  # the common case: no evidence text to format
             return self.active.resolve(key, event.timestamp, ("accept len", f"{event.accept_length:.2f}"))
         args = self.args.get(server)
         if not speculation_configured(args):

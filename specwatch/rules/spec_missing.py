@@ -43,18 +43,22 @@ class SpecMetricsMissingRule(Rule):
     def on_event(self, server: str, event: object, now: float) -> list[Alert]:
         if not self.config.enabled:
             return []
+        if isinstance(event, DecodeBatch):  # first: nearly every event is one
+            self._prefills.pop(server, None)
+            self._streak.pop(server, None)
+            if server not in self.active:
+                return []
+            return self.active.resolve(server, now, ("decode line", event.rank or "(single rank)"))
         if isinstance(event, ServerArgs):
             self.args.observe(server, event)
         elif isinstance(event, PrefillBatch):
-            times = self._prefills.setdefault(server, deque())
+            times = self._prefills.get(server)
+            if times is None:
+                times = self._prefills[server] = deque()
             if not times or now - times[-1] > self.config.window:  # first, or after an idle spell
                 times.clear()
                 self._streak[server] = now
             times.append(now)
-        elif isinstance(event, DecodeBatch):
-            self._prefills.pop(server, None)
-            self._streak.pop(server, None)
-            return self.active.resolve(server, now, ("decode line", event.rank or "(single rank)"))
         return []
 
     def on_tick(self, now: float) -> list[Alert]:

@@ -17,6 +17,8 @@ class Recent:
     """Samples (t, value) of the last `span` seconds, oldest first, with their running sum
     (`mean` is O(1): the rules call it on every decode line)."""
 
+    __slots__ = ("span", "samples", "_sum")
+
     def __init__(self, span: float):
         self.span = span
         self.samples: deque[tuple[float, float]] = deque()
@@ -24,17 +26,21 @@ class Recent:
 
     def add(self, t: float, value: float) -> list[tuple[float, float]]:
         """Add a sample; returns the samples that fell out of the window (oldest first)."""
-        self.samples.append((t, value))
+        samples = self.samples
+        samples.append((t, value))
         self._sum += value
+        if samples[0][0] > t - self.span:
+            return []  # nothing aged out (prune's test): no call, no list to build
         return self.prune(t)
 
     def prune(self, t: float) -> list[tuple[float, float]]:
         """Drop the samples older than `span` before `t`; returns them (oldest first)."""
         out = []
-        while self.samples and self.samples[0][0] <= t - self.span:
-            out.append(self.samples.popleft())
+        samples = self.samples
+        while samples and samples[0][0] <= t - self.span:
+            out.append(samples.popleft())
             self._sum -= out[-1][1]
-        if not self.samples:
+        if not samples:
             self._sum = 0.0  # no drift of float error across idle spells
         return out
 
@@ -56,6 +62,8 @@ class Baseline:
     `span` seconds of activity, not of wall time. Totals are kept, so `mean` and `count` are O(1).
     """
 
+    __slots__ = ("bucket", "max_buckets", "buckets", "_sum", "count")
+
     def __init__(self, bucket: float, span: float):
         self.bucket = bucket
         self.max_buckets = max(1, math.ceil(span / bucket))
@@ -67,11 +75,13 @@ class Baseline:
         idx = math.floor(t / self.bucket)
         self._sum += value
         self.count += 1
-        if self.buckets and self.buckets[-1][0] == idx:
-            self.buckets[-1][1] += value
-            self.buckets[-1][2] += 1
+        buckets = self.buckets
+        if buckets and buckets[-1][0] == idx:
+            last = buckets[-1]
+            last[1] += value
+            last[2] += 1
             return
-        self.buckets.append([idx, value, 1])
+        buckets.append([idx, value, 1])
         self._trim()
 
     def resize(self, span: float) -> None:

@@ -38,10 +38,34 @@ def level_text(level: int) -> str:
     return f"{lo}" if lo == hi else f"{lo}-{hi}"
 
 
+class _Level:
+    """One load level of a rank: its recent throughputs, its learned baseline, and what it adds
+    to the window average: `count` lines and `_Rank.terms[index]` (sum / baseline), both 0
+    while it has no usable baseline or no recent line. `base` caches `ThroughputDropRule.baseline`:
+    it is refreshed when the level learns, on `reconfigure` / `load_state`, and when `config`
+    is replaced by another object."""
+
+    __slots__ = ("level", "index", "recent", "learned", "base", "count")
+
+    def __init__(self, level: int, index: int, recent: Recent, learned: Baseline | None):
+        self.level = level
+        self.index = index  # position in _Rank.levels and _Rank.terms
+        self.recent = recent
+        self.learned = learned  # this level's entry of ThroughputDropRule._baselines, once it has one
+        self.base: float | None = None  # learned mean once usable (ThroughputDropRule.baseline)
+        self.count = 0
+
+
 @dataclass
 class _Rank:
-    levels: dict[int, Recent] = field(default_factory=dict)  # load level → recent throughputs
+    levels: dict[int, _Level] = field(default_factory=dict)  # load level → state, first seen first
     low_since: float | None = None
+    # Per line only the levels that changed are recomputed. The window average sums `terms`
+    # (one per level, in `levels` order): an unused level's 0.0 changes no float sum, so this
+    # is exactly the sum of sum / baseline over the used levels, in the same order.
+    terms: list[float] = field(default_factory=list)
+    n: int = 0  # lines in the window at levels with a usable baseline
+    akey: str | None = None  # alert_key(server, rank), built once
 
 
 class ThroughputDropRule(Rule):
@@ -53,16 +77,35 @@ class ThroughputDropRule(Rule):
         self._ranks: dict[tuple[str, str], _Rank] = {}
         self._baselines: dict[tuple[str, str, int], Baseline] = {}
         self.active = ActiveAlerts()
+        self._cached_for = config  # the config the levels' cached baselines were computed under
 
     def reconfigure(self, config: Config) -> None:
         # Learned baselines and pending times carry over; windows take the new spans.
         self.config = config.throughput_drop
         self.windows.config = config.windows
         for st in self._ranks.values():
-            for recent in st.levels.values():
-                recent.span = self.config.window
+            for lv in st.levels.values():
+                lv.recent.span = self.config.window
         for b in self._baselines.values():
             b.resize(self.config.baseline_window)
+        self._refresh()
+
+    def _refresh(self) -> None:
+        """Recompute every level's cached baseline and window term (config or state replaced)."""
+        self._cached_for = self.config
+        for (server, rank), st in self._ranks.items():
+            for lv in st.levels.values():
+                lv.learned = self._baselines.get((server, rank, lv.level))
+                lv.base = self._usable(lv.learned)
+                recent = lv.recent
+                count = len(recent.samples) if lv.base else 0
+                st.n += count - lv.count
+                lv.count = count
+                st.terms[lv.index] = recent._sum / lv.base if count else 0.0
+
+    def _usable(self, learned: Baseline | None) -> float | None:
+        """The learned mean once it holds min_baseline_batches lines (as `baseline`)."""
+        return learned.mean() if learned is not None and learned.count >= self.config.min_baseline_batches else None
 
     def on_event(self, server: str, event: object, now: float) -> list[Alert]:
         if not self.config.enabled or not isinstance(event, (DecodeBatch, PrefillBatch)):
@@ -79,35 +122,67 @@ class ThroughputDropRule(Rule):
 
     def _observe(self, server: str, b: DecodeBatch) -> list[Alert]:
         cfg = self.config
-        key, akey = (server, b.rank), alert_key(server, b.rank)
+        if cfg is not self._cached_for:
+            self._refresh()
+        key = (server, b.rank)
         st = self._ranks.get(key)
         if st is None:
             st = self._ranks[key] = _Rank()
-        this = load_level(b.running_requests)
-        aged_here = st.levels.setdefault(this, Recent(cfg.window)).add(b.timestamp, b.gen_throughput)
-        healthy = st.low_since is None and akey not in self.active
-        # (sum of throughputs, lines, baseline) per level with a usable baseline
-        used: list[tuple[float, int, float]] = []
-        for level, recent in st.levels.items():
-            aged = aged_here if level == this else recent.prune(b.timestamp)
+        akey = st.akey
+        if akey is None:
+            akey = st.akey = alert_key(server, b.rank)
+        t = b.timestamp
+        running = b.running_requests
+        this = running.bit_length() if running > 1 else 1  # load_level, inline
+        cur = st.levels.get(this)
+        if cur is None:
+            learned = self._baselines.get((server, b.rank, this))  # loaded from the state file, maybe
+            cur = st.levels[this] = _Level(this, len(st.terms), Recent(cfg.window), learned)
+            cur.base = self._usable(learned)
+            st.terms.append(0.0)
+        aged_here = cur.recent.add(t, b.gen_throughput)
+        firing = akey in self.active
+        healthy = st.low_since is None and not firing
+        terms, n = st.terms, st.n
+        for lv in st.levels.values():
+            recent = lv.recent
+            if lv is cur:
+                aged = aged_here
+            else:
+                samples = recent.samples
+                if not samples or samples[0][0] > t - recent.span:
+                    continue  # nothing ages out at this level: nothing changed (prune's test, inline)
+                aged = recent.prune(t)
             if healthy and aged:
-                learned = self._baselines.setdefault((server, b.rank, level), Baseline(BASELINE_BUCKET, cfg.baseline_window))
-                for t, thr in aged:
-                    learned.add(t, thr)
-            base = self.baseline(server, b.rank, level)
-            if base and len(recent):
-                used.append((recent.sum, len(recent), base))
-        n = sum(c for _, c, _ in used)
+                learned = lv.learned
+                if learned is None:
+                    learned = lv.learned = self._baselines.setdefault(
+                        (server, b.rank, lv.level), Baseline(BASELINE_BUCKET, cfg.baseline_window))
+                for at, thr in aged:
+                    learned.add(at, thr)
+                # `_usable`, inline (runs for most lines while healthy); count >= 1 here
+                lv.base = learned._sum / learned.count if learned.count >= cfg.min_baseline_batches else None
+            # this level's lines changed: its share of the window average
+            base = lv.base
+            count = len(recent.samples) if base else 0
+            n += count - lv.count
+            lv.count = count
+            terms[lv.index] = recent._sum / base if count else 0.0
+        st.n = n
         if n < cfg.min_window_batches:
             return []
-        ratio = sum(s / base for s, _, base in used) / n
-        action, st.low_since = drop_transition(ratio, b.timestamp, st.low_since, akey in self.active,
+        ratio = sum(st.terms) / n
+        if not firing and not ratio < 1 - cfg.max_drop_ratio:
+            st.low_since = None  # what drop_transition says in the common, healthy case
+            return []
+        action, st.low_since = drop_transition(ratio, t, st.low_since, firing,
                                                max_drop=cfg.max_drop_ratio, recover_drop=cfg.recover_drop_ratio,
                                                hold=cfg.hold)
         if action == "fire":
+            used = [(lv.recent.sum, lv.count, lv.base) for lv in st.levels.values() if lv.count]
             return self.active.fire(akey, self._alert(server, b, st, used, ratio))
         if action == "resolve":
-            return self.active.resolve(akey, b.timestamp, ("recovered to baseline", f"{ratio:.0%}"))
+            return self.active.resolve(akey, t, ("recovered to baseline", f"{ratio:.0%}"))
         return []
 
     def _alert(self, server: str, b: DecodeBatch, st: _Rank, used: list[tuple[float, int, float]],
@@ -117,7 +192,7 @@ class ThroughputDropRule(Rule):
         n = sum(c for _, c, _ in used)
         mean_thr = sum(s for s, _, _ in used) / n
         mean_base = sum(base * c for _, c, base in used) / n
-        levels = sorted(level for level, recent in st.levels.items() if len(recent))
+        levels = sorted(level for level, lv in st.levels.items() if len(lv.recent))
         evidence = [
             ("gen throughput (token/s)", fmt(mean_thr, ".1f")),
             ("baseline at same load (token/s)", fmt(mean_base, ".1f")),
@@ -169,3 +244,4 @@ class ThroughputDropRule(Rule):
         self.active.load_state(state.get("active", {}))
         for k, since in state.get("low_since", []):
             self._ranks[tuple(k)] = _Rank(low_since=since)
+        self._refresh()  # levels kept from before point at the loaded baselines

@@ -88,3 +88,29 @@ def test_path_matching():
 def test_no_baseline_no_alert():
     rule = DegradationRule(DegradationConfig(window=60, hold=60, min_window_batches=5))
     assert rule.baseline("box") == (None, "none yet")
+
+
+def test_the_baseline_follows_the_servers_model_pair_and_reloaded_expectations():
+    """The rule looks the baseline up per decode line (cached per server and config): new
+    settings of the server, or a reloaded `expected`, apply from the next line."""
+    from specwatch.config import build_config
+
+    rnd = random.Random(9)
+    expected = {"rules": {"degradation": {**FAST, "expected": [{"model": "Kimi-K2.5", "accept_length": 3.0}]}}}
+    log = Timeline(model_path="/models/other-model")  # no expectation for this model
+    log.decode(n=150, every=2, accept=noisy(2.2, rnd))
+    p = pipeline(expected)
+    assert feed(p, log.lines) == []
+    log.lines.clear()
+    log.server_args(model_path="/models/moonshotai/Kimi-K2.5")  # restarted with the expected model
+    log.decode(n=150, every=2, accept=noisy(2.2, rnd))
+    assert names(feed(p, log.lines)) == [("AcceptanceDegradation", "firing", "")]
+
+    q = pipeline({"rules": {"degradation": FAST}})
+    log = Timeline(model_path="/models/moonshotai/Kimi-K2.5")
+    log.decode(n=150, every=2, accept=noisy(2.2, rnd))
+    assert feed(q, log.lines) == []  # no baseline yet
+    q.reconfigure(build_config({"server": "box", "logs": [{"path": "server.log"}], **expected}))
+    log.lines.clear()
+    log.decode(n=150, every=2, accept=noisy(2.2, rnd))
+    assert names(feed(q, log.lines)) == [("AcceptanceDegradation", "firing", "")]

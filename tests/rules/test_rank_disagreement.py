@@ -66,3 +66,19 @@ def test_three_ranks_one_bad():
     t = run(log.lines)
     assert only(t) == [("RankDisagreement", "firing", "DP1 TP1")]
     assert set(dict([a for a in t if a.name == "RankDisagreement"][0].evidence)) == {"accept len, this rank", "mean accept len DP0 TP0", "mean accept len DP2 TP2"}
+
+
+def test_a_reload_reclassifies_ranks_that_print_nothing_new():
+    """Thresholds from a reload apply to every rank's last lines, not only to the rank that
+    prints next."""
+    from specwatch.config import build_config
+
+    from timeline import feed, pipeline
+
+    log = two_ranks(Timeline(), 3, 1.3, 1.0)  # DP0 between (below 1.5), DP1 collapsed
+    p = pipeline()
+    assert only(feed(p, log.lines)) == []
+    p.reconfigure(build_config({"server": "box", "logs": [{"path": "server.log"}],
+                                "rules": {"rank_disagreement": {"healthy_accept_length": 1.25}}}))
+    more = Timeline(start="2026-03-01 10:00:30", spec=None).decode(accept=1.0, ranks=[DP1])  # DP1 only
+    assert only(feed(p, more.lines)) == [("RankDisagreement", "firing", "DP1 TP1")]

@@ -76,3 +76,66 @@ def test_collapse_inhibits_the_drop_of_the_same_rank():
 def test_load_levels():
     assert [load_level(n) for n in (0, 1, 2, 3, 4, 7, 8, 63, 64)] == [1, 1, 2, 2, 3, 3, 4, 6, 7]
     assert [level_text(v) for v in (1, 2, 6)] == ["1", "2-3", "32-63"]
+
+
+
+def test_a_baseline_from_the_state_file_is_used_at_once():
+    """A new pipeline that loads a learned baseline compares the next lines with it from the
+    first one (the rule caches each level's baseline: a level first seen after the load must
+    read it, not wait for lines of its own to age out of the window)."""
+    import json
+
+    from timeline import T0
+
+    rnd = random.Random(25)
+    log = Timeline()
+    log.decode(n=300, every=2, running=32, thr=noisy(330, rnd))  # the baseline learns
+    p = pipeline(CFG)
+    feed(p, log.lines)
+    state = json.loads(json.dumps(p.to_state()))
+    q = pipeline(CFG)
+    q.load_state(state)
+    after = Timeline(start="2026-03-01 10:20:00")
+    after.decode(n=150, every=2, running=32, thr=noisy(150, rnd))  # 5 min at 45 %
+    [fired] = feed(q, after.lines)
+    assert (fired.name, fired.status) == ("ThroughputDrop", "firing")
+    assert fired.starts_at - (T0 + 20 * 60) <= 12  # low from the 5th line (min_window_batches)
+
+
+def test_a_reload_applies_new_thresholds_to_learned_baselines():
+    """min_baseline_batches applies again on reload: a baseline that became too small is not
+    used any more, so the recovery of a firing rank cannot be judged (it stays firing)."""
+    from specwatch.config import build_config
+
+    rnd = random.Random(26)
+    log = Timeline()
+    log.decode(n=300, every=2, running=32, thr=noisy(330, rnd))
+    log.decode(n=150, every=2, running=32, thr=noisy(150, rnd))
+    p = pipeline(CFG)
+    assert names(feed(p, log.lines)) == [("ThroughputDrop", "firing", "")]
+    p.reconfigure(build_config({"server": "box", "logs": [{"path": "server.log"}],
+                                "rules": {"throughput_drop": {**FAST, "min_baseline_batches": 5000}}}))
+    back = Timeline(start="2026-03-01 10:15:00", spec=None).decode(n=150, every=2, running=32, thr=noisy(330, rnd))
+    assert feed(p, back.lines) == []
+    p.reconfigure(build_config({"server": "box", "logs": [{"path": "server.log"}], **CFG}))
+    assert names(feed(p, Timeline(start="2026-03-01 10:20:00", spec=None).decode(n=5, every=2, running=32).lines)) == [
+        ("ThroughputDrop", "resolved", "")]
+
+
+def test_a_state_loaded_into_a_running_pipeline_replaces_its_baselines():
+    """load_state into a pipeline that already saw lines: its levels read the loaded baselines."""
+    import json
+
+    from timeline import T0
+
+    rnd = random.Random(27)
+    learned = pipeline(CFG)
+    feed(learned, Timeline().decode(n=300, every=2, running=32, thr=noisy(330, rnd)).lines)
+    state = json.loads(json.dumps(learned.to_state()))
+    p = pipeline(CFG)
+    feed(p, Timeline(start="2026-03-01 10:20:00").decode(n=10, every=2, running=32, thr=noisy(150, rnd)).lines)
+    p.load_state(state)
+    [fired] = feed(p, Timeline(start="2026-03-01 10:20:20", spec=None).decode(
+        n=150, every=2, running=32, thr=noisy(150, rnd)).lines)
+    assert (fired.name, fired.status) == ("ThroughputDrop", "firing")
+    assert fired.starts_at - (T0 + 20 * 60) <= 30  # low from the first lines after the load
