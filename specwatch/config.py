@@ -283,7 +283,9 @@ class Config:
     throughput_drop: ThroughputDropConfig = field(default_factory=ThroughputDropConfig)
     rank_disagreement: RankDisagreementConfig = field(default_factory=RankDisagreementConfig)
     # alerts: Alertmanager's route defaults
-    group_by: list[str] = field(default_factory=list)
+    # Alertmanager's default is [] (one group); per alert name and server, an XID on one GPU
+    # never holds back a collapse by a group_interval.
+    group_by: list[str] = field(default_factory=lambda: ["alertname", "server"])
     group_wait: float = 1.0  # Alertmanager: 30s; see config.example.yaml
     group_interval: float = 300.0
     repeat_interval: float = 4 * 3600.0
@@ -856,7 +858,7 @@ def _check_backoff(r: _Reader, path: str, initial: float, maximum: float) -> Non
 
 
 def _alerts(r: _Reader, cfg: Config, a: dict) -> None:
-    cfg.group_by = r.strings(a, "group_by", "alerts", [])
+    cfg.group_by = r.strings(a, "group_by", "alerts", ["alertname", "server"])
     cfg.group_wait = r.duration(a, "group_wait", "alerts", 1.0, minimum=0.0)
     cfg.group_interval = r.duration(a, "group_interval", "alerts", 300.0, minimum=0.0)
     cfg.repeat_interval = r.duration(a, "repeat_interval", "alerts", 4 * 3600.0)

@@ -51,4 +51,4 @@ def test_replay_sends_at_once_and_never_pushes():
     assert d.routes[0].group_wait == 0.0
     d2, notifiers2 = build_alerting(cfg, state_dir=None)
     assert list(notifiers2) == ["alertmanager/127.0.0.1:9"] and d2.routes[0].group_wait == 60
-    assert d2.default_route.group_wait == 30
+    assert d2.default_route.group_wait == 1  # the daemon's default (Alertmanager: 30s)

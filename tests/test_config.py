@@ -32,7 +32,8 @@ def test_example_config_is_valid_and_matches_defaults():
                 "inhibit_rules", "runbook_url", "external_url", "slack", "webhooks", "alertmanager", "routes"):
         assert getattr(cfg, key) == getattr(default, key), key
     # Alertmanager's defaults
-    assert (cfg.group_by, cfg.group_wait, cfg.group_interval) == ([], 1, 300)  # group_wait: 1s, not 30s (latency budget)
+    # not Alertmanager's [] / 30s: the one-second collapse budget (config.example.yaml says why)
+    assert (cfg.group_by, cfg.group_wait, cfg.group_interval) == (["alertname", "server"], 1, 300)
     assert cfg.alertmanager.resend_delay == 60 and cfg.alertmanager.resolved_retention == 900
     assert cfg.degradation.hold == 600 and cfg.throughput_drop.max_drop_ratio == 0.4
     assert cfg.process == default.process and cfg.process.enabled and cfg.process.interval == 5.0
