@@ -103,12 +103,12 @@ def test_multi_rank_log_with_injection_and_malformed_lines(tmp_path):
     assert any("/models/draft-eagle3" in f for f in firing["fixes"])
     assert doc["alerts"][1]["evidence"]["mean accept len DP1 TP1"] == "2.50"
     assert doc["servers"]["box"]["server_args"]["speculative_algorithm"] == "EAGLE3"
-    # replay sends each change of the (single, default) alert group at once
+    # replay sends each change at once; one group per alert name and server (the default)
     texts = [p["text"] for p in doc["slack_payloads"]]
     assert texts == [
         "[FIRING] AcceptanceCollapse on box DP0 TP0: accept len 1.01",
-        "[FIRING:2] AcceptanceCollapse, RankDisagreement on box",
-        "[FIRING:1] RankDisagreement on box; resolved: AcceptanceCollapse",
+        "[FIRING] RankDisagreement on box DP0 TP0: accept len, this rank 1.00 1.02 1.01",
+        "[RESOLVED] AcceptanceCollapse on box DP0 TP0: resolved after 6s",
         "[RESOLVED] RankDisagreement on box DP0 TP0: resolved after 6s",
     ]
 
