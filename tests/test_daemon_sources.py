@@ -59,7 +59,9 @@ def test_daemon_watches_process_and_api(tmp_path, slack, sglang_install, sglang_
         m = wait_for(lambda: (x := _scrape(port)) and x.get(("specwatch_server_up", srv)) == 1
                      and x.get(("specwatch_server_avg_accept_length_lifetime", (("dp_rank", "0"), ("server", "sglang-a"))))
                      # /model_info is read after /server_info: wait for the architecture too
-                     and any(k[0] == "specwatch_server_info" and dict(k[1]).get("architecture") for k in x)
+                     and any(k[0] == "specwatch_server_info" and dict(k[1]).get("architecture")
+                             # and the process scan's version (the API's own may come first)
+                             and dict(k[1]).get("sglang_version") == "0.5.6.post2" for k in x)
                      and x, timeout=30, what="server up and its API read")
         info = [k for k in m if k[0] == "specwatch_server_info"]
         assert len(info) == 1

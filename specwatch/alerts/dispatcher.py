@@ -84,6 +84,8 @@ class _Group:
     fingerprints: set[str] = field(default_factory=set)
     next_flush: float = float("-inf")
     flushed: bool = False
+    seen_version: int = -1  # Dispatcher._version at the last flush
+    next_repeat: float = float("-inf")  # a flush before this, with nothing changed, sends nothing
 
 
 class Dispatcher:
@@ -122,6 +124,7 @@ class Dispatcher:
         self.pushers = list(pushers)
         self.runbook_url = runbook_url
         self.keep_history = keep_history
+        self._version = 0  # bumped on every alert or silence change (see _flush_due)
         # While paused (the daemon catching up on a backlog at start), alerts are tracked but
         # nothing is sent: an episode that fired and resolved in old log lines never notifies,
         # one still firing when the backlog is read does (Alertmanager's notification-log rules).
@@ -154,6 +157,7 @@ class Dispatcher:
         """
         fp = alert.fingerprint
         was_firing = self._status.get(fp) == FIRING
+        self._version += 1  # groups with this alert have something to say (or to re-check)
         note = alert.annotations.pop("update", None)  # meaningful only for an alert already firing
         if self.runbook_url and "runbook_url" not in alert.annotations:
             alert.annotations["runbook_url"] = self.runbook_url.format_map(_Blank(alert.labels))
@@ -242,10 +246,19 @@ class Dispatcher:
         due = [g for g in self._groups.values() if g.next_flush <= now]
         if not due:
             return
-        if self.silences is not None:
-            self.silences.reload_if_changed()
+        if self.silences is not None and self.silences.reload_if_changed():
+            self._version += 1
+        # A silence can start or end with time alone: then every due group is looked at.
+        timeless = self.silences is None or not self.silences.silences
         for g in due:
+            if timeless and g.seen_version == self._version and now < g.next_repeat:
+                g.next_flush = now + g.route.group_interval  # nothing changed, no repeat due
+                continue
             self._flush(g, now)
+            sent = [self._nflog.get((g.route.name, g.key, r.name)) for r in g.route.receivers]
+            g.seen_version = self._version
+            g.next_repeat = (min(e["ts"] for e in sent) + g.route.repeat_interval
+                             if sent and all(sent) else float("-inf"))
             g.next_flush = now + g.route.group_interval
             if not g.fingerprints:
                 del self._groups[(g.route.name, g.key)]
