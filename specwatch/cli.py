@@ -113,7 +113,12 @@ def cmd_silence(args) -> int:
     from specwatch.alerts.silences import SilenceStore
     from specwatch.config import parse_duration
 
-    store = SilenceStore(_state_dir(args))
+    state_dir = _state_dir(args)
+    if args.action != "add" and not os.path.isdir(state_dir):
+        # a typo would otherwise look exactly like "no silences"
+        print(f"specwatch silence: state directory {state_dir} does not exist: no silences are stored "
+              "there (give the daemon's --config or --state-dir)", file=sys.stderr)
+    store = SilenceStore(state_dir)
     now = time.time()
     try:
         if args.action == "add":

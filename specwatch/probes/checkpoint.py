@@ -125,7 +125,7 @@ def _read_json(path: Path) -> tuple[dict | None, str | None]:
     try:
         doc = json.loads(path.read_text())
     except FileNotFoundError:
-        return None, f"{path.name} not found"
+        return None, f"{path} not found (give the model folder, or its config.json)"
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
         return None, f"{path.name} is not readable JSON ({e})"
     if not isinstance(doc, dict):
