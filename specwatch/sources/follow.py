@@ -100,6 +100,16 @@ class _Stream:
         }
 
 
+def _line(path: str, raw: bytes, pos: int) -> LogLine:
+    """Bytes of one line (no `\n`) → LogLine: `\r` stripped, invalid UTF-8 replaced and flagged."""
+    if raw[-1:] == b"\r":
+        raw = raw[:-1]
+    try:
+        return LogLine(path, raw.decode("utf-8"), pos, True)
+    except UnicodeDecodeError:
+        return LogLine(path, raw.decode("utf-8", "replace"), pos, False)
+
+
 class Follower:
     """Follow one file path like `tail -F`, passing each complete line to `on_line` exactly once.
 
@@ -516,7 +526,7 @@ class Follower:
         on_line = self._on_line
         path = self.path
         n = 0
-        # Hot loop (a backlog is millions of lines): _deliver inlined, counter kept local.
+        # Hot loop (a backlog is millions of lines): counters kept local.
         try:
             for raw in parts:
                 size = len(raw)
@@ -529,14 +539,8 @@ class Follower:
                 if size > maxb:
                     self.long_lines_skipped_total += 1
                 else:
-                    if raw[-1:] == b"\r":
-                        raw = raw[:-1]
                     try:
-                        line = LogLine(path, raw.decode("utf-8"), pos, True)
-                    except UnicodeDecodeError:
-                        line = LogLine(path, raw.decode("utf-8", "replace"), pos, False)
-                    try:
-                        on_line(line)
+                        on_line(_line(path, raw, pos))
                     except Exception:
                         self._callback_failed(path, pos)
                     n += 1
@@ -554,14 +558,8 @@ class Follower:
             s.buf = tail
 
     def _deliver(self, on_line: Callable[[LogLine], None], path: str, raw: bytes, pos: int) -> None:
-        if raw[-1:] == b"\r":
-            raw = raw[:-1]
         try:
-            line = LogLine(path, raw.decode("utf-8"), pos, True)
-        except UnicodeDecodeError:
-            line = LogLine(path, raw.decode("utf-8", "replace"), pos, False)
-        try:
-            on_line(line)
+            on_line(_line(path, raw, pos))
         except Exception:
             self._callback_failed(path, pos)
         self.lines_total += 1
