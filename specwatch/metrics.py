@@ -61,7 +61,6 @@ class PipelineCollector(Collector):
         with p.lock:
             ranks = list(p.ranks.values())
             servers = list(p.servers.items())
-            collapse_state = {k for k, st in p.collapse._ranks.items() if st.collapsed}
             for rs in ranks:
                 lv = rank_label_values(rs.server, rs.ranks)
                 decode_total.add_metric(lv, rs.decode_batches)
@@ -69,7 +68,7 @@ class PipelineCollector(Collector):
                 d = rs.last_decode
                 if d is None:
                     continue
-                collapsed.add_metric(lv, 1.0 if (rs.server, rs.rank) in collapse_state else 0.0)
+                collapsed.add_metric(lv, 1.0 if p.collapse.collapsed(rs.server, rs.rank) else 0.0)
                 last_ts.add_metric(lv, d.timestamp)
                 running.add_metric(lv, d.running_requests)
                 queued.add_metric(lv, d.queued_requests)

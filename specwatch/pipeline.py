@@ -286,14 +286,6 @@ class Pipeline:
             # One object per firing alert again: the rule's (whose evidence it keeps current),
             # not the dispatcher's own copy from the state file, so repeats show today's numbers.
             for r in self.rules:
-                for alert in _live_alerts(r):
+                for alert in r.firing_alerts():
                     if alert.fingerprint in self.dispatcher.alerts:
                         self.dispatcher.alerts[alert.fingerprint] = alert
-
-
-def _live_alerts(rule: Rule) -> list:
-    """The firing alert objects a rule holds (collapse: per rank; others: `ActiveAlerts`)."""
-    active = getattr(rule, "active", None)
-    if active is not None and hasattr(active, "keys"):
-        return [a for k in active.keys() if (a := active.get(k)) is not None]
-    return [st.alert for st in getattr(rule, "_ranks", {}).values() if getattr(st, "alert", None) is not None]

@@ -36,6 +36,12 @@ class Rule:
     def reconfigure(self, config: Config) -> None:
         """The config was reloaded (under the pipeline's lock): take the new thresholds."""
 
+    def firing_alerts(self) -> list[Alert]:
+        """The live alert objects this rule keeps firing (it updates their evidence): by default
+        those of its `active` ActiveAlerts, if it has one."""
+        active = getattr(self, "active", None)
+        return [] if active is None else [a for k in active.keys() if (a := active.get(k)) is not None]
+
 
 def log_paths_of(config: Config) -> dict[str, list[str]]:
     """server → the log files followed for it (for rules that name them in alerts)."""

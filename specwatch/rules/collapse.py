@@ -169,6 +169,9 @@ class CollapseRule(Rule):
     def observe_server_args(self, server: str, event: ServerArgs) -> None:
         self._server_args[server] = event.args
 
+    def firing_alerts(self) -> list[Alert]:
+        return [st.alert for st in self._ranks.values() if st.collapsed and st.alert is not None]
+
     def collapsed(self, server: str, rank: str) -> bool:
         st = self._ranks.get((server, rank))
         return bool(st and st.collapsed)
