@@ -25,11 +25,12 @@ from specwatch.notifiers.webhook import WebhookNotifier
 DRY_RUN_URL = "https://dry-run.invalid/"
 
 
-def build_alerting(cfg: Config, *, state_dir: str | Path | None, replay: bool = False,
+def build_alerting(cfg: Config, *, state_dir: str | Path | None, replay: bool = False, notify: bool = True,
                    slack_dry_run: TextIO | None = None) -> tuple[Dispatcher, dict[str, QueuedNotifier]]:
     """→ (dispatcher, every notifier by name). Notifiers are not started.
 
     state_dir: where queues and silences live (None: queues in memory, no silences).
+    notify: False builds no notifier that posts anywhere (replay without --notify).
     slack_dry_run: print each Slack payload there instead of posting it (every Slack receiver,
     and a default one when none is configured). Raises ValueError for an unusable URL.
     """
@@ -40,7 +41,7 @@ def build_alerting(cfg: Config, *, state_dir: str | Path | None, replay: bool = 
         return queue_file(state_dir, name) if state_dir is not None else None
 
     def slack(sc: SlackConfig | None, name: str) -> SlackNotifier | None:
-        if sc is None or (not sc.webhook_url and slack_dry_run is None):
+        if sc is None or (not (sc.webhook_url and notify) and slack_dry_run is None):
             return None
         url = DRY_RUN_URL if slack_dry_run is not None else sc.webhook_url
         if (url, sc.channel) in slacks:  # routes to the same webhook and channel share a queue
@@ -51,7 +52,7 @@ def build_alerting(cfg: Config, *, state_dir: str | Path | None, replay: bool = 
         return n
 
     hooks = {}
-    for w in cfg.webhooks:
+    for w in cfg.webhooks if notify else []:
         name = f"webhook/{w.name}"
         hooks[w.name] = notifiers[name] = WebhookNotifier(
             w.url, name=name, queue_path=queue(name), timeout=w.timeout, backoff_initial=w.backoff_initial,
@@ -66,7 +67,7 @@ def build_alerting(cfg: Config, *, state_dir: str | Path | None, replay: bool = 
             receivers = default
         else:
             receivers = [n for n in [slack(rc.slack, f"slack/{rc.name}")] if n is not None]
-            receivers += [hooks[h] for h in rc.webhooks or []]
+            receivers += [hooks[h] for h in rc.webhooks or [] if h in hooks]
         routes.append(Route(
             rc.name, receivers, rc.matchers, cfg.group_by if rc.group_by is None else rc.group_by,
             timers(rc.group_wait, cfg.group_wait), timers(rc.group_interval, cfg.group_interval),

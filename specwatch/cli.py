@@ -63,10 +63,20 @@ def cmd_replay(args) -> int:
             cfg.logs.append(LogSource(path=p, server=server, timezone=tz))
 
     dry_out = io.StringIO() if args.json else sys.stdout
-    if cfg.slack.webhook_url and not args.slack_dry_run:
-        print("specwatch replay: posting this log's alerts to the configured Slack webhook "
-              "(use --slack-dry-run to print them instead)", file=sys.stderr)
-    dispatcher, notifiers = build_alerting(cfg, state_dir=None, replay=True,
+    if args.notify and args.slack_dry_run:
+        print("specwatch replay: give --notify or --slack-dry-run, not both", file=sys.stderr)
+        return 2
+    receivers = cfg.receiver_names()
+    if args.notify:
+        if not receivers:
+            print("specwatch replay: --notify: the config names no Slack webhook or webhook to notify",
+                  file=sys.stderr)
+            return 2
+        print(f"specwatch replay: --notify: sending this log's alerts to {', '.join(receivers)}", file=sys.stderr)
+    elif receivers and not args.slack_dry_run:
+        print(f"specwatch replay: notifying nobody (the config's {', '.join(receivers)} left alone; "
+              "--notify sends this log's alerts there, --slack-dry-run prints them)", file=sys.stderr)
+    dispatcher, notifiers = build_alerting(cfg, state_dir=None, replay=True, notify=args.notify,
                                            slack_dry_run=dry_out if args.slack_dry_run else None)
     pipeline = Pipeline(cfg, dispatcher, diagnosis_background=False)  # deterministic replay
     replay_files(pipeline, args.logs, cfg.follow.max_line_bytes)
@@ -281,6 +291,8 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument("--config", help="YAML config file (rules, Slack); optional")
     rp.add_argument("--json", action="store_true", help="print the summary as JSON")
     rp.add_argument("--slack-dry-run", action="store_true", help="print each Slack payload instead of posting it")
+    rp.add_argument("--notify", action="store_true",
+                    help="send this log's alerts to the config's Slack and webhooks (default: notify nobody)")
     rp.add_argument("--server", help="server name for the replayed logs (default: the config's `server`, else 'replay')")
     rp.add_argument("--log-timezone", help="IANA zone of the log's timestamps (default: config's log_timezone, else local time)")
     rp.add_argument("--slack-timeout", type=float, default=60.0,

@@ -287,7 +287,7 @@ class Config:
     # never holds back a collapse by a group_interval.
     group_by: list[str] = field(default_factory=lambda: ["alertname", "server"])
     group_wait: float = 1.0  # Alertmanager: 30s; see config.example.yaml
-    group_interval: float = 300.0
+    group_interval: float = 60.0  # Alertmanager: 5m; a resolve goes out within a minute
     repeat_interval: float = 4 * 3600.0
     inhibit_rules: list[InhibitRule] = field(default_factory=default_inhibit_rules)
     runbook_url: str = ""
@@ -305,6 +305,12 @@ class Config:
     gpu_throttle: GpuThrottleConfig = field(default_factory=GpuThrottleConfig)
     diagnosis: DiagnosisConfig = field(default_factory=DiagnosisConfig)
     source_path: str | None = None
+
+    def receiver_names(self) -> list[str]:
+        """The notifiers that post somewhere (`slack`, `slack/ROUTE`, `webhook/NAME`); never URLs."""
+        names = ["slack"] if self.slack.webhook_url else []
+        names += [f"slack/{r.name}" for r in self.routes if r.slack is not None and r.slack.webhook_url]
+        return names + [f"webhook/{w.name}" for w in self.webhooks]
 
 
 def parse_duration(value) -> float:
@@ -860,7 +866,7 @@ def _check_backoff(r: _Reader, path: str, initial: float, maximum: float) -> Non
 def _alerts(r: _Reader, cfg: Config, a: dict) -> None:
     cfg.group_by = r.strings(a, "group_by", "alerts", ["alertname", "server"])
     cfg.group_wait = r.duration(a, "group_wait", "alerts", 1.0, minimum=0.0)
-    cfg.group_interval = r.duration(a, "group_interval", "alerts", 300.0, minimum=0.0)
+    cfg.group_interval = r.duration(a, "group_interval", "alerts", 60.0, minimum=0.0)
     cfg.repeat_interval = r.duration(a, "repeat_interval", "alerts", 4 * 3600.0)
     cfg.runbook_url = r.string(a, "runbook_url", "alerts", "")
     cfg.external_url = r.string(a, "external_url", "alerts", "")

@@ -170,3 +170,43 @@ def test_missing_log_is_warned_about_and_bad_state_dir_is_a_clean_error(tmp_path
                        capture_output=True, text=True, timeout=30)
     assert r.returncode == 1
     assert "cannot start" in r.stderr and "Traceback" not in r.stderr
+
+
+def _live(ago: float) -> tuple[str, str]:
+    """(day, time) `ago` seconds back in local time, as a live SGLang stamps its lines."""
+    t = time.localtime(time.time() - ago)
+    return time.strftime("%Y-%m-%d", t), time.strftime("%H:%M:%S", t)
+
+
+def test_collapse_after_a_restart_reaches_slack_within_a_second(tmp_path, slack, log):
+    """Issue #10 item 1, default alert timers: a collapse, a restart (new server_args line) while
+    it fires, a second collapse. The first episode's RESOLVED and the second's FIRING each reach
+    Slack within about a second of their line, not after group_interval."""
+    from sglang_lines import server_args_line
+
+    d = SpecwatchDaemon(tmp_path, log, env={"SW_TEST_HOOK": slack.url}, alerts={
+        "slack": {"webhook_url_env": "SW_TEST_HOOK", "backoff_initial": "0.1s"}})
+    d.start()
+
+    def write(*lines: str) -> float:
+        with open(log, "a") as f:
+            f.write("".join(lines))
+        return time.monotonic()
+
+    lines = [decode_line(2.8, t, day=day) for day, t in (_live(8), _live(7), _live(6))]
+    lines += [decode_line(1.02, t, day=day) for day, t in (_live(3), _live(2), _live(1))]
+    t0 = write(*lines)
+    wait_for(lambda: len(delivered(slack)) == 1, timeout=10, what="the first collapse")
+    assert slack.times[-1] - t0 < 2.0
+    day, now = _live(0)
+    args_line, _ = server_args_line(ts=f"{day} {now}")
+    t1 = write(args_line + "\n", *[decode_line(1.02, now, day=day) for _ in range(4)])
+    wait_for(lambda: len(delivered(slack)) == 3, timeout=10, what="the restart's resolve and the new collapse")
+    texts = [b["text"] for b in delivered(slack)]
+    assert texts[1].startswith("[RESOLVED] AcceptanceCollapse on gpu-box-1 TP0")
+    assert texts[2].startswith("[FIRING] AcceptanceCollapse on gpu-box-1 TP0")
+    assert slack.times[-1] - t1 < 2.0
+    assert scrape(d.port)[("specwatch_alerts_firing", (("alertname", "AcceptanceCollapse"),))] == 1
+
+    rc, out = d.stop()
+    assert rc == 0, out

@@ -121,3 +121,30 @@ def test_missing_file_is_a_usage_error():
 def test_version():
     r = subprocess.run([sys.executable, "-m", "specwatch", "--version"], capture_output=True, text=True)
     assert r.returncode == 0 and r.stdout.startswith("specwatch 0.")
+
+
+def test_replay_notifies_nobody_unless_asked(tmp_path, slack):
+    """Issue #10 item 2: a replay with the daemon's config (Slack and a webhook set) posts
+    nothing and says so; `--notify` posts each episode; --notify with a dry run is refused."""
+    import yaml
+
+    cfg = tmp_path / "config.yaml"
+    cfg.write_text(yaml.safe_dump({"server": "kimi-k25-tp8", "rules": {"collapse": {"min_batches": 2}}, "alerts": {
+        "slack": {"webhook_url": slack.url},
+        "webhooks": [{"name": "ops", "url": slack.url + "hook"}]}}))
+    r = replay(str(EXAMPLE), "--config", str(cfg), "--json")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["alerts"][0]["status"] == "firing"
+    assert "notifying nobody" in r.stderr and "slack, webhook/ops" in r.stderr and slack.url not in r.stderr
+    assert slack.received == []
+
+    r = replay(str(EXAMPLE), "--config", str(cfg), "--notify", "--slack-timeout", "10")
+    assert r.returncode == 0, r.stderr
+    assert "--notify: sending this log's alerts to slack, webhook/ops" in r.stderr
+    assert len(slack.received) == 2  # the Slack message and the webhook's JSON
+    assert sorted(b.get("text", "")[:40] for b in slack.received)[1] == \
+        "[FIRING] AcceptanceCollapse on kimi-k25-tp8 TP0"[:40]
+
+    assert replay(str(EXAMPLE), "--config", str(cfg), "--notify", "--slack-dry-run").returncode == 2
+    r = replay(str(EXAMPLE), "--notify")
+    assert r.returncode == 2 and "names no Slack webhook or webhook" in r.stderr

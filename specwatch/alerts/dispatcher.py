@@ -162,11 +162,14 @@ class Dispatcher:
         if self.runbook_url and "runbook_url" not in alert.annotations:
             alert.annotations["runbook_url"] = self.runbook_url.format_map(_Blank(alert.labels))
         if alert.status == FIRING:
-            self.alerts[fp] = alert
             if was_firing:
+                self.alerts[fp] = alert
                 if note:
                     self._update(alert, note, now)
                 return
+            if fp in self.alerts:  # a new episode while the last one's resolve is still pending
+                self._flush_pending_resolve(fp, now)
+            self.alerts[fp] = alert
             for route in self._routes_for(alert):
                 self._insert(route, alert, now)
         elif alert.status != RESOLVED or not was_firing:
@@ -237,8 +240,25 @@ class Dispatcher:
             g = self._groups[(route.name, key)] = _Group(route, key, route.group_labels(alert.labels),
                                                          next_flush=now + route.group_wait)
         g.fingerprints.add(alert.fingerprint)
+        if alert.status != FIRING:
+            return
         if not g.flushed and alert.starts_at + route.group_wait <= now:
             g.next_flush = min(g.next_flush, now)  # it waited long enough before it was raised
+        elif g.flushed:
+            # Unlike Alertmanager, a newly firing alert never waits for group_interval: it goes
+            # out group_wait after it fired, whatever the group sent before (issue #10).
+            g.next_flush = min(g.next_flush, now + route.group_wait)
+
+    def _flush_pending_resolve(self, fp: str, now: float) -> None:
+        """The alert `fp` fires again while its resolved copy still waits in groups: notify
+        those groups now, so the old episode's RESOLVED goes out and the new episode is news
+        (the notification log knows alerts by fingerprint only)."""
+        if self.paused:
+            return
+        for route in self._routes_for(self.alerts[fp]):
+            g = self._groups.get((route.name, self._group_key(route, self.alerts[fp])))
+            if g is not None and g.flushed and fp in g.fingerprints:
+                self._flush(g, now)
 
     def _flush_due(self, now: float) -> None:
         if self.paused:

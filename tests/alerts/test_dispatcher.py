@@ -112,21 +112,55 @@ def test_group_interval_paces_updates_and_repeat_is_a_multiple_of_it():
     d.tick(130)
     assert len(rec.got) == 1
     d.handle(alert(rank="DP1", starts_at=140), now=140)
-    d.tick(429)
-    assert len(rec.got) == 1  # a new alert in a flushed group waits for the next tick
-    d.tick(430)
+    d.tick(169)
+    assert len(rec.got) == 1
+    d.tick(170)  # a newly firing alert waits group_wait, never group_interval (unlike Alertmanager)
     assert rec.summary()[1] == ("firing:AcceptanceCollapse:DP0", "firing:AcceptanceCollapse:DP1")
-    d.handle(resolved(a0, 500), now=500)
-    d.tick(729)
-    assert len(rec.got) == 2
-    d.tick(730)
+    d.handle(resolved(a0, 400), now=400)
+    d.tick(469)
+    assert len(rec.got) == 2  # a resolve waits for the group's next tick: 170 + 300
+    d.tick(470)
     assert rec.summary()[2] == ("firing:AcceptanceCollapse:DP1", "resolved:AcceptanceCollapse:DP0")
-    # repeat 3500 s after 730, rounded up to the next group_interval tick: 730 + 12 × 300
-    for t in range(1030, 4330, 300):
+    # repeat 3500 s after 470, rounded up to the next group_interval tick: 470 + 12 × 300
+    for t in range(770, 4070, 300):
         d.tick(t)
     assert len(rec.got) == 3
-    d.tick(4330)
+    d.tick(4070)
     assert rec.summary()[3] == ("firing:AcceptanceCollapse:DP1",)  # the resolved one is gone
+
+
+def test_an_episode_after_a_pending_resolve_is_sent_with_the_resolve_first():
+    """The same alert resolves (restart) and fires again before its group's next tick: the old
+    episode's RESOLVED goes out at once, the new FIRING group_wait later (issue #10 item 1)."""
+    rec = Recorder()
+    d = Dispatcher([rec], group_wait=1, group_interval=60)
+    a = alert(starts_at=100)
+    d.handle(a, now=103)  # started 3 s ago: at once
+    assert rec.summary() == [("firing:AcceptanceCollapse:TP0",)]
+    d.handle(resolved(a, 110), now=110)
+    d.tick(120)
+    assert len(rec.got) == 1  # the resolve waits for the group tick (163)
+    d.handle(alert(starts_at=121), now=124)
+    assert rec.summary()[1] == ("resolved:AcceptanceCollapse:TP0",)
+    assert rec.got[1].alerts[0].ends_at == 110
+    d.tick(124.9)
+    assert len(rec.got) == 2
+    d.tick(125)
+    assert rec.summary()[2] == ("firing:AcceptanceCollapse:TP0",) and rec.got[2].alerts[0].starts_at == 121
+    assert d.active.keys() == {a.fingerprint}
+
+
+def test_an_episode_after_a_notified_resolve_is_sent_within_group_wait():
+    rec = Recorder()
+    d = Dispatcher([rec], group_wait=1, group_interval=60)
+    a = alert(starts_at=100)
+    d.handle(a, now=103)
+    d.handle(resolved(a, 110), now=110)
+    d.tick(163)
+    assert rec.summary() == [("firing:AcceptanceCollapse:TP0",), ("resolved:AcceptanceCollapse:TP0",)]
+    d.handle(alert(starts_at=170), now=170)  # the group's next tick is 223
+    d.tick(171)
+    assert rec.summary()[2] == ("firing:AcceptanceCollapse:TP0",)
 
 
 def test_group_by_splits_groups():
