@@ -1,8 +1,11 @@
-"""One pipeline for `run` and `replay`: line → event → per-rank state and rules → alerts.
+"""One pipeline for `run` and `replay`: line → event → window → rules → alerts.
 
 The two commands differ only in where lines come from (followed files vs recorded logs) and in
-the clock (wall time vs the log's own timestamps). The per-rank state kept here is what
-`metrics.py` renders at scrape time, so the hot path does plain attribute updates only.
+the clock (wall time vs the log's own timestamps). Each decode line is classified once
+(`WindowTracker`: idle, prefill-dominated, after a gap) and every rule reads that `Window`. The
+rules are those registered in `specwatch.rules` (one file each); each is called only for the
+hooks it has. The per-rank state kept here is what `metrics.py` renders at scrape time, so the
+hot path does plain attribute updates only.
 """
 
 from __future__ import annotations
@@ -32,18 +35,9 @@ from specwatch.events import (
     ServerRestarted,
     ServerStarted,
 )
-from specwatch.rules.base import Rule, log_paths_of
+from specwatch.rules.base import Rule, RuleContext, all_rules, log_paths_of, overrides
 from specwatch.rules.collapse import CollapseRule
-from specwatch.rules.degradation import DegradationRule
-from specwatch.rules.drift import DriftRule
-from specwatch.rules.gpu_errors import GpuErrorsRule
-from specwatch.rules.gpu_throttle import GpuThrottleRule
-from specwatch.rules.log_silent import LogSilentRule
-from specwatch.rules.rank_disagreement import RankDisagreementRule
-from specwatch.rules.server_state import ServerStateRule
-from specwatch.rules.spec_inactive import SpeculationInactiveRule
-from specwatch.rules.spec_missing import SpecMetricsMissingRule
-from specwatch.rules.throughput import ThroughputDropRule
+from specwatch.rules.windows import WindowTracker
 from specwatch.sources.sglang_log import parse_line
 
 KINDS = ("decode", "prefill", "other", "malformed")
@@ -59,7 +53,6 @@ class RankStats:
     decode_batches: int = 0
     prefill_batches: int = 0
     last_decode: DecodeBatch | None = None
-    last_prefill: PrefillBatch | None = None
     accept_length_sum: float = 0.0
     accept_length_count: int = 0
     accept_length_min: float = math.inf
@@ -78,7 +71,6 @@ class ServerStats:
 
     lines: dict[str, int] = field(default_factory=lambda: dict.fromkeys(KINDS, 0))
     server_args: ServerArgs | None = None
-    last_malformed_reason: str | None = None
     args_by_source: dict[str, dict] = field(default_factory=dict)
     process: ServerProcess | None = None
     process_watched: bool = False
@@ -104,24 +96,18 @@ class Pipeline:
 
             self.diagnoser = Diagnoser(draft=d.draft, target=d.target, sglang_root=d.sglang_root,
                                        timeout=d.timeout, background=diagnosis_background)
-        self.collapse = CollapseRule(config.collapse, config.windows, diagnoser=self.diagnoser)
         if self.diagnoser is not None and d.draft:  # paths from the config: diagnose now
             for server in sorted({s.server for s in config.logs} or {config.server}):
                 self.diagnoser.ensure(server)
-        log_paths = log_paths_of(config)
-        self.rules: list[Rule] = [
-            self.collapse,
-            ServerStateRule(config.server_rule, log_paths),
-            LogSilentRule(config.log_silent, log_paths),
-            GpuErrorsRule(config.gpu_errors),
-            GpuThrottleRule(config.gpu_throttle),
-            DegradationRule(config.degradation, config.windows, config.collapse),
-            DriftRule(config.drift, config.windows, config.collapse),
-            SpeculationInactiveRule(config.speculation_inactive),
-            SpecMetricsMissingRule(config.spec_metrics_missing),
-            ThroughputDropRule(config.throughput_drop, config.windows),
-            RankDisagreementRule(config.rank_disagreement, config.windows),
-        ]
+        ctx = RuleContext(log_paths_of(config), self.diagnoser)
+        self.rules: list[Rule] = [cls.build(config, ctx) for cls in all_rules()]
+        self.collapse: CollapseRule = next(r for r in self.rules if isinstance(r, CollapseRule))  # metrics, replay
+        # Each hook calls only the rules that have it (most rules ignore most events).
+        self._on_decode = [r for r in self.rules if overrides(r, "on_decode")]
+        self._on_prefill = [r for r in self.rules if overrides(r, "on_prefill")]
+        self._on_event = [r for r in self.rules if overrides(r, "on_event")]
+        self._on_tick = [r for r in self.rules if overrides(r, "on_tick")]
+        self.windows = WindowTracker(config.windows)  # the one classification of decode lines
         self.servers: dict[str, ServerStats] = {}
         self.ranks: dict[tuple[str, str], RankStats] = {}
         self.lock = threading.Lock()
@@ -149,6 +135,7 @@ class Pipeline:
             self._map_logs(config)
             if new_routing is not None:
                 self.dispatcher.adopt(new_routing, time.time() if now is None else now)
+            self.windows.config = config.windows
             for rule in self.rules:
                 rule.reconfigure(config)
 
@@ -185,16 +172,23 @@ class Pipeline:
                     if a > rs.accept_length_max:
                         rs.accept_length_max = a
                 clock = event.timestamp if now is None else now
-                self._apply_rules(server, event, clock)
+                window = self.windows.decode(server, event)
+                for rule in self._on_decode:
+                    alerts = rule.on_decode(server, window, clock)
+                    if alerts:  # rarely: most calls return []
+                        self._handle(alerts, clock)
                 if clock - self._last_tick >= 1.0:  # time-based rules need no finer clock
                     self.tick(clock)
             elif isinstance(event, PrefillBatch):
                 stats.lines["prefill"] += 1
                 rs = self._rank(server, event)
                 rs.prefill_batches += 1
-                rs.last_prefill = event
                 clock = event.timestamp if now is None else now
-                self._apply_rules(server, event, clock)
+                self.windows.prefill(server, event)
+                for rule in self._on_prefill:
+                    alerts = rule.on_prefill(server, event, clock)
+                    if alerts:
+                        self._handle(alerts, clock)
                 if clock - self._last_tick >= 1.0:
                     self.tick(clock)
             elif isinstance(event, ServerArgs):
@@ -208,7 +202,6 @@ class Pipeline:
                     self.tick(clock)
             else:
                 stats.lines["malformed"] += 1
-                stats.last_malformed_reason = event.reason
         return event
 
     def feed_event(self, server: str, event: object, now: float) -> None:
@@ -255,17 +248,19 @@ class Pipeline:
     def tick(self, now: float) -> None:
         """Let time-based rules and alert repeats advance (caller holds `lock`)."""
         self._last_tick = now
-        for rule in self.rules:
-            for alert in rule.on_tick(now):
-                self.dispatcher.handle(alert, now)
+        for rule in self._on_tick:
+            self._handle(rule.on_tick(now), now)
         self.dispatcher.tick(now)
 
     def _apply_rules(self, server: str, event: object, now: float) -> None:
-        for rule in self.rules:
+        for rule in self._on_event:
             alerts = rule.on_event(server, event, now)
             if alerts:  # rarely: most calls return [] (cheaper to test than to iterate)
-                for alert in alerts:
-                    self.dispatcher.handle(alert, now)
+                self._handle(alerts, now)
+
+    def _handle(self, alerts: list, now: float) -> None:
+        for alert in alerts:
+            self.dispatcher.handle(alert, now)
 
     def _rank(self, server: str, event: DecodeBatch | PrefillBatch) -> RankStats:
         key = (server, event.rank)

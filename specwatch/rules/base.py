@@ -1,8 +1,17 @@
-"""The rule interface: events in, alert transitions out; and what rules share.
+"""The rule interface: events in, alert transitions out; the registry; what rules share.
 
-A rule sees every event of every server (`on_event`, on the pipeline's thread, under its lock)
-and the passage of time (`on_tick`, about once a second in the daemon, at each timestamped line
-in replay). It returns only transitions: a newly firing `Alert`, or the same alert with status
+A rule is one file in this package: its class, decorated with `@register`, and its logic. The
+pipeline builds every registered rule (`build`) and calls only the hooks a rule overrides, on
+its thread, under its lock:
+
+- `on_decode(server, window, now)`: each decode line, classified once by the pipeline's
+  `WindowTracker` (`rules/windows.py`): rules read the `Window`, none keeps its own tracker;
+- `on_prefill(server, batch, now)`: each prefill line;
+- `on_event(server, event, now)`: every other event (ServerArgs, process, HTTP API, GPU);
+- `on_tick(now)`: time passed (about once a second in the daemon, at each timestamped line in
+  replay), for rules that fire on silence or duration.
+
+Each returns only transitions: a newly firing `Alert`, or the same alert with status
 `resolved`. The dispatcher does grouping, repeats and delivery; a rule knows nothing of Slack.
 State that must survive a restart goes through `to_state` / `load_state` (JSON-able).
 A config reload (SIGHUP) hands each rule the new config through `reconfigure`; the rule keeps
@@ -11,16 +20,44 @@ its state and applies the new thresholds from the next event on.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Callable
+
 from specwatch.alerts.model import FIRING, Alert
 from specwatch.config import Config
-from specwatch.events import ServerArgs, ServerRestarted, ServerStarted
+from specwatch.events import PrefillBatch, ServerArgs, ServerRestarted, ServerStarted
+
+
+@dataclass
+class RuleContext:
+    """What a rule may need besides the config: log_paths (server → followed files) and the
+    collapse diagnoser (None when diagnosis is off)."""
+
+    log_paths: dict[str, list[str]]
+    diagnoser: object | None = None
 
 
 class Rule:
+    """name: the rule's key (registry, saved state). order: rules run in ascending order, so
+    the transitions one event causes reach the dispatcher in a fixed order."""
+
     name: str = ""
+    order: int = 100
+
+    @classmethod
+    def build(cls, config: Config, ctx: RuleContext) -> "Rule":
+        """The rule for this config (override when the constructor needs more than its section)."""
+        return cls(getattr(config, cls.name))
+
+    def on_decode(self, server: str, window, now: float) -> list[Alert]:
+        """A decode line: `window.batch` is the DecodeBatch (`rules/windows.py`)."""
+        return []
+
+    def on_prefill(self, server: str, batch: PrefillBatch, now: float) -> list[Alert]:
+        return []
 
     def on_event(self, server: str, event: object, now: float) -> list[Alert]:
-        """An event from a source (DecodeBatch, PrefillBatch, ServerArgs, ...)."""
+        """Any other event: ServerArgs, ProcessSample, ServerRestarted, ApiSample, GpuSample, ..."""
         return []
 
     def on_tick(self, now: float) -> list[Alert]:
@@ -41,6 +78,34 @@ class Rule:
         those of its `active` ActiveAlerts, if it has one."""
         active = getattr(self, "active", None)
         return [] if active is None else [a for k in active.keys() if (a := active.get(k)) is not None]
+
+
+REGISTRY: dict[str, type[Rule]] = {}
+
+
+def register(cls: type[Rule]) -> type[Rule]:
+    """Class decorator: make a rule known to the pipeline under `cls.name`."""
+    if cls.name in REGISTRY and REGISTRY[cls.name] is not cls:
+        raise ValueError(f"two rules named {cls.name!r}")
+    REGISTRY[cls.name] = cls
+    return cls
+
+
+def overrides(rule: Rule, hook: str) -> bool:
+    """The rule's class has its own `hook` (the pipeline calls only those)."""
+    return getattr(type(rule), hook) is not getattr(Rule, hook)
+
+
+def all_rules() -> list[type[Rule]]:
+    """Every rule of this package, imported once, in `order`."""
+    import importlib
+    import pkgutil
+
+    import specwatch.rules as pkg
+
+    for m in pkgutil.iter_modules(pkg.__path__):
+        importlib.import_module(f"{pkg.__name__}.{m.name}")
+    return sorted(REGISTRY.values(), key=lambda c: (c.order, c.name))
 
 
 def log_paths_of(config: Config) -> dict[str, list[str]]:

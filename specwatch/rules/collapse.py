@@ -16,10 +16,10 @@ import os
 from dataclasses import dataclass
 
 from specwatch.alerts.model import FIRING, RESOLVED, Alert
-from specwatch.config import CollapseConfig, Config, WindowConfig
-from specwatch.events import DecodeBatch, PrefillBatch, ServerArgs, ServerRestarted, ServerStarted
-from specwatch.rules.base import Rule, args_evidence, fmt
-from specwatch.rules.windows import WindowTracker
+from specwatch.config import CollapseConfig, Config
+from specwatch.events import DecodeBatch, ServerArgs
+from specwatch.rules.base import Rule, RuleContext, args_evidence, fmt, is_restart_event, register
+from specwatch.rules.windows import Window
 
 ALERT_NAME = "AcceptanceCollapse"
 
@@ -92,6 +92,7 @@ def known_causes(args: dict[str, object] | None) -> list[str]:
     return fixes
 
 
+@register
 class CollapseRule(Rule):
     """Per (server, rank) collapse state machine; `observe` returns alerts that changed state.
 
@@ -103,10 +104,14 @@ class CollapseRule(Rule):
     """
 
     name = "collapse"
+    order = 0
 
-    def __init__(self, config: CollapseConfig, windows: WindowConfig | None = None, diagnoser=None):
+    @classmethod
+    def build(cls, config: Config, ctx: RuleContext) -> "CollapseRule":
+        return cls(config.collapse, diagnoser=ctx.diagnoser)
+
+    def __init__(self, config: CollapseConfig, diagnoser=None):
         self.config = config
-        self.windows = WindowTracker(windows or WindowConfig())
         self.diagnoser = diagnoser
         self._ranks: dict[tuple[str, str], _RankState] = {}
         self._server_args: dict[str, dict[str, object]] = {}
@@ -137,19 +142,17 @@ class CollapseRule(Rule):
     def reconfigure(self, config: Config) -> None:
         # Runs of low/high batches carry over: a rank half-way to firing stays half-way.
         self.config = config.collapse
-        self.windows.config = config.windows
+
+    def on_decode(self, server: str, window: Window, now: float) -> list[Alert]:
+        alert = self.observe(server, window)
+        return [alert] if alert is not None else []
 
     def on_event(self, server: str, event: object, now: float) -> list[Alert]:
-        if isinstance(event, DecodeBatch):
-            alert = self.observe(server, event)
-            return [alert] if alert is not None else []
-        if isinstance(event, PrefillBatch):
-            self.windows.observe(server, event)
-        elif isinstance(event, ServerArgs):
+        if isinstance(event, ServerArgs):
             self.observe_server_args(server, event)
             if event.source == "log":  # a new startup line: the server restarted
                 return self._restarted(server, now, "the server restarted (new server_args line)")
-        elif isinstance(event, ServerRestarted) or (isinstance(event, ServerStarted) and not event.first_seen):
+        elif is_restart_event(event):
             return self._restarted(server, now, "the server process restarted")
         return []
 
@@ -176,11 +179,11 @@ class CollapseRule(Rule):
         st = self._ranks.get((server, rank))
         return bool(st and st.collapsed)
 
-    def observe(self, server: str, batch: DecodeBatch) -> Alert | None:
-        """Feed one decode batch; returns the alert when it fires or resolves, else None."""
-        window = self.windows.observe(server, batch)
+    def observe(self, server: str, window: Window) -> Alert | None:
+        """Feed one classified decode line; returns the alert when it fires or resolves, else None."""
         if not window.acceptance_valid:
             return None  # idle or prefill-dominated: says nothing about the draft
+        batch = window.batch
         key = (server, batch.rank)
         st = self._ranks.get(key)
         if st is None:

@@ -21,12 +21,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from specwatch.alerts.model import Alert
-from specwatch.config import CollapseConfig, Config, DegradationConfig, WindowConfig
-from specwatch.events import DecodeBatch, PrefillBatch, ServerArgs
+from specwatch.config import CollapseConfig, Config, DegradationConfig
+from specwatch.events import DecodeBatch, ServerArgs
 from specwatch.rules.active import ActiveAlerts
-from specwatch.rules.base import Rule, ServerArgsMemory, alert_key, args_evidence, fmt, new_alert
+from specwatch.rules.base import Rule, RuleContext, ServerArgsMemory, alert_key, args_evidence, fmt, new_alert, register
 from specwatch.rules.stats import Baseline, Recent, drop_transition
-from specwatch.rules.windows import WindowTracker
+from specwatch.rules.windows import Window
 
 ALERT_NAME = "AcceptanceDegradation"
 BASELINE_BUCKET = 300.0  # seconds per learned-baseline bucket
@@ -49,14 +49,18 @@ def path_matches(configured: str | None, actual: object) -> bool:
     return actual == configured or actual.endswith("/" + configured)
 
 
+@register
 class DegradationRule(Rule):
     name = "degradation"
+    order = 50
 
-    def __init__(self, config: DegradationConfig, windows: WindowConfig | None = None,
-                 collapse: CollapseConfig | None = None):
+    @classmethod
+    def build(cls, config: Config, ctx: RuleContext) -> "DegradationRule":
+        return cls(config.degradation, config.collapse)
+
+    def __init__(self, config: DegradationConfig, collapse: CollapseConfig | None = None):
         self.config = config
         self.collapse_max = (collapse or CollapseConfig()).max_accept_length
-        self.windows = WindowTracker(windows or WindowConfig())
         self.args = ServerArgsMemory()
         self._ranks: dict[tuple[str, str], _Rank] = {}
         self._baselines: dict[str, Baseline] = {}  # model pair → learned baseline
@@ -72,22 +76,20 @@ class DegradationRule(Rule):
         # Learned baselines and pending times carry over; windows take the new spans.
         self.config = config.degradation
         self.collapse_max = config.collapse.max_accept_length
-        self.windows.config = config.windows
         for st in self._ranks.values():
             st.recent.span = st.running.span = self.config.window
         for b in self._baselines.values():
             b.resize(self.config.baseline_window)
 
+    def on_decode(self, server: str, window: Window, now: float) -> list[Alert]:
+        if self.config.enabled and window.acceptance_valid and window.batch.accept_length > self.collapse_max:
+            return self._observe(server, window.batch)
+        return []
+
     def on_event(self, server: str, event: object, now: float) -> list[Alert]:
         if not self.config.enabled:
             return []
-        if isinstance(event, DecodeBatch):
-            w = self.windows.observe(server, event)
-            if w.acceptance_valid and event.accept_length > self.collapse_max:
-                return self._observe(server, event)
-        elif isinstance(event, PrefillBatch):
-            self.windows.observe(server, event)
-        elif isinstance(event, ServerArgs):
+        if isinstance(event, ServerArgs):
             self.args.observe(server, event)
             self._pairs.pop(server, None)
         return []

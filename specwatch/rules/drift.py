@@ -21,24 +21,29 @@ from __future__ import annotations
 import math
 
 from specwatch.alerts.model import Alert
-from specwatch.config import CollapseConfig, Config, DriftConfig, WindowConfig
-from specwatch.events import DecodeBatch, PrefillBatch, ServerArgs
+from specwatch.config import CollapseConfig, Config, DriftConfig
+from specwatch.events import DecodeBatch, ServerArgs
 from specwatch.rules.active import ActiveAlerts
-from specwatch.rules.base import Rule, ServerArgsMemory, alert_key, args_evidence, fmt, is_restart_event, new_alert
+from specwatch.rules.base import (Rule, RuleContext, ServerArgsMemory, alert_key, args_evidence, fmt,
+                                  is_restart_event, new_alert, register)
 from specwatch.rules.stats import linear_fit
-from specwatch.rules.windows import WindowTracker
+from specwatch.rules.windows import Window
 
 ALERT_NAME = "AcceptanceDrift"
 
 
+@register
 class DriftRule(Rule):
     name = "drift"
+    order = 60
 
-    def __init__(self, config: DriftConfig, windows: WindowConfig | None = None,
-                 collapse: CollapseConfig | None = None):
+    @classmethod
+    def build(cls, config: Config, ctx: RuleContext) -> "DriftRule":
+        return cls(config.drift, config.collapse)
+
+    def __init__(self, config: DriftConfig, collapse: CollapseConfig | None = None):
         self.config = config
         self.collapse_max = (collapse or CollapseConfig()).max_accept_length
-        self.windows = WindowTracker(windows or WindowConfig())
         self.args = ServerArgsMemory()
         # (server, rank) → buckets [[index, sum, count], ...], oldest first (the last one open)
         self._buckets: dict[tuple[str, str], list[list[float]]] = {}
@@ -50,13 +55,10 @@ class DriftRule(Rule):
             self._buckets.clear()  # indexes of the old bucket size: start over (alerts stay firing)
         self.config = config.drift
         self.collapse_max = config.collapse.max_accept_length
-        self.windows.config = config.windows
 
     def on_event(self, server: str, event: object, now: float) -> list[Alert]:
         if not self.config.enabled:
             return []
-        if isinstance(event, (DecodeBatch, PrefillBatch)):
-            return self._batch(server, event)  # first: nearly every event is one (and no restart)
         restarted = is_restart_event(event)
         if isinstance(event, ServerArgs):
             restarted = self.args.observe(server, event)
@@ -67,10 +69,10 @@ class DriftRule(Rule):
                                at if at is not None else now, "server restarted")
         return []
 
-    def _batch(self, server: str, event: DecodeBatch | PrefillBatch) -> list[Alert]:
-        w = self.windows.observe(server, event)
-        if w is None:  # a prefill line, counted by the tracker
+    def on_decode(self, server: str, w: Window, now: float) -> list[Alert]:
+        if not self.config.enabled:
             return []
+        event = w.batch
         key = (server, event.rank)
         out = []
         last = self._last_seen.get(key)

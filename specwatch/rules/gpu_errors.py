@@ -20,6 +20,7 @@ from specwatch.alerts.model import Alert, iso8601
 from specwatch.config import Config, GpuErrorsConfig
 from specwatch.events import GpuSample, GpuState
 from specwatch.rules.active import ActiveAlertsRule
+from specwatch.rules.base import register
 
 XID = "GpuXidError"
 ECC = "GpuEccError"
@@ -78,8 +79,10 @@ def _gpu_evidence(g: GpuState) -> list[tuple[str, str]]:
     return ev
 
 
+@register
 class GpuErrorsRule(ActiveAlertsRule):
     name = "gpu_errors"
+    order = 30
 
     def __init__(self, config: GpuErrorsConfig):
         super().__init__()

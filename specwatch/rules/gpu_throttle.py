@@ -24,6 +24,8 @@ from specwatch.alerts.model import Alert
 from specwatch.config import Config, GpuThrottleConfig
 from specwatch.events import DecodeBatch, GpuSample, GpuState
 from specwatch.rules.active import ActiveAlertsRule
+from specwatch.rules.base import register
+from specwatch.rules.windows import Window
 
 ALERT_NAME = "GpuThrottlingThroughputDrop"
 THERMAL = ("sw_thermal_slowdown", "hw_thermal_slowdown")
@@ -33,8 +35,10 @@ MAX_LINES = 2048  # per rank; far more than a baseline window holds at one line 
 GPU_STALE = 60.0  # seconds after which the last GpuSample says nothing about now
 
 
+@register
 class GpuThrottleRule(ActiveAlertsRule):
     name = "gpu_throttle"
+    order = 40
 
     def __init__(self, config: GpuThrottleConfig):
         super().__init__()
@@ -56,9 +60,12 @@ class GpuThrottleRule(ActiveAlertsRule):
             if any(g.sglang_memory_bytes is not None for g in gpus):
                 gpus = sglang  # known: only the GPUs SGLang holds memory on
             self._throttled = [g for g in gpus if g.reasons & self.reasons]
-            return []
-        if (isinstance(event, DecodeBatch) and event.gen_throughput is not None and event.running_requests > 0
-                and self._gpu_time is not None):  # without GPU samples nothing can be throttled
+        return []
+
+    def on_decode(self, server: str, window: Window, now: float) -> list[Alert]:
+        event = window.batch
+        if (self._gpu_time is not None and event.gen_throughput is not None
+                and event.running_requests > 0):  # without GPU samples nothing can be throttled
             return self._line(server, event, now)
         return []
 

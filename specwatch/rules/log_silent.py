@@ -23,7 +23,6 @@ from specwatch.alerts.model import Alert, iso8601
 from specwatch.config import Config, LogSilentConfig
 from specwatch.events import (
     ApiSample,
-    DecodeBatch,
     ProcessSample,
     ServerArgs,
     ServerProcess,
@@ -31,7 +30,8 @@ from specwatch.events import (
     ServerStarted,
 )
 from specwatch.rules.active import ActiveAlertsRule
-from specwatch.rules.base import log_paths_of
+from specwatch.rules.base import RuleContext, log_paths_of, register
+from specwatch.rules.windows import Window
 
 ALERT_NAME = "SGLangLogSilent"
 QUIET_LEVELS = ("warning", "error", "critical")
@@ -50,10 +50,16 @@ class _State:
         self.first_poll: float | None = None
 
 
+@register
 class LogSilentRule(ActiveAlertsRule):
     """log_paths: server → followed log files. path_exists: checked when the alert fires."""
 
     name = "log_silent"
+    order = 20
+
+    @classmethod
+    def build(cls, config: Config, ctx: RuleContext) -> "LogSilentRule":
+        return cls(config.log_silent, ctx.log_paths)
 
     def __init__(self, config: LogSilentConfig, log_paths: dict[str, list[str]],
                  path_exists: Callable[[str], bool] = os.path.exists):
@@ -73,14 +79,15 @@ class LogSilentRule(ActiveAlertsRule):
         self.config = config.log_silent
         self.log_paths = log_paths_of(config)
 
+    def on_decode(self, server: str, window: Window, now: float) -> list[Alert]:
+        st = self._s.get(server) or self._st(server)
+        st.last_decode = now
+        st.intervals = 0
+        if server not in self.active:
+            return []  # the common case
+        return self.active.resolve(server, now, ("decode lines", "arriving again"))
+
     def on_event(self, server: str, event: object, now: float) -> list[Alert]:
-        if isinstance(event, DecodeBatch):
-            st = self._s.get(server) or self._st(server)
-            st.last_decode = now
-            st.intervals = 0
-            if server not in self.active:
-                return []  # the common case
-            return self.active.resolve(server, now, ("decode lines", "arriving again"))
         if isinstance(event, ServerArgs):
             self._st(server).args = dict(event.args)
         elif isinstance(event, ProcessSample):

@@ -16,11 +16,10 @@ from __future__ import annotations
 from collections import deque
 
 from specwatch.alerts.model import Alert
-from specwatch.config import Config, RankDisagreementConfig, WindowConfig
-from specwatch.events import DecodeBatch, PrefillBatch
+from specwatch.config import Config, RankDisagreementConfig
 from specwatch.rules.active import ActiveAlerts
-from specwatch.rules.base import Rule, alert_key, fmt, new_alert
-from specwatch.rules.windows import WindowTracker
+from specwatch.rules.base import Rule, alert_key, fmt, new_alert, register
+from specwatch.rules.windows import Window
 
 ALERT_NAME = "RankDisagreement"
 
@@ -28,12 +27,13 @@ ALERT_NAME = "RankDisagreement"
 _COLLAPSED, _HEALTHY, _BETWEEN = "collapsed", "healthy", "between"
 
 
+@register
 class RankDisagreementRule(Rule):
     name = "rank_disagreement"
+    order = 100
 
-    def __init__(self, config: RankDisagreementConfig, windows: WindowConfig | None = None):
+    def __init__(self, config: RankDisagreementConfig):
         self.config = config
-        self.windows = WindowTracker(windows or WindowConfig())
         # server → rank → last min_batches valid lines (timestamp, accept len)
         self._recent: dict[str, dict[str, deque[tuple[float, float]]]] = {}
         # server → rank → what its lines in `_recent` say, ages aside (`_kind`): recomputed only
@@ -44,7 +44,6 @@ class RankDisagreementRule(Rule):
 
     def reconfigure(self, config: Config) -> None:
         self.config = config.rank_disagreement
-        self.windows.config = config.windows
         for ranks in self._recent.values():  # keep the newest min_batches lines of each rank
             for r, lines in ranks.items():
                 ranks[r] = deque(lines, maxlen=self.config.min_batches)
@@ -54,12 +53,10 @@ class RankDisagreementRule(Rule):
         self._kinds_for = self.config
         self._kinds = {s: {r: self._kind(lines) for r, lines in ranks.items()} for s, ranks in self._recent.items()}
 
-    def on_event(self, server: str, event: object, now: float) -> list[Alert]:
-        if not self.config.enabled or not isinstance(event, (DecodeBatch, PrefillBatch)):
+    def on_decode(self, server: str, w: Window, now: float) -> list[Alert]:
+        if not self.config.enabled or not w.acceptance_valid:
             return []
-        w = self.windows.observe(server, event)
-        if w is None or not w.acceptance_valid:
-            return []
+        event = w.batch
         if self.config is not self._kinds_for:
             self._rekind()
         ranks = self._recent.get(server)

@@ -26,7 +26,7 @@ from specwatch.events import (
     ServerStarted,
 )
 from specwatch.rules.active import ActiveAlertsRule
-from specwatch.rules.base import log_paths_of
+from specwatch.rules.base import RuleContext, log_paths_of, register
 
 DOWN = "SGLangServerDown"
 RESTARTED = "SGLangServerRestarted"
@@ -69,8 +69,14 @@ def _cmd(sp: ServerProcess) -> str:
     return text if len(text) <= 600 else text[:599] + "…"
 
 
+@register
 class ServerStateRule(ActiveAlertsRule):
     name = "server_state"
+    order = 10
+
+    @classmethod
+    def build(cls, config: Config, ctx: RuleContext) -> "ServerStateRule":
+        return cls(config.server_rule, ctx.log_paths)
 
     def __init__(self, config: ServerRuleConfig, log_paths: dict[str, list[str]] | None = None):
         super().__init__()

@@ -16,13 +16,16 @@ from specwatch.alerts.model import Alert
 from specwatch.config import Config, SpeculationInactiveConfig
 from specwatch.events import DecodeBatch, ServerArgs
 from specwatch.rules.active import ActiveAlerts
-from specwatch.rules.base import Rule, ServerArgsMemory, args_evidence, new_alert, speculation_configured
+from specwatch.rules.base import Rule, ServerArgsMemory, args_evidence, new_alert, register, speculation_configured
+from specwatch.rules.windows import Window
 
 ALERT_NAME = "SpeculationInactive"
 
 
+@register
 class SpeculationInactiveRule(Rule):
     name = "speculation_inactive"
+    order = 70
 
     def __init__(self, config: SpeculationInactiveConfig):
         self.config = config
@@ -35,17 +38,19 @@ class SpeculationInactiveRule(Rule):
         self.config = config.speculation_inactive
 
     def on_event(self, server: str, event: object, now: float) -> list[Alert]:
-        if not self.config.enabled:
+        if not self.config.enabled or not isinstance(event, ServerArgs):
+            return []
+        self.args.observe(server, event)
+        self._plain.pop(server, None)
+        if not speculation_configured(event.args):
+            return self.active.resolve(server, event.timestamp or now, ("speculative_algorithm", "none (settings changed)"))
+        return []
+
+    def on_decode(self, server: str, window: Window, now: float) -> list[Alert]:
+        event = window.batch
+        if not self.config.enabled or event.running_requests <= 0:
             return []
         key = server
-        if isinstance(event, ServerArgs):
-            self.args.observe(server, event)
-            self._plain.pop(server, None)
-            if not speculation_configured(event.args):
-                return self.active.resolve(key, event.timestamp or now, ("speculative_algorithm", "none (settings changed)"))
-            return []
-        if not isinstance(event, DecodeBatch) or event.running_requests <= 0:
-            return []
         if event.accept_length is not None:
             self._plain.pop(server, None)
             if key not in self.active:

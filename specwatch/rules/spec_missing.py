@@ -15,9 +15,10 @@ from collections import deque
 
 from specwatch.alerts.model import Alert
 from specwatch.config import Config, SpecMetricsMissingConfig
-from specwatch.events import DecodeBatch, PrefillBatch, ServerArgs
+from specwatch.events import PrefillBatch, ServerArgs
 from specwatch.rules.active import ActiveAlerts
-from specwatch.rules.base import Rule, ServerArgsMemory, args_evidence, new_alert, speculation_configured
+from specwatch.rules.base import Rule, ServerArgsMemory, args_evidence, new_alert, register, speculation_configured
+from specwatch.rules.windows import Window
 
 ALERT_NAME = "SpecMetricsMissing"
 
@@ -27,8 +28,10 @@ def never_decodes(args: dict | None) -> bool:
     return str(args.get("disaggregation_mode") or "").lower() == "prefill" or args.get("is_embedding") is True
 
 
+@register
 class SpecMetricsMissingRule(Rule):
     name = "spec_metrics_missing"
+    order = 80
 
     def __init__(self, config: SpecMetricsMissingConfig):
         self.config = config
@@ -40,25 +43,31 @@ class SpecMetricsMissingRule(Rule):
     def reconfigure(self, config: Config) -> None:
         self.config = config.spec_metrics_missing
 
-    def on_event(self, server: str, event: object, now: float) -> list[Alert]:
+    def on_decode(self, server: str, window: Window, now: float) -> list[Alert]:
         if not self.config.enabled:
             return []
-        if isinstance(event, DecodeBatch):  # first: nearly every event is one
+        if self._prefills:
             self._prefills.pop(server, None)
             self._streak.pop(server, None)
-            if server not in self.active:
-                return []
-            return self.active.resolve(server, now, ("decode line", event.rank or "(single rank)"))
-        if isinstance(event, ServerArgs):
+        if server not in self.active:
+            return []
+        return self.active.resolve(server, now, ("decode line", window.batch.rank or "(single rank)"))
+
+    def on_prefill(self, server: str, batch: PrefillBatch, now: float) -> list[Alert]:
+        if not self.config.enabled:
+            return []
+        times = self._prefills.get(server)
+        if times is None:
+            times = self._prefills[server] = deque()
+        if not times or now - times[-1] > self.config.window:  # first, or after an idle spell
+            times.clear()
+            self._streak[server] = now
+        times.append(now)
+        return []
+
+    def on_event(self, server: str, event: object, now: float) -> list[Alert]:
+        if self.config.enabled and isinstance(event, ServerArgs):
             self.args.observe(server, event)
-        elif isinstance(event, PrefillBatch):
-            times = self._prefills.get(server)
-            if times is None:
-                times = self._prefills[server] = deque()
-            if not times or now - times[-1] > self.config.window:  # first, or after an idle spell
-                times.clear()
-                self._streak[server] = now
-            times.append(now)
         return []
 
     def on_tick(self, now: float) -> list[Alert]:

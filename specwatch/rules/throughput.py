@@ -17,12 +17,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from specwatch.alerts.model import Alert
-from specwatch.config import Config, ThroughputDropConfig, WindowConfig
-from specwatch.events import DecodeBatch, PrefillBatch
+from specwatch.config import Config, ThroughputDropConfig
+from specwatch.events import DecodeBatch
 from specwatch.rules.active import ActiveAlerts
-from specwatch.rules.base import Rule, alert_key, fmt, new_alert
+from specwatch.rules.base import Rule, alert_key, fmt, new_alert, register
 from specwatch.rules.stats import Baseline, Recent, drop_transition
-from specwatch.rules.windows import WindowTracker
+from specwatch.rules.windows import Window
 
 ALERT_NAME = "ThroughputDrop"
 BASELINE_BUCKET = 300.0  # seconds per learned-baseline bucket
@@ -68,12 +68,14 @@ class _Rank:
     akey: str | None = None  # alert_key(server, rank), built once
 
 
+@register
 class ThroughputDropRule(Rule):
     name = "throughput_drop"
 
-    def __init__(self, config: ThroughputDropConfig, windows: WindowConfig | None = None):
+    order = 90
+
+    def __init__(self, config: ThroughputDropConfig):
         self.config = config
-        self.windows = WindowTracker(windows or WindowConfig())
         self._ranks: dict[tuple[str, str], _Rank] = {}
         self._baselines: dict[tuple[str, str, int], Baseline] = {}
         self.active = ActiveAlerts()
@@ -82,7 +84,6 @@ class ThroughputDropRule(Rule):
     def reconfigure(self, config: Config) -> None:
         # Learned baselines and pending times carry over; windows take the new spans.
         self.config = config.throughput_drop
-        self.windows.config = config.windows
         for st in self._ranks.values():
             for lv in st.levels.values():
                 lv.recent.span = self.config.window
@@ -101,19 +102,16 @@ class ThroughputDropRule(Rule):
                 count = len(recent.samples) if lv.base else 0
                 st.n += count - lv.count
                 lv.count = count
-                st.terms[lv.index] = recent._sum / lv.base if count else 0.0
+                st.terms[lv.index] = recent.sum / lv.base if count else 0.0
 
     def _usable(self, learned: Baseline | None) -> float | None:
         """The learned mean once it holds min_baseline_batches lines (as `baseline`)."""
         return learned.mean() if learned is not None and learned.count >= self.config.min_baseline_batches else None
 
-    def on_event(self, server: str, event: object, now: float) -> list[Alert]:
-        if not self.config.enabled or not isinstance(event, (DecodeBatch, PrefillBatch)):
+    def on_decode(self, server: str, window: Window, now: float) -> list[Alert]:
+        if not self.config.enabled or not window.throughput_valid:
             return []
-        w = self.windows.observe(server, event)
-        if w is None or not w.throughput_valid:
-            return []
-        return self._observe(server, event)
+        return self._observe(server, window.batch)
 
     def baseline(self, server: str, rank: str, level: int) -> float | None:
         """Learned gen throughput (token/s) of the rank at that load level, once usable."""
@@ -133,7 +131,7 @@ class ThroughputDropRule(Rule):
             akey = st.akey = alert_key(server, b.rank)
         t = b.timestamp
         running = b.running_requests
-        this = running.bit_length() if running > 1 else 1  # load_level, inline
+        this = load_level(running)
         cur = st.levels.get(this)
         if cur is None:
             learned = self._baselines.get((server, b.rank, this))  # loaded from the state file, maybe
@@ -160,14 +158,13 @@ class ThroughputDropRule(Rule):
                         (server, b.rank, lv.level), Baseline(BASELINE_BUCKET, cfg.baseline_window))
                 for at, thr in aged:
                     learned.add(at, thr)
-                # `_usable`, inline (runs for most lines while healthy); count >= 1 here
-                lv.base = learned._sum / learned.count if learned.count >= cfg.min_baseline_batches else None
+                lv.base = self._usable(learned)
             # this level's lines changed: its share of the window average
             base = lv.base
             count = len(recent.samples) if base else 0
             n += count - lv.count
             lv.count = count
-            terms[lv.index] = recent._sum / base if count else 0.0
+            terms[lv.index] = recent.sum / base if count else 0.0
         st.n = n
         if n < cfg.min_window_batches:
             return []

@@ -1,17 +1,15 @@
-"""Which decode lines are fair samples: a helper the acceptance and throughput rules share.
+"""Which decode lines are fair samples: the stage between the parser and the rules.
 
 A `Decode batch` line summarises the decode rounds since the rank's previous one (every
-`--decode-log-interval`, 40 by default, rounds; sglang.md §1.4). It says nothing about the draft
-when no request was running (idle DP ranks print such lines under DP attention), and its numbers
-have not converged when the window was dominated by prefill: more prefill batches of the rank
-than decode rounds since the previous decode line (a maintainer's warning, bugreports.md App. A).
+`--decode-log-interval`, 40 by default, rounds: `scheduler.py` / `metrics_reporter.py`,
+SGLang 0.5.x). It says nothing about the draft when no request was running (idle DP ranks print
+such lines under DP attention), and its numbers have not converged when the window was dominated
+by prefill: more prefill batches of the rank than decode rounds since the previous decode line.
 Its `gen throughput` also counts idle and prefill time in the window, so throughput is only
 compared on windows that follow the previous decode line closely.
 
-Each rule owns a `WindowTracker` (rules see every event themselves; this keeps them independent).
-Five rules classify every decode line, so the newest `Window` is memoised: a tracker whose own
-state gives the same gap and prefill count for the same line object, under the same config,
-takes the Window another tracker built instead of building its own (same inputs, same Window).
+The pipeline owns one `WindowTracker` and classifies each decode line once; every rule reads
+the same `Window` (`Rule.on_decode`).
 """
 
 from __future__ import annotations
@@ -52,15 +50,6 @@ class Window:
         return (f"Window(rank={self.batch.rank!r}, idle={self.idle}, prefill_dominated={self.prefill_dominated}, "
                 f"after_gap={self.after_gap}, gap={self.gap}, prefill_batches={self.prefill_batches})")
 
-    def why_not(self) -> str:
-        return ", ".join(n for n, on in (("idle", self.idle), ("prefill-dominated", self.prefill_dominated),
-                                         ("after a gap", self.after_gap)) if on) or "valid"
-
-
-# The newest Window built: (batch, gap, prefill count, config, Window). One immutable tuple,
-# replaced whole, so a tracker never reads half of one.
-_newest: tuple = (None, None, None, None, None)
-
 
 class WindowTracker:
     """Classifies decode lines per (server, rank). Times: the batch timestamps (seconds)."""
@@ -72,25 +61,22 @@ class WindowTracker:
 
     def observe(self, server: str, event: object) -> Window | None:
         """Feed any event; returns a Window for a decode line, else None."""
-        global _newest
-        cls = type(event)
-        if cls is not DecodeBatch:  # (exact type first: the cheap test for nearly every line)
-            if cls is PrefillBatch or isinstance(event, PrefillBatch):
-                key = (server, event.rank)
-                self._prefills[key] = self._prefills.get(key, 0) + 1
-                return None
-            if not isinstance(event, DecodeBatch):
-                return None
-        key = (server, event.rank)
+        if type(event) is DecodeBatch or isinstance(event, DecodeBatch):
+            return self.decode(server, event)
+        if isinstance(event, PrefillBatch):
+            self.prefill(server, event)
+        return None
+
+    def prefill(self, server: str, batch: PrefillBatch) -> None:
+        key = (server, batch.rank)
+        self._prefills[key] = self._prefills.get(key, 0) + 1
+
+    def decode(self, server: str, batch: DecodeBatch) -> Window:
+        key = (server, batch.rank)
         prev = self._last.get(key)
-        gap = None if prev is None else event.timestamp - prev
-        prefills = self._prefills.pop(key, 0)
-        self._last[key] = event.timestamp
+        gap = None if prev is None else batch.timestamp - prev
+        prefills = self._prefills.pop(key, 0) if self._prefills else 0
+        self._last[key] = batch.timestamp
         cfg = self.config
-        memo = _newest
-        if memo[0] is event and memo[3] is cfg and memo[1] == gap and memo[2] == prefills:
-            return memo[4]  # another rule's tracker classified this line from the same inputs
-        w = Window(event, event.running_requests < cfg.min_running_requests, prefills > cfg.max_prefill_batches,
-                   gap is None or gap > cfg.max_gap, gap, prefills)
-        _newest = (event, gap, prefills, cfg, w)
-        return w
+        return Window(batch, batch.running_requests < cfg.min_running_requests, prefills > cfg.max_prefill_batches,
+                      gap is None or gap > cfg.max_gap, gap, prefills)

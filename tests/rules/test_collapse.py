@@ -2,26 +2,33 @@
 
 from pathlib import Path
 
-from specwatch.config import CollapseConfig
-from specwatch.events import DecodeBatch
+from specwatch.config import CollapseConfig, WindowConfig
+from specwatch.events import DecodeBatch, LogLine
 from specwatch.rules.collapse import CollapseRule
+from specwatch.rules.windows import WindowTracker
 from specwatch.sources.sglang_log import parse_line
 
 SAMPLES = Path(__file__).resolve().parents[1] / "data" / "samples"
 
 
-def decode(accept: float, *, ts: int = 0, rank: str = "TP0", running: int = 32) -> DecodeBatch:
+def decode_text(accept: float, *, ts: int = 0, rank: str = "TP0", running: int = 32) -> str:
     rank_part = f" {rank}" if rank else ""
-    line = (f"[2026-02-23 16:32:{ts:02d}{rank_part}] Decode batch, #running-req: {running}, #token: 2268, "
+    return (f"[2026-02-23 16:32:{ts:02d}{rank_part}] Decode batch, #running-req: {running}, #token: 2268, "
             f"token usage: 0.02, accept len: {accept:.2f}, accept rate: 0.21, cuda graph: False, "
             f"gen throughput (token/s): 400.57, #queue-req: 0")
+
+
+def decode(accept: float, *, ts: int = 0, rank: str = "TP0", running: int = 32) -> DecodeBatch:
+    line = decode_text(accept, ts=ts, rank=rank, running=running)
     ev = parse_line(line)
     assert isinstance(ev, DecodeBatch), line
     return ev
 
 
-def feed(rule, server, batches):
-    return [a for b in batches if (a := rule.observe(server, b)) is not None]
+def feed(rule, server, batches, tracker=None):
+    """Classify each batch (as the pipeline does) and feed the collapse rule."""
+    tracker = tracker or WindowTracker(WindowConfig())
+    return [a for b in batches if (a := rule.observe(server, tracker.decode(server, b))) is not None]
 
 
 def test_real_kimi_lines_fire_with_min_batches_two():
@@ -156,13 +163,12 @@ def test_after_a_restart_repeats_carry_the_rules_current_evidence(tmp_path):
 
     cfg = build_config({"server": "s", "diagnosis": {"enabled": False}})
     p1 = Pipeline(cfg, Dispatcher([], group_wait=0))
+    for i in range(3):
+        p1.feed(LogLine("s.log", decode_text(1.07, ts=i)), now=float(i))
     with p1.lock:
-        for i in range(3):
-            p1._apply_rules("s", decode(1.07, ts=i), float(i))
         state = p1.to_state()
     p2 = Pipeline(cfg, Dispatcher([], group_wait=0))
     p2.load_state(state)
-    with p2.lock:
-        p2._apply_rules("s", decode(1.09, ts=10), 10.0)
+    p2.feed(LogLine("s.log", decode_text(1.09, ts=10)), now=10.0)
     [alert] = p2.dispatcher.alerts.values()
     assert dict(alert.evidence)["accept len"] == "1.09"

@@ -1,5 +1,4 @@
-"""Window classification (rules/windows.py): per tracker, even when trackers share the newest
-Window (each rule has its own tracker; five of them classify every decode line)."""
+"""Window classification (rules/windows.py): the pipeline's one tracker, read by every rule."""
 
 from specwatch.config import WindowConfig
 from specwatch.events import DecodeBatch, PrefillBatch
@@ -24,32 +23,11 @@ def test_a_window_describes_the_line_and_what_came_before_it():
     w = t.observe("s", decode(2))
     assert (w.gap, w.prefill_batches, w.prefill_dominated, w.acceptance_valid) == (2, 3, True, False)
     w = t.observe("s", decode(4, running=0))
-    assert w.idle and not w.acceptance_valid and w.why_not() == "idle"
+    assert w.idle and not w.acceptance_valid and not w.prefill_dominated
     w = t.observe("s", decode(6))
-    assert w.acceptance_valid and w.throughput_valid and w.why_not() == "valid"
+    assert w.acceptance_valid and w.throughput_valid and (w.gap, w.prefill_batches) == (2, 0)
     assert t.observe("s", decode(6, rank="DP1 TP1")).gap is None  # per rank
     assert t.observe("s", object()) is None
-
-
-def test_trackers_that_saw_different_lines_classify_the_same_line_differently():
-    """A tracker that missed lines (its rule was disabled) or saw others keeps its own view,
-    whichever tracker classifies a line first."""
-    cfg = WindowConfig(max_prefill_batches=2, max_gap=60)
-    for order in (1, -1):
-        busy, quiet, late = WindowTracker(cfg), WindowTracker(cfg), WindowTracker(cfg)
-        first = decode(0)
-        busy.observe("s", first)
-        quiet.observe("s", first)
-        for _ in range(3):
-            busy.observe("s", prefill(1))  # only `busy` sees the prefill lines
-        line = decode(30)
-        trackers = [busy, quiet, late][::order]
-        got = {id(t): t.observe("s", line) for t in trackers}
-        b, q, l = got[id(busy)], got[id(quiet)], got[id(late)]
-        assert (b.prefill_dominated, b.prefill_batches, b.gap) == (True, 3, 30)
-        assert (q.prefill_dominated, q.prefill_batches, q.gap) == (False, 0, 30)
-        assert (l.prefill_dominated, l.gap, l.after_gap) == (False, None, True)
-        assert all(w.batch is line for w in (b, q, l))
 
 
 def test_trackers_with_other_thresholds_classify_the_same_line_by_their_own():
@@ -61,3 +39,27 @@ def test_trackers_with_other_thresholds_classify_the_same_line_by_their_own():
     loose.config = WindowConfig(max_gap=10)  # a reload hands the tracker a new config
     line = decode(60)
     assert strict.observe("s", line).after_gap and loose.observe("s", line).after_gap
+
+
+def test_the_pipeline_classifies_each_decode_line_once_for_every_rule():
+    """One Window object per decode line reaches every rule that reads decode lines."""
+    from timeline import Timeline, pipeline
+
+    from specwatch.events import LogLine
+
+    p = pipeline()
+    seen: dict[str, list] = {}
+    for rule in p._on_decode:
+        orig = rule.on_decode
+
+        def spy(server, w, now, _orig=orig, _name=rule.name):
+            seen.setdefault(_name, []).append(w)
+            return _orig(server, w, now)
+        rule.on_decode = spy
+    log = Timeline().decode(n=3).prefill(n=2).decode(n=1)
+    for line in log.lines:
+        p.feed(LogLine("server.log", line))
+    assert len(seen) >= 5 and {len(ws) for ws in seen.values()} == {4}
+    for i in range(4):
+        assert len({id(ws[i]) for ws in seen.values()}) == 1  # the same object for every rule
+    assert [w.prefill_batches for w in seen["collapse"]] == [0, 0, 0, 2]
