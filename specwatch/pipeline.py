@@ -38,7 +38,9 @@ from specwatch.events import (
 from specwatch.rules.base import Rule, RuleContext, all_rules, log_paths_of, overrides
 from specwatch.rules.collapse import CollapseRule
 from specwatch.rules.windows import WindowTracker
-from specwatch.sources.sglang_log import parse_line
+from specwatch.sources.sglang_log import maybe_event, parse_line
+
+_OTHER = OtherLine()
 
 KINDS = ("decode", "prefill", "other", "malformed")
 
@@ -148,17 +150,21 @@ class Pipeline:
         Returns the parsed event. Never raises on input.
         """
         server = self.server_for(line.path)
-        event = parse_line(line.text, container_prefix=self._prefix.get(line.path), tz=self._tz.get(line.path))
-        if not line.raw_ok and isinstance(event, (DecodeBatch, PrefillBatch)):
-            event = MalformedLine("non-UTF-8 bytes in a batch line", event.timestamp, event.rank)
+        text = line.text
+        if maybe_event(text):
+            event = parse_line(text, container_prefix=self._prefix.get(line.path), tz=self._tz.get(line.path))
+            if not line.raw_ok and isinstance(event, (DecodeBatch, PrefillBatch)):
+                event = MalformedLine("non-UTF-8 bytes in a batch line", event.timestamp, event.rank)
+        else:
+            event = _OTHER  # access logs, tracebacks...: no parse
         with self.lock:
             stats = self.servers.get(server)
             if stats is None:
                 stats = self.servers[server] = ServerStats()
-            if type(event) is OtherLine:
+            if event is _OTHER or type(event) is OtherLine:
                 stats.lines["other"] += 1
                 return event
-            if isinstance(event, DecodeBatch):
+            if type(event) is DecodeBatch:
                 stats.lines["decode"] += 1
                 rs = self._rank(server, event)
                 rs.decode_batches += 1

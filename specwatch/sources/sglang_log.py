@@ -54,6 +54,23 @@ _BATCH = re.compile(
 # "Decode batch." (<=0.5.3.post3), "Decode batch [12]," (0.5.4, or SGLANG_LOG_FORWARD_ITERS),
 # "Decode batch," (0.5.5+).
 
+# The speculative CUDA decode line of SGLang 0.5.5+ exactly as printed (field order of
+# `metrics_reporter.py` / `scheduler_metrics_mixin.py`, 0.5.5-0.5.23), read in one match: most
+# lines of a busy server are this one, so it skips the general field split.
+_CANONICAL_DECODE = re.compile(
+    r"\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)(?:[.,](\d{1,6}))?((?: [A-Z][A-Z_]*\d+)*)\] Decode batch, "
+    r"#running-req: (\d+), #token: (\d+), token usage: (\d+\.\d+), accept len: (\d+\.\d+), "
+    r"accept rate: (\d+\.\d+), cuda graph: (True|False), gen throughput \(token/s\): (\d+\.\d+), "
+    r"#queue-req: (\d+)[, \r]*\Z"
+)
+# The prefill line of SGLang 0.5.10+ (`cuda graph` before `input throughput`), likewise.
+_CANONICAL_PREFILL = re.compile(
+    r"\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)(?:[.,](\d{1,6}))?((?: [A-Z][A-Z_]*\d+)*)\] Prefill batch, "
+    r"#new-seq: (\d+), #new-token: (\d+), #cached-token: (\d+), token usage: (\d+\.\d+), "
+    r"#running-req: (\d+), #queue-req: (\d+), cuda graph: (True|False), "
+    r"input throughput \(token/s\): (\d+\.\d+)[, \r]*\Z"
+)
+
 _GRAPH_KEYS = ("cuda graph", "cpu graph", "npu graph", "musa graph")
 
 # server_args keys specwatch uses (sglang.md §7); the rest of the line is kept too when it parses.
@@ -283,6 +300,40 @@ def strip_container_prefix(text: str, container_prefix: re.Pattern | None) -> st
     return text
 
 
+def _canonical_decode(m: re.Match, tz: tzinfo | None) -> DecodeBatch | None:
+    """A `_CANONICAL_DECODE` match → DecodeBatch, the same one the general path builds."""
+    stamp, frac, rank, running, tokens, usage, al, ar, graph, thr, queued = m.groups()
+    try:
+        ts = _timestamp(stamp, frac, tz)
+    except ValueError:
+        return None  # the general path says why
+    rank = rank[1:]
+    fields = {"#running-req": running, "#token": tokens, "token usage": usage, "accept len": al,
+              "accept rate": ar, "cuda graph": graph, "gen throughput (token/s)": thr, "#queue-req": queued}
+    return DecodeBatch(ts, rank, _ranks(rank), fields, int(running), int(queued), float(usage), graph == "True",
+                       "cuda", None, float(al), float(ar), float(thr), int(tokens))
+
+
+def _canonical_prefill(m: re.Match, tz: tzinfo | None) -> PrefillBatch | None:
+    """A `_CANONICAL_PREFILL` match → PrefillBatch, the same one the general path builds."""
+    stamp, frac, rank, seqs, new, cached, usage, running, queued, graph, thr = m.groups()
+    try:
+        ts = _timestamp(stamp, frac, tz)
+    except ValueError:
+        return None
+    rank = rank[1:]
+    fields = {"#new-seq": seqs, "#new-token": new, "#cached-token": cached, "token usage": usage,
+              "#running-req": running, "#queue-req": queued, "cuda graph": graph, "input throughput (token/s)": thr}
+    return PrefillBatch(ts, rank, _ranks(rank), fields, int(running), int(queued), float(usage), graph == "True",
+                        "cuda", None, int(seqs), int(new), int(cached), float(thr))
+
+
+def maybe_event(text: str) -> bool:
+    """False when `parse_line(text)` is certainly OtherLine: no batch or server_args line can lack
+    both words (a cheap test for the many lines of access logs and tracebacks)."""
+    return "batch" in text or "server_args=" in text
+
+
 def parse_line(text: str, *, container_prefix: re.Pattern | None = None, tz: tzinfo | None = None) -> ParsedLine:
     """Classify and read one log line (no trailing newline). `tz`: the zone of the log's naive
     timestamps (None: this host's local time).
@@ -290,6 +341,18 @@ def parse_line(text: str, *, container_prefix: re.Pattern | None = None, tz: tzi
     Returns DecodeBatch, PrefillBatch, ServerArgs, MalformedLine, or OtherLine for everything
     else. Never raises on input.
     """
+    if container_prefix is None and text[:1] == "[":
+        m = _CANONICAL_DECODE.match(text)
+        if m is not None:
+            event = _canonical_decode(m, tz)
+            if event is not None:
+                return event
+        else:
+            m = _CANONICAL_PREFILL.match(text)
+            if m is not None:
+                event = _canonical_prefill(m, tz)
+                if event is not None:
+                    return event
     if container_prefix is not None or text[:1] != "[":
         text = strip_container_prefix(text, container_prefix)
         if text[:1] == "(":

@@ -516,3 +516,24 @@ BR_OTHER = [(f, ln) for f in sorted(os.listdir(SAMPLES / "bugreport-logs"))
 def test_bugreport_non_sglang_lines_are_other(name, line):
     # vLLM / TensorRT-LLM / benchmark output: not SGLang batch lines
     assert type(parse_line(line)) is OtherLine, line
+
+
+def test_canonical_fast_paths_build_the_events_of_the_general_path(monkeypatch):
+    """The one-match readers of the common decode and prefill lines return exactly what the
+    general field-by-field path returns, for every generated case and real sample line."""
+    import specwatch.sources.sglang_log as sl
+
+    lines = [g.decode_line(v, **kw)[0] for _, v, kw in decode_cases()]
+    lines += [g.prefill_line(v, **kw)[0] for _, v, kw in prefill_cases()]
+    lines += [l for p in sorted(SAMPLES.rglob("*.log")) + [SAMPLES / "sglang-public-lines.txt"]
+              for l in p.read_text(errors="replace").splitlines()]
+    lines += [l + suffix for l in lines[:200] for suffix in (", ", "\r", " x")]  # trailing bytes
+    fast = [parse_line(l) for l in lines]
+    hits = sum(bool(sl._CANONICAL_DECODE.match(l) or sl._CANONICAL_PREFILL.match(l)) for l in lines)
+    never = re.compile(r"(?!)")
+    monkeypatch.setattr(sl, "_CANONICAL_DECODE", never)
+    monkeypatch.setattr(sl, "_CANONICAL_PREFILL", never)
+    slow = [parse_line(l) for l in lines]
+    assert hits >= 50  # the fast paths were taken
+    for line, a, b in zip(lines, fast, slow):
+        assert a == b, line
