@@ -135,8 +135,7 @@ class FollowerGroup:
         self._wake.set()
         if self._observer is not None:
             try:
-                self._observer.stop()
-                self._observer.join(timeout)
+                _stop_observer(self._observer, timeout)
             except Exception:  # watchdog internals: stopping must not fail the daemon's shutdown
                 log.exception("stopping watchdog failed")
             self._observer = None
@@ -270,3 +269,26 @@ class FollowerGroup:
         for d in sorted(self._dirs() - self._watched):
             if os.path.isdir(d):
                 self._watch(d)
+
+
+def _stop_observer(observer: Any, timeout: float) -> None:
+    """Stop a watchdog observer and join its threads within `timeout` seconds in all.
+
+    watchdog 7.1's `Observer.stop()` drops each InotifyEmitter's watch group while the emitter's
+    thread may still be handling an event, which then logs ERROR "InotifyEmitter.queue_events()
+    called when the thread is inactive" (watchdog/observers/inotify.py). So each emitter's loop is
+    ended first: its stop flag set, the queue it blocks on closed (`deactivate()`, keeping the
+    group), its thread joined; the observer then has nothing running left to race with.
+    """
+    deadline = time.monotonic() + timeout
+    emitters = list(observer.emitters)
+    for emitter in emitters:
+        emitter.stopped_event.set()  # the loop ends after the event in hand
+    for emitter in emitters:
+        group = getattr(emitter, "_inotify", None)  # None on other platforms' emitters
+        if group is not None:
+            group.deactivate()  # wakes a read blocked on an empty queue
+    for emitter in emitters:
+        emitter.join(max(0.0, deadline - time.monotonic()))
+    observer.stop()
+    observer.join(max(0.0, deadline - time.monotonic()))
