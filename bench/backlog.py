@@ -19,10 +19,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import itertools
 import os
+import re
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -38,6 +39,9 @@ import psutil
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 from sglang_lines import mixed_log  # noqa: E402
+
+_RUNS = itertools.count()
+_METRICS_ON = re.compile(r"metrics on http://[^/\s]+:(\d+)/metrics")
 
 MTAIL_PROG = r"""
 counter decode_batches by rank
@@ -57,12 +61,6 @@ gauge queued_requests by rank
 """
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def cpu_seconds(p: psutil.Process) -> float:
     t = p.cpu_times()
     return t.user + t.system + getattr(t, "children_user", 0) + getattr(t, "children_system", 0)
@@ -77,20 +75,35 @@ def scrape_lines(port: int) -> int:
                    if l.startswith("specwatch_log_lines_total{")))
 
 
-def write_config(tmp: Path, log: Path, port: int, slack_url: str | None = None) -> Path:
-    cfg = tmp / f"config-{port}.yaml"
-    text = (f"server: bench\nlogs:\n  - path: {log}\nmetrics:\n  listen_port: {port}\n"
-            f"state_dir: {tmp / ('state-%d' % port)}\ngpu:\n  enabled: false\n")
+def write_config(tmp: Path, log: Path, slack_url: str | None = None) -> Path:
+    """A config for one run, metrics on port 0 (the kernel picks a free one; see start_specwatch)."""
+    run = next(_RUNS)
+    cfg = tmp / f"config-{run}.yaml"
+    text = (f"server: bench\nlogs:\n  - path: {log}\nmetrics:\n  listen_port: 0\n"
+            f"state_dir: {tmp / ('state-%d' % run)}\ngpu:\n  enabled: false\n")
     if slack_url:
         text += f"alerts:\n  slack:\n    webhook_url: {slack_url}\n"
     cfg.write_text(text)
     return cfg
 
 
-def start_specwatch(cfg: Path) -> subprocess.Popen:
+def start_specwatch(cfg: Path) -> tuple[subprocess.Popen, int]:
+    """Start `specwatch run`; returns it and the metrics port it bound, read from its start-up line
+    (`... metrics on http://127.0.0.1:PORT/metrics`)."""
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    return subprocess.Popen([sys.executable, "-m", "specwatch", "run", "--config", str(cfg)],
-                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    out = cfg.with_suffix(".out")
+    with open(out, "wb") as fh:
+        proc = subprocess.Popen([sys.executable, "-m", "specwatch", "run", "--config", str(cfg)],
+                                env=env, stdout=fh, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 60
+    while True:
+        m = _METRICS_ON.search(out.read_text(errors="replace"))
+        if m:
+            return proc, int(m.group(1))
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            raise RuntimeError(f"specwatch did not start: {out.read_text(errors='replace')[-2000:]}")
+        time.sleep(0.01)
 
 
 def stop(proc: subprocess.Popen) -> None:
@@ -103,10 +116,9 @@ def stop(proc: subprocess.Popen) -> None:
 
 def run_specwatch_backlog(tmp: Path, log: Path, n: int) -> tuple[float, float, int]:
     """(CPU seconds, wall seconds, RSS bytes) for `specwatch run` to read n lines."""
-    port = free_port()
-    proc = start_specwatch(write_config(tmp, log, port))
-    ps = psutil.Process(proc.pid)
     t0 = time.monotonic()
+    proc, port = start_specwatch(write_config(tmp, log))
+    ps = psutil.Process(proc.pid)
     while scrape_lines(port) < n:
         if proc.poll() is not None:
             raise RuntimeError("specwatch exited")
@@ -134,8 +146,7 @@ def run_mtail_backlog(tmp: Path, log: Path) -> tuple[float, float]:
 def idle_and_rss(tmp: Path, seconds: float) -> tuple[float, int]:
     log = tmp / "idle.log"
     log.write_text("")
-    port = free_port()
-    proc = start_specwatch(write_config(tmp, log, port))
+    proc, port = start_specwatch(write_config(tmp, log))
     ps = psutil.Process(proc.pid)
     while scrape_lines(port) < 0:
         time.sleep(0.05)
@@ -171,8 +182,7 @@ def alert_latency(tmp: Path, repeats: int) -> list[float]:
     for i in range(repeats):
         log = tmp / f"lat-{i}.log"
         log.write_text("")
-        port = free_port()
-        proc = start_specwatch(write_config(tmp, log, port, url))
+        proc, port = start_specwatch(write_config(tmp, log, url))
         while scrape_lines(port) < 0:
             time.sleep(0.05)
         time.sleep(0.5)

@@ -49,7 +49,8 @@ from specwatch.config import Config, ConfigError, load_run_config
 from specwatch.metrics import FollowerCollector, PipelineCollector, SelfCollector, ServerCollector
 from specwatch.pipeline import Pipeline
 from specwatch.sdnotify import Watchdog, monotonic_usec, notify
-from specwatch.sources.follow import Follower, FollowerGroup
+from specwatch.sources.filestream import Follower
+from specwatch.sources.follow import FollowerGroup
 from specwatch.storage import read_json, write_json_atomic
 
 log = logging.getLogger("specwatch.daemon")

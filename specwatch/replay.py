@@ -11,7 +11,7 @@ from typing import Iterable
 
 from specwatch.alerts.model import Alert, iso8601
 from specwatch.pipeline import KINDS, Pipeline
-from specwatch.sources.follow import Follower
+from specwatch.sources.filestream import Follower
 
 
 def replay_files(pipeline: Pipeline, paths: Iterable[str], max_line_bytes: int) -> None:

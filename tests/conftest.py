@@ -13,12 +13,21 @@ import pytest
 from alertmanager import BINARY as ALERTMANAGER_BINARY
 from alertmanager import Alertmanager
 from fake_sglang import Launcher, make_install
+import procs
 import prom
 from slack_endpoint import SlackEndpoint
 
 ROOT = Path(__file__).resolve().parents[1]
 # Subprocesses (`python -m specwatch ...`) run this checkout, not an installed copy.
 os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+
+
+@pytest.fixture(autouse=True)
+def _reserved_ports():
+    """Ports a test took with `procs.free_port()` stay reserved until it ends."""
+    keep = len(procs._reserved)
+    yield
+    procs.release_ports(keep)
 
 
 @pytest.fixture

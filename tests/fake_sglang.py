@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -77,12 +76,6 @@ if __name__ == "__main__":
         sys.argv = [sys.argv[0]] + sys.argv[2:]
     runpy.run_module("sglang.launch_server", run_name="__main__")
 """
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def make_install(root: Path, version: str = "0.5.6.post2") -> Path:

@@ -18,10 +18,29 @@ from prometheus_client.parser import text_string_to_metric_families
 SAMPLES = Path(__file__).resolve().parent / "data" / "samples"
 
 
+_reserved: list[socket.socket] = []
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A TCP port on 127.0.0.1 that no other process or test can take: it stays bound here (not
+    listening: connections are refused, as to a receiver that is down) until `release_ports()`.
+
+    The kernel never hands a bound port to another bind(0) or outgoing connection, and the server a
+    test starts on it can still bind it: both sockets set SO_REUSEADDR and only the server listens
+    (Python's http.server and wsgiref, Go's net.Listen for Prometheus and Alertmanager all set it).
+    Bind-close-return let another process take the port in between (issue 9 item 10).
+    """
+    s = socket.socket()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    s.bind(("127.0.0.1", 0))
+    _reserved.append(s)
+    return s.getsockname()[1]
+
+
+def release_ports(keep: int = 0) -> None:
+    """Close the reservations of `free_port()` but the first `keep` (conftest: after each test)."""
+    while len(_reserved) > keep:
+        _reserved.pop().close()
 
 
 def wait_for(pred, timeout=15.0, what="condition", interval=0.05):

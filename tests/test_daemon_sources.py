@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from fake_sglang import free_port, stop  # noqa: E402
+from fake_sglang import stop  # noqa: E402
+from procs import free_port  # noqa: E402
 from test_daemon import delivered, scrape, wait_for  # noqa: E402
 
 

@@ -5,22 +5,16 @@ from __future__ import annotations
 import io
 import json
 import logging
-import socket
 import time
 
 import pytest
 
 from specwatch.alerts.model import RESOLVED, Alert, Notification
 from specwatch.notifiers.slack import SlackNotifier, build_notification_payload, build_payload, escape_mrkdwn
+from procs import free_port
 from slack_endpoint import SECRET_PATH, SlackEndpoint
 
 T0 = 1771864362.0  # 2026-02-23T16:32:42Z
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def make_alert(n: int = 1, **kw) -> Alert:

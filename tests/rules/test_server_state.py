@@ -8,7 +8,8 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/ has no __init__.py
-from fake_sglang import free_port, stop  # noqa: E402
+from fake_sglang import stop  # noqa: E402
+from procs import free_port  # noqa: E402
 from sglang_http import SGLangHTTP  # noqa: E402
 
 from specwatch.alerts.dispatcher import Dispatcher  # noqa: E402

@@ -7,7 +7,9 @@ check that every number arrives exactly once, in order.
 
 from __future__ import annotations
 
+import logging
 import os
+import random
 import shutil
 import signal
 import subprocess
@@ -19,13 +21,9 @@ from pathlib import Path
 import pytest
 
 from specwatch.events import LogLine
-from specwatch.sources.follow import (
-    HEAD_BYTES,
-    Follower,
-    FollowerGroup,
-    read_json,
-    write_json_atomic,
-)
+from specwatch.sources.filestream import HEAD_BYTES, Follower, LineBatch
+from specwatch.sources.follow import FollowerGroup
+from specwatch.storage import read_json, write_json_atomic
 
 LINE_BYTES = len("line 000000\n")
 
@@ -519,6 +517,84 @@ def test_small_reads_split_lines_across_chunks_exactly(tmp_path):
     assert [line.offset for line in got.lines[:3]] == [0, LINE_BYTES, 2 * LINE_BYTES]
 
 
+def whole_file_lines(path: str, data: bytes, max_line_bytes: int) -> list[LogLine]:
+    """What a follower must emit for `data`, written out independently: split the whole file at
+    once, drop a line's leading NUL hole (its offset is after it), skip lines over the limit, strip
+    one trailing `\r`, replace invalid UTF-8; a last unterminated line counts (finish())."""
+    out, pos = [], 0
+    *complete, last = data.split(b"\n")
+    for i, raw in enumerate([*complete, last]):
+        line = raw.lstrip(b"\0")
+        start = pos + len(raw) - len(line)
+        pos += len(raw) + 1
+        if len(line) > max_line_bytes or (i == len(complete) and not line):
+            continue
+        line = line[:-1] if line.endswith(b"\r") else line
+        try:
+            out.append(LogLine(path, line.decode("utf-8"), start, True))
+        except UnicodeDecodeError:
+            out.append(LogLine(path, line.decode("utf-8", "replace"), start, False))
+    return out
+
+
+CLEAN = [b"[2026-01-01 00:00:00 DP0 TP0] Decode batch, accept len: 3.21", b"caf\xc3\xa9 \xe4\xb8\xad",
+         b"\n", b"\n", b"\n"]
+DIRTY = CLEAN + [b"\r", b"\0" * 50, b"\xff\xfe", b"\xe4\xb8", b"x" * 150, b"a\0b"]
+
+
+@pytest.mark.parametrize("pieces", [CLEAN, DIRTY], ids=["clean", "dirty"])
+@pytest.mark.parametrize("chunk", [7, 100, 4096, 1 << 20])
+def test_lines_and_batches_equal_a_whole_file_split(tmp_path, pieces, chunk):
+    """on_line and on_lines give the same lines, offsets, counters and checkpoints as a split of
+    the whole file, however the reads cut it (batches of clean reads skip per-line work)."""
+    rnd = random.Random(chunk)
+    data = b"".join(rnd.choice(pieces) for _ in range(4000)) + b"\nlast, unterminated"
+    p = tmp_path / "server.log"
+    p.write_bytes(data)
+    expected = whole_file_lines(str(p), data, max_line_bytes=120)
+    assert len(expected) > 500 and any(not line.raw_ok for line in expected) == (pieces is DIRTY)
+
+    one = Collector()
+    a = Follower(p, one, max_line_bytes=120, read_chunk_bytes=chunk)
+    batches: list[LineBatch] = []
+    b = Follower(p, on_lines=batches.append, max_line_bytes=120, read_chunk_bytes=chunk)
+    for f in (a, b):
+        f.poll()
+        assert f.checkpoint()["offset"] == len(data) - len("last, unterminated")
+        assert f.finish() == 1
+        assert f.checkpoint()["offset"] == len(data)
+    assert one.lines == expected
+    assert [line for batch in batches for line in batch] == expected
+    assert [t for batch in batches for t in batch.lines] == [line.text for line in expected]
+    assert "".join(batch.text for batch in batches) == "".join(f"{l.text}\n" for l in expected)
+    assert [o for batch in batches for o in batch.offsets()] == [l.offset for l in expected]
+    assert all(batch.raw_ok is None or len(batch.raw_ok) == len(batch) for batch in batches)
+    assert batches[0].start == 0 and batches[-1].end == len(data)
+    assert all(x.end <= y.start for x, y in zip(batches, batches[1:]))
+    counters = ("lines_total", "bytes_total", "long_lines_skipped_total", "callback_errors_total")
+    assert [getattr(a, c) for c in counters] == [getattr(b, c) for c in counters]
+    assert a.lines_total == len(expected)
+    if chunk == 1 << 20:
+        assert len(batches) == 2  # the whole file in one read, then the last line
+
+
+def test_nul_hole_cut_by_reads_keeps_the_checkpoint_exact(tmp_path):
+    """A NUL hole longer than a read: the checkpoint after the line is the file's end, so a
+    restart from it re-reads nothing."""
+    p = tmp_path / "server.log"
+    data = b"a\n" + b"\0" * 300 + b"b\n"
+    p.write_bytes(data)
+    got = Collector()
+    f = Follower(p, got, read_chunk_bytes=64)
+    f.poll()
+    assert got.texts == ["a", "b"] and got.lines[1].offset == 302
+    assert f.checkpoint()["offset"] == len(data)
+    p.open("ab").write(b"c\n")
+    again = Collector()
+    Follower(p, again, checkpoint=f.checkpoint()).poll()
+    assert again.texts == ["c"]
+
+
 def test_backlog_read_in_one_poll(tmp_path):
     p = tmp_path / "server.log"
     n = 200_000
@@ -548,7 +624,7 @@ def test_errors_are_counted_not_raised_and_retried(tmp_path):
 
 PERMISSION_SCENARIO = r"""
 import os, sys, tempfile
-from specwatch.sources.follow import Follower
+from specwatch.sources.filestream import Follower
 if os.geteuid() == 0:  # root ignores file modes: become nobody (modules are already imported)
     os.setgid(65534)
     os.setuid(65534)
@@ -595,6 +671,22 @@ def test_on_line_exception_is_counted_and_following_continues(tmp_path):
     assert seen == ["a", "boom", "c"]
     assert f.callback_errors_total == 1
     assert f.checkpoint()["offset"] == size(p)
+
+    batches = []
+
+    def on_lines(batch: LineBatch) -> None:  # one failure for the batch, which counts as passed on
+        batches.append(batch.lines)
+        raise RuntimeError("consumer bug")
+
+    f = Follower(p, on_lines=on_lines)
+    assert f.poll() == 3
+    assert batches == [["a", "boom", "c"]]
+    assert f.callback_errors_total == 1
+    assert f.checkpoint()["offset"] == size(p)
+    with pytest.raises(ValueError):
+        Follower(p, on_line, on_lines=on_lines)
+    with pytest.raises(ValueError):
+        Follower(p)
 
 
 # ------------------------------------------------------------------------------------ group
@@ -659,6 +751,42 @@ def test_group_falls_back_to_polling_when_directory_cannot_be_watched(tmp_path, 
         assert_exact(got.texts, 300)
     finally:
         assert g.stop(5.0)
+
+
+def test_group_clean_stop_logs_no_error_while_files_change(tmp_path, caplog):
+    """watchdog's Observer.stop() alone raced with emitters handling an event (ERROR "queue_events()
+    called when the thread is inactive" in about half of the stops below); stops are repeated so
+    the race has its chances."""
+    paths = [tmp_path / f"rank{i}" / "server.log" for i in range(8)]
+    for p in paths:
+        p.parent.mkdir()
+    done = threading.Event()
+
+    def write(p: Path) -> None:
+        fd = os.open(p, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+        try:
+            while not done.is_set():
+                os.write(fd, b"Decode batch\n")
+                time.sleep(0.0002)
+        finally:
+            os.close(fd)
+
+    writers = [threading.Thread(target=write, args=(p,)) for p in paths]
+    for w in writers:
+        w.start()
+    caplog.set_level(logging.INFO)
+    try:
+        for _ in range(15):
+            g = FollowerGroup([Follower(p, Collector()) for p in paths], poll_interval=1.0)
+            g.start()
+            assert g.watching
+            time.sleep(0.03)
+            assert g.stop(5.0)
+    finally:
+        done.set()
+        for w in writers:
+            w.join()
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []
 
 
 def test_group_poll_all_without_thread_and_duplicate_paths(tmp_path):

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import inspect
 import logging
+import shutil
+import subprocess
 import sys
 import threading
 import time
@@ -311,15 +313,35 @@ def test_init_retry_backs_off(make):
     assert value(scrape(registry), "specwatch_gpu_collection_errors_total", error="driver_not_loaded") == 1
 
 
+def nvidia_smi_gpus() -> dict[str, tuple[str, float]] | None:
+    """{index: (uuid, memory total bytes)} from `nvidia-smi` (another NVML client), or None."""
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return None
+    out = subprocess.run([smi, "--query-gpu=index,uuid,memory.total", "--format=csv,noheader,nounits"],
+                         capture_output=True, text=True, timeout=60, check=True).stdout
+    rows = [[c.strip() for c in line.split(",")] for line in out.splitlines() if line.strip()]
+    return {i: (uuid, float(mib) * 2**20) for i, uuid, mib in rows}
+
+
 def test_real_pynvml_on_this_machine(make, caplog):
-    """The default (nvml=None) path with the real library: no GPU here means up 0, one warning."""
+    """The default (nvml=None) path with the real library. With a GPU, the values agree with
+    nvidia-smi; without one: up 0, one warning."""
     collector, registry = make(None)
     with caplog.at_level(logging.WARNING, logger=LOGGER):
         ups = [collector.sample_once() for _ in range(3)]
     m = scrape(registry)
     if ups[0]:  # a machine with a GPU runs this suite
+        assert ups == [True, True, True]
         assert value(m, "specwatch_gpu_up") == 1
-        assert value(m, "specwatch_gpu_count") >= 0
+        smi = nvidia_smi_gpus()
+        if smi is None:
+            pytest.skip("a GPU but no nvidia-smi to compare with")
+        assert value(m, "specwatch_gpu_count") == len(smi) > 0
+        for index, (uuid, total) in smi.items():
+            assert value(m, "specwatch_gpu_memory_total_bytes", gpu=index, uuid=uuid) == pytest.approx(
+                total, abs=2**20)  # nvidia-smi prints whole MiB
+            assert value(m, "specwatch_gpu_device_up", gpu=index) == 1
     else:
         assert ups == [False, False, False]
         assert value(m, "specwatch_gpu_up") == 0

@@ -11,7 +11,8 @@ import psutil
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/ has no __init__.py
-from fake_sglang import free_port, stop  # noqa: E402
+from fake_sglang import stop  # noqa: E402
+from procs import free_port  # noqa: E402
 
 from specwatch.events import (  # noqa: E402
     ProcessSample,

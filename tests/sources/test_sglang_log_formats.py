@@ -263,10 +263,107 @@ def test_generator_mixed_log_is_deterministic():
 
 # --- decode lines ----------------------------------------------------------------------------
 
-@pytest.mark.parametrize("case_id,version,kw", DECODE, ids=[c[0] for c in DECODE])
-def test_decode_line(case_id, version, kw):
-    line, exp = g.decode_line(version, **kw)
+def _decode_exp(ts, rank, ranks, running, queued, tokens, usage, accept, rate, graph, kind, thr,
+                iteration=None, **fields):
+    """Expected DecodeBatch values, written out by reading the line (not from the generator)."""
+    exp = dict(timestamp=ts, rank=rank, ranks=ranks, running_requests=running,
+               queued_requests=queued, forward_iteration=iteration, accept_length=accept,
+               accept_rate=rate, graph_enabled=graph, graph_kind=kind, gen_throughput=thr)
+    if tokens is not None:
+        exp.update(num_tokens=tokens, token_usage=usage)
+    if fields:
+        exp["fields"] = {k.replace("_", " "): v for k, v in fields.items()}
+    return exp
+
+
+NOON = datetime(2026, 1, 1, 12, 0)
+# One line per layout that changes parsing (version x option), with its values read off the text.
+DECODE_LITERAL = [
+    ("0.4.6-spec", "[2026-01-01 12:00:00 TP0] Decode batch. #running-req: 8, #token: 37217, token usage: "
+     "0.13, accept len: 2.90, gen throughput (token/s): 171.01, #queue-req: 0",
+     _decode_exp(NOON, "TP0", {"TP": 0}, 8, 0, 37217, 0.13, 2.9, None, None, None, 171.01)),
+    ("0.4.9-everything", "(SGLangEngine pid=111711, ip=10.15.36.1) [2026-01-01 12:00:00 DP5 TP5 PP5] Decode "
+     "batch. #running-req: 32, #token: 2268, token usage: 0.02, accept len: 2.33, pre-allocated usage: 0.05, "
+     "#retracted-req: 0, waiting-image-req: 0, cuda graph: True, gen throughput (token/s): 400.57, "
+     "#queue-req: 0",
+     _decode_exp(NOON, "DP5 TP5 PP5", {"DP": 5, "TP": 5, "PP": 5}, 32, 0, 2268, 0.02, 2.33, None, True,
+                 "cuda", 400.57, **{"pre-allocated_usage": "0.05", "waiting-image-req": "0"})),
+    ("0.5.3.post3-rank_dp_tp", "[2026-01-01 12:00:00 DP13 TP13] Decode batch. #running-req: 32, #token: 2268, "
+     "token usage: 0.02, accept len: 2.58, accept rate: 0.65, cuda graph: True, gen throughput (token/s): "
+     "400.57, #queue-req: 0, ",
+     _decode_exp(NOON, "DP13 TP13", {"DP": 13, "TP": 13}, 32, 0, 2268, 0.02, 2.58, 0.65, True, "cuda",
+                 400.57)),
+    ("0.5.4-iter", "[2026-01-01 12:00:00] Decode batch [51341], #running-req: 32, #token: 2268, token usage: "
+     "0.02, accept len: 2.40, accept rate: 0.60, cuda graph: True, gen throughput (token/s): 400.57, "
+     "#queue-req: 0, ",
+     _decode_exp(NOON, "", {}, 32, 0, 2268, 0.02, 2.4, 0.6, True, "cuda", 400.57, iteration=51341)),
+    ("0.5.6-graph_off", "[2026-01-01 12:00:00] Decode batch, #running-req: 32, #token: 2268, token usage: 0.02, "
+     "accept len: 1.05, accept rate: 0.26, cuda graph: False, gen throughput (token/s): 400.57, "
+     "#queue-req: 0, ",
+     _decode_exp(NOON, "", {}, 32, 0, 2268, 0.02, 1.05, 0.26, False, "cuda", 400.57)),
+    ("0.5.6-ray_no_ip", "(SGLangEngine pid=35555) [2026-01-01 12:00:00] Decode batch, #running-req: 32, "
+     "#token: 2268, token usage: 0.02, cuda graph: True, gen throughput (token/s): 400.57, #queue-req: 0, ",
+     _decode_exp(NOON, "", {}, 32, 0, 2268, 0.02, None, None, True, "cuda", 400.57)),
+    ("0.5.9-everything", "(SGLangEngine pid=111711, ip=10.15.36.1) [2026-01-01 12:00:00.123 DP5 PP5 ATTN_CP5 "
+     "MOE_DP5 TP5 EP5] Decode batch [40], #running-req: 32, #token: 2268, token usage: 0.02, accept len: "
+     "2.33, accept rate: 0.58, pre-allocated usage: 0.05, #prealloc-req: 2, #transfer-req: 1, "
+     "#retracted-req: 0, waiting-image-req: 0, cuda graph: True, gen throughput (token/s): 400.57, "
+     "#queue-req: 0",
+     _decode_exp(datetime(2026, 1, 1, 12, 0, 0, 123000), "DP5 PP5 ATTN_CP5 MOE_DP5 TP5 EP5",
+                 {"DP": 5, "PP": 5, "ATTN_CP": 5, "MOE_DP": 5, "TP": 5, "EP": 5}, 32, 0, 2268, 0.02, 2.33,
+                 0.58, True, "cuda", 400.57, iteration=40, **{"#prealloc-req": "2", "#transfer-req": "1"})),
+    ("0.5.10-npu", "[2026-01-01 12:00:00] Decode batch, #running-req: 32, #token: 2268, token usage: 0.02, "
+     "accept len: 1.80, accept rate: 0.45, npu graph: False, gen throughput (token/s): 400.57, #queue-req: 0",
+     _decode_exp(NOON, "", {}, 32, 0, 2268, 0.02, 1.8, 0.45, False, "npu", 400.57)),
+    ("0.5.23-everything", "(SGLangEngine pid=111711, ip=10.15.36.1) [2026-01-01 12:00:00.123 DP5 PP5 ATTN_CP5 "
+     "MOE_DP5 TP5 EP5] Decode batch [40], #running-req: 32, #token: 2268, token usage: 0.02, accept len: "
+     "2.33, accept rate: 0.44, cap len: 2.90, pre-allocated usage: 0.05, #prealloc-req: 2, #transfer-req: 1, "
+     "#retracted-req: 0, waiting-image-req: 0, cuda graph: True, gen throughput (token/s): 400.57, "
+     "#queue-req: 0, est. decode TFLOPS/s (per GPU): 118.42, est. read BW (GB/s per GPU): 2931.07, est. "
+     "write BW (GB/s per GPU): 14.66, device timer fwd (ms): 21.37",
+     _decode_exp(datetime(2026, 1, 1, 12, 0, 0, 123000), "DP5 PP5 ATTN_CP5 MOE_DP5 TP5 EP5",
+                 {"DP": 5, "PP": 5, "ATTN_CP": 5, "MOE_DP": 5, "TP": 5, "EP": 5}, 32, 0, 2268, 0.02, 2.33,
+                 0.44, True, "cuda", 400.57, iteration=40,
+                 **{"cap_len": "2.90", "device_timer_fwd_(ms)": "21.37"})),
+    ("0.5.23-ms999", "[2026-01-01 12:00:00.999 DP1 TP1] Decode batch, #running-req: 32, #token: 2268, token "
+     "usage: 0.02, cuda graph: True, gen throughput (token/s): 400.57, #queue-req: 0",
+     _decode_exp(datetime(2026, 1, 1, 12, 0, 0, 999000), "DP1 TP1", {"DP": 1, "TP": 1}, 32, 0, 2268, 0.02,
+                 None, None, True, "cuda", 400.57)),
+    ("0.5.23-swa", "[2026-01-01 12:00:00] Decode batch, #running-req: 32, #full token: 2268, full token usage: "
+     "0.02, #swa token: 283, swa token usage: 0.00, accept len: 2.10, accept rate: 0.37, cuda graph: True, "
+     "gen throughput (token/s): 400.57, #queue-req: 0",
+     _decode_exp(NOON, "", {}, 32, 0, None, None, 2.1, 0.37, True, "cuda", 400.57,
+                 **{"#full_token": "2268", "#swa_token": "283"})),
+    ("0.5.23-mamba", "[2026-01-01 12:00:00] Decode batch, #running-req: 32, #full token: 2268, full token "
+     "usage: 0.02, mamba num: 12, mamba usage: 0.04, cuda graph: True, gen throughput (token/s): 400.57, "
+     "#queue-req: 0",
+     _decode_exp(NOON, "", {}, 32, 0, None, None, None, None, True, "cuda", 400.57,
+                 **{"mamba_num": "12", "mamba_usage": "0.04"})),
+    ("0.5.23-hisparse", "[2026-01-01 12:00:00] Decode batch, #running-req: 32, #token: 2268, token usage: 0.02, "
+     "#gpu token: 567, gpu token usage: 0.01, #cpu token: 1701, cpu token usage: 0.01, accept len: 2.10, "
+     "accept rate: 0.37, cuda graph: True, gen throughput (token/s): 400.57, #queue-req: 0",
+     _decode_exp(NOON, "", {}, 32, 0, 2268, 0.02, 2.1, 0.37, True, "cuda", 400.57,
+                 **{"#cpu_token": "1701"})),
+    ("0.5.23-unknown_field", "[2026-01-01 12:00:00] Decode batch, #running-req: 32, #token: 2268, token usage: "
+     "0.02, accept len: 1.50, accept rate: 0.17, #new-thing-req: 7, cuda graph: True, gen throughput "
+     "(token/s): 400.57, #queue-req: 0",
+     _decode_exp(NOON, "", {}, 32, 0, 2268, 0.02, 1.5, 0.17, True, "cuda", 400.57,
+                 **{"#new-thing-req": "7"})),
+    ("0.5.23-cpu", "[2026-01-01 12:00:00] Decode batch, #running-req: 32, #token: 2268, token usage: 0.02, "
+     "cpu graph: True, gen throughput (token/s): 400.57, #queue-req: 0",
+     _decode_exp(NOON, "", {}, 32, 0, 2268, 0.02, None, None, True, "cpu", 400.57)),
+    ("0.5.23-big", "[2026-01-01 12:00:00] Decode batch, #running-req: 317, #token: 1094261, token usage: 1.00, "
+     "accept len: 3.87, accept rate: 0.96, cuda graph: True, gen throughput (token/s): 14806.57, "
+     "#queue-req: 655",
+     _decode_exp(NOON, "", {}, 317, 655, 1094261, 1.0, 3.87, 0.96, True, "cuda", 14806.57)),
+]
+
+
+@pytest.mark.parametrize("case_id,line,exp", DECODE_LITERAL, ids=[c[0] for c in DECODE_LITERAL])
+def test_decode_line(case_id, line, exp):
     check(parse_line(line), exp, DecodeBatch)
+    version, _, name = case_id.partition("-")  # the generator writes exactly this line
+    assert g.decode_line(version, **DECODE_BY_ID[case_id])[0] == line
 
 
 @pytest.mark.parametrize("case_id,version,kw", DECODE, ids=[c[0] for c in DECODE])

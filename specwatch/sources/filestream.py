@@ -1,0 +1,706 @@
+"""One followed file: `tail -F` for an SGLang log that loses no line and emits none twice.
+
+`Follower` follows one path through rename rotation, copytruncate, delete-and-recreate, late
+creation and restarts (via `checkpoint()`), and hands out complete lines one by one (`on_line`) or
+one read at a time (`on_lines`, a `LineBatch`). The set of followed files, their thread and the
+watchdog observer are in `specwatch.sources.follow` (the split of mtail's
+`internal/tailer/logstream/filestream.go` and `internal/tailer/tail.go`).
+
+A followed file is identified by device + inode + a hash of its first `HEAD_BYTES` bytes (the
+"head"): the inode alone is reused by filesystems, and copytruncate keeps the inode but replaces
+the content.
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import logging
+import os
+import stat
+import time
+from collections.abc import Callable, Iterator
+from itertools import accumulate, repeat
+from typing import Any
+
+from specwatch.events import LogLine
+
+log = logging.getLogger(__name__)
+
+HEAD_BYTES = 256
+CHECKPOINT_VERSION = 1
+_EMPTY_SHA = hashlib.sha256(b"").hexdigest()
+_READ_FROM = ("beginning", "end")
+
+
+def _sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _open_regular(path: str) -> tuple[int, os.stat_result]:
+    """Open `path` read-only. Raises FileNotFoundError, other OSError, and OSError(EINVAL) when
+    it is not a regular file (a FIFO or a directory cannot be followed by offset)."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise OSError(errno.EINVAL, "not a regular file", path)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd, st
+
+
+def _stat_ident(path: str) -> tuple[int, int, int] | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino, st.st_ctime_ns)
+
+
+class _Stream:
+    """Reading state of one open file (one inode, or one content after a truncation).
+
+    Fields only grow while the stream is current (offsets, head), so another thread can read a
+    consistent checkpoint from it without a lock; a truncation makes a new _Stream instead of
+    resetting this one.
+    """
+
+    __slots__ = (
+        "fd", "dev", "ino", "offset", "emitted", "buf", "skipping", "count_skip", "head",
+        "mtime_ns", "size", "prior_rotated",
+    )
+
+    def __init__(self, fd: int, st: os.stat_result, offset: int = 0, head: bytes = b""):
+        self.fd = fd
+        self.dev = st.st_dev
+        self.ino = st.st_ino
+        self.offset = offset  # next byte to read
+        self.emitted = offset  # end of the last line passed on (or skipped): the checkpoint
+        self.buf = b""  # bytes [emitted, offset): an unfinished line
+        self.skipping = False  # inside an over-long line, discarding until its newline
+        self.count_skip = True  # False when discarding a fragment after read_from="end"
+        self.head = head
+        self.mtime_ns = st.st_mtime_ns
+        self.size = st.st_size
+        self.prior_rotated: tuple[int, int, int] | None = None  # `<path>.1` seen at open
+
+    def snapshot(self, path: str) -> dict[str, Any]:
+        head = self.head  # read before `emitted`: an older, shorter head is still a valid prefix
+        emitted = self.emitted
+        return {
+            "version": CHECKPOINT_VERSION,
+            "path": path,
+            "dev": self.dev,
+            "inode": self.ino,
+            "offset": emitted,
+            "head_len": len(head),
+            "head_sha256": _sha(head),
+            "size": max(self.size, emitted),
+        }
+
+
+def _decode(raw: bytes) -> tuple[str, bool]:
+    """Bytes of one line (no `\n`) → (text, valid UTF-8): `\r` stripped, invalid UTF-8 replaced."""
+    if raw[-1:] == b"\r":
+        raw = raw[:-1]
+    try:
+        return raw.decode("utf-8"), True
+    except UnicodeDecodeError:
+        return raw.decode("utf-8", "replace"), False
+
+
+_PLUS_ONE = (1).__add__  # line length + its newline, without a Python-level loop
+
+
+class LineBatch:
+    """The complete lines of one read, in file order, as `Follower(on_lines=...)` hands them out.
+
+    `path`: the followed path. `start`/`end`: byte offsets of the first line's start and just after
+    the last line's newline. `lines`: each line's text, exactly as `on_line` would get it (UTF-8
+    decoded, no `\n`, a trailing `\r` and a leading NUL hole removed; lines over `max_line_bytes`
+    left out). `text`: the same lines, each followed by `\n`, as one str (a regex can reject lines
+    in bulk before anything is split). `raw_ok`: None when every line was valid UTF-8, else one
+    flag per line (False: decoded with U+FFFD). Iterating yields the `LogLine`s `on_line` would get.
+
+    Built lazily: a read of clean lines (the usual case) is one decode; `lines`, `text` and
+    `offsets()` are made on first use.
+    """
+
+    __slots__ = ("path", "start", "end", "raw_ok", "_text", "_lines", "_block", "_bounds")
+
+    def __init__(self, path: str, start: int, end: int, *, block: bytes | None = None,
+                 text: str | None = None, lines: list[str] | None = None,
+                 raw_ok: list[bool] | None = None, bounds: list[int] | None = None) -> None:
+        self.path, self.start, self.end, self.raw_ok = path, start, end, raw_ok
+        self._text, self._lines, self._block, self._bounds = text, lines, block, bounds
+
+    def __len__(self) -> int:
+        if self._lines is not None:
+            return len(self._lines)
+        return self._text.count("\n")  # type: ignore[union-attr]
+
+    @property
+    def text(self) -> str:
+        if self._text is None:
+            self._text = "\n".join(self._lines) + "\n" if self._lines else ""  # type: ignore[arg-type]
+        return self._text
+
+    @property
+    def lines(self) -> list[str]:
+        if self._lines is None:
+            self._lines = self._text.split("\n")  # type: ignore[union-attr]
+            self._lines.pop()  # after the last "\n"
+        return self._lines
+
+    def _bounds_list(self) -> list[int]:
+        """Start of each line, then `end` (len(self) + 1 offsets)."""
+        if self._bounds is None:
+            if self.text.isascii():  # O(1) in CPython: characters are bytes
+                parts: list = self.lines
+            else:
+                parts = self._block.split(b"\n")  # type: ignore[union-attr]
+                parts.pop()
+            self._bounds = list(accumulate(map(_PLUS_ONE, map(len, parts)), initial=self.start))
+        return self._bounds
+
+    def offsets(self) -> list[int]:
+        """Byte offset of each line's start (what `LogLine.offset` holds)."""
+        return self._bounds_list()[:-1]
+
+    def __iter__(self) -> Iterator[LogLine]:
+        ok = repeat(True) if self.raw_ok is None else self.raw_ok
+        return map(LogLine, repeat(self.path), self.lines, self._bounds_list(), ok)
+
+
+class Follower:
+    """Follow one file path like `tail -F`, passing each complete line on exactly once: to
+    `on_line` one `LogLine` at a time, or to `on_lines` one `LineBatch` per read (up to
+    `read_chunk_bytes` of lines: the backlog path, one call per thousands of lines).
+
+    Not thread-safe: call `poll()` (and `close()`) from one thread; `checkpoint()` and the
+    counters may be read from any thread. Assumes one writer order per file: once a replacement
+    file at `path` has data, nothing more is appended to the old one.
+
+    Counters (plain attributes, read by the metrics code): `lines_total`, `bytes_total` (bytes of
+    lines passed on or skipped, terminators included), `rotations_total` (switches to a new
+    file at `path`), `truncations_total`, `long_lines_skipped_total`, `read_errors_total`,
+    `recovered_lines_total` (lines read from `<path>.1` after a copytruncate),
+    `callback_errors_total` (exceptions raised by `on_line` or `on_lines`, logged and swallowed),
+    `last_line_timestamp` (time.time() seconds of the last emitted line, or None).
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        on_line: Callable[[LogLine], None] | None = None,
+        *,
+        on_lines: Callable[[LineBatch], None] | None = None,
+        max_line_bytes: int = 1_048_576,
+        checkpoint: dict[str, Any] | None = None,
+        read_from: str = "beginning",
+        read_chunk_bytes: int = 1 << 20,
+    ) -> None:
+        """Exactly one of `on_line` (called once per line) and `on_lines` (called once per read with
+        its complete lines, never with none; the checkpoint moves past the whole batch when it
+        returns or raises) receives the lines, in file order, on the thread calling `poll()`.
+        `max_line_bytes`: lines longer than this (bytes, without the newline) are skipped and
+        counted. `checkpoint`: a dict from `checkpoint()` to resume exactly after its last line
+        (ignored, with a warning, when it names another path).
+        `read_from`: "beginning" or "end", only for a file already present at the first poll
+        without a checkpoint; a file that appears later is always read from its start.
+        `read_chunk_bytes`: bytes per read(2).
+
+        Raises ValueError for a bad argument or a malformed checkpoint.
+        """
+        if read_from not in _READ_FROM:
+            raise ValueError(f"read_from must be one of {_READ_FROM}, not {read_from!r}")
+        if max_line_bytes < 1 or read_chunk_bytes < 1:
+            raise ValueError("max_line_bytes and read_chunk_bytes must be >= 1")
+        if (on_line is None) == (on_lines is None):
+            raise ValueError("give exactly one of on_line and on_lines")
+        self.path = os.fspath(path)
+        self.max_line_bytes = max_line_bytes
+        self._on_line = on_line
+        self._on_lines = on_lines
+        self._read_from = read_from
+        self._chunk = read_chunk_bytes
+        self._resume = None
+        if checkpoint is not None:
+            cp = self._validate_checkpoint(checkpoint)
+            if cp["path"] is not None and os.path.abspath(cp["path"]) != os.path.abspath(self.path):
+                # The configured path changed: that position belongs to another file.
+                log.warning("ignoring checkpoint of %s for %s", cp["path"], self.path)
+            else:
+                cp["path"] = self.path
+                self._resume = cp
+        self._opened_once = False
+        self._cur: _Stream | None = None
+        self._ckpt: _Stream | None = None  # what checkpoint() describes (may be a recovery stream)
+
+        self.lines_total = 0
+        self.bytes_total = 0
+        self.rotations_total = 0
+        self.truncations_total = 0
+        self.long_lines_skipped_total = 0
+        self.read_errors_total = 0
+        self.recovered_lines_total = 0
+        self.callback_errors_total = 0
+        self.last_line_timestamp: float | None = None
+
+    # ----------------------------------------------------------------------------------- public
+
+    @property
+    def is_open(self) -> bool:
+        """True while a file descriptor is held (the file, or the rotated file being drained)."""
+        return self._cur is not None
+
+    def poll(self) -> int:
+        """Read everything available now and pass each complete line to `on_line`.
+
+        Returns the number of lines emitted. Never raises OSError: I/O errors (permissions, races
+        with rotation, ESTALE) are counted in `read_errors_total` and retried on the next call.
+        When nothing changed this costs one os.stat().
+        """
+        before = self.lines_total
+        try:
+            self._poll()
+        except OSError as e:
+            self.read_errors_total += 1
+            log.debug("read error on %s: %s", self.path, e)
+            # NFS handle gone, or failed half-way through a recovery from `<path>.1`: restart
+            # from the checkpoint, which always describes exactly what was emitted.
+            if e.errno == errno.ESTALE or (self._cur is not None and self._ckpt is not self._cur):
+                self.close()
+        return self.lines_total - before
+
+    def checkpoint(self) -> dict[str, Any]:
+        """A JSON-able position just after the last line passed on (whose call returned).
+
+        Keys: version, path, dev, inode, offset (bytes), head_len (bytes), head_sha256, size
+        (bytes, last size seen). dev/inode are None when no file was ever opened.
+        Safe to call from any thread.
+        """
+        s = self._ckpt
+        if s is None:
+            if self._resume is not None:
+                return dict(self._resume)
+            return {
+                "version": CHECKPOINT_VERSION, "path": self.path, "dev": None, "inode": None,
+                "offset": 0, "head_len": 0, "head_sha256": _EMPTY_SHA, "size": 0,
+            }
+        return s.snapshot(self.path)
+
+    def finish(self) -> int:
+        """The file is complete (a recorded log being replayed): emit an unterminated last line
+        as a line. Returns the lines emitted (0 or 1)."""
+        before = self.lines_total
+        if self._cur is not None:
+            self._finish(self._cur)
+        return self.lines_total - before
+
+    def close(self) -> None:
+        """Release the file descriptor. A later `poll()` resumes from `checkpoint()`, exactly as a
+        new Follower given that checkpoint would (a buffered partial line is re-read)."""
+        s = self._cur
+        if s is None:
+            return
+        self._resume = self.checkpoint()
+        self._cur = None
+        self._ckpt = None
+        try:
+            os.close(s.fd)
+        except OSError:
+            pass
+
+    # --------------------------------------------------------------------------------- polling
+
+    def _poll(self) -> None:
+        if self._cur is None:
+            self._open()
+            if self._cur is None:
+                return
+        s = self._cur
+        try:
+            st: os.stat_result | None = os.stat(self.path)
+        except FileNotFoundError:
+            st = None
+        if st is not None and st.st_ino == s.ino and st.st_dev == s.dev:
+            if st.st_size == s.offset and st.st_mtime_ns == s.mtime_ns:
+                return  # nothing changed
+            s.mtime_ns = st.st_mtime_ns
+            s.size = st.st_size
+            # Equal size with a new mtime may be a truncate + rewrite of the same length.
+            if (
+                st.st_size < s.offset
+                or (st.st_size == s.offset and not self._head_ok(s))
+                or not self._read(s)
+            ):
+                self._truncated(s)
+            return
+
+        # `path` is gone or is another file: `s` is the old file. Keep draining it; switch only
+        # once the new file has data, since the writer may still append to its old fd until then.
+        fst = os.fstat(s.fd)
+        s.size = fst.st_size
+        if fst.st_size < s.offset or not self._read(s):
+            self._truncated(s)
+            return
+        if st is None or st.st_size == 0:
+            return
+        # The new file's first byte was written after the writer's last write to the old one,
+        # and we saw it (stat above) before that last read: the old file is complete.
+        self._finish(s)
+        self._cur = None
+        os.close(s.fd)
+        self.rotations_total += 1
+        log.info("%s rotated: old file finished at offset %d", self.path, s.emitted)
+        self._open()  # a new file at `path` is read from its start
+
+    def _open(self) -> None:
+        cp, self._resume = self._resume, None
+        if cp is not None and cp["inode"] is not None:
+            self._resume_from(cp)
+            return
+        try:
+            fd, st = _open_regular(self.path)
+        except FileNotFoundError:
+            self._opened_once = True  # absent at start: read it from its first line later
+            if cp is not None:
+                self._resume = cp
+            return
+        except OSError:
+            self.read_errors_total += 1
+            if cp is not None:
+                self._resume = cp
+            return
+        s = _Stream(fd, st)
+        if not self._opened_once and cp is None and self._read_from == "end":
+            self._start_near_end(s, st.st_size)
+        self._opened_once = True
+        self._set_current(s)
+        self._read_or_truncate(s)
+
+    def _set_current(self, s: _Stream) -> None:
+        s.prior_rotated = _stat_ident(self.path + ".1")
+        self._cur = s
+        self._ckpt = s
+
+    def _start_near_end(self, s: _Stream, size: int) -> None:
+        """Start after the last newline, so the first line emitted is a whole one."""
+        if size == 0:
+            return
+        n = min(size, self._chunk, self.max_line_bytes + 1)
+        tail = os.pread(s.fd, n, size - n)
+        i = tail.rfind(b"\n")
+        if i >= 0:
+            s.offset = s.emitted = size - n + i + 1
+        elif n < size:  # mid-way through a line longer than we look back: drop its rest
+            s.offset = s.emitted = size
+            s.skipping = True
+            s.count_skip = False
+
+    # ------------------------------------------------------------------------ resume, recovery
+
+    @staticmethod
+    def _validate_checkpoint(cp: dict[str, Any]) -> dict[str, Any]:
+        try:
+            out = {
+                "version": CHECKPOINT_VERSION,
+                "path": cp.get("path"),
+                "dev": cp["dev"],
+                "inode": cp["inode"],
+                "offset": int(cp["offset"]),
+                "head_len": int(cp["head_len"]),
+                "head_sha256": str(cp["head_sha256"]),
+                "size": int(cp.get("size", 0)),
+            }
+        except (KeyError, TypeError, ValueError, AttributeError) as e:
+            raise ValueError(f"malformed checkpoint: {e!r}") from e
+        ident_ok = (out["dev"] is None and out["inode"] is None) or (
+            isinstance(out["dev"], int) and isinstance(out["inode"], int)
+        )
+        if not ident_ok or out["offset"] < 0 or not 0 <= out["head_len"] <= HEAD_BYTES:
+            raise ValueError(f"malformed checkpoint: {cp!r}")
+        return out
+
+    def _resume_from(self, cp: dict[str, Any]) -> None:
+        dev, ino, off = cp["dev"], cp["inode"], cp["offset"]
+        hlen, hsha = cp["head_len"], cp["head_sha256"]
+        try:
+            fd, st = _open_regular(self.path)
+        except FileNotFoundError:
+            fd, st = None, None
+        except OSError:
+            self.read_errors_total += 1
+            self._resume = cp  # cannot tell what happened yet: retry next poll
+            return
+        self._opened_once = True
+        try:
+            if st is not None and (st.st_dev, st.st_ino) == (dev, ino):
+                head = os.pread(fd, hlen, 0)
+                if st.st_size >= off and _sha(head) == hsha:
+                    fd, s = None, _Stream(fd, st, off, head)  # the stream owns the fd now
+                    self._set_current(s)
+                    self._read_or_truncate(s)
+                    return
+                # Same inode, other content: truncated (copytruncate) or inode reused meanwhile.
+                self.truncations_total += 1
+                self._recover_rotated(dev, ino, off, hlen, hsha, None)
+            else:
+                # Replaced or removed while we were stopped: the old file is usually `<path>.1`.
+                found = self._open_matching_rotated(off, hlen, hsha, None)
+                if found is not None:
+                    fd1, st1 = found
+                    if (st1.st_dev, st1.st_ino) == (dev, ino):
+                        # Renamed; its writer may still append. Follow it as the old file: _poll
+                        # drains it and switches once `path` has data.
+                        if fd is not None:
+                            os.close(fd)
+                            fd = None
+                        s = _Stream(fd1, st1, off, os.pread(fd1, hlen, 0))
+                        self._set_current(s)
+                        self._poll()
+                        return
+                    self._drain_rotated(fd1, st1, off, hlen)  # a copy: complete, read to its end
+                if fd is not None:
+                    self.rotations_total += 1
+            if fd is not None:
+                fd, s = None, _Stream(fd, st)
+                self._set_current(s)
+                self._read_or_truncate(s)
+        except BaseException:
+            if fd is not None:
+                os.close(fd)
+            raise
+
+    def _open_matching_rotated(
+        self, off: int, hlen: int, hsha: str, prior: tuple[int, int, int] | None
+    ) -> tuple[int, os.stat_result] | None:
+        """Open `<path>.1` if it holds our file's content up to `off` (same head hash)."""
+        try:
+            fd1, st1 = _open_regular(self.path + ".1")
+        except FileNotFoundError:
+            return None
+        except OSError:
+            self.read_errors_total += 1
+            return None
+        try:
+            ok = st1.st_size >= off and _sha(os.pread(fd1, hlen, 0)) == hsha
+            # A short head is a weak fingerprint: also reject the `.1` that was there before we
+            # opened the file (an older rotation), by inode and ctime.
+            if ok and hlen < HEAD_BYTES and prior is not None:
+                ok = (st1.st_dev, st1.st_ino, st1.st_ctime_ns) != prior
+        except BaseException:
+            os.close(fd1)
+            raise
+        if not ok:
+            os.close(fd1)
+            return None
+        return fd1, st1
+
+    def _recover_rotated(
+        self, dev: int, ino: int, off: int, hlen: int, hsha: str,
+        prior: tuple[int, int, int] | None,
+    ) -> bool:
+        """After a copytruncate, read the lines after `off` from the copy at `<path>.1`."""
+        found = self._open_matching_rotated(off, hlen, hsha, prior)
+        if found is None:
+            return False
+        fd1, st1 = found
+        if (st1.st_dev, st1.st_ino) == (dev, ino):  # that is the truncated file itself
+            os.close(fd1)
+            return False
+        self._drain_rotated(fd1, st1, off, hlen)
+        return True
+
+    def _drain_rotated(self, fd1: int, st1: os.stat_result, off: int, hlen: int) -> None:
+        try:
+            r = _Stream(fd1, st1, off, os.pread(fd1, hlen, 0))
+            self._ckpt = r  # a crash now resumes from the copy, then the truncated file
+            before = self.lines_total
+            self._read(r)
+            self._finish(r)
+            self.recovered_lines_total += self.lines_total - before
+            log.info("%s: recovered %d lines from %s.1", self.path, self.lines_total - before,
+                     self.path)
+        finally:
+            os.close(fd1)
+
+    def _truncated(self, s: _Stream, depth: int = 0) -> None:
+        """`s` (same fd) now holds new content from offset 0: recover, then restart at 0."""
+        self.truncations_total += 1
+        log.info("%s truncated at offset %d", self.path, s.emitted)
+        if not self._recover_rotated(
+            s.dev, s.ino, s.emitted, len(s.head), _sha(s.head), s.prior_rotated
+        ):
+            self._finish(s)  # without a copy, the unfinished tail is all that is left of it
+        new = _Stream(s.fd, os.fstat(s.fd))
+        self._set_current(new)
+        self._read_or_truncate(new, depth)
+
+    def _read_or_truncate(self, s: _Stream, depth: int = 0) -> None:
+        # Bounded: a file truncated again and again is left to the next poll.
+        if not self._read(s) and depth < 2:
+            self._truncated(s, depth + 1)
+
+    # -------------------------------------------------------------------------------- reading
+
+    def _head_ok(self, s: _Stream) -> bool:
+        """True when the file still starts with the bytes we saw; grows the head up to HEAD_BYTES."""
+        n = len(s.head)
+        cur = os.pread(s.fd, HEAD_BYTES if n < HEAD_BYTES else n, 0)
+        if cur[:n] != s.head:
+            return False
+        if len(cur) > n:
+            s.head = cur
+        return True
+
+    def _read(self, s: _Stream) -> bool:
+        """Read `s` to its current end. False when its content was replaced (truncated)."""
+        while True:
+            chunk = os.pread(s.fd, self._chunk, s.offset)
+            if not chunk:
+                return True
+            # Checked after the read: a truncation before it shows as a changed head, so
+            # bytes of the new content are never taken as the old file's continuation.
+            if not self._head_ok(s):
+                return False
+            self._consume(s, chunk)
+            if len(chunk) < self._chunk:
+                return True
+
+    def _consume(self, s: _Stream, chunk: bytes) -> None:
+        pos = s.emitted
+        if s.skipping:
+            nl = chunk.find(b"\n")
+            if nl < 0:
+                s.offset += len(chunk)
+                self.bytes_total += len(chunk)
+                return
+            if s.count_skip:
+                self.long_lines_skipped_total += 1
+            s.skipping = False
+            s.count_skip = True
+            pos = s.offset + nl + 1
+            s.emitted = pos
+            data = chunk[nl + 1:]
+        elif s.buf:
+            data = s.buf + chunk
+        else:
+            data = chunk
+        s.offset += len(chunk)
+        self.bytes_total += len(chunk)
+
+        cut = data.rfind(b"\n") + 1
+        if cut:
+            self._emit(s, self._batch(data[:cut] if cut < len(data) else data, pos), pos + cut)
+        tail = data[cut:]
+        if tail[:1] == b"\0":
+            # A NUL hole (see _batch) is passed at once: it never makes a line too long or
+            # fills memory, and the checkpoint stays exact however the reads cut it.
+            n = len(tail)
+            tail = tail.lstrip(b"\0")
+            s.emitted += n - len(tail)
+        if len(tail) > self.max_line_bytes:
+            s.buf = b""
+            s.skipping = True
+        else:
+            s.buf = tail
+
+    def _batch(self, block: bytes, start: int) -> LineBatch:
+        """The lines of `block` (complete lines, each ending in `\n`, starting at offset `start`).
+
+        Clean bytes (no NUL, no `\r`, no over-long line, valid UTF-8: a backlog's usual read) are
+        one decode and no per-line Python work; anything else goes line by line.
+        """
+        maxb = self.max_line_bytes
+        if (
+            b"\0" not in block
+            and b"\r" not in block
+            and (
+                len(block) <= maxb
+                # Only a block's first line can be longer than one read (see _consume).
+                or (self._chunk <= maxb and block.find(b"\n") <= maxb)
+                or max(map(len, block.split(b"\n"))) <= maxb
+            )
+        ):
+            try:
+                text = block.decode("utf-8")
+            except UnicodeDecodeError:
+                pass
+            else:
+                return LineBatch(self.path, start, start + len(block), block=block, text=text)
+        lines: list[str] = []
+        oks: list[bool] = []
+        bounds: list[int] = []
+        pos = start
+        for raw in block.split(b"\n")[:-1]:
+            end = pos + len(raw) + 1
+            if raw[:1] == b"\0":
+                # NULs: the hole a non-append writer leaves after a copytruncate (its fd
+                # offset stays past the new end); the line written after them is real.
+                raw = raw.lstrip(b"\0")
+            if len(raw) > maxb:
+                self.long_lines_skipped_total += 1
+            else:
+                text, ok = _decode(raw)
+                lines.append(text)
+                oks.append(ok)
+                bounds.append(end - len(raw) - 1)  # a line starts after its NUL hole
+            pos = end
+        bounds.append(pos)
+        return LineBatch(self.path, start, pos, lines=lines, raw_ok=None if all(oks) else oks,
+                         bounds=bounds)
+
+    def _emit(self, s: _Stream, batch: LineBatch, end: int) -> None:
+        """Pass `batch` on, moving the checkpoint `s.emitted` to `end` (per line for `on_line`)."""
+        done = 0
+        try:
+            if self._on_lines is not None:
+                n = len(batch)
+                if n:
+                    done = n
+                    try:
+                        self._on_lines(batch)
+                    except Exception:
+                        self._callback_failed(batch.path, batch.start)
+            else:
+                # Hot loop (a backlog is millions of lines): after each line, the checkpoint
+                # moves to the next line's start (past any over-long line skipped between).
+                on_line = self._on_line
+                stops = iter(batch._bounds_list())
+                next(stops)
+                for line, stop in zip(batch, stops):
+                    try:
+                        on_line(line)  # type: ignore[misc]
+                    except Exception:
+                        self._callback_failed(line.path, line.offset)
+                    s.emitted = stop
+                    done += 1
+            s.emitted = end
+        finally:
+            if done:
+                self.lines_total += done
+                self.last_line_timestamp = time.time()
+
+    def _callback_failed(self, path: str, pos: int) -> None:
+        # The line counts as passed on: re-sending it would double count downstream.
+        self.callback_errors_total += 1
+        if self.callback_errors_total <= 10 or self.callback_errors_total % 1000 == 0:
+            log.exception("consumer failed on %s at offset %d", path, pos)
+
+    def _finish(self, s: _Stream) -> None:
+        """The file will get no more bytes: an unterminated last line is emitted as a line."""
+        if s.skipping:
+            if s.count_skip:
+                self.long_lines_skipped_total += 1
+            s.skipping = False
+            s.emitted = s.offset
+        elif s.buf:
+            text, ok = _decode(s.buf)  # kept only when not over-long, its NUL hole removed
+            s.buf = b""
+            self._emit(s, LineBatch(self.path, s.emitted, s.offset, lines=[text],
+                                    raw_ok=None if ok else [ok], bounds=[s.emitted, s.offset]),
+                       s.offset)
