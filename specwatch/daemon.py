@@ -99,7 +99,7 @@ class Daemon:
 
     # --- wiring ---
     def _make_follower(self, path: str, checkpoint=None) -> Follower:
-        return Follower(path, self._on_line, max_line_bytes=self.config.follow.max_line_bytes,
+        return Follower(path, on_lines=self._on_lines, max_line_bytes=self.config.follow.max_line_bytes,
                         checkpoint=checkpoint)
 
     def _build(self) -> None:
@@ -153,9 +153,9 @@ class Daemon:
     def _emit(self, server: str, event: object, now: float) -> None:
         self.pipeline.feed_event(server, event, now)
 
-    def _on_line(self, line) -> None:
+    def _on_lines(self, batch) -> None:
         self._progress = time.monotonic()
-        self.pipeline.feed(line, now=time.time())
+        self.pipeline.feed_batch(batch, now=time.time())
 
     def _app(self):
         metrics_app = make_wsgi_app(self.registry)

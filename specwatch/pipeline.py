@@ -38,6 +38,7 @@ from specwatch.events import (
 from specwatch.rules.base import Rule, RuleContext, all_rules, log_paths_of, overrides
 from specwatch.rules.collapse import CollapseRule
 from specwatch.rules.windows import WindowTracker
+from specwatch.sources.filestream import LineBatch
 from specwatch.sources.sglang_log import maybe_event, parse_line
 
 _OTHER = OtherLine()
@@ -150,73 +151,99 @@ class Pipeline:
         Returns the parsed event. Never raises on input.
         """
         server = self.server_for(line.path)
-        text = line.text
-        if maybe_event(text):
-            event = parse_line(text, container_prefix=self._prefix.get(line.path), tz=self._tz.get(line.path))
-            if not line.raw_ok and isinstance(event, (DecodeBatch, PrefillBatch)):
-                event = MalformedLine("non-UTF-8 bytes in a batch line", event.timestamp, event.rank)
-        else:
-            event = _OTHER  # access logs, tracebacks...: no parse
+        event = self._parse(line.text, line.raw_ok, self._prefix.get(line.path), self._tz.get(line.path))
         with self.lock:
-            stats = self.servers.get(server)
-            if stats is None:
-                stats = self.servers[server] = ServerStats()
-            if event is _OTHER or type(event) is OtherLine:
-                stats.lines["other"] += 1
-                return event
-            if type(event) is DecodeBatch:
-                stats.lines["decode"] += 1
-                rs = self._rank(server, event)
-                rs.decode_batches += 1
-                rs.last_decode = event
-                if event.accept_length is not None:
-                    a = event.accept_length
-                    rs.accept_length_sum += a
-                    rs.accept_length_count += 1
-                    if a < rs.accept_length_min:
-                        rs.accept_length_min = a
-                    if a > rs.accept_length_max:
-                        rs.accept_length_max = a
-                clock = event.timestamp if now is None else now
-                window = self.windows.decode(server, event)
-                for rule in self._on_decode:
-                    alerts = rule.on_decode(server, window, clock)
-                    if alerts:  # rarely: most calls return []
-                        self._handle(alerts, clock)
-                if clock - self._last_tick >= 1.0:  # time-based rules need no finer clock
-                    self.tick(clock)
-            elif isinstance(event, PrefillBatch):
-                stats.lines["prefill"] += 1
-                rs = self._rank(server, event)
-                rs.prefill_batches += 1
-                clock = event.timestamp if now is None else now
-                self.windows.prefill(server, event)
-                for rule in self._on_prefill:
-                    alerts = rule.on_prefill(server, event, clock)
-                    if alerts:
-                        self._handle(alerts, clock)
-                if clock - self._last_tick >= 1.0:
-                    self.tick(clock)
-            elif isinstance(event, ServerArgs):
-                stats.lines["other"] += 1
-                merged = self._merge_args(stats, event)
-                if self.diagnoser is not None:  # run the probes ahead of any collapse
-                    self.diagnoser.observe(server, merged.args)
-                clock = now if now is not None else event.timestamp
-                self._apply_rules(server, merged, clock if clock is not None else 0.0)
-                if clock is not None and clock - self._last_tick >= 1.0:
-                    self.tick(clock)
-            else:
-                stats.lines["malformed"] += 1
+            self._take(server, self._stats(server), event, now)
         return event
+
+    def feed_batch(self, batch: LineBatch, now: float | None = None) -> None:
+        """The lines of one read (`Follower(on_lines=...)`), as `feed` would take them one by
+        one, under one lock: the catch-up path of `run` and `replay`. Never raises on input."""
+        path = batch.path
+        server = self.server_for(path)
+        prefix, tz = self._prefix.get(path), self._tz.get(path)
+        raw_ok = batch.raw_ok
+        parse, take = self._parse, self._take
+        with self.lock:
+            stats = self._stats(server)
+            lines = stats.lines
+            other = 0
+            for i, text in enumerate(batch.lines):
+                if not maybe_event(text):
+                    other += 1  # most non-batch lines: no parse, no event
+                    continue
+                take(server, stats, parse(text, raw_ok is None or raw_ok[i], prefix, tz), now)
+            lines["other"] += other
+
+    @staticmethod
+    def _parse(text: str, raw_ok: bool, prefix: re.Pattern | None, tz) -> object:
+        if not maybe_event(text):
+            return _OTHER  # access logs, tracebacks...: no parse
+        event = parse_line(text, container_prefix=prefix, tz=tz)
+        if not raw_ok and isinstance(event, (DecodeBatch, PrefillBatch)):
+            event = MalformedLine("non-UTF-8 bytes in a batch line", event.timestamp, event.rank)
+        return event
+
+    def _stats(self, server: str) -> ServerStats:
+        stats = self.servers.get(server)
+        if stats is None:
+            stats = self.servers[server] = ServerStats()
+        return stats
+
+    def _take(self, server: str, stats: ServerStats, event: object, now: float | None) -> None:
+        """One parsed line of `server` (caller holds `lock`)."""
+        if type(event) is DecodeBatch:
+            stats.lines["decode"] += 1
+            rs = self._rank(server, event)
+            rs.decode_batches += 1
+            rs.last_decode = event
+            if event.accept_length is not None:
+                a = event.accept_length
+                rs.accept_length_sum += a
+                rs.accept_length_count += 1
+                if a < rs.accept_length_min:
+                    rs.accept_length_min = a
+                if a > rs.accept_length_max:
+                    rs.accept_length_max = a
+            clock = event.timestamp if now is None else now
+            window = self.windows.decode(server, event)
+            for rule in self._on_decode:
+                alerts = rule.on_decode(server, window, clock)
+                if alerts:  # rarely: most calls return []
+                    self._handle(alerts, clock)
+            if clock - self._last_tick >= 1.0:  # time-based rules need no finer clock
+                self.tick(clock)
+        elif type(event) is PrefillBatch:
+            stats.lines["prefill"] += 1
+            rs = self._rank(server, event)
+            rs.prefill_batches += 1
+            clock = event.timestamp if now is None else now
+            self.windows.prefill(server, event)
+            for rule in self._on_prefill:
+                alerts = rule.on_prefill(server, event, clock)
+                if alerts:
+                    self._handle(alerts, clock)
+            if clock - self._last_tick >= 1.0:
+                self.tick(clock)
+        elif isinstance(event, ServerArgs):
+            stats.lines["other"] += 1
+            merged = self._merge_args(stats, event)
+            if self.diagnoser is not None:  # run the probes ahead of any collapse
+                self.diagnoser.observe(server, merged.args)
+            clock = now if now is not None else event.timestamp
+            self._apply_rules(server, merged, clock if clock is not None else 0.0)
+            if clock is not None and clock - self._last_tick >= 1.0:
+                self.tick(clock)
+        elif isinstance(event, MalformedLine):
+            stats.lines["malformed"] += 1
+        else:
+            stats.lines["other"] += 1
 
     def feed_event(self, server: str, event: object, now: float) -> None:
         """An event from a source other than the log (process, HTTP API, GPU); `now` is wall
         time. Records what the metrics show, then runs the rules. Never raises on input."""
         with self.lock:
-            stats = self.servers.get(server)
-            if stats is None:
-                stats = self.servers[server] = ServerStats()
+            stats = self._stats(server)
             if isinstance(event, ServerArgs):
                 event = self._merge_args(stats, event)
                 if self.diagnoser is not None:

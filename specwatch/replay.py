@@ -17,7 +17,8 @@ from specwatch.sources.filestream import Follower
 def replay_files(pipeline: Pipeline, paths: Iterable[str], max_line_bytes: int) -> None:
     """Feed every complete line of each file, in file order, through `pipeline`."""
     for path in paths:
-        follower = Follower(path, pipeline.feed, max_line_bytes=max_line_bytes)
+        follower = Follower(path, on_lines=pipeline.feed_batch, max_line_bytes=max_line_bytes,
+                            read_chunk_bytes=1 << 20)
         while follower.poll():
             pass
         follower.finish()  # a last line without a newline still counts in a recorded log
