@@ -40,7 +40,7 @@ from specwatch.rules.gpu_errors import GpuErrorsRule
 from specwatch.rules.gpu_throttle import GpuThrottleRule
 from specwatch.rules.log_silent import LogSilentRule
 from specwatch.rules.rank_disagreement import RankDisagreementRule
-from specwatch.rules.server_state import ServerStateRule
+from specwatch.rules.server_state import ServerStateRule, Watching
 from specwatch.rules.spec_inactive import SpeculationInactiveRule
 from specwatch.rules.spec_missing import SpecMetricsMissingRule
 from specwatch.rules.throughput import ThroughputDropRule
@@ -111,7 +111,7 @@ class Pipeline:
         log_paths = log_paths_of(config)
         self.rules: list[Rule] = [
             self.collapse,
-            ServerStateRule(config.server_rule, log_paths),
+            ServerStateRule(config.server_rule, log_paths, Watching.of(config)),
             LogSilentRule(config.log_silent, log_paths),
             GpuErrorsRule(config.gpu_errors),
             GpuThrottleRule(config.gpu_throttle),
@@ -224,7 +224,7 @@ class Pipeline:
                     self.diagnoser.observe(server, event.args)
             elif isinstance(event, ProcessSample):
                 stats.process = event.process
-                stats.process_watched = True
+                stats.process_watched = event.process is not None or event.expected
                 proc = event.process
                 if self.diagnoser is not None and proc is not None and proc.sglang_location:
                     site = os.path.join(proc.fs_root, proc.sglang_location.lstrip("/"))
