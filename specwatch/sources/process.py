@@ -305,8 +305,9 @@ class ProcessSource(PollingSource):
     scheduler writes its stdout/stderr to that file, a `server_api` URL on this host the one
     on its port. Those are *configured*
     servers (`ProcessSample.expected`): one that exits is down until it is back. Any other is
-    named `server:port` and only shown: when it exits it is forgotten (one last sample with
-    `expected` False and no process), never reported down or restarted. match: a regex; when
+    named `server:port` and only sampled (no ServerStarted, ServerArgs, ServerRestarted or
+    ServerDown, so no rule or probe acts on it); when it exits it is forgotten: one last sample
+    with `expected` False and no process. match: a regex; when
     set, a process whose joined command line matches it is a launcher too (wrappers). ties:
     `config.ProcessTies.of(config)` (logs, api_ports and the configured names).
 
@@ -553,9 +554,9 @@ class ProcessSource(PollingSource):
                     del self._last_known[name]
                     self.emit(name, ProcessSample(now, None, expected=False), now)
                     continue
-                if known is None or known.identity != new.identity:  # a new one: never a restart
-                    self.emit(name, ServerStarted(now, new, first_seen=True), now)
-                    self._announce(name, new, now, "not a configured server: shown, never alerted on")
+                if known is None or known.identity != new.identity:  # samples only: no rule, no probe
+                    log.info("SGLang server %s: pid %d, port %d, sglang %s; not a configured server, so only "
+                             "shown in /metrics, never alerted on", name, new.pid, new.port, new.sglang_version or "unknown")
             elif new is not None:
                 if old is None:
                     self.emit(name, ServerStarted(now, new, first_seen=known is None, previous=known), now)
@@ -564,18 +565,15 @@ class ProcessSource(PollingSource):
                 elif old.identity != new.identity:
                     self._restarted(name, old, new, now)
                 if known is None or known.identity != new.identity:
-                    self._announce(name, new, now, "configured")
+                    self.emit(name, ServerArgs(now, dict(new.args), source="cmdline"), now)
+                    log.info("SGLang server %s: pid %d, port %d, sglang %s, interpreter %s", name, new.pid,
+                             new.port, new.sglang_version or "unknown", new.interpreter or "unknown")
             elif old is not None:
                 log.warning("SGLang server %s (pid %d) is gone", name, old.pid)
                 self.emit(name, ServerDown(now, old), now)
             if new is not None:
                 self._last_known[name] = new
             self.emit(name, ProcessSample(now, new, expected=expected), now)
-
-    def _announce(self, name: str, sp: ServerProcess, now: float, kind: str) -> None:
-        self.emit(name, ServerArgs(now, dict(sp.args), source="cmdline"), now)
-        log.info("SGLang server %s (%s): pid %d, port %d, sglang %s, interpreter %s", name, kind, sp.pid,
-                 sp.port, sp.sglang_version or "unknown", sp.interpreter or "unknown")
 
     def _restarted(self, name: str, old: ServerProcess, new: ServerProcess, now: float) -> None:
         self.restarts_total[name] = self.restarts_total.get(name, 0) + 1

@@ -264,6 +264,7 @@ def test_undeclared_servers_are_shown_by_port_and_forgotten_when_gone(sglang_ins
     samples = {s: e for s, e in rec.events if isinstance(e, ProcessSample) and s in ours}
     assert set(samples) == ours  # never the plain name: that is the followed log's server
     assert all(not e.expected and e.process.port == int(s.split(":")[1]) for s, e in samples.items())
+    assert {type(e).__name__ for s, e in rec.events if s in ours} == {"ProcessSample"}  # no rule acts on them
 
     stop(procs[ports[0]])
     rec.clear()
@@ -318,8 +319,8 @@ def test_a_process_that_execs_into_sglang_later_is_found(sglang_install, sglang_
     declared.poll(time.time())  # read again once: still `sh`
 
     def started():  # other SGLang processes on this box may be found too: only ours
-        return [(s, e.process.cmdline[1:3]) for s, e in rec.events
-                if isinstance(e, ServerStarted) and e.process.port in (soon, late)]
+        return list(dict.fromkeys((s, e.process.cmdline[1:3]) for s, e in rec.events
+                                  if isinstance(e, ProcessSample) and e.process and e.process.port in (soon, late)))
 
     assert started() == []
     time.sleep(1.0)
