@@ -223,6 +223,34 @@ class ServerRuleConfig:
     unhealthy_for: float = 120.0  # /health failing this long after it was fine: SGLangServerUnhealthy
 
 
+LOCAL_HOSTS = frozenset(("127.0.0.1", "localhost", "::1", "0.0.0.0", "::"))
+
+
+@dataclass(frozen=True)
+class ProcessTies:
+    """What makes an SGLang process found on the box a configured server (process source).
+
+    logs: followed log path → server (the process writes its stdout/stderr there). api_ports:
+    --port of a `server_api` URL on this host → server. configured: the names of configured
+    servers: `process.servers`' names when given, else those of `logs` and `api_ports`.
+    """
+
+    logs: dict[str, str]
+    api_ports: dict[int, str]
+    configured: frozenset[str]
+
+    @classmethod
+    def of(cls, cfg: "Config") -> "ProcessTies":
+        logs = {src.path: src.server for src in cfg.logs}
+        ports: dict[int, str] = {}
+        for api in cfg.server_apis:
+            u = urlsplit(api.url)
+            if (u.hostname or "") in LOCAL_HOSTS and u.port:
+                ports.setdefault(u.port, api.server)
+        named = cfg.process.servers.values() if cfg.process.servers else [*logs.values(), *ports.values()]
+        return cls(logs, ports, frozenset(named))
+
+
 @dataclass
 class LogSilentConfig:
     intervals: int = 3  # decode-log intervals seen through /server_info without a decode line

@@ -45,7 +45,7 @@ from prometheus_client import CollectorRegistry, make_wsgi_app
 
 from specwatch import __version__
 from specwatch.alerting import build_alerting
-from specwatch.config import Config, ConfigError, load_run_config
+from specwatch.config import Config, ConfigError, ProcessTies, load_run_config
 from specwatch.metrics import FollowerCollector, PipelineCollector, SelfCollector, ServerCollector
 from specwatch.pipeline import Pipeline
 from specwatch.sdnotify import Watchdog, monotonic_usec, notify
@@ -129,7 +129,8 @@ class Daemon:
             from specwatch.sources.process import ProcessCollector, ProcessSource
 
             self.process = ProcessSource(self._emit, server=cfg.server, interval=cfg.process.interval,
-                                         servers=cfg.process.servers, match=cfg.process.match)
+                                         servers=cfg.process.servers, match=cfg.process.match,
+                                         ties=ProcessTies.of(cfg))
             self.sources.append(self.process)
             self.registry.register(ProcessCollector(self.process))
         if cfg.server_apis:
@@ -283,6 +284,8 @@ class Daemon:
                     n.start()
         else:
             self.pipeline.reconfigure(new)  # rules and logs; the routing stays as it is
+        if self.process is not None:  # the servers of the followed logs are configured servers
+            self.process.tie(ProcessTies.of(new))
         self.followers.update(add=[self._make_follower(p) for p in new_paths if p not in old_paths],
                               remove=[p for p in old_paths if p not in new_paths])
         if failed:

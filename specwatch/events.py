@@ -155,10 +155,16 @@ class ServerProcess:
 
 @dataclass(frozen=True, slots=True)
 class ProcessSample:
-    """One scan of the process table for one server; `process` None = no such server running."""
+    """One scan of the process table for one server; `process` None = no such server running.
+
+    expected: a configured server (declared in `process.servers`, or tied to a followed log or
+    a `server_api` URL), whose absence is an outage. False: one found on the box and only shown;
+    a sample with `process` None and `expected` False says it exited and is forgotten.
+    """
 
     timestamp: float
     process: ServerProcess | None
+    expected: bool = True
 
 
 @dataclass(frozen=True, slots=True)

@@ -142,7 +142,7 @@ class ServerCollector(Collector):
                     if dp.avg_spec_accept_length is not None:
                         lifetime.add_metric([server, str(dp.dp_rank)], dp.avg_spec_accept_length)
             if proc is not None or inf is not None:
-                a = st.server_args.args if st.server_args else {}
+                a = st.server_args.args if st.server_args else proc.args if proc else {}
                 version = (proc.sglang_version if proc else None) or (inf.version if inf else None)
                 arch = ",".join(inf.architectures) if inf else ""
                 port = a.get("port", proc.port if proc else "")

@@ -250,9 +250,9 @@ class Pipeline:
                     self.diagnoser.observe(server, event.args)
             elif isinstance(event, ProcessSample):
                 stats.process = event.process
-                stats.process_watched = True
+                stats.process_watched = event.process is not None or event.expected
                 proc = event.process
-                if self.diagnoser is not None and proc is not None and proc.sglang_location:
+                if self.diagnoser is not None and proc is not None and proc.sglang_location and event.expected:
                     site = os.path.join(proc.fs_root, proc.sglang_location.lstrip("/"))
                     self.diagnoser.observe_install(server, site)
             elif isinstance(event, ServerRestarted) or (isinstance(event, ServerStarted) and not event.first_seen):

@@ -4,17 +4,20 @@ the daemon as a subprocess; metrics scraped over HTTP; alerts delivered to a loc
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
+import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from fake_sglang import stop  # noqa: E402
-from procs import free_port  # noqa: E402
+from procs import decode_line, free_port  # noqa: E402
 from test_daemon import delivered, scrape, wait_for  # noqa: E402
 
 
@@ -123,3 +126,75 @@ def _scrape(port: int) -> dict:
         return scrape(port)
     except OSError:
         return {}
+
+
+def test_only_configured_servers_page_and_a_disabled_source_clears_its_alerts(tmp_path, slack, sglang_install,
+                                                                              sglang_procs):
+    """process.servers empty: the server writing to the followed log is the log's server; a stray
+    SGLang process on the box (started first) is shown as `server:port`, never leaks its settings
+    into the log server's alerts and is forgotten when it exits. The log server's down alert
+    resolves once a restart comes up with process watching off (issue 10 item 3)."""
+    from specwatch_daemon import SpecwatchDaemon
+
+    log = tmp_path / "sglang.log"
+    stray_port, port = free_port(), free_port()
+    stray_argv = server_argv(sglang_install, stray_port, 3, "info")
+    stray_argv[stray_argv.index("/models/eagle3-llama3.1-8b")] = "/scratch/notebook-draft"
+    stray = sglang_procs.start(stray_argv)
+    with open(log, "a") as out:
+        server = sglang_procs.start(server_argv(sglang_install, port, 3, "info"), stdout=out)
+    d = SpecwatchDaemon(tmp_path, log, env={"SW_TEST_HOOK": slack.url},
+                        rules={"server": {"down_for": "1s"}},
+                        extra={"process": {"interval": "300ms"}},
+                        alerts={"group_by": ["..."], "group_wait": "0s", "group_interval": "0s",
+                                "slack": {"webhook_url_env": "SW_TEST_HOOK", "backoff_initial": "0.1s"}})
+    d.start()
+    try:
+        ours, theirs = (("server", "gpu-box-1"),), (("server", f"gpu-box-1:{stray_port}"),)
+        m = wait_for(lambda: (x := _scrape(d.port)).get(("specwatch_server_up", ours)) == 1
+                     and x.get(("specwatch_server_up", theirs)) == 1 and x, timeout=20, what="both servers found")
+        info = {dict(k[1])["server"]: dict(k[1]) for k in m if k[0] == "specwatch_server_info"}
+        assert info["gpu-box-1"]["port"] == str(port)
+        assert info["gpu-box-1"]["draft_model"] == "/models/eagle3-llama3.1-8b"
+        assert info[f"gpu-box-1:{stray_port}"]["draft_model"] == "/scratch/notebook-draft"
+
+        # the stray exits: its series go, and no down alert, then or later
+        stop(stray)
+        wait_for(lambda: ("specwatch_server_up", theirs) not in _scrape(d.port), timeout=10,
+                 what="the stray's series to go")
+        with open(log, "a") as f:
+            for i in range(3):
+                f.write(decode_line(2.8, f"10:00:0{i}"))
+            for i in range(3):
+                f.write(decode_line(1.02, f"10:00:1{i}"))
+        collapse = wait_for(lambda: [b for b in delivered(slack) if b["text"].startswith("[FIRING] AcceptanceCollapse")],
+                            timeout=20, what="the collapse alert")
+        body = json.dumps(collapse[0])
+        assert "/models/eagle3-llama3.1-8b" in body and "notebook-draft" not in body
+        time.sleep(1.5)  # past down_for
+        assert not any("SGLangServerDown" in t for t in texts(slack))
+
+        # the log's server exits: it is a configured server, so it is down
+        stop(server)
+        wait_for(lambda: any(t.startswith("[FIRING] SGLangServerDown on gpu-box-1") for t in texts(slack)),
+                 timeout=20, what="the down alert of the log's server")
+        assert not any(f"gpu-box-1:{stray_port}" in t for t in texts(slack))
+    finally:
+        rc, out = d.stop()
+    assert rc == 0, out
+    assert "exited; not a configured server" in out
+
+    # restarted with process watching off: the saved down alert has no source left; it resolves
+    doc = yaml.safe_load(d.cfg.read_text())
+    doc["process"] = {"enabled": False}
+    d.cfg.write_text(yaml.safe_dump(doc))
+    d.start()
+    try:
+        resolved = wait_for(lambda: [b for b in delivered(slack) if b["text"].startswith("[RESOLVED] SGLangServerDown")],
+                            timeout=20, what="the down alert to resolve")
+        assert "process watching is off" in json.dumps(resolved[0])
+        assert ("specwatch_alerts_firing", (("alertname", "SGLangServerDown"),)) not in _scrape(d.port) or \
+            _scrape(d.port)[("specwatch_alerts_firing", (("alertname", "SGLangServerDown"),))] == 0
+    finally:
+        rc, out = d.stop()
+    assert rc == 0, out

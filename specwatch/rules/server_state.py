@@ -2,7 +2,12 @@
 
 * `SGLangServerDown` (critical): no server process for `down_for` seconds (the process source);
   for a server watched only through the HTTP API, no HTTP answer for that long. Resolves when it
-  is back. A server is expected once it was seen, or when it is declared in `process.servers`.
+  is back. Only configured servers are expected (`config.ProcessTies`: declared in
+  `process.servers`, or writing to a followed log, or polled by `server_api`); another SGLang
+  process found on the box is never alerted on and is forgotten when it exits.
+* An alert no running source can resolve any more (its source disabled, its server no longer
+  configured; e.g. restored from the state file after `process.enabled: false`) resolves at the
+  next tick, with the reason in its evidence.
 * `SGLangServerRestarted` (warning): the launcher's pid or start time changed (or, API only,
   `/server_info` `startup_time` changed; or the pid differs from the one recorded before
   specwatch itself restarted). Evidence shows the speculative flags before and after when they
@@ -15,8 +20,10 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from specwatch.alerts.model import Alert, iso8601
-from specwatch.config import Config, ServerRuleConfig
+from specwatch.config import Config, ProcessTies, ServerRuleConfig
 from specwatch.events import (
     ApiSample,
     ProcessSample,
@@ -69,19 +76,49 @@ def _cmd(sp: ServerProcess) -> str:
     return text if len(text) <= 600 else text[:599] + "…"
 
 
+@dataclass(frozen=True)
+class Watching:
+    """The servers the running sources report on. process: the process source's configured
+    servers (None: process watching is off); api: the servers `server_api` polls."""
+
+    process: frozenset[str] | None
+    api: frozenset[str]
+
+    @classmethod
+    def of(cls, cfg: Config) -> "Watching":
+        return cls(ProcessTies.of(cfg).configured if cfg.process.enabled else None,
+                   frozenset(a.server for a in cfg.server_apis))
+
+    def why_not(self, server: str, kind: str) -> str | None:
+        """None when a running source can resolve the `kind` alert of `server`, else why not."""
+        if kind == "unhealthy":
+            return None if server in self.api else "server_api does not poll this server any more"
+        if server in self.api or (self.process is not None and server in self.process):
+            return None
+        if self.process is None:
+            return "process watching is off (process.enabled: false)"
+        return "not a configured server (process.servers, a followed log or a server_api URL)"
+
+
 @register
 class ServerStateRule(ActiveAlertsRule):
+    """watching: which servers the sources report on (None: keep every alert until its source
+    resolves it)."""
+
     name = "server_state"
     order = 10
 
     @classmethod
     def build(cls, config: Config, ctx: RuleContext) -> "ServerStateRule":
-        return cls(config.server_rule, ctx.log_paths)
+        return cls(config.server_rule, ctx.log_paths, Watching.of(config))
 
-    def __init__(self, config: ServerRuleConfig, log_paths: dict[str, list[str]] | None = None):
+    def __init__(self, config: ServerRuleConfig, log_paths: dict[str, list[str]] | None = None,
+                 watching: Watching | None = None):
         super().__init__()
         self.config = config
         self.log_paths = log_paths or {}
+        self.watching = watching
+        self._stale: dict[str, str] = {}  # alert key -> why no source can resolve it
         self._watched: set[str] = set()  # servers with process samples (the process source is on)
         self._last: dict[str, ServerProcess] = {}  # last process seen, this run
         self._known: dict[str, dict] = {}  # persisted: {"pid", "start_time", "args"} per server
@@ -96,6 +133,34 @@ class ServerStateRule(ActiveAlertsRule):
     def reconfigure(self, config: Config) -> None:
         self.config = config.server_rule
         self.log_paths = log_paths_of(config)
+        self.watching = Watching.of(config)
+        self._find_stale()
+
+    def _find_stale(self) -> None:
+        if self.watching is None:
+            return
+        for key in self.active.keys():
+            server, _, kind = key.rpartition("|")
+            why = (None if server in self._restart_until else "no restart window recorded") if kind == "restart" \
+                else self.watching.why_not(server, kind)
+            if why is not None:
+                self._stale[key] = why
+
+    def _forget(self, server: str, now: float, why: str, kinds=("down", "restart", "unhealthy")) -> list[Alert]:
+        """Drop what is known of `server` (its `kinds` of alerts, resolved with `why`)."""
+        out: list[Alert] = []
+        for kind in kinds:
+            out += self.active.resolve(f"{server}|{kind}", now, ("resolved because", why))
+            self._stale.pop(f"{server}|{kind}", None)
+        if "down" in kinds:
+            for d in (self._down_since, self._down_evidence, self._last, self._known):
+                d.pop(server, None)
+            self._watched.discard(server)
+        if "restart" in kinds:
+            self._restart_until.pop(server, None)
+        if "unhealthy" in kinds:
+            self._bad_since.pop(server, None)
+        return out
 
     # --- events ---
     def on_event(self, server: str, event: object, now: float) -> list[Alert]:
@@ -122,8 +187,10 @@ class ServerStateRule(ActiveAlertsRule):
         return []
 
     def _process(self, server: str, event: ProcessSample, now: float) -> list[Alert]:
-        self._watched.add(server)
         sp = event.process
+        if not event.expected:  # found on the box, not configured: never alerted on
+            return self._forget(server, now, "not a configured server; it exited") if sp is None else []
+        self._watched.add(server)
         out: list[Alert] = []
         if sp is None:
             self._down_since.setdefault(server, now)
@@ -233,9 +300,12 @@ class ServerStateRule(ActiveAlertsRule):
 
     # --- time ---
     def on_tick(self, now: float) -> list[Alert]:
-        if not (self._down_since or self._restart_until or self._bad_since):
+        if not (self._down_since or self._restart_until or self._bad_since or self._stale):
             return []  # the common case, every second: nothing down, restarting or unhealthy
         out: list[Alert] = []
+        for key, why in list(self._stale.items()):
+            server, _, kind = key.rpartition("|")
+            out += self._forget(server, now, why, (kind,))
         for server, since in list(self._down_since.items()):
             key = f"{server}|down"
             if now - since >= self.config.down_for and key not in self.active:
@@ -320,3 +390,4 @@ class ServerStateRule(ActiveAlertsRule):
             if kind == "down":
                 a = self.active.get(key)
                 self._down_since.setdefault(server, a.starts_at)  # resolved by the next sample
+        self._find_stale()  # e.g. saved while process watching was on, loaded with it off

@@ -12,6 +12,9 @@ and tokenizer manager); anything else is `other`.
 Servers are told apart by `--port` (default 30000). `ProcessSource` scans every `interval`
 seconds and emits, per server: `ProcessSample` each scan, `ServerStarted` when one appears,
 `ServerRestarted` when the launcher's pid or start time changed, `ServerDown` when it is gone.
+Only configured servers (`config.ProcessTies`) are restarted or down; any other SGLang process
+on the box is shown and forgotten when it exits. The command line is read by
+`server_settings` (the one SGLang command-line parser).
 It never reads the processes' memory and never runs their interpreter: the SGLang version comes
 from the `sglang` distribution metadata in the site-packages that interpreter would use.
 
@@ -24,17 +27,18 @@ from __future__ import annotations
 
 import importlib.metadata
 import logging
+import math
 import os
 import re
 import threading
 import time
-from pathlib import PurePosixPath
 from typing import Iterable, Iterator
 
 import psutil
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from specwatch.config import ProcessTies
 from specwatch.events import (
     ProcessSample,
     RoleUsage,
@@ -45,54 +49,12 @@ from specwatch.events import (
     ServerStarted,
 )
 from specwatch.sources.base import Emit, PollingSource
+from specwatch.sources.server_settings import launcher_args, parse_server_argv
 
 log = logging.getLogger("specwatch.sources.process")
 
 DEFAULT_PORT = 30000  # SGLang's --port default (server_args.py, all versions)
 
-# flag -> (ServerArgs field, converter). Names and aliases: sglang.md §7 (0.5.23 arg groups;
-# `--model`, `--tp`, `--dp` are accepted by argparse as alias or unique prefix).
-_INT, _STR, _UPPER, _TRUE = int, str, str.upper, None
-_FLAGS: dict[str, tuple[str, object]] = {
-    "--model-path": ("model_path", _STR),
-    "--model": ("model_path", _STR),
-    "--served-model-name": ("served_model_name", _STR),
-    "--speculative-algorithm": ("speculative_algorithm", _UPPER),
-    "--speculative-draft-model-path": ("speculative_draft_model_path", _STR),
-    "--speculative-draft-model": ("speculative_draft_model_path", _STR),
-    "--speculative-draft-model-revision": ("speculative_draft_model_revision", _STR),
-    "--speculative-num-steps": ("speculative_num_steps", _INT),
-    "--speculative-eagle-topk": ("speculative_eagle_topk", _INT),
-    "--speculative-num-draft-tokens": ("speculative_num_draft_tokens", _INT),
-    "--tp-size": ("tp_size", _INT),
-    "--tensor-parallel-size": ("tp_size", _INT),
-    "--dp-size": ("dp_size", _INT),
-    "--data-parallel-size": ("dp_size", _INT),
-    "--pp-size": ("pp_size", _INT),
-    "--pipeline-parallel-size": ("pp_size", _INT),
-    "--ep-size": ("ep_size", _INT),
-    "--expert-parallel-size": ("ep_size", _INT),
-    "--port": ("port", _INT),
-    "--host": ("host", _STR),
-    "--log-level": ("log_level", _STR),
-    "--decode-log-interval": ("decode_log_interval", _INT),
-    "--enable-metrics": ("enable_metrics", _TRUE),
-    "--disaggregation-mode": ("disaggregation_mode", _STR),
-}
-# Real SGLang flags that start like the ones above. A command line that is running was accepted
-# by its SGLang's argparse, so an abbreviation that matches one field above is that field (e.g.
-# `--speculative-draft` from 0.4-era docs, ambiguous only in versions that added
-# `--speculative-draft-window-size`); only an exact sibling name is someone else's flag.
-_SIBLINGS = frozenset((
-    "--speculative-accept-threshold-single", "--speculative-accept-threshold-acc",
-    "--speculative-token-map", "--speculative-attention-mode", "--speculative-adaptive",
-    "--speculative-draft-model-quantization", "--speculative-draft-load-format",
-    "--speculative-draft-window-size", "--speculative-use-rejection-sampling",
-    "--model-impl", "--model-loader-extra-config", "--model-checksum",
-    "--log-level-http", "--log-requests", "--log-requests-level", "--log-requests-format",
-    "--pp-max-micro-batch-size", "--pp-async-batch-depth", "--enable-metrics-for-all-schedulers",
-    "--ep-dispatch-algorithm", "--ep-num-redundant-experts", "--host-ip",
-))
 # values never kept in a command line specwatch stores, logs or sends
 _SECRET_FLAG = re.compile(r"^--[\w-]*(?:key|secret|password)$|^--[\w-]*-token$")
 _ROLE_SUFFIX = re.compile(r"(?:_[A-Z][A-Z_]*?\d+)+$")
@@ -100,97 +62,6 @@ _PY_VERSION = re.compile(r"python(\d+\.\d+)")
 
 
 # ------------------------------------------------------------------ command lines
-
-
-def launcher_args(argv: list[str] | tuple[str, ...]) -> list[str] | None:
-    """The server arguments of an SGLang launcher command line, or None if it is not one.
-
-    Recognised: `<python> [options] -m sglang.launch_server ARGS`, `<python> [options]
-    .../sglang/launch_server.py ARGS`, `<python> .../bin/sglang serve ARGS` (a console script run
-    through its shebang), `sglang serve ARGS` and `<python> -m sglang serve ARGS` (0.5.x CLI).
-    Only the program and the interpreter's own options are looked at, so `tail -f
-    sglang.launch_server.log`, an editor, or `bash -c "..."` never match.
-    """
-    if not argv:
-        return None
-    argv = list(argv)
-    prog = PurePosixPath(argv[0]).name
-    if prog == "sglang":
-        return list(argv[2:]) if argv[1:2] == ["serve"] else None
-    if not prog.startswith(("python", "pypy")):
-        return None
-    i = 1
-    while i < len(argv):
-        tok = argv[i]
-        if tok == "-m" or (tok.startswith("-m") and not tok.startswith("--")):
-            mod = argv[i + 1] if tok == "-m" and i + 1 < len(argv) else tok[2:]
-            rest = list(argv[i + 2:] if tok == "-m" else argv[i + 1:])
-            if mod == "sglang.launch_server":
-                return rest
-            if mod == "sglang" and rest[:1] == ["serve"]:
-                return rest[1:]
-            return None
-        if tok in ("-X", "-W", "--check-hash-based-pycs"):
-            i += 2  # an interpreter option with a separate argument
-            continue
-        if tok.startswith("-c") or tok == "-":
-            return None  # a -c program or stdin
-        if tok.startswith("-"):
-            i += 1
-            continue
-        path = PurePosixPath(tok)
-        if path.name == "launch_server.py" and path.parent.name == "sglang":
-            return list(argv[i + 1:])
-        if path.name == "sglang" and argv[i + 1:i + 2] == ["serve"]:
-            return list(argv[i + 2:])
-        return None
-    return None
-
-
-def _resolve_flag(name: str) -> str | None:
-    if name in _FLAGS:
-        return name
-    if name in _SIBLINGS or len(name) < 4:
-        return None
-    # first in _FLAGS order, which lists the older flag first: a running server's SGLang accepted
-    # the abbreviation, so it predates the flags that made it ambiguous
-    return next((f for f in _FLAGS if f.startswith(name)), None)
-
-
-def parse_server_argv(args: list[str]) -> dict[str, object]:
-    """SGLang server flags → ServerArgs field values (sglang.md §7).
-
-    Handles `--flag value`, `--flag=value`, argparse prefix abbreviations (`--speculative-algo`),
-    aliases (`--model`, `--tp`, `--speculative-draft-model`), store-true flags and repeats (the
-    last one wins, as in argparse). `speculative_algorithm` is upper-cased (SGLang does too);
-    `NEXTN` is kept as typed (SGLang resolves it to EAGLE later). Flags specwatch does not use
-    are skipped; a value that does not convert is kept as text.
-    """
-    out: dict[str, object] = {}
-    i = 0
-    while i < len(args):
-        tok = args[i]
-        i += 1
-        if not tok.startswith("--"):
-            continue
-        name, eq, value = tok.partition("=")
-        flag = _resolve_flag(name)
-        if flag is None:
-            continue
-        field, conv = _FLAGS[flag]
-        if conv is _TRUE:
-            out[field] = True
-            continue
-        if not eq:
-            if i >= len(args) or args[i].startswith("--"):
-                continue  # no value: argparse would have failed, so this is not a live server
-            value = args[i]
-            i += 1
-        try:
-            out[field] = conv(value)
-        except ValueError:
-            out[field] = value
-    return out
 
 
 def redact_argv(argv: Iterable[str]) -> tuple[str, ...]:
@@ -336,15 +207,37 @@ def find_sglang(interpreter: str, fs_root: str = "/", environ: dict[str, str] | 
 # ------------------------------------------------------------------ the scan
 
 
-class _Proc:
-    __slots__ = ("p", "pid", "ppid", "cmdline", "create_time")
+FULL_PASS = 300.0  # seconds between re-reads of every process (a late exec, a reused pid)
 
-    def __init__(self, p: psutil.Process, info: dict):
-        self.p = p
-        self.pid = info["pid"]
-        self.ppid = info.get("ppid") or 0
-        self.cmdline = tuple(info.get("cmdline") or ())
-        self.create_time = info.get("create_time") or 0.0
+
+def _cmdline(pid: int) -> tuple[str, ...] | None:
+    """`/proc/<pid>/cmdline` split as psutil splits it (spaces when setproctitle left no NULs,
+    psutil issue 1179); None when gone. A plain read: the scan reads every new process once,
+    and psutil's Process object would cost three times as much for each."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            data = f.read().decode("utf-8", "surrogateescape")
+    except OSError:
+        return None
+    sep = "\0" if data.endswith("\0") else " "
+    if data.endswith(sep):
+        data = data[:-1]
+    if not data:
+        return ()
+    argv = data.split(sep)
+    if sep == "\0" and len(argv) == 1 and " " in data:
+        argv = data.split(" ")
+    return tuple(argv)
+
+
+def _parent(pid: int) -> int | None:
+    """The parent pid from `/proc/<pid>/stat` (field 4, after the parenthesised name); None when gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            data = f.read()
+        return int(data[data.rfind(b")") + 2:].split(None, 2)[1])
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def _fd_target(pid: int, fd: int) -> str | None:
@@ -407,29 +300,55 @@ class ProcessSource(PollingSource):
 
     emit: `(server, event, now)` callback. server: the default server name. servers: --port →
     server name; when given, only those ports are watched and a missing one is reported down
-    even if it was never seen; when empty, every SGLang server on the box is watched: the first
-    port seen is named `server` (for good), other ports `server:port`. match: a regex; when set, a process whose
-    joined command line matches it is a launcher too (wrappers, custom entry points).
+    even if it was never seen. When empty, every SGLang server on the box is watched, named by
+    what ties it to the configuration: a followed log names the server whose launcher or
+    scheduler writes its stdout/stderr to that file, a `server_api` URL on this host the one
+    on its port. Those are *configured*
+    servers (`ProcessSample.expected`): one that exits is down until it is back. Any other is
+    named `server:port` and only sampled (no ServerStarted, ServerArgs, ServerRestarted or
+    ServerDown, so no rule or probe acts on it); when it exits it is forgotten: one last sample
+    with `expected` False and no process. match: a regex; when
+    set, a process whose joined command line matches it is a launcher too (wrappers). ties:
+    `config.ProcessTies.of(config)` (logs, api_ports and the configured names).
+
+    Cost: each scan lists /proc and reads only processes it has not seen (their command line
+    and parent, once) and the processes of the servers found; every FULL_PASS seconds, and at
+    each scan while a configured server is missing, it reads every process again (a process
+    that exec'd into SGLang after it was first read, a reused pid).
     """
 
     name = "process"
 
     def __init__(self, emit: Emit, *, server: str, interval: float = 5.0,
-                 servers: dict[int, str] | None = None, match: str | None = None):
+                 servers: dict[int, str] | None = None, match: str | None = None,
+                 ties: ProcessTies | None = None):
         super().__init__(interval)
         self.emit = emit
         self.server = server
         self.servers = dict(servers or {})
         self.match = re.compile(match) if match else None
+        self.tie(ties or ProcessTies({}, {}, frozenset(self.servers.values())))
         self._lock = threading.Lock()
         self._current: dict[str, ServerProcess] = {}
         self._last_known: dict[str, ServerProcess] = {}
         self._install_cache: dict[tuple[int, float], tuple[str | None, str | None, str | None, str]] = {}
         self.scans_total = 0
         self.scan_errors_total = 0
+        self.reads_total = 0  # processes whose command line a scan read
         self.last_scan_duration: float | None = None
         self.restarts_total: dict[str, int] = {}
-        self._plain_port: int | None = None
+        # the process table as far as it matters: every live pid's parent, the launchers' args,
+        # and a psutil handle for each process of a server (read at every scan)
+        self._ppid: dict[int, int] = {}
+        self._children: dict[int, set[int]] = {}
+        self._launchers: dict[int, list[str]] = {}
+        self._members: dict[int, psutil.Process] = {}
+        self._recheck: set[int] = set()  # first read at the last scan
+        self._full_at = -math.inf
+
+    def tie(self, ties: ProcessTies) -> None:
+        """What names an undeclared server (see the class docstring); also on a config reload."""
+        self.logs, self.api_ports, self.expected = dict(ties.logs), dict(ties.api_ports), ties.configured
 
     # --- for the GPU collector and metrics ---
     def pids(self) -> set[int]:
@@ -448,68 +367,118 @@ class ProcessSource(PollingSource):
             args = list(cmdline[1:])
         return args
 
+    def _forget_pid(self, pid: int) -> None:
+        parent = self._ppid.pop(pid, None)
+        kids = self._children.get(parent)
+        if kids is not None:
+            kids.discard(pid)
+            if not kids:
+                del self._children[parent]
+        self._launchers.pop(pid, None)
+        self._members.pop(pid, None)
+
+    def _read(self, pid: int) -> None:
+        """Read a process's parent and command line into the table (nothing if it is gone)."""
+        self.reads_total += 1
+        cmd, parent = _cmdline(pid), _parent(pid)
+        if cmd is None or parent is None:
+            self._forget_pid(pid)
+            return
+        if self._ppid.get(pid) != parent:
+            self._forget_pid(pid)
+            self._ppid[pid] = parent
+            self._children.setdefault(parent, set()).add(pid)
+        args = self._args_of(cmd)
+        if args is None:
+            self._launchers.pop(pid, None)
+        else:
+            self._launchers[pid] = args
+
+    def _refresh_table(self, full: bool) -> None:
+        live = set(psutil.pids())
+        for pid in self._ppid.keys() - live:
+            self._forget_pid(pid)
+        new = live - self._ppid.keys()
+        todo = live if full else new | (self._recheck & live)
+        for pid in todo:
+            self._read(pid)
+        # read again at the next scan: caught between fork and exec. Not those of the first scan
+        # (the box as it was: a full pass follows in FULL_PASS, at once if a server is missing)
+        self._recheck = new if len(new) < len(live) else set()
+
     def scan(self) -> dict[str, ServerProcess]:
         """One pass over the process table → {server name: ServerProcess}."""
-        procs: dict[int, _Proc] = {}
-        launchers: dict[int, list[str]] = {}
-        for p in psutil.process_iter(["pid", "ppid", "cmdline", "create_time"]):
-            info = p.info
-            if info.get("cmdline") is None:
-                continue  # gone, a zombie, or hidden (hidepid)
-            pr = _Proc(p, info)
-            procs[pr.pid] = pr
-            args = self._args_of(pr.cmdline)
-            if args is not None:
-                launchers[pr.pid] = args
-        children: dict[int, list[int]] = {}
-        for pr in procs.values():
-            children.setdefault(pr.ppid, []).append(pr.pid)
-        found: dict[int, ServerProcess] = {}
-        for pid, args in launchers.items():
-            anc, seen = procs[pid].ppid, set()
-            while anc in procs and anc not in seen and anc not in launchers:
+        mono = time.monotonic()
+        full = mono - self._full_at >= FULL_PASS or any(
+            name not in self._current for name in self.expected if name in self._last_known or self.servers)
+        if full:
+            self._full_at = mono
+        self._refresh_table(full)
+        found: list[ServerProcess] = []
+        members: dict[int, psutil.Process] = {}
+        for pid, args in list(self._launchers.items()):
+            anc, seen = self._ppid.get(pid), set()
+            while anc in self._ppid and anc not in seen and anc not in self._launchers:
                 seen.add(anc)
-                anc = procs[anc].ppid
-            if anc in launchers:
+                anc = self._ppid[anc]
+            if anc in self._launchers:
                 continue  # a forked child of a launcher, not a server of its own
-            sp = self._describe(procs, children, pid, args)
+            sp = self._describe(pid, args, members)
             if sp is not None:
-                found[pid] = sp
+                found.append(sp)
+        self._members = members
         return self._name(found)
 
-    def _name(self, found: dict[int, ServerProcess]) -> dict[str, ServerProcess]:
+    def _name(self, found: list[ServerProcess]) -> dict[str, ServerProcess]:
         out: dict[str, ServerProcess] = {}
-        for sp in sorted(found.values(), key=lambda s: s.start_time):
+        for sp in sorted(found, key=lambda s: s.start_time):
             if self.servers:
                 name = self.servers.get(sp.port)
                 if name is None:
                     continue
             else:
-                if self._plain_port is None:
-                    self._plain_port = sp.port  # the first port seen keeps the plain name
-                name = self.server if sp.port == self._plain_port else f"{self.server}:{sp.port}"
-            out.setdefault(name, sp)  # two servers on one port (two netns): the oldest
+                name = next((self.logs[p] for p in sp.output_paths if p in self.logs), None) \
+                    or self.api_ports.get(sp.port) or f"{self.server}:{sp.port}"
+            out.setdefault(name, sp)  # two servers under one name (two netns): the oldest
         return out
 
-    def _describe(self, procs: dict[int, _Proc], children: dict[int, list[int]], pid: int,
-                  args: list[str]) -> ServerProcess | None:
-        root = procs[pid]
+    def _member(self, pid: int, members: dict[int, psutil.Process]) -> psutil.Process | None:
+        p = self._members.get(pid)
+        if p is None:
+            try:
+                p = psutil.Process(pid)
+            except psutil.Error:
+                return None
+        members[pid] = p
+        return p
+
+    def _describe(self, pid: int, args: list[str], members: dict[int, psutil.Process]) -> ServerProcess | None:
         tree, stack = [], [pid]
         while stack:
             cur = stack.pop()
             tree.append(cur)
-            stack.extend(children.get(cur, ()))
+            stack.extend(self._children.get(cur, ()))
         roles: dict[str, list[float]] = {}
         outputs: list[str] = []
+        root_cmd: tuple[str, ...] = ()
+        create_time = 0.0
         for cpid in tree:
-            pr = procs[cpid]
-            role = "main" if cpid == pid else role_of(pr.cmdline)
+            p = self._member(cpid, members)
+            if p is None:
+                continue
             try:
-                with pr.p.oneshot():
-                    t = pr.p.cpu_times()
-                    rss = pr.p.memory_info().rss
+                with p.oneshot():
+                    cmd = tuple(p.cmdline())
+                    t = p.cpu_times()
+                    rss = p.memory_info().rss
+                    if cpid == pid:
+                        create_time = p.create_time()
             except psutil.Error:
                 continue  # exited during the scan
+            role = "main" if cpid == pid else role_of(cmd)
+            if cpid == pid:
+                root_cmd = cmd
+                args = self._args_of(cmd) or args
             acc = roles.setdefault(role, [0, 0.0, 0])
             acc[0] += 1
             acc[1] += t.user + t.system
@@ -522,15 +491,15 @@ class ProcessSource(PollingSource):
         if "main" not in roles:
             return None  # the launcher itself exited during the scan
         parsed = parse_server_argv(args)
-        key = (pid, root.create_time)
+        key = (pid, create_time)
         cached = self._install_cache.get(key)
         if cached is None:
             fs_root = _fs_root(pid)
-            interp = _interpreter(root.p, root.cmdline, fs_root)
+            interp = _interpreter(members[pid], root_cmd, fs_root)
             version = location = None
             if interp:
                 try:
-                    environ = root.p.environ()
+                    environ = members[pid].environ()
                 except (psutil.Error, OSError):
                     environ = {}
                 version, location = find_sglang(interp, fs_root, environ)
@@ -542,9 +511,9 @@ class ProcessSource(PollingSource):
         port = parsed.get("port")
         return ServerProcess(
             pid=pid,
-            start_time=root.create_time,
+            start_time=create_time,
             port=port if isinstance(port, int) else DEFAULT_PORT,
-            cmdline=redact_argv(root.cmdline),
+            cmdline=redact_argv(root_cmd),
             args=parsed,
             interpreter=interp,
             fs_root=fs_root,
@@ -577,7 +546,18 @@ class ProcessSource(PollingSource):
         for name in sorted(names):
             new, old = found.get(name), previous.get(name)
             known = self._last_known.get(name)
-            if new is not None:
+            expected = name in self.expected
+            if not expected:
+                if new is None:  # exited: forgotten
+                    log.info("SGLang server %s (pid %d) exited; not a configured server, so it is forgotten "
+                             "(no down alert)", name, known.pid)
+                    del self._last_known[name]
+                    self.emit(name, ProcessSample(now, None, expected=False), now)
+                    continue
+                if known is None or known.identity != new.identity:  # samples only: no rule, no probe
+                    log.info("SGLang server %s: pid %d, port %d, sglang %s; not a configured server, so only "
+                             "shown in /metrics, never alerted on", name, new.pid, new.port, new.sglang_version or "unknown")
+            elif new is not None:
                 if old is None:
                     self.emit(name, ServerStarted(now, new, first_seen=known is None, previous=known), now)
                     if known is not None and known.identity != new.identity:
@@ -586,13 +566,14 @@ class ProcessSource(PollingSource):
                     self._restarted(name, old, new, now)
                 if known is None or known.identity != new.identity:
                     self.emit(name, ServerArgs(now, dict(new.args), source="cmdline"), now)
-                    log.info("SGLang server %s: pid %d, port %d, sglang %s, interpreter %s",
-                             name, new.pid, new.port, new.sglang_version or "unknown", new.interpreter or "unknown")
-                self._last_known[name] = new
+                    log.info("SGLang server %s: pid %d, port %d, sglang %s, interpreter %s", name, new.pid,
+                             new.port, new.sglang_version or "unknown", new.interpreter or "unknown")
             elif old is not None:
                 log.warning("SGLang server %s (pid %d) is gone", name, old.pid)
                 self.emit(name, ServerDown(now, old), now)
-            self.emit(name, ProcessSample(now, new), now)
+            if new is not None:
+                self._last_known[name] = new
+            self.emit(name, ProcessSample(now, new, expected=expected), now)
 
     def _restarted(self, name: str, old: ServerProcess, new: ServerProcess, now: float) -> None:
         self.restarts_total[name] = self.restarts_total.get(name, 0) + 1
@@ -612,8 +593,12 @@ class ProcessCollector(Collector):
         scans.add_metric([], s.scans_total)
         errors = CounterMetricFamily("specwatch_process_scan_errors", "Scans that failed (psutil errors).")
         errors.add_metric([], s.scan_errors_total)
+        reads = CounterMetricFamily("specwatch_process_reads", "Processes whose command line the scans read: "
+                                    "new ones, and every one at a full pass (FULL_PASS, or while a configured server is missing).")
+        reads.add_metric([], s.reads_total)
         yield scans
         yield errors
+        yield reads
         if s.last_scan_duration is not None:
             d = GaugeMetricFamily("specwatch_process_scan_duration_seconds", "Seconds the last scan took.")
             d.add_metric([], s.last_scan_duration)

@@ -47,11 +47,13 @@ NEW_ENDPOINTS_SINCE = (0, 5, 6)  # first version with /server_info and /model_in
 # server args specwatch keeps from /server_info (it has ~300); the log grammar's list plus these
 ARG_KEYS = SERVER_ARG_KEYS + (
     "speculative_draft_model_revision",
+    "speculative_draft_window_size",
     "speculative_token_map",
     "speculative_accept_threshold_single",
     "speculative_accept_threshold_acc",
     "enable_dp_attention",
     "max_total_num_tokens",
+    "context_length",
     "host",
 )
 
@@ -98,9 +100,12 @@ def parse_server_info(doc: dict, endpoint: str = "/server_info") -> ServerInfo:
     )
 
 
-class _CallError(Exception):
-    def __init__(self, kind: str, status: int | None = None, reachable: bool = True):
-        super().__init__(kind)
+class ApiError(OSError):
+    """A call that got no usable answer. kind: `timeout`, `connection_error`, `request_error`,
+    `unauthorized`, `http_<status>` or `bad_response`; reachable: False when nothing answered."""
+
+    def __init__(self, url: str, kind: str, status: int | None = None, reachable: bool = True):
+        super().__init__(f"{url}: {kind}")
         self.kind = kind
         self.status = status
         self.reachable = reachable
@@ -171,11 +176,11 @@ class ServerApiSource(PollingSource):
             raise self._error(path, "unauthorized", r.status_code)
         return r
 
-    def _error(self, path: str, kind: str, status: int | None = None, reachable: bool = True) -> _CallError:
+    def _error(self, path: str, kind: str, status: int | None = None, reachable: bool = True) -> ApiError:
         with self.lock:
             key = (path, kind)
             self.errors_total[key] = self.errors_total.get(key, 0) + 1
-        return _CallError(kind, status, reachable)
+        return ApiError(self.url + path, kind, status, reachable)
 
     def _json(self, path: str, r: requests.Response) -> dict:
         if r.status_code != 200:
@@ -199,22 +204,26 @@ class ServerApiSource(PollingSource):
         r = self._get(old)
         return self._json(old, r), old
 
+    def server_info(self) -> ServerInfo:
+        """`/server_info` (or `/get_server_info`) and `/model_info`, parsed. Raises ApiError."""
+        doc, path = self._fetch(INFO_PATHS, self._info_path)
+        info = parse_server_info(doc, path)
+        if path != INFO_PATHS[0] and version_tuple(info.version) >= NEW_ENDPOINTS_SINCE:
+            path = None  # upgraded in place: use /server_info from the next poll on
+        self._info_path = path
+        if self._architectures is None:
+            self._architectures = self._model_info()
+        return ServerInfo(info.version, info.args, info.dp_states, info.startup_time,
+                          self._architectures or (), info.endpoint)
+
     # --- one poll ---
     def poll(self, now: float) -> float:
         info = None
         error = None
         reachable = True
         try:
-            doc, path = self._fetch(INFO_PATHS, self._info_path)
-            info = parse_server_info(doc, path)
-            if path != INFO_PATHS[0] and version_tuple(info.version) >= NEW_ENDPOINTS_SINCE:
-                path = None  # upgraded in place: use /server_info from the next poll on
-            self._info_path = path
-            if self._architectures is None:
-                self._architectures = self._model_info()
-            info = ServerInfo(info.version, info.args, info.dp_states, info.startup_time,
-                              self._architectures or (), info.endpoint)
-        except _CallError as e:
+            info = self.server_info()
+        except ApiError as e:
             error, reachable = e.kind, e.reachable
             if not e.reachable:
                 self._forget_instance()
@@ -260,7 +269,7 @@ class ServerApiSource(PollingSource):
     def _model_info(self) -> tuple[str, ...] | None:
         try:
             doc, path = self._fetch(MODEL_PATHS, self._model_path)
-        except _CallError:
+        except ApiError:
             return None  # asked again next poll
         self._model_path = path
         arch = doc.get("architectures")
@@ -275,7 +284,7 @@ class ServerApiSource(PollingSource):
             self._healthy = r.status_code == 200
             if r.status_code != 200:
                 self._error(HEALTH_PATH, f"http_{r.status_code}", r.status_code)
-        except _CallError as e:
+        except ApiError as e:
             self._healthy, self._health_status = False, e.status
         # while failing, ask again at the poll interval so recovery is seen soon
         self._next_health = now + (self.health_interval if self._healthy else self.interval)

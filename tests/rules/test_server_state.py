@@ -231,3 +231,63 @@ def test_state_survives_specwatch_restart(sglang_install, sglang_procs):
     ev = dict(pl2.dispatcher.history[-1].evidence)
     assert ev["noticed"] == "after specwatch itself restarted"
     assert ev["speculative_num_steps"] == "5 → 7"
+
+
+def test_a_stray_server_that_exits_is_forgotten_not_paged(sglang_install, sglang_procs):
+    """process.servers empty: a launcher that is not the followed log's server (issue 10 item 3)."""
+    from specwatch.config import ProcessTies
+
+    port = free_port()
+    stray = sglang_procs.start(argv(sglang_install, port, draft="/scratch/notebook-draft"))
+    pl = make_pipeline()
+    src = ProcessSource(pl.feed_event, server="gpu-box-1", ties=ProcessTies.of(pl.config))
+    t = 1_800_000_000.0
+    src.poll(t)
+    name = f"gpu-box-1:{port}"
+    assert pl.servers[name].process.pid == stray.pid
+    assert "sglang-a" not in pl.servers  # its settings went to its own name only
+    stop(stray)
+    src.poll(t + 5)
+    for dt in (40, 400, 4000):
+        tick(pl, t + dt)
+    assert sent(pl) == []
+    assert not pl.servers[name].process_watched  # no `specwatch_server_up 0` left behind
+    rule = next(r for r in pl.rules if r.name == "server_state")
+    assert name not in rule.to_state()["known"]
+
+
+def _fire_down(extra: dict, name: str) -> dict:
+    """A pipeline with `extra` whose declared server `name` was never seen: down fires; its state."""
+    port = free_port()
+    pl = make_pipeline({"process": {"servers": {port: name}}, **extra})
+    src = ProcessSource(pl.feed_event, server="gpu-box-1", servers={port: name})
+    t = 1_800_000_000.0
+    src.poll(t)
+    tick(pl, t + 31)
+    assert sent(pl) == [("SGLangServerDown", "firing")]
+    return pl.to_state()
+
+
+def test_saved_down_alert_resolves_when_no_source_can_resolve_it():
+    t = 1_800_000_000.0 + 100
+    # saved with process watching on, loaded with it off (issue 10 item 3)
+    pl = make_pipeline({"process": {"enabled": False}})
+    pl.load_state(_fire_down({}, "sglang-a"))
+    tick(pl, t)
+    assert sent(pl) == [("SGLangServerDown", "resolved")]
+    assert dict(pl.dispatcher.history[-1].evidence)["resolved because"] == \
+        "process watching is off (process.enabled: false)"
+    assert pl.dispatcher.active == {}
+
+    # a server that is no longer configured (the old auto-named `server:port`)
+    pl = make_pipeline()
+    pl.load_state(_fire_down({}, "gpu-box-1:30001"))
+    tick(pl, t)
+    assert sent(pl) == [("SGLangServerDown", "resolved")]
+    assert "not a configured server" in dict(pl.dispatcher.history[-1].evidence)["resolved because"]
+
+    # still configured (the followed log's server, process watching on): kept until it is back
+    pl = make_pipeline()
+    pl.load_state(_fire_down({}, "sglang-a"))
+    tick(pl, t)
+    assert sent(pl) == []

@@ -3,6 +3,7 @@ users launch SGLang, found through psutil, restarted, killed."""
 
 from __future__ import annotations
 
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -21,11 +22,10 @@ from specwatch.events import (  # noqa: E402
     ServerRestarted,
     ServerStarted,
 )
+from specwatch.sources.server_settings import launcher_args  # noqa: E402
 from specwatch.sources.process import (  # noqa: E402
     ProcessSource,
     find_sglang,
-    launcher_args,
-    parse_server_argv,
     redact_argv,
     role_of,
     site_dirs,
@@ -78,28 +78,6 @@ class Recorder:
 ])
 def test_launcher_args(argv, expected):
     assert launcher_args(argv) == expected
-
-
-def test_parse_flags_forms_abbreviations_aliases():
-    args = parse_server_argv([
-        "--model", MODEL, "--speculative-algo", "eagle3", "--speculative-draft", DRAFT,
-        "--speculative-num-steps=3", "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "4",
-        "--tp", "8", "--dp-size=2", "--pipeline-parallel-size", "1", "--port", "30001", "--log-level", "warning",
-        "--decode-log-interval", "10", "--enable-metrics", "--trust-remote-code", "--mem-fraction-static", "0.85",
-        "--log-level-http", "info", "--speculative-token-map", "/x/map.pt",
-    ])
-    assert args == {
-        "model_path": MODEL, "speculative_algorithm": "EAGLE3", "speculative_draft_model_path": DRAFT,
-        "speculative_num_steps": 3, "speculative_eagle_topk": 1, "speculative_num_draft_tokens": 4,
-        "tp_size": 8, "dp_size": 2, "pp_size": 1, "port": 30001, "log_level": "warning",
-        "decode_log_interval": 10, "enable_metrics": True,
-    }
-
-
-def test_parse_last_flag_wins_and_missing_value_skipped():
-    args = parse_server_argv(["--speculative-num-steps", "3", "--speculative-num-steps", "5",
-                              "--speculative-algorithm", "--port", "x1"])
-    assert args == {"speculative_num_steps": 5, "port": "x1"}
 
 
 def test_redact_api_key_both_forms():
@@ -277,20 +255,102 @@ def test_declared_server_never_seen_is_reported_missing(sglang_install):
     assert rec.of(ServerDown) == []  # nothing was up, so nothing went down
 
 
-def test_undeclared_servers_are_named_by_port(sglang_install, sglang_procs):
+def test_undeclared_servers_are_shown_by_port_and_forgotten_when_gone(sglang_install, sglang_procs):
     ports = sorted([free_port(), free_port()])
-    for port in ports:
-        sglang_procs.start(server_argv(sglang_install, port))
+    procs = {port: sglang_procs.start(server_argv(sglang_install, port)) for port in ports}
     rec = Recorder()
     src = ProcessSource(rec, server="box", interval=5)
-    found = src.scan()
-    ours = {name: sp for name, sp in found.items() if sp.pid in {p.pid for p in sglang_procs.started}}
-    # the first port seen keeps the plain name; the other is box:<port> (other servers on this
-    # machine, if any, may have taken the plain name first)
-    assert len(ours) == 2
-    assert {sp.port for sp in ours.values()} == set(ports)
-    for name, sp in ours.items():
-        assert name in ("box", f"box:{sp.port}")
+    src.poll(time.time())
+    ours = {f"box:{port}" for port in ports}
+    samples = {s: e for s, e in rec.events if isinstance(e, ProcessSample) and s in ours}
+    assert set(samples) == ours  # never the plain name: that is the followed log's server
+    assert all(not e.expected and e.process.port == int(s.split(":")[1]) for s, e in samples.items())
+    assert {type(e).__name__ for s, e in rec.events if s in ours} == {"ProcessSample"}  # no rule acts on them
+
+    stop(procs[ports[0]])
+    rec.clear()
+    src.poll(time.time())
+    gone = [(s, e) for s, e in rec.events if s == f"box:{ports[0]}"]
+    assert [(type(e).__name__, e.process, e.expected) for _, e in gone] == [("ProcessSample", None, False)]
+    assert rec.of(ServerDown) == []
+    rec.clear()
+    src.poll(time.time())
+    assert [e for s, e in rec.events if s == f"box:{ports[0]}"] == []  # forgotten
+
+
+def test_configured_by_followed_log_or_api_url(sglang_install, sglang_procs, tmp_path):
+    from specwatch.config import ProcessTies, build_config
+
+    log, api_port, other = tmp_path / "a.log", free_port(), free_port()
+    cfg = build_config({"server": "box", "logs": [{"path": str(log), "server": "sglang-a"}],
+                        "server_api": {"url": f"http://localhost:{api_port}", "server": "sglang-b"}})
+    ties = ProcessTies.of(cfg)
+    assert ties.configured == {"sglang-a", "sglang-b"}
+    with open(log, "w") as out:
+        a = sglang_procs.start(server_argv(sglang_install, other), stdout=out)
+    b = sglang_procs.start(server_argv(sglang_install, api_port))
+    rec = Recorder()
+    src = ProcessSource(rec, server="box", interval=5, ties=ties)
+    src.poll(time.time())
+    found = {s: e.process.pid for s, e in rec.events if isinstance(e, ProcessSample) and e.process
+             and e.process.pid in (a.pid, b.pid)}
+    assert found == {"sglang-a": a.pid, "sglang-b": b.pid}
+    stop(a)
+    rec.clear()
+    src.poll(time.time())
+    assert [d.last.pid for d in rec.of(ServerDown)] == [a.pid]  # a configured server: down
+    assert [(e.process, e.expected) for s, e in rec.events if s == "sglang-a" and isinstance(e, ProcessSample)] \
+        == [(None, True)]
+
+
+def test_a_process_that_execs_into_sglang_later_is_found(sglang_install, sglang_procs):
+    """The scan reads a process once; one that becomes a launcher later (a wrapper's `exec`) is
+    found at the next scan (a new process is read once more) or, while a declared server is
+    missing, at once (every process is read again)."""
+    soon, late = free_port(), free_port()
+    rec = Recorder()
+    auto = ProcessSource(rec, server="box", interval=5)
+    declared = ProcessSource(rec, server="box", interval=5, servers={late: "later"})
+    auto.poll(time.time())  # the box as it is
+    declared.poll(time.time())
+    sglang_procs.start(["sh", "-c", f"sleep 0.5; exec {' '.join(server_argv(sglang_install, soon))}"], children=0)
+    sglang_procs.start(["sh", "-c", f"sleep 2; exec {' '.join(server_argv(sglang_install, late))}"], children=0)
+    auto.poll(time.time())  # both are still `sh`
+    declared.poll(time.time())
+    declared.poll(time.time())  # read again once: still `sh`
+
+    def started():  # other SGLang processes on this box may be found too: only ours
+        return list(dict.fromkeys((s, e.process.cmdline[1:3]) for s, e in rec.events
+                                  if isinstance(e, ProcessSample) and e.process and e.process.port in (soon, late)))
+
+    assert started() == []
+    time.sleep(1.0)
+    auto.poll(time.time())
+    assert started() == [(f"box:{soon}", ("-m", "sglang.launch_server"))]
+    time.sleep(1.5)
+    rec.clear()
+    declared.poll(time.time())
+    assert started() == [("later", ("-m", "sglang.launch_server"))]
+
+
+def test_steady_scans_read_only_new_processes(sglang_install, sglang_procs):
+    port = free_port()
+    sglang_procs.start(server_argv(sglang_install, port))
+    sleeps = [subprocess.Popen(["sleep", "60"]) for _ in range(40)]
+    try:
+        src = ProcessSource(Recorder(), server="box", interval=5, servers={port: "s"})
+        src.poll(time.time())
+        first = src.reads_total
+        assert first >= len(psutil.pids()) - 10  # the first scan reads every process once
+        src.poll(time.time())  # reads again the few first seen at the last scan (none here but churn)
+        before = src.reads_total
+        src.poll(time.time())
+        assert src.reads_total - before < 20  # of 40+ sleeps and the box's processes: only new ones
+        assert len(src.current()["s"].pids) == 3  # the server's own processes are still read
+    finally:
+        for p in sleeps:
+            p.kill()
+            p.wait()
 
 
 def test_match_regex_adds_a_wrapper(tmp_path, sglang_procs):
