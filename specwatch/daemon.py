@@ -2,8 +2,8 @@
 
 Threads: the follower group (reads lines and feeds the pipeline), the HTTP server (scrapes), one
 delivery thread per notifier, one thread per source (process scan, each HTTP API, NVML sampling
-and XID events), and the main thread, which waits on an Event and wakes once a second to feed
-new GPU cycles to the rules, flush due alert groups, re-send to Alertmanager and, every
+and XID events; each hands its events to the pipeline), and the main thread, which waits on an
+Event and wakes once a second to flush due alert groups, re-send to Alertmanager and, every
 `STATE_EVERY` seconds, to persist state. Nothing spins: idle CPU is the followers' poll (one
 stat per file per poll interval), one scan of /proc every `process.interval`, one HTTP GET per
 `server_api.interval`, plus these wake-ups.
@@ -140,15 +140,15 @@ class Daemon:
                                     backoff_max=a.backoff_max) for a in cfg.server_apis]
             self.sources += apis
             self.registry.register(ServerApiCollector(apis))
-        self.gpu = self.gpu_events = None
+        self.gpu = None
         if cfg.gpu.enabled:
-            from specwatch.sources.gpu_events import GpuEvents
-            from specwatch.sources.nvml import GpuCollector
+            from specwatch.sources.nvml import GpuCollector, GpuSampler
 
-            self.gpu = GpuCollector(interval=cfg.gpu.interval,
-                                    process_pids=self.process.pids if self.process else None)
-            self.gpu_events = GpuEvents(self.gpu)
-            self.registry.register(self.gpu)
+            # GPU facts are per box: the default server name
+            self.gpu = GpuSampler(emit=lambda sample: self._emit(self.config.server, sample, sample.timestamp),
+                                  interval=cfg.gpu.interval,
+                                  process_pids=self.process.pids if self.process else None)
+            self.registry.register(GpuCollector(self.gpu))
 
     def _emit(self, server: str, event: object, now: float) -> None:
         self.pipeline.feed_event(server, event, now)
@@ -392,10 +392,6 @@ class Daemon:
                 self._reload_requested = False
                 self.reload()
             wall = time.time()
-            if self.gpu_events is not None:
-                sample = self.gpu_events.poll(wall)
-                if sample is not None:  # GPU facts are per box: the default server name
-                    self.pipeline.feed_event(self.config.server, sample, wall)
             # A bounded wait: a wedged pipeline shows up in health() instead of hanging here.
             if self.pipeline.lock.acquire(timeout=LOCK_WAIT):
                 try:
