@@ -242,3 +242,14 @@ def test_own_process_metrics_landing_page_and_taken_port(tmp_path, log):
     finally:
         rc, out = d.stop()
     assert rc == 0, out
+
+
+def test_daemon_modules_leave_heavy_libraries_unloaded():
+    """RSS budget: requests (~6 MB) loads at the first delivery, numpy/safetensors only for a probe."""
+    code = ("import sys; import specwatch.cli, specwatch.daemon, specwatch.alerting, specwatch.notifiers.slack, "
+            "specwatch.notifiers.webhook, specwatch.notifiers.alertmanager, specwatch.sources.nvml; "
+            "print(sorted(m for m in ('requests', 'urllib3', 'numpy', 'safetensors', 'pynvml') if m in sys.modules))")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=30,
+                       cwd=Path(__file__).resolve().parents[1])
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "[]"
