@@ -2,8 +2,8 @@
 
 Threads: the follower group (reads lines and feeds the pipeline), the HTTP server (scrapes), one
 delivery thread per notifier, one thread per source (process scan, each HTTP API, NVML sampling
-and XID events), and the main thread, which waits on an Event and wakes once a second to feed
-new GPU cycles to the rules, flush due alert groups, re-send to Alertmanager and, every
+and XID events; each hands its events to the pipeline), and the main thread, which waits on an
+Event and wakes once a second to flush due alert groups, re-send to Alertmanager and, every
 `STATE_EVERY` seconds, to persist state. Nothing spins: idle CPU is the followers' poll (one
 stat per file per poll interval), one scan of /proc every `process.interval`, one HTTP GET per
 `server_api.interval`, plus these wake-ups.
@@ -38,10 +38,9 @@ import signal
 import threading
 import time
 from pathlib import Path
-from socketserver import ThreadingMixIn
-from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
-from prometheus_client import CollectorRegistry, make_wsgi_app
+from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client import ProcessCollector as OwnProcessCollector
 
 from specwatch import __version__
 from specwatch.alerting import build_alerting
@@ -70,15 +69,6 @@ _LANDING = """<!doctype html><html><head><title>specwatch</title></head><body>
 <h1>specwatch {version}</h1><p>Speculative-decoding monitor for SGLang.</p>
 <ul><li><a href="/metrics">/metrics</a></li></ul>
 <p>Following: {logs}</p><p>Firing alerts: {firing}</p></body></html>"""
-
-
-class _ThreadingWSGIServer(ThreadingMixIn, WSGIServer):
-    daemon_threads = True
-
-
-class _QuietHandler(WSGIRequestHandler):
-    def log_message(self, *args) -> None:  # scrapes every 15 s would flood the journal
-        pass
 
 
 class Daemon:
@@ -118,6 +108,7 @@ class Daemon:
         self._last_save = time.monotonic()
         self._missing_since: dict[str, list] = {}  # path -> [absent since, last warned] (monotonic)
         self.registry = CollectorRegistry()
+        OwnProcessCollector(registry=self.registry)  # specwatch's own process_* (CPU, RSS, fds)
         self.registry.register(PipelineCollector(self.pipeline))
         self.registry.register(FollowerCollector(lambda: self.followers.followers))
         self.registry.register(SelfCollector(self.pipeline, lambda: self.notifiers,
@@ -141,15 +132,15 @@ class Daemon:
                                     backoff_max=a.backoff_max) for a in cfg.server_apis]
             self.sources += apis
             self.registry.register(ServerApiCollector(apis))
-        self.gpu = self.gpu_events = None
+        self.gpu = None
         if cfg.gpu.enabled:
-            from specwatch.sources.gpu_events import GpuEvents
-            from specwatch.sources.nvml import GpuCollector
+            from specwatch.sources.nvml import GpuCollector, GpuSampler
 
-            self.gpu = GpuCollector(interval=cfg.gpu.interval,
-                                    process_pids=self.process.pids if self.process else None)
-            self.gpu_events = GpuEvents(self.gpu)
-            self.registry.register(self.gpu)
+            # GPU facts are per box: the default server name
+            self.gpu = GpuSampler(emit=lambda sample: self._emit(self.config.server, sample, sample.timestamp),
+                                  interval=cfg.gpu.interval,
+                                  process_pids=self.process.pids if self.process else None)
+            self.registry.register(GpuCollector(self.gpu))
 
     def _emit(self, server: str, event: object, now: float) -> None:
         self.pipeline.feed_event(server, event, now)
@@ -158,8 +149,8 @@ class Daemon:
         self._progress = time.monotonic()
         self.pipeline.feed_batch(batch, now=time.time())
 
-    def _app(self):
-        metrics_app = make_wsgi_app(self.registry)
+    def _app(self, metrics_app):
+        """The WSGI app served: a landing page at `/`, `metrics_app` (the registry) at any other path."""
 
         def app(environ, start_response):
             if environ.get("PATH_INFO", "/") in ("/", ""):
@@ -345,14 +336,13 @@ class Daemon:
                       getattr(e, "filename", None) or self.state_dir, e.strerror or e)
             return 1
         cfg = self.config
-        try:
-            self.httpd = make_server(cfg.listen_address, cfg.listen_port, self._app(),
-                                     server_class=_ThreadingWSGIServer, handler_class=_QuietHandler)
+        try:  # prometheus_client's threaded WSGI server (IPv4 or IPv6 by address, requests not logged)
+            self.httpd, self._http_thread = start_http_server(cfg.listen_port, cfg.listen_address, self.registry)
         except OSError as e:
-            log.error("cannot listen on %s:%s: %s (set metrics.listen_port)", cfg.listen_address, cfg.listen_port, e.strerror)
+            log.error("cannot listen on %s:%s: %s (set metrics.listen_address / metrics.listen_port)",
+                      cfg.listen_address, cfg.listen_port, e.strerror or e)
             return 1
-        self._http_thread = threading.Thread(target=self.httpd.serve_forever, name="http", daemon=True)
-        self._http_thread.start()
+        self.httpd.set_app(self._app(self.httpd.get_app()))  # the library's /metrics app, plus the landing page
         for n in self.notifiers.values():
             n.start()
         self._progress = time.monotonic()
@@ -395,10 +385,6 @@ class Daemon:
                 self._reload_requested = False
                 self.reload()
             wall = time.time()
-            if self.gpu_events is not None:
-                sample = self.gpu_events.poll(wall)
-                if sample is not None:  # GPU facts are per box: the default server name
-                    self.pipeline.feed_event(self.config.server, sample, wall)
             # A bounded wait: a wedged pipeline shows up in health() instead of hanging here.
             if self.pipeline.lock.acquire(timeout=LOCK_WAIT):
                 try:

@@ -246,11 +246,17 @@ class ApiSample:
 
 @dataclass(frozen=True, slots=True)
 class GpuState:
-    """One GPU in a GpuSample. `up` False: NVML failed on it (lost); other fields then empty.
+    """One GPU in a GpuSample, read through NVML (sources/nvml.py); values in base units.
 
-    reasons: clock event reasons active now (dcgm names). ecc: {"corrected"|"uncorrected":
-    volatile count}. xids: {xid: (count since specwatch started, last time seconds since the
-    epoch)}. sglang_memory_bytes: GPU memory held by the SGLang processes (None: unknown).
+    index: NVML index as text (ignores `CUDA_VISIBLE_DEVICES`). up: False when NVML failed on
+    the GPU this cycle (lost, unknown error): only labels and xids are then set. listed: NVML
+    lists the GPU in the current session; False for an entry that only carries the XIDs seen
+    on a GPU no longer listed. A value is None when the GPU lacks that capability.
+    reasons: clock event reasons active now (dcgm names); reasons_read: the reason mask was read
+    (so the absent ones are known to be inactive). ecc: {"corrected"|"uncorrected": volatile
+    count since the driver loaded}. xids: {xid: (count since specwatch started, last time
+    seconds since the epoch)}. sglang_memory_bytes: GPU memory held by the SGLang processes
+    (None: unknown). energy_joules and pcie_replays are counters since the driver loaded.
     """
 
     index: str
@@ -258,11 +264,19 @@ class GpuState:
     model_name: str = ""
     pci_bus_id: str = ""
     up: bool = True
+    listed: bool = True
     reasons: frozenset[str] = frozenset()
+    reasons_read: bool = False
     temperature_celsius: float | None = None
     power_watts: float | None = None
+    energy_joules: float | None = None
     sm_clock_hertz: float | None = None
+    memory_clock_hertz: float | None = None
     utilization_ratio: float | None = None
+    memory_utilization_ratio: float | None = None
+    memory_used_bytes: float | None = None
+    memory_total_bytes: float | None = None
+    pcie_replays: float | None = None
     ecc: dict[str, float] = field(default_factory=dict)
     xids: dict[str, tuple[float, float]] = field(default_factory=dict)
     sglang_memory_bytes: float | None = None
@@ -270,12 +284,20 @@ class GpuState:
 
 @dataclass(frozen=True, slots=True)
 class GpuSample:
-    """A GpuCollector cycle: `up` False when NVML is unavailable; `count` GPUs NVML reports."""
+    """One NVML sampling cycle (sources/nvml.py `GpuSampler`), GPUs ordered by NVML index.
+
+    timestamp: wall time the cycle ended, seconds since the epoch. up: False when NVML is
+    unavailable (then count is None and gpus empty). count: GPUs NVML reports.
+    driver: (driver version, CUDA driver API version e.g. "12.8", NVML version), None while
+    down. duration_seconds: wall time the cycle took.
+    """
 
     timestamp: float
     up: bool
     count: int | None
     gpus: tuple[GpuState, ...] = ()
+    driver: tuple[str, str, str] | None = None
+    duration_seconds: float | None = None
 
 
 ParsedLine = DecodeBatch | PrefillBatch | ServerArgs | OtherLine | MalformedLine

@@ -1,11 +1,11 @@
 """In-process stand-in for the NVML functions specwatch calls, for machines without a GPU.
 
 It implements exactly the ``pynvml`` (nvidia-ml-py) functions that
-``specwatch.sources.nvml.GpuCollector`` calls, with the same names and parameters
+``specwatch.sources.nvml.GpuSampler`` calls, with the same names and parameters
 (checked by a test against the real module), and returns the real ctypes structures
 (``c_nvmlMemory_t``, ``c_nvmlUtilization_t``, ``nvmlPciInfo_t``) or the real friendly
 objects (process info). Errors are the real ``pynvml.NVMLError_*`` subclasses, and every
-constant comes from ``pynvml`` itself, so a collector that works against this fake uses
+constant comes from ``pynvml`` itself, so a sampler that works against this fake uses
 the real error codes and bit values.
 
 Each device is configured by a :class:`FakeDevice`; a test changes its fields between
@@ -23,7 +23,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 import pynvml
-from pynvml import (  # re-exported: the collector reads these off the module it is given
+from pynvml import (  # re-exported: the sampler reads these off the module it is given
     NVML_AGGREGATE_ECC,
     NVML_CLOCK_MEM,
     NVML_CLOCK_SM,
@@ -143,7 +143,7 @@ class FakeDevice:
 class FakeNvml:
     """Module-like fake: pass an instance where ``pynvml`` would go."""
 
-    # the real exception classes and constants, so collector code paths are the real ones
+    # the real exception classes and constants, so sampler code paths are the real ones
     NVMLError = NVMLError
     NVML_ERROR_DRIVER_NOT_LOADED = NVML_ERROR_DRIVER_NOT_LOADED
     NVML_ERROR_FUNCTION_NOT_FOUND = NVML_ERROR_FUNCTION_NOT_FOUND
@@ -291,7 +291,7 @@ class FakeNvml:
 
     def nvmlDeviceGetMemoryInfo(self, handle: FakeHandle, version=None) -> c_nvmlMemory_t:
         dev = self._device("nvmlDeviceGetMemoryInfo", handle)
-        if version:  # the collector uses v1; v2 would need c_nvmlMemory_v2_t
+        if version:  # the sampler uses v1; v2 would need c_nvmlMemory_v2_t
             raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
         return c_nvmlMemory_t(
             total=dev.memory_total_bytes,

@@ -9,6 +9,7 @@ import time
 import urllib.request
 from pathlib import Path
 
+import psutil
 import pytest
 
 from procs import SAMPLES, decode_line, free_port, rank_labels, scrape, wait_for
@@ -210,3 +211,45 @@ def test_collapse_after_a_restart_reaches_slack_within_a_second(tmp_path, slack,
 
     rc, out = d.stop()
     assert rc == 0, out
+
+
+def test_own_process_metrics_landing_page_and_taken_port(tmp_path, log):
+    log.write_text((SAMPLES / "kimi-k25-eagle3-collapse.log").read_text())
+    started = time.time()
+    d = SpecwatchDaemon(tmp_path, log)
+    d.start()
+    try:
+        wait_for(lambda: d.scrape().get(("specwatch_decode_batches_total", rank_labels())) == 2, what="2 decode batches")
+        m = d.scrape()
+        me = psutil.Process(d.proc.pid)
+        rss, cpu = me.memory_info().rss, sum(me.cpu_times()[:2])
+        # prometheus_client's ProcessCollector, read from the daemon's own /proc entry
+        assert 10 * 2**20 < m[("process_resident_memory_bytes", ())] < 200 * 2**20
+        assert abs(m[("process_resident_memory_bytes", ())] - rss) < 8 * 2**20
+        assert 0 < m[("process_cpu_seconds_total", ())] <= cpu + 0.05
+        assert started - 5 < m[("process_start_time_seconds", ())] <= time.time()
+        assert m[("process_open_fds", ())] > 3
+        page = urllib.request.urlopen(f"http://127.0.0.1:{d.port}/", timeout=5)
+        assert page.headers["Content-Type"].startswith("text/html") and b"/metrics" in page.read()
+        assert ("specwatch_build_info" in {k[0] for k in scrape(d.port)})
+
+        # a second daemon on the same port: a clear error, exit 1
+        r = subprocess.run([sys.executable, "-m", "specwatch", "run", "--config", str(d.cfg)],
+                           capture_output=True, text=True, timeout=30)
+        assert r.returncode == 1
+        assert f"cannot listen on 127.0.0.1:{d.port}: Address already in use" in r.stderr
+        assert "Traceback" not in r.stderr
+    finally:
+        rc, out = d.stop()
+    assert rc == 0, out
+
+
+def test_daemon_modules_leave_heavy_libraries_unloaded():
+    """RSS budget: requests (~6 MB) loads at the first delivery, numpy/safetensors only for a probe."""
+    code = ("import sys; import specwatch.cli, specwatch.daemon, specwatch.alerting, specwatch.notifiers.slack, "
+            "specwatch.notifiers.webhook, specwatch.notifiers.alertmanager, specwatch.sources.nvml; "
+            "print(sorted(m for m in ('requests', 'urllib3', 'numpy', 'safetensors', 'pynvml') if m in sys.modules))")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=30,
+                       cwd=Path(__file__).resolve().parents[1])
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "[]"

@@ -16,13 +16,15 @@ from __future__ import annotations
 import logging
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
-import requests
-
 from specwatch.alerts.model import FIRING, Alert, iso8601
-from specwatch.notifiers.http import Attempt, Secret, check_url, post_json
+from specwatch.notifiers.http import Attempt, Secret, check_url, new_session, post_json
 from specwatch.notifiers.queue import QueuedNotifier
+
+if TYPE_CHECKING:
+    import requests
 
 log = logging.getLogger("specwatch.notifiers.alertmanager")
 
@@ -118,6 +120,6 @@ class AlertmanagerNotifier(QueuedNotifier):
 
     def send(self, payload: object, timeout: float) -> Attempt:
         if self._session is None:
-            self._session = requests.Session()
+            self._session = new_session()
         return post_json(self._session, self._api, payload, timeout,
                          permanent=lambda status, body: status == 400)

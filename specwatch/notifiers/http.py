@@ -2,6 +2,8 @@
 
 A receiver URL (Slack webhook, generic webhook) often carries a token in its path, so it is held
 in a `Secret` that redacts every form of it from our log lines and from urllib3's.
+`requests` (~6 MB resident with urllib3 and charset_normalizer) is imported at the first delivery,
+not at start: an idle daemon that never alerts does not hold it.
 """
 
 from __future__ import annotations
@@ -13,11 +15,11 @@ import time
 import weakref
 from dataclasses import dataclass
 from email.utils import parsedate_to_datetime
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 from urllib.parse import urlsplit
 
-import requests
-from requests.utils import requote_uri
+if TYPE_CHECKING:
+    import requests
 
 REDACTED = "<redacted>"
 
@@ -43,18 +45,27 @@ class Attempt:
 class Secret:
     """Holds a URL so that repr(), vars() dumps and tracebacks of locals never show it."""
 
-    __slots__ = ("value", "fragments", "__weakref__")
+    __slots__ = ("value", "_fragments", "__weakref__")
 
     def __init__(self, url: str) -> None:
         self.value = url
-        forms = set()
-        # The path carries the token on hooks.slack.com; requests/urllib3 messages quote the
-        # path alone ("... with url: /services/T/B/x"), percent-encoded, so redact every form.
-        for u in (url, requote_uri(url)):
-            parts = urlsplit(u)
-            forms |= {u, parts.path + (f"?{parts.query}" if parts.query else ""), parts.path}
-        self.fragments = sorted((f for f in forms if f and f != "/"), key=len, reverse=True)
+        self._fragments: list[str] | None = None
         _register_secret(self)
+
+    @property
+    def fragments(self) -> list[str]:
+        """Every form of the URL to redact, longest first."""
+        if self._fragments is None:
+            from requests.utils import requote_uri
+
+            forms = set()
+            # The path carries the token on hooks.slack.com; requests/urllib3 messages quote the
+            # path alone ("... with url: /services/T/B/x"), percent-encoded, so redact every form.
+            for u in (self.value, requote_uri(self.value)):
+                parts = urlsplit(u)
+                forms |= {u, parts.path + (f"?{parts.query}" if parts.query else ""), parts.path}
+            self._fragments = sorted((f for f in forms if f and f != "/"), key=len, reverse=True)
+        return self._fragments
 
     def redact(self, text: str) -> str:
         for f in self.fragments:
@@ -124,6 +135,13 @@ def retry_after(value: str | None) -> float | None:
     if math.isnan(seconds):
         return None
     return min(max(0.0, seconds), RETRY_AFTER_MAX)
+
+
+def new_session() -> requests.Session:
+    """A `requests.Session` (requests is imported here, at the first delivery)."""
+    import requests
+
+    return requests.Session()
 
 
 def post_json(

@@ -12,12 +12,14 @@ from __future__ import annotations
 import json
 import logging
 import re
-
-import requests
+from typing import TYPE_CHECKING
 
 from specwatch.alerts.model import FIRING, RESOLVED, Alert, Notification, iso8601
-from specwatch.notifiers.http import REDACTED, Attempt, Secret, check_url, post_json
+from specwatch.notifiers.http import REDACTED, Attempt, Secret, check_url, new_session, post_json
 from specwatch.notifiers.queue import QueuedNotifier
+
+if TYPE_CHECKING:
+    import requests
 
 log = logging.getLogger("specwatch.notifiers.slack")
 
@@ -348,7 +350,7 @@ class SlackNotifier(QueuedNotifier):
 
     def send(self, payload: object, timeout: float) -> Attempt:
         if self._session is None:
-            self._session = requests.Session()
+            self._session = new_session()
         return post_json(
             self._session, self._url, payload, timeout,
             # Slack answers 200 `ok`; a proxy or compatible receiver may answer any 2xx body.

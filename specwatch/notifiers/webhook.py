@@ -8,12 +8,14 @@ as they are. Evidence and fixes travel as the `evidence` and `fixes` annotations
 from __future__ import annotations
 
 import logging
-
-import requests
+from typing import TYPE_CHECKING
 
 from specwatch.alerts.model import FIRING, Alert, Notification, iso8601
-from specwatch.notifiers.http import REDACTED, Attempt, Secret, check_url, post_json
+from specwatch.notifiers.http import REDACTED, Attempt, Secret, check_url, new_session, post_json
 from specwatch.notifiers.queue import QueuedNotifier
+
+if TYPE_CHECKING:
+    import requests
 
 log = logging.getLogger("specwatch.notifiers.webhook")
 
@@ -88,5 +90,5 @@ class WebhookNotifier(QueuedNotifier):
 
     def send(self, payload: object, timeout: float) -> Attempt:
         if self._session is None:
-            self._session = requests.Session()
+            self._session = new_session()
         return post_json(self._session, self._url, payload, timeout)

@@ -1,6 +1,6 @@
 """GPU faults from NVML: XID errors, uncorrected ECC errors, a lost GPU.
 
-Input: `GpuSample` events (one per GpuCollector cycle; sources/gpu_events.py), fed under the
+Input: `GpuSample` events (one per NVML sampling cycle; sources/nvml.py), fed under the
 box's default server name: NVML does not say which SGLang server a GPU serves.
 
 * `GpuXidError` (one alert per GPU and XID): the XID counter rose. Resolves after `window`

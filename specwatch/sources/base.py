@@ -4,7 +4,7 @@ A source runs on its own daemon thread, polls at its own interval, and hands eve
 `emit(server, event, now)` (the daemon passes `Pipeline.feed_event`). A failing poll is logged
 once per kind of failure and retried at the next interval: a source never takes the daemon down,
 and a missing capability (no psutil permission, no HTTP server) only removes its own metrics.
-`GpuCollector` (sources/nvml.py) has the same `start`/`stop` shape.
+`GpuSampler` (sources/nvml.py) has the same `start`/`stop` shape.
 """
 
 from __future__ import annotations

@@ -1,11 +1,13 @@
-"""GPU metrics from NVML (``nvidia-ml-py``, imported as ``pynvml``) as a Prometheus collector.
+"""GPU state from NVML (``nvidia-ml-py``, imported as ``pynvml``): typed events and their metrics.
 
-:class:`GpuCollector` samples every GPU on its own thread every ``interval`` seconds
-and keeps the result as an immutable snapshot; ``collect()`` only turns that snapshot
-into metric families, so a scrape never waits on NVML (a wedged driver shows up as a
-stale ``specwatch_gpu_last_sample_timestamp_seconds`` instead of a hung ``/metrics``).
-XID errors are read on a second thread through an NVML event set, so an XID raised
-between two samples is still counted.
+:class:`GpuSampler` reads every GPU on its own thread every ``interval`` seconds and turns
+each cycle into one :class:`~specwatch.events.GpuSample` event: it keeps the latest and hands
+each to ``emit`` (the daemon passes it to ``Pipeline.feed_event`` for the GPU rules). XID
+errors are read on a second thread through an NVML event set, so an XID raised between two
+samples is still counted. :class:`GpuCollector` only renders: ``collect()`` turns the
+sampler's latest sample and its event counters into metric families, so a scrape never waits
+on NVML (a wedged driver shows up as a stale ``specwatch_gpu_last_sample_timestamp_seconds``
+instead of a hung ``/metrics``), and rules and ``/metrics`` see the same values.
 
 Failure behaviour:
 
@@ -18,11 +20,11 @@ Failure behaviour:
   counted once per GPU and the call is not made again (the capability does not change
   while the process runs).
 * Any other error on a device (``NVMLError_GpuIsLost``, ``NVMLError_Unknown``, ...):
-  every series of that GPU is dropped from the snapshot (no stale values),
+  the GPU is ``up=False`` in the sample and every series of it is dropped (no stale values),
   ``specwatch_gpu_device_up{gpu}`` goes to 0, the error is counted, and on the next cycle
   NVML is shut down and initialised again. If the GPU keeps failing, further
   re-initialisations back off like init retries, while the other GPUs keep being sampled.
-* XID counters live outside the snapshot: they survive a lost GPU (XID 79, "fell off
+* XID counters live outside the samples: they survive a lost GPU (XID 79, "fell off
   the bus", is exactly what precedes one) and NVML re-initialisation.
 
 Metrics (labels ``gpu``, ``uuid``, ``model_name``, ``pci_bus_id`` are written
@@ -69,17 +71,19 @@ Metric                                              Type     Unit     Labels    
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import importlib
 import logging
 import re
 import threading
 import time
-from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
+
+from specwatch.events import GpuSample, GpuState
 
 log = logging.getLogger("specwatch.sources.nvml")
 
@@ -232,23 +236,13 @@ class _Session:
     reinit_at: float | None = None  # monotonic time; set once something failed
 
 
-@dataclass(frozen=True)
-class _Snapshot:
-    up: bool = False
-    count: int | None = None
-    device_up: tuple[tuple[int, bool], ...] = ()
-    driver: tuple[str, str, str] | None = None
-    # metric name -> [(label values, value)]
-    samples: dict[str, list[tuple[tuple[str, ...], float]]] = field(default_factory=dict)
-    last_ok: float | None = None
-    duration: float | None = None
-
-
-class GpuCollector(Collector):
-    """Prometheus collector for per-GPU NVML metrics; see the module docstring for the metrics.
+class GpuSampler:
+    """NVML → one ``GpuSample`` per cycle; see the module docstring for the failure behaviour.
 
     ``nvml``: the ``pynvml`` module (default: imported lazily on first init) or a fake with
-    the same functions. ``interval``: seconds between samples. ``process_pids``: returns the
+    the same functions. ``emit``: called with each ``GpuSample`` on the sampling thread, after
+    the cycle (an exception it raises is logged, the sampler goes on); ``last`` holds the
+    latest either way. ``interval``: seconds between samples. ``process_pids``: returns the
     pids (host namespace) of the SGLang processes whose GPU memory is summed.
     ``init_retry_min`` / ``init_retry_max``: seconds of the doubling backoff between failed
     inits and between repeated re-inits after device failures. ``xid_wait_ms``: milliseconds
@@ -259,6 +253,7 @@ class GpuCollector(Collector):
         self,
         nvml: Any = None,
         *,
+        emit: Callable[[GpuSample], None] | None = None,
         interval: float = 5.0,
         process_pids: Callable[[], set[int]] | None = None,
         init_retry_min: float = 30.0,
@@ -268,18 +263,19 @@ class GpuCollector(Collector):
         if interval <= 0:
             raise ValueError(f"interval must be > 0 seconds, got {interval}")
         self._nvml_arg = nvml
+        self._emit = emit
         self._interval = float(interval)
         self._process_pids = process_pids
         self._retry_min = float(init_retry_min)
         self._retry_max = float(init_retry_max)
         self._xid_wait_ms = int(xid_wait_ms)
 
-        self._lock = threading.Lock()  # errors, xid counters: written by two threads, read by collect()
+        self._lock = threading.Lock()  # errors, xid counters: written by two threads, read by counters()
         self._sample_lock = threading.Lock()  # one cycle (or teardown) at a time
         self._errors: dict[str, int] = {e: 0 for e in _SEEDED_ERRORS}
         self._xid_counts: dict[tuple[str, ...], int] = {}
         self._xid_last: dict[tuple[str, ...], float] = {}
-        self._snapshot = _Snapshot()
+        self.last: GpuSample | None = None  # the latest cycle's event
 
         self._session: _Session | None = None
         self._next_init = 0.0  # monotonic
@@ -289,7 +285,7 @@ class GpuCollector(Collector):
         self._failing_gpus: set[int] = set()
         self._unsupported: set[tuple[str, str]] = set()  # (uuid, field)
         self._pids_warned = False
-        self._last_ok: float | None = None
+        self.last_ok: float | None = None  # wall time of the last cycle with NVML up
         self._cycles = 0
 
         self._stop = threading.Event()
@@ -340,78 +336,51 @@ class GpuCollector(Collector):
         return True
 
     def sample_once(self) -> bool:
-        """Run one sampling cycle now and publish its snapshot; returns specwatch_gpu_up."""
+        """Run one sampling cycle now, publish its ``GpuSample`` (``last``, ``emit``); returns up."""
         with self._sample_lock:
             t0 = time.perf_counter()
             try:
-                snap = self._cycle()
+                up, count, driver, states = self._cycle()
             except Exception:  # a bug here must not kill the sampler thread
                 log.exception("NVML sampling cycle failed")
                 self._count_error("internal")
-                snap = _Snapshot()
+                up, count, driver, states = False, None, None, []
             duration = time.perf_counter() - t0
-            if snap.up:
-                self._last_ok = time.time()
-            self._snapshot = _Snapshot(
-                up=snap.up,
-                count=snap.count,
-                device_up=snap.device_up,
-                driver=snap.driver,
-                samples=snap.samples,
-                last_ok=self._last_ok,
-                duration=duration,
-            )
+            now = time.time()
+            if up:
+                self.last_ok = now
+            sample = self.last = GpuSample(timestamp=now, up=up, count=count, gpus=self._with_xids(states) if up else (),
+                                           driver=driver, duration_seconds=duration)
             self._cycles += 1
-            return snap.up
+        if self._emit is not None:
+            try:
+                self._emit(sample)
+            except Exception:  # the consumer's bug: keep sampling
+                log.exception("handing the GPU sample on failed")
+        return up
 
-    def describe(self) -> Iterator[Metric]:
-        """Every family this collector can yield, without samples (for registry name checks)."""
-        for spec in _SELF_FAMILIES + _GPU_FAMILIES + _XID_FAMILIES:
-            yield self._family(spec, ())
+    def counters(self) -> tuple[dict[str, int], dict[tuple[str, ...], int], dict[tuple[str, ...], float]]:
+        """Copies of (errors by name, XID counts, XID last times), live (not per cycle).
 
-    def collect(self) -> Iterator[Metric]:
-        """Families from the latest snapshot plus the event counters; never calls NVML."""
-        snap = self._snapshot
+        XID keys are GPU labels (gpu, uuid, model_name, pci_bus_id) + (xid,); times in seconds
+        since the epoch."""
         with self._lock:
-            errors = dict(self._errors)
-            xid_counts = dict(self._xid_counts)
-            xid_last = dict(self._xid_last)
+            return dict(self._errors), dict(self._xid_counts), dict(self._xid_last)
 
-        for spec in _SELF_FAMILIES:
-            name = spec[0]
-            fam = self._family(spec, ())
-            if name == "specwatch_gpu_up":
-                fam.add_metric([], 1.0 if snap.up else 0.0)
-            elif name == "specwatch_gpu_count" and snap.up and snap.count is not None:
-                fam.add_metric([], float(snap.count))
-            elif name == "specwatch_gpu_device_up" and snap.up:
-                for index, ok in snap.device_up:
-                    fam.add_metric([str(index)], 1.0 if ok else 0.0)
-            elif name == "specwatch_gpu_driver_info" and snap.up and snap.driver is not None:
-                fam.add_metric(list(snap.driver), 1.0)
-            elif name == "specwatch_gpu_last_sample_timestamp_seconds" and snap.last_ok is not None:
-                fam.add_metric([], snap.last_ok)
-            elif name == "specwatch_gpu_sample_duration_seconds" and snap.duration is not None:
-                fam.add_metric([], snap.duration)
-            elif name == "specwatch_gpu_collection_errors_total":
-                for err, n in sorted(errors.items()):
-                    fam.add_metric([err], float(n))
-            yield fam
-
-        for spec in _GPU_FAMILIES:
-            fam = self._family(spec, GPU_LABELS)
-            for labels, value in snap.samples.get(spec[0], ()):
-                fam.add_metric(list(labels), value)
-            yield fam
-
-        counts_fam = self._family(_XID_FAMILIES[0], GPU_LABELS)
-        for labels, n in sorted(xid_counts.items()):
-            counts_fam.add_metric(list(labels), float(n))
-        yield counts_fam
-        last_fam = self._family(_XID_FAMILIES[1], GPU_LABELS)
-        for labels, ts in sorted(xid_last.items()):
-            last_fam.add_metric(list(labels), ts)
-        yield last_fam
+    def _with_xids(self, states: list[GpuState]) -> tuple[GpuState, ...]:
+        """The cycle's GPUs with the XID counts so far; XIDs of a GPU not listed now get an entry."""
+        _, counts, last = self.counters()
+        by_index: dict[str, dict[str, tuple[float, float]]] = {}
+        labels_of: dict[str, tuple[str, ...]] = {}
+        for key, n in counts.items():
+            by_index.setdefault(key[0], {})[key[-1]] = (float(n), last.get(key, 0.0))
+            labels_of[key[0]] = key[:4]
+        out = [dataclasses.replace(g, xids=by_index.pop(g.index, {})) for g in states]
+        for index, xids in by_index.items():
+            _, uuid, model, pci = labels_of[index]
+            out.append(GpuState(index=index, uuid=uuid, model_name=model, pci_bus_id=pci, listed=False, xids=xids))
+        out.sort(key=lambda g: int(g.index) if g.index.isdigit() else 1 << 30)
+        return tuple(out)
 
     # ------------------------------------------------------------------ sampling
 
@@ -428,7 +397,8 @@ class GpuCollector(Collector):
         """Seconds to wait before retry number ``attempt`` (0-based): min, 2*min, ... capped at max."""
         return min(self._retry_max, self._retry_min * (2**attempt))
 
-    def _cycle(self) -> _Snapshot:
+    def _cycle(self) -> tuple[bool, int | None, tuple[str, str, str] | None, list[GpuState]]:
+        """One cycle: (up, count, driver, a GpuState per listed GPU, without XIDs)."""
         now = time.monotonic()
         s = self._session
         if s is not None and s.reinit_at is not None and now >= s.reinit_at:
@@ -437,29 +407,27 @@ class GpuCollector(Collector):
             s = self._session = None
         if s is None:
             if now < self._next_init:
-                return _Snapshot()
+                return False, None, None, []
             s = self._open_session()
             if s is None:
-                return _Snapshot()
+                return False, None, None, []
             self._session = s
 
         pids = self._read_pids()
-        samples: dict[str, list[tuple[tuple[str, ...], float]]] = defaultdict(list)
-        device_up: list[tuple[int, bool]] = []
+        states: list[GpuState] = []
         for index in range(s.count):
             gpu = s.gpus.get(index)
+            labels = dict(zip(("index", "uuid", "model_name", "pci_bus_id"), gpu.labels if gpu else (str(index),)))
             if gpu is None or index in s.failed:
-                device_up.append((index, False))
+                states.append(GpuState(**labels, up=False))
                 continue
             try:
                 readings = self._read_gpu(s, gpu, pids)
             except Exception as err:  # lost GPU, unknown error, or a bug: drop this GPU only
                 self._gpu_failed(s, index, err)
-                device_up.append((index, False))
+                states.append(GpuState(**labels, up=False))
                 continue
-            for name, extra, value in readings:
-                samples[name].append((gpu.labels + extra, value))
-            device_up.append((index, True))
+            states.append(GpuState(**labels, **readings))
             if index in self._failing_gpus:
                 self._failing_gpus.discard(index)
                 log.info("GPU %d (%s) is being read again", index, gpu.uuid)
@@ -472,13 +440,7 @@ class GpuCollector(Collector):
                 self._reinits += 1
         else:
             self._reinits = 0
-        return _Snapshot(
-            up=True,
-            count=s.count,
-            device_up=tuple(device_up),
-            driver=s.driver,
-            samples=dict(samples),
-        )
+        return True, s.count, s.driver, states
 
     def _open_session(self) -> _Session | None:
         nvml = self._nvml_arg
@@ -623,58 +585,59 @@ class GpuCollector(Collector):
         log.info("GPU %d (%s): %s unavailable (%s); series omitted", gpu.index, gpu.uuid, what, reason)
         return None
 
-    def _read_gpu(self, s: _Session, gpu: _Gpu, pids: set[int] | None) -> list[tuple[str, tuple[str, ...], float]]:
+    def _read_gpu(self, s: _Session, gpu: _Gpu, pids: set[int] | None) -> dict[str, Any]:
+        """GpuState fields read from one GPU (base units); a capability it lacks is left out."""
         nvml = s.nvml
-        out: list[tuple[str, tuple[str, ...], float]] = []
+        out: dict[str, Any] = {}
 
-        util = self._read(s, gpu, "utilization", ("nvmlDeviceGetUtilizationRates",))
+        def read(what: str, *args: Any, fns: tuple[str, ...] = ()) -> Any:
+            return self._read(s, gpu, what, fns, *args)
+
+        util = read("utilization", fns=("nvmlDeviceGetUtilizationRates",))
         if util is not None:
-            out.append(("specwatch_gpu_utilization_ratio", (), util.gpu / 100.0))
-            out.append(("specwatch_gpu_memory_utilization_ratio", (), util.memory / 100.0))
-        mem = self._read(s, gpu, "memory", ("nvmlDeviceGetMemoryInfo",))
+            out["utilization_ratio"] = util.gpu / 100.0
+            out["memory_utilization_ratio"] = util.memory / 100.0
+        mem = read("memory", fns=("nvmlDeviceGetMemoryInfo",))
         if mem is not None:
-            out.append(("specwatch_gpu_memory_used_bytes", (), float(mem.used)))
-            out.append(("specwatch_gpu_memory_total_bytes", (), float(mem.total)))
-        power_mw = self._read(s, gpu, "power", ("nvmlDeviceGetPowerUsage",))
+            out["memory_used_bytes"] = float(mem.used)
+            out["memory_total_bytes"] = float(mem.total)
+        power_mw = read("power", fns=("nvmlDeviceGetPowerUsage",))
         if power_mw is not None:
-            out.append(("specwatch_gpu_power_watts", (), power_mw / 1000.0))
-        energy_mj = self._read(s, gpu, "energy", ("nvmlDeviceGetTotalEnergyConsumption",))
+            out["power_watts"] = power_mw / 1000.0
+        energy_mj = read("energy", fns=("nvmlDeviceGetTotalEnergyConsumption",))
         if energy_mj is not None:
-            out.append(("specwatch_gpu_energy_joules_total", (), energy_mj / 1000.0))
-        temp = self._read(s, gpu, "temperature", ("nvmlDeviceGetTemperature",), nvml.NVML_TEMPERATURE_GPU)
+            out["energy_joules"] = energy_mj / 1000.0
+        temp = read("temperature", nvml.NVML_TEMPERATURE_GPU, fns=("nvmlDeviceGetTemperature",))
         if temp is not None:
-            out.append(("specwatch_gpu_temperature_celsius", (), float(temp)))
-        sm_mhz = self._read(s, gpu, "sm_clock", ("nvmlDeviceGetClockInfo",), nvml.NVML_CLOCK_SM)
+            out["temperature_celsius"] = float(temp)
+        sm_mhz = read("sm_clock", nvml.NVML_CLOCK_SM, fns=("nvmlDeviceGetClockInfo",))
         if sm_mhz is not None:
-            out.append(("specwatch_gpu_sm_clock_hertz", (), sm_mhz * 1e6))
-        mem_mhz = self._read(s, gpu, "memory_clock", ("nvmlDeviceGetClockInfo",), nvml.NVML_CLOCK_MEM)
+            out["sm_clock_hertz"] = sm_mhz * 1e6
+        mem_mhz = read("memory_clock", nvml.NVML_CLOCK_MEM, fns=("nvmlDeviceGetClockInfo",))
         if mem_mhz is not None:
-            out.append(("specwatch_gpu_memory_clock_hertz", (), mem_mhz * 1e6))
-        mask = self._read(
-            s,
-            gpu,
-            "clock_event_reasons",
-            ("nvmlDeviceGetCurrentClocksEventReasons", "nvmlDeviceGetCurrentClocksThrottleReasons"),
-        )
+            out["memory_clock_hertz"] = mem_mhz * 1e6
+        mask = read("clock_event_reasons",
+                    fns=("nvmlDeviceGetCurrentClocksEventReasons", "nvmlDeviceGetCurrentClocksThrottleReasons"))
         if mask is not None:
-            for reason, bit in s.reasons:
-                out.append(("specwatch_gpu_clock_event_reason_active", (reason,), 1.0 if mask & bit else 0.0))
+            out["reasons"] = frozenset(reason for reason, bit in s.reasons if mask & bit)
+            out["reasons_read"] = True
+        ecc = {}
         for kind, code in (
             ("corrected", nvml.NVML_MEMORY_ERROR_TYPE_CORRECTED),
             ("uncorrected", nvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED),
         ):
-            n = self._read(s, gpu, f"ecc_{kind}", ("nvmlDeviceGetTotalEccErrors",), code, nvml.NVML_VOLATILE_ECC)
+            n = read(f"ecc_{kind}", code, nvml.NVML_VOLATILE_ECC, fns=("nvmlDeviceGetTotalEccErrors",))
             if n is not None:
-                out.append(("specwatch_gpu_ecc_errors_total", (kind,), float(n)))
-        replays = self._read(s, gpu, "pcie_replays", ("nvmlDeviceGetPcieReplayCounter",))
+                ecc[kind] = float(n)
+        out["ecc"] = ecc
+        replays = read("pcie_replays", fns=("nvmlDeviceGetPcieReplayCounter",))
         if replays is not None:
-            out.append(("specwatch_gpu_pcie_replays_total", (), float(replays)))
+            out["pcie_replays"] = float(replays)
         if pids is not None:
-            procs = self._read(s, gpu, "processes", ("nvmlDeviceGetComputeRunningProcesses",))
+            procs = read("processes", fns=("nvmlDeviceGetComputeRunningProcesses",))
             if procs is not None:
                 # usedGpuMemory is None where the driver cannot tell (e.g. Windows WDDM)
-                used = sum(p.usedGpuMemory or 0 for p in procs if p.pid in pids)
-                out.append(("specwatch_gpu_sglang_process_memory_bytes", (), float(used)))
+                out["sglang_memory_bytes"] = float(sum(p.usedGpuMemory or 0 for p in procs if p.pid in pids))
         return out
 
     # ------------------------------------------------------------------ XID events
@@ -784,8 +747,90 @@ class GpuCollector(Collector):
         with self._lock:
             self._errors[label] = self._errors.get(label, 0) + 1
 
-    @staticmethod
-    def _family(spec: tuple[str, str, str, tuple[str, ...]], prefix: tuple[str, ...]) -> Metric:
-        name, kind, help_text, labels = spec
-        cls = CounterMetricFamily if kind == "counter" else GaugeMetricFamily
-        return cls(name, help_text, labels=list(prefix + labels))
+
+def _family(spec: tuple[str, str, str, tuple[str, ...]], prefix: tuple[str, ...]) -> Metric:
+    name, kind, help_text, labels = spec
+    cls = CounterMetricFamily if kind == "counter" else GaugeMetricFamily
+    return cls(name, help_text, labels=list(prefix + labels))
+
+
+# GpuState field -> family, for the plain per-GPU values
+_GPU_FIELDS = {
+    "specwatch_gpu_utilization_ratio": "utilization_ratio",
+    "specwatch_gpu_memory_utilization_ratio": "memory_utilization_ratio",
+    "specwatch_gpu_memory_used_bytes": "memory_used_bytes",
+    "specwatch_gpu_memory_total_bytes": "memory_total_bytes",
+    "specwatch_gpu_power_watts": "power_watts",
+    "specwatch_gpu_energy_joules_total": "energy_joules",
+    "specwatch_gpu_temperature_celsius": "temperature_celsius",
+    "specwatch_gpu_sm_clock_hertz": "sm_clock_hertz",
+    "specwatch_gpu_memory_clock_hertz": "memory_clock_hertz",
+    "specwatch_gpu_pcie_replays_total": "pcie_replays",
+    "specwatch_gpu_sglang_process_memory_bytes": "sglang_memory_bytes",
+}
+
+
+class GpuCollector(Collector):
+    """Renders a GpuSampler's latest ``GpuSample`` and its live event counters (errors, XIDs)
+    as the families of the module docstring; never calls NVML."""
+
+    def __init__(self, sampler: GpuSampler):
+        self.sampler = sampler
+
+    def describe(self) -> Iterator[Metric]:
+        """Every family this collector can yield, without samples (for registry name checks)."""
+        for spec in _SELF_FAMILIES + _GPU_FAMILIES + _XID_FAMILIES:
+            yield _family(spec, ())
+
+    def collect(self) -> Iterator[Metric]:
+        sample = self.sampler.last or GpuSample(timestamp=0.0, up=False, count=None)
+        errors, xid_counts, xid_last = self.sampler.counters()
+        up = sample.up
+        listed = [g for g in sample.gpus if g.listed]
+
+        for spec in _SELF_FAMILIES:
+            name = spec[0]
+            fam = _family(spec, ())
+            if name == "specwatch_gpu_up":
+                fam.add_metric([], 1.0 if up else 0.0)
+            elif name == "specwatch_gpu_count" and up and sample.count is not None:
+                fam.add_metric([], float(sample.count))
+            elif name == "specwatch_gpu_device_up" and up:
+                for g in listed:
+                    fam.add_metric([g.index], 1.0 if g.up else 0.0)
+            elif name == "specwatch_gpu_driver_info" and up and sample.driver is not None:
+                fam.add_metric(list(sample.driver), 1.0)
+            elif name == "specwatch_gpu_last_sample_timestamp_seconds" and self.sampler.last_ok is not None:
+                fam.add_metric([], self.sampler.last_ok)
+            elif name == "specwatch_gpu_sample_duration_seconds" and sample.duration_seconds is not None:
+                fam.add_metric([], sample.duration_seconds)
+            elif name == "specwatch_gpu_collection_errors_total":
+                for err, n in sorted(errors.items()):
+                    fam.add_metric([err], float(n))
+            yield fam
+
+        read = [g for g in listed if g.up]
+        for spec in _GPU_FAMILIES:
+            name = spec[0]
+            fam = _family(spec, GPU_LABELS)
+            for g in read:
+                labels = [g.index, g.uuid, g.model_name, g.pci_bus_id]
+                if name == "specwatch_gpu_clock_event_reason_active":
+                    if g.reasons_read:
+                        for reason, _ in _REASONS:
+                            fam.add_metric(labels + [reason], 1.0 if reason in g.reasons else 0.0)
+                elif name == "specwatch_gpu_ecc_errors_total":
+                    for kind, n in g.ecc.items():
+                        fam.add_metric(labels + [kind], n)
+                elif (value := getattr(g, _GPU_FIELDS[name])) is not None:
+                    fam.add_metric(labels, value)
+            yield fam
+
+        counts_fam = _family(_XID_FAMILIES[0], GPU_LABELS)
+        for labels, n in sorted(xid_counts.items()):
+            counts_fam.add_metric(list(labels), float(n))
+        yield counts_fam
+        last_fam = _family(_XID_FAMILIES[1], GPU_LABELS)
+        for labels, ts in sorted(xid_last.items()):
+            last_fam.add_metric(list(labels), ts)
+        yield last_fam

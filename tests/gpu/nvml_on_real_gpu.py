@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
-"""Check GpuCollector against the real NVML on a machine with NVIDIA GPUs (not a pytest test).
+"""Check GpuSampler and GpuCollector against the real NVML on a machine with NVIDIA GPUs (not a pytest test).
 
     python tests/gpu/nvml_on_real_gpu.py [--samples 3] [--interval 1.0] [--load]
 
-Runs the real collector (real ``pynvml``) for ``--samples`` cycles, prints the exposition
+Runs the real sampler (real ``pynvml``) for ``--samples`` cycles, prints the exposition
 text and a summary (series per family, collection errors), and exits 0 when
 ``specwatch_gpu_up`` is 1 and every core family has a value for every GPU, else 1.
 ``--load`` runs a PyTorch matmul on GPU 0 while sampling (if torch is importable), so
@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # repo root: specw
 from prometheus_client import CollectorRegistry, generate_latest  # noqa: E402
 from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
 
-from specwatch.sources.nvml import GpuCollector  # noqa: E402
+from specwatch.sources.nvml import GpuCollector, GpuSampler  # noqa: E402
 
 # must have a value for every GPU on any datacenter GPU; ECC, PCIe replays and XIDs may be
 # unsupported in a VM and are reported but not required
@@ -88,17 +88,17 @@ def main() -> int:
     if load is not None:
         time.sleep(2.0)  # let clocks and power ramp before the first sample
 
-    collector = GpuCollector(interval=args.interval, process_pids=all_pids)
+    sampler = GpuSampler(interval=args.interval, process_pids=all_pids)
     registry = CollectorRegistry()
-    registry.register(collector)
+    registry.register(GpuCollector(sampler))
     started = time.monotonic()
-    collector.start()
+    sampler.start()
     deadline = started + args.samples * args.interval + 30.0  # nvmlInit can take seconds without persistence mode
-    while collector.cycles < args.samples and time.monotonic() < deadline:
+    while sampler.cycles < args.samples and time.monotonic() < deadline:
         time.sleep(0.05)
-    xid_listening = collector.xid_listening
+    xid_listening = sampler.xid_listening
     text = generate_latest(registry).decode()
-    stopped = collector.stop(timeout=10.0)
+    stopped = sampler.stop(timeout=10.0)
     stop_load.set()
     if load is not None:
         load.join()
@@ -111,7 +111,7 @@ def main() -> int:
     gpus = {str(i) for i in range(count)}
 
     print("# ---- summary")
-    print(f"# cycles={collector.cycles} in {time.monotonic() - started:.1f} s, stopped cleanly={stopped}")
+    print(f"# cycles={sampler.cycles} in {time.monotonic() - started:.1f} s, stopped cleanly={stopped}")
     print(f"# specwatch_gpu_up={up} specwatch_gpu_count={count} xid_listening={xid_listening}")
     for name, fam in families.items():
         per_gpu = Counter(s.labels.get("gpu", "-") for s in fam.samples)

@@ -1,6 +1,6 @@
 """GPU rules (XID, ECC, lost GPU, throttling with a throughput drop) through the real
-GpuCollector driven by the NVML fake, its cycles turned into events by GpuEvents, and decode
-lines fed through the real pipeline."""
+GpuSampler driven by the NVML fake, each cycle's GpuSample fed to the real pipeline as the
+daemon does, and decode lines fed through the same pipeline."""
 
 from __future__ import annotations
 
@@ -19,8 +19,7 @@ from specwatch.alerts.dispatcher import Dispatcher  # noqa: E402
 from specwatch.config import build_config  # noqa: E402
 from specwatch.events import LogLine  # noqa: E402
 from specwatch.pipeline import Pipeline  # noqa: E402
-from specwatch.sources.gpu_events import GpuEvents  # noqa: E402
-from specwatch.sources.nvml import GpuCollector  # noqa: E402
+from specwatch.sources.nvml import GpuSampler  # noqa: E402
 
 UUID0 = "GPU-11111111-2222-3333-4444-555555555555"
 UUID1 = "GPU-aaaaaaaa-bbbb-cccc-dddd-eeeeeeeeeeee"
@@ -30,26 +29,29 @@ SGLANG_PID = 424242
 
 
 class Box:
-    """One GPU box: fake NVML, the real collector, the pipeline, a clock."""
+    """One GPU box: fake NVML, the real sampler, the pipeline, a clock."""
 
     def __init__(self, rules: dict | None = None, sglang_on: tuple[int, ...] = (0, 1)):
         self.devices = two_h200s()
         for i in sglang_on:
             self.devices[i].processes = [(SGLANG_PID, 60 * GIB)]
         self.nvml = FakeNvml(self.devices)
-        self.collector = GpuCollector(self.nvml, interval=5, init_retry_min=0.0, xid_wait_ms=20,
-                                      process_pids=lambda: {SGLANG_PID})
-        self.events = GpuEvents(self.collector)
         cfg = build_config({"server": "gpu-box-1", "logs": [{"path": LOG}], "rules": rules or {}})
         self.pl = Pipeline(cfg, Dispatcher([]))
         self.now = T0
+        self.samples = []
+        self.sampler = GpuSampler(self.nvml, emit=self._feed, interval=5, init_retry_min=0.0, xid_wait_ms=20,
+                                  process_pids=lambda: {SGLANG_PID})
+
+    def _feed(self, sample) -> None:
+        self.samples.append(sample)
+        self.pl.feed_event("gpu-box-1", sample, self.now)
 
     def sample(self, advance: float = 5.0) -> None:
         self.now += advance
-        self.collector.sample_once()
-        ev = self.events.poll(self.now)
-        assert ev is not None
-        self.pl.feed_event("gpu-box-1", ev, self.now)
+        n = len(self.samples)
+        self.sampler.sample_once()
+        assert len(self.samples) == n + 1  # one event per cycle, handed on by the sampler itself
         with self.pl.lock:
             self.pl.tick(self.now)
 
@@ -60,7 +62,7 @@ class Box:
 
     def wait_xids(self, n: int) -> None:
         deadline = time.monotonic() + 3
-        while sum(v for k, v in self.collector._xid_counts.items()) < n:
+        while sum(self.sampler.counters()[1].values()) < n:
             assert time.monotonic() < deadline, "XID not delivered"
             time.sleep(0.01)
 
@@ -68,7 +70,7 @@ class Box:
         return [(a.name, a.status) for a in self.pl.dispatcher.history]
 
     def close(self) -> None:
-        assert self.collector.stop(timeout=3)
+        assert self.sampler.stop(timeout=3)
 
 
 @pytest.fixture

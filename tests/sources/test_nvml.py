@@ -1,4 +1,5 @@
-"""GpuCollector driven through the NVML fake, read back through the Prometheus text format."""
+"""GpuSampler driven through the NVML fake: its GpuSample events, and the same values read back
+through GpuCollector and the Prometheus text format."""
 
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ import fake_pynvml as fake  # noqa: E402
 from fake_pynvml import GIB, FakeNvml, two_h200s  # noqa: E402
 
 from specwatch.sources import nvml as nvml_mod  # noqa: E402
-from specwatch.sources.nvml import GpuCollector  # noqa: E402
+from specwatch.sources.nvml import GpuCollector, GpuSampler  # noqa: E402
 
 UUID0 = "GPU-11111111-2222-3333-4444-555555555555"
 UUID1 = "GPU-aaaaaaaa-bbbb-cccc-dddd-eeeeeeeeeeee"
@@ -60,21 +61,21 @@ def wait_for(predicate, timeout: float = 3.0) -> None:
 
 @pytest.fixture
 def make():
-    """Build collector + registry; always stop threads and shut NVML down afterwards."""
-    made: list[GpuCollector] = []
+    """Build sampler + a registry rendering it; always stop threads and shut NVML down afterwards."""
+    made: list[GpuSampler] = []
 
     def _make(nvml, **kwargs):
         kwargs.setdefault("xid_wait_ms", 50)
         kwargs.setdefault("init_retry_min", 0.0)
-        collector = GpuCollector(nvml, **kwargs)
+        sampler = GpuSampler(nvml, **kwargs)
         registry = CollectorRegistry()
-        registry.register(collector)
-        made.append(collector)
-        return collector, registry
+        registry.register(GpuCollector(sampler))
+        made.append(sampler)
+        return sampler, registry
 
     yield _make
-    for collector in made:
-        assert collector.stop(timeout=3.0)
+    for sampler in made:
+        assert sampler.stop(timeout=3.0)
 
 
 CORE = (
@@ -96,9 +97,9 @@ CORE = (
 
 def test_two_gpus_values_in_base_units(make):
     nvml = FakeNvml(two_h200s())
-    collector, registry = make(nvml)
+    sampler, registry = make(nvml)
     before = time.time()
-    assert collector.sample_once() is True
+    assert sampler.sample_once() is True
     m = scrape(registry)
 
     assert value(m, "specwatch_gpu_up") == 1
@@ -138,7 +139,7 @@ def test_two_gpus_values_in_base_units(make):
 
     # the energy counter follows the device between samples
     nvml.devices[0].energy_mj += 2_500
-    collector.sample_once()
+    sampler.sample_once()
     assert value(scrape(registry), "specwatch_gpu_energy_joules_total", gpu="0") == pytest.approx(123459.289)
 
 
@@ -146,8 +147,8 @@ def test_clock_event_reason_bits(make):
     devices = two_h200s()
     devices[0].clock_event_reasons = pynvml.nvmlClocksEventReasonSwPowerCap | pynvml.nvmlClocksEventReasonHwThermalSlowdown
     devices[1].clock_event_reasons = pynvml.nvmlClocksEventReasonGpuIdle
-    collector, registry = make(FakeNvml(devices))
-    collector.sample_once()
+    sampler, registry = make(FakeNvml(devices))
+    sampler.sample_once()
     m = scrape(registry)
     reasons = [
         "gpu_idle",
@@ -172,8 +173,8 @@ def test_older_driver_falls_back_to_throttle_reasons(make):
     devices = two_h200s()
     devices[0].clock_event_reasons = pynvml.nvmlClocksEventReasonHwPowerBrakeSlowdown
     nvml = FakeNvml(devices, legacy_driver=True)
-    collector, registry = make(nvml)
-    collector.sample_once()
+    sampler, registry = make(nvml)
+    sampler.sample_once()
     m = scrape(registry)
     assert value(m, "specwatch_gpu_clock_event_reason_active", gpu="0", reason="hw_power_brake_slowdown") == 1
     assert value(m, "specwatch_gpu_clock_event_reason_active", gpu="0", reason="gpu_idle") == 0
@@ -181,14 +182,62 @@ def test_older_driver_falls_back_to_throttle_reasons(make):
     assert "function_not_found" not in {s.labels["error"] for s in m["specwatch_gpu_collection_errors_total"]}
 
 
+def test_each_cycle_emits_one_typed_sample_that_metrics_render(make):
+    devices = two_h200s()
+    devices[0].clock_event_reasons = pynvml.nvmlClocksEventReasonSwPowerCap
+    got = []
+    nvml = FakeNvml(devices)
+    sampler, registry = make(nvml, emit=got.append, process_pids=lambda: set())
+    sampler.sample_once()
+    devices[1].fail_all = pynvml.NVML_ERROR_GPU_IS_LOST
+    before = time.time()
+    sampler.sample_once()
+    assert len(got) == 2 and got[1] is sampler.last
+    ev = got[1]
+    assert (ev.up, ev.count, ev.driver) == (True, 2, ("570.124.06", "12.8", "12.570.124.06"))
+    assert before <= ev.timestamp <= time.time() and 0 <= ev.duration_seconds < 1
+    g0, g1 = ev.gpus
+    assert (g0.index, g0.uuid, g0.model_name, g0.pci_bus_id, g0.up) == ("0", UUID0, "NVIDIA H200", "00000000:19:00.0", True)
+    assert (g0.power_watts, g0.temperature_celsius, g0.sm_clock_hertz) == (412.5, 61.0, 1_980_000_000)
+    assert g0.reasons == {"sw_power_cap"} and g0.reasons_read
+    assert g0.ecc == {"corrected": 3.0, "uncorrected": 0.0} and g0.sglang_memory_bytes == 0
+    # a lost GPU: its labels, no values
+    assert (g1.index, g1.uuid, g1.up, g1.power_watts, g1.reasons_read) == ("1", UUID1, False, None, False)
+    assert got[0].gpus[1].up and got[0].gpus[1].power_watts == 98.25
+    m = scrape(registry)
+    assert value(m, "specwatch_gpu_power_watts", gpu="0") == g0.power_watts
+    assert value(m, "specwatch_gpu_clock_event_reason_active", gpu="0", reason="sw_power_cap") == 1
+    assert value(m, "specwatch_gpu_device_up", gpu="1") == 0
+    assert value(m, "specwatch_gpu_sample_duration_seconds") == ev.duration_seconds
+
+    # NVML gone (shut down, and the driver unloaded): the cycle still emits, up False and no GPUs
+    sampler.stop()
+    nvml.init_error = pynvml.NVML_ERROR_DRIVER_NOT_LOADED
+    sampler.sample_once()
+    assert len(got) == 3 and (got[2].up, got[2].count, got[2].gpus) == (False, None, ())
+
+
+def test_emit_failure_is_logged_and_sampling_goes_on(make, caplog):
+    def broken(sample):
+        raise RuntimeError("pipeline bug")
+
+    sampler, registry = make(FakeNvml(two_h200s()), emit=broken)
+    with caplog.at_level(logging.ERROR, logger=LOGGER):
+        assert sampler.sample_once() is True
+        assert sampler.sample_once() is True
+    assert sampler.cycles == 2
+    assert len([r for r in caplog.records if "handing the GPU sample on failed" in r.getMessage()]) == 2
+    assert value(scrape(registry), "specwatch_gpu_up") == 1
+
+
 # ---------------------------------------------------------------- XID
 
 
 def test_xid_between_samples_is_counted(make):
     nvml = FakeNvml(two_h200s())
-    collector, registry = make(nvml)
-    collector.sample_once()
-    assert collector.xid_listening
+    sampler, registry = make(nvml)
+    sampler.sample_once()
+    assert sampler.xid_listening
     assert nvml.calls["nvmlDeviceRegisterEvents"] == 2
     assert scrape(registry).get("specwatch_gpu_xid_errors_total") is None
 
@@ -204,8 +253,12 @@ def test_xid_between_samples_is_counted(make):
     assert value(m, "specwatch_gpu_xid_errors_total", gpu="0", uuid=UUID0, xid="13") == 2
     assert t0 <= value(m, "specwatch_gpu_xid_last_timestamp_seconds", gpu="1", xid="79") <= time.time()
 
-    collector.sample_once()
+    sampler.sample_once()
     assert value(scrape(registry), "specwatch_gpu_xid_errors_total", gpu="1", xid="79") == 1
+    # the next cycle's event carries them, per GPU
+    g0, g1 = sampler.last.gpus
+    assert g0.xids["13"][0] == 2 and g1.xids["79"][0] == 1
+    assert t0 <= g1.xids["79"][1] <= time.time()
 
 
 # ---------------------------------------------------------------- failures
@@ -217,8 +270,8 @@ def test_xid_between_samples_is_counted(make):
 )
 def test_failed_gpu_dropped_then_back_after_reinit(make, how, error, caplog):
     nvml = FakeNvml(two_h200s())
-    collector, registry = make(nvml)
-    collector.sample_once()
+    sampler, registry = make(nvml)
+    sampler.sample_once()
     nvml.push_xid(1, 79)
     wait_for(lambda: "specwatch_gpu_xid_errors_total" in scrape(registry))
 
@@ -227,7 +280,7 @@ def test_failed_gpu_dropped_then_back_after_reinit(make, how, error, caplog):
     else:
         nvml.devices[1].errors["nvmlDeviceGetTemperature"] = pynvml.NVML_ERROR_UNKNOWN
     with caplog.at_level(logging.WARNING, logger=LOGGER):
-        collector.sample_once()
+        sampler.sample_once()
     m = scrape(registry)
     assert value(m, "specwatch_gpu_up") == 1
     assert value(m, "specwatch_gpu_device_up", gpu="0") == 1
@@ -244,7 +297,7 @@ def test_failed_gpu_dropped_then_back_after_reinit(make, how, error, caplog):
     # the GPU recovers; the next cycle shuts NVML down and initialises it again
     nvml.devices[1].fail_all = None
     nvml.devices[1].errors.clear()
-    collector.sample_once()
+    sampler.sample_once()
     m = scrape(registry)
     assert nvml.calls["nvmlShutdown"] == 1
     assert nvml.calls["nvmlInit"] == 2
@@ -253,20 +306,20 @@ def test_failed_gpu_dropped_then_back_after_reinit(make, how, error, caplog):
     for name in CORE:
         assert gpus_of(m, name) == {"0", "1"}, name
     assert value(m, "specwatch_gpu_temperature_celsius", gpu="1") == 34
-    assert collector.xid_listening  # a fresh event set after re-init
+    assert sampler.xid_listening  # a fresh event set after re-init
     nvml.push_xid(1, 79)
     wait_for(lambda: value(scrape(registry), "specwatch_gpu_xid_errors_total", gpu="1", xid="79") == 2)
 
 
 def test_gpu_that_stays_lost_backs_off_reinit(make):
     nvml = FakeNvml(two_h200s())
-    collector, registry = make(nvml, init_retry_min=3600.0)
-    collector.sample_once()
+    sampler, registry = make(nvml, init_retry_min=3600.0)
+    sampler.sample_once()
     nvml.devices[1].fail_all = pynvml.NVML_ERROR_GPU_IS_LOST
-    collector.sample_once()  # lost: re-init scheduled for the next cycle
-    collector.sample_once()  # re-init; GPU 1 fails again at its handle
+    sampler.sample_once()  # lost: re-init scheduled for the next cycle
+    sampler.sample_once()  # re-init; GPU 1 fails again at its handle
     for _ in range(3):  # now backing off: no more init/shutdown churn, GPU 0 still sampled
-        collector.sample_once()
+        sampler.sample_once()
     m = scrape(registry)
     assert nvml.calls["nvmlInit"] == 2
     assert nvml.calls["nvmlShutdown"] == 1
@@ -279,10 +332,10 @@ def test_gpu_that_stays_lost_backs_off_reinit(make):
 
 def test_library_not_found_up0_one_warning(make, caplog):
     nvml = FakeNvml(two_h200s(), init_error=pynvml.NVML_ERROR_LIBRARY_NOT_FOUND)
-    collector, registry = make(nvml)  # init_retry_min=0: every cycle retries
+    sampler, registry = make(nvml)  # init_retry_min=0: every cycle retries
     with caplog.at_level(logging.DEBUG, logger=LOGGER):
         for _ in range(5):
-            assert collector.sample_once() is False
+            assert sampler.sample_once() is False
     warnings = [r for r in caplog.records if r.levelno >= logging.WARNING]
     assert len(warnings) == 1
     assert "library_not_found" in warnings[0].getMessage()
@@ -298,7 +351,7 @@ def test_library_not_found_up0_one_warning(make, caplog):
 
     # the library appears (driver installed): the next retry brings everything up
     nvml.init_error = None
-    assert collector.sample_once() is True
+    assert sampler.sample_once() is True
     m = scrape(registry)
     assert value(m, "specwatch_gpu_up") == 1
     assert value(m, "specwatch_gpu_power_watts", gpu="1") == pytest.approx(98.25)
@@ -306,9 +359,9 @@ def test_library_not_found_up0_one_warning(make, caplog):
 
 def test_init_retry_backs_off(make):
     nvml = FakeNvml(two_h200s(), init_error=pynvml.NVML_ERROR_DRIVER_NOT_LOADED)
-    collector, registry = make(nvml, init_retry_min=3600.0)
+    sampler, registry = make(nvml, init_retry_min=3600.0)
     for _ in range(4):
-        collector.sample_once()
+        sampler.sample_once()
     assert nvml.calls["nvmlInit"] == 1  # the next try is an hour away
     assert value(scrape(registry), "specwatch_gpu_collection_errors_total", error="driver_not_loaded") == 1
 
@@ -327,9 +380,9 @@ def nvidia_smi_gpus() -> dict[str, tuple[str, float]] | None:
 def test_real_pynvml_on_this_machine(make, caplog):
     """The default (nvml=None) path with the real library. With a GPU, the values agree with
     nvidia-smi; without one: up 0, one warning."""
-    collector, registry = make(None)
+    sampler, registry = make(None)
     with caplog.at_level(logging.WARNING, logger=LOGGER):
-        ups = [collector.sample_once() for _ in range(3)]
+        ups = [sampler.sample_once() for _ in range(3)]
     m = scrape(registry)
     if ups[0]:  # a machine with a GPU runs this suite
         assert ups == [True, True, True]
@@ -355,9 +408,9 @@ def test_not_supported_omits_just_that_series(make):
     devices[0].errors["nvmlDeviceGetPowerUsage"] = pynvml.NVML_ERROR_NOT_SUPPORTED
     devices[1].errors["nvmlDeviceGetTotalEccErrors"] = pynvml.NVML_ERROR_NOT_SUPPORTED  # ECC off
     nvml = FakeNvml(devices)
-    collector, registry = make(nvml)
+    sampler, registry = make(nvml)
     for _ in range(3):
-        collector.sample_once()
+        sampler.sample_once()
     m = scrape(registry)
     assert gpus_of(m, "specwatch_gpu_power_watts") == {"1"}
     assert {(s.labels["gpu"], s.labels["type"]) for s in m["specwatch_gpu_ecc_errors_total"]} == {
@@ -379,14 +432,14 @@ def test_sglang_process_memory_filtered_by_pids(make):
     devices[0].processes = [(100, 10 * GIB), (200, 5 * GIB), (999, 3 * GIB)]
     devices[1].processes = [(100, 7 * GIB), (300, None), (4242, 60 * GIB)]
     pids = {100, 200, 300}
-    collector, registry = make(FakeNvml(devices), process_pids=lambda: pids)
-    collector.sample_once()
+    sampler, registry = make(FakeNvml(devices), process_pids=lambda: pids)
+    sampler.sample_once()
     m = scrape(registry)
     assert value(m, "specwatch_gpu_sglang_process_memory_bytes", gpu="0") == 15 * GIB
     assert value(m, "specwatch_gpu_sglang_process_memory_bytes", gpu="1") == 7 * GIB
 
     pids.discard(100)  # a server went away
-    collector.sample_once()
+    sampler.sample_once()
     m = scrape(registry)
     assert value(m, "specwatch_gpu_sglang_process_memory_bytes", gpu="0") == 5 * GIB
     assert value(m, "specwatch_gpu_sglang_process_memory_bytes", gpu="1") == 0
@@ -396,9 +449,9 @@ def test_process_pids_failure_omits_only_that_series(make):
     def broken() -> set[int]:
         raise OSError("no /proc")
 
-    collector, registry = make(FakeNvml(two_h200s()), process_pids=broken)
-    collector.sample_once()
-    collector.sample_once()
+    sampler, registry = make(FakeNvml(two_h200s()), process_pids=broken)
+    sampler.sample_once()
+    sampler.sample_once()
     m = scrape(registry)
     assert "specwatch_gpu_sglang_process_memory_bytes" not in m
     assert gpus_of(m, "specwatch_gpu_power_watts") == {"0", "1"}
@@ -410,8 +463,8 @@ def test_process_pids_failure_omits_only_that_series(make):
 
 def test_collect_never_calls_nvml(make):
     nvml = FakeNvml(two_h200s())
-    collector, registry = make(nvml)
-    collector.sample_once()
+    sampler, registry = make(nvml)
+    sampler.sample_once()
 
     def calls() -> int:  # the XID thread's waits are its own business, not collect()'s
         return sum(n for name, n in nvml.calls.items() if name != "nvmlEventSetWait_v2")
@@ -424,10 +477,10 @@ def test_collect_never_calls_nvml(make):
 
 def test_hung_nvml_call_does_not_block_scrapes(make):
     nvml = FakeNvml(two_h200s())
-    collector, registry = make(nvml, interval=0.05)
-    collector.sample_once()
+    sampler, registry = make(nvml, interval=0.05)
+    sampler.sample_once()
     nvml.hang = gate = threading.Event()
-    collector.start()
+    sampler.start()
     assert nvml.hanging.wait(2.0)  # the sampler thread is stuck inside NVML
     t0 = time.perf_counter()
     m = scrape(registry)
@@ -439,10 +492,10 @@ def test_hung_nvml_call_does_not_block_scrapes(make):
 
 def test_start_stop_thread(make):
     nvml = FakeNvml(two_h200s())
-    collector, registry = make(nvml, interval=0.02)
-    collector.start()
-    wait_for(lambda: collector.cycles >= 3)
-    assert collector.stop(timeout=2.0)
+    sampler, registry = make(nvml, interval=0.02)
+    sampler.start()
+    wait_for(lambda: sampler.cycles >= 3)
+    assert sampler.stop(timeout=2.0)
     assert nvml.calls["nvmlShutdown"] == 1
     assert not nvml.initialised
     assert value(scrape(registry), "specwatch_gpu_up") == 1  # last snapshot stays readable
@@ -458,11 +511,11 @@ def test_fake_matches_pynvml_signatures():
         assert list(inspect.signature(ours).parameters) == list(inspect.signature(real).parameters), name
 
 
-def test_collector_calls_only_faked_functions(make):
+def test_sampler_calls_only_faked_functions(make):
     nvml = FakeNvml(two_h200s())
-    collector, registry = make(nvml, process_pids=lambda: {1})
-    collector.sample_once()
-    collector.stop()
+    sampler, registry = make(nvml, process_pids=lambda: {1})
+    sampler.sample_once()
+    sampler.stop()
     assert set(nvml.calls) <= set(fake.FUNCTIONS)
     # and every faked function but the legacy fallback was exercised
     assert set(fake.FUNCTIONS) - set(nvml.calls) == {"nvmlDeviceGetCurrentClocksThrottleReasons"}
@@ -471,7 +524,7 @@ def test_collector_calls_only_faked_functions(make):
 def test_every_metric_documented_and_described():
     doc = nvml_mod.__doc__
     registry = CollectorRegistry()
-    collector = GpuCollector(FakeNvml([]))
+    collector = GpuCollector(GpuSampler(FakeNvml([])))
     registry.register(collector)  # describe() names every family: a clash would raise here
     described = {m.name for m in collector.describe()}
     for name in nvml_mod.METRIC_NAMES:
