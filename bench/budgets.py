@@ -1,0 +1,307 @@
+"""Issue 9's budgets, each measured against a peer or a limit on this machine, in one run.
+
+1. backlog: lines per CPU-second (user+sys of the whole process, medians of --repeats paired runs)
+   of `specwatch replay --json FILE`, of `specwatch run` catching up on a FILE that already holds
+   the whole log (CPU until /metrics counts every line; start-up included, and reported on its own
+   from a run on an empty file), and of `mtail --one_shot --progs bench/sglang.mtail --logs FILE`.
+   Budget: specwatch >= 3x mtail. Files: `bench/gen_sglang_log.py FILE --mb` and bench/backlog.py's
+   mixed_log (--mixed-lines).
+2. idle: `specwatch run` (process and API sources on, GPU off) beside a live fake SGLang server
+   (tests/fake_sglang.py: real processes, SGLang's HTTP API), 8 DP ranks each appending one decode
+   line a second to the followed log, among --others `sleep` processes, over --idle-seconds.
+   Budget: <= 0.1 % of one core, RSS <= 45 MB (without a GPU). Nothing scrapes /metrics meanwhile.
+3. latency: collapse line appended -> Slack POST received, p50 (bench/backlog.py's alert_latency).
+   Budget: p50 <= 0.5 s.
+
+Usage: python bench/budgets.py [--mb 200] [--repeats 3] [--idle-seconds 600] [--parts backlog,idle,latency]
+Needs the Debian package `mtail` for the backlog part. Prints a table, then the figures as JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+import psutil
+
+BENCH = Path(__file__).resolve().parent
+sys.path.insert(0, str(BENCH))
+import backlog  # noqa: E402  (also puts tests/ on sys.path)
+import fake_sglang  # noqa: E402
+from procs import scrape  # noqa: E402
+from sglang_lines import decode_line, mixed_log  # noqa: E402
+
+MTAIL_PROG = BENCH / "sglang.mtail"
+BACKLOG_RATIO, IDLE_CPU_PCT, IDLE_RSS_MB, LATENCY_P50_S = 3.0, 0.1, 45.0, 0.5
+RANKS = 8
+
+
+def median(xs) -> float:
+    return statistics.median(list(xs))
+
+
+# --- backlog -------------------------------------------------------------------------------------
+
+def timed(argv: list[str], out: Path) -> tuple[float, float]:
+    """Run argv to completion, stdout to `out`: (CPU seconds of the process and its children, wall s)."""
+    t0 = time.monotonic()
+    with open(out, "wb") as f:
+        p = subprocess.Popen(argv, stdout=f, stderr=subprocess.DEVNULL,
+                             env=dict(os.environ, PYTHONPATH=str(BENCH.parent)))
+        _, status, ru = os.wait4(p.pid, 0)
+    p.returncode = os.waitstatus_to_exitcode(status)
+    if p.returncode:
+        raise RuntimeError(f"{' '.join(argv)} exited with {p.returncode}")
+    return ru.ru_utime + ru.ru_stime, time.monotonic() - t0
+
+
+def replay(log: Path, out: Path, n: int) -> tuple[float, float]:
+    cpu, wall = timed([sys.executable, "-m", "specwatch", "replay", "--json", str(log)], out)
+    total = json.loads(out.read_text())["lines"]["total"]
+    if total != n:
+        raise RuntimeError(f"specwatch replay read {total} lines of {n}")
+    return cpu, wall
+
+
+def mtail(log: Path, out: Path) -> tuple[float, float, int]:
+    """(CPU s, wall s, decode lines the program matched)."""
+    cpu, wall = timed(["mtail", "--one_shot", "--progs", str(MTAIL_PROG), "--logs", str(log)], out)
+    doc = json.loads(out.read_text())
+    matched = sum(v["Value"]["Value"] for m in doc.get("sglang_decode_batches_total", [])
+                  for v in m.get("LabelValues", []))
+    return cpu, wall, int(matched)
+
+
+def catch_up(tmp: Path, log: Path, n: int) -> tuple[float, float, float]:
+    """`specwatch run` on a file holding n lines: (CPU s, wall s, RSS MB) when /metrics counts all n.
+
+    Polls every 0.2 s (a scrape costs the daemon CPU); the catch-up is long next to that."""
+    tmp.mkdir()  # its own state dir: no checkpoint of an earlier run
+    port = backlog.free_port()
+    proc = backlog.start_specwatch(backlog.write_config(tmp, log, port))
+    try:
+        ps = psutil.Process(proc.pid)
+        t0 = time.monotonic()
+        while backlog.scrape_lines(port) < n:
+            if proc.poll() is not None:
+                raise RuntimeError(f"specwatch run exited with {proc.returncode} during catch-up")
+            time.sleep(0.2)
+        return backlog.cpu_seconds(ps), time.monotonic() - t0, ps.memory_info().rss / 2**20
+    finally:
+        backlog.stop(proc)
+
+
+def bench_file(tmp: Path, log: Path, repeats: int) -> dict:
+    """Paired runs of the three readers on one file (interleaved so drift hits all alike)."""
+    n = sum(1 for _ in open(log, "rb"))
+    decode = sum(1 for line in open(log, "rb") if b"] Decode batch" in line)
+    out = tmp / "out"
+    runs: dict[str, list] = {"replay": [], "run": [], "mtail": []}
+    for i in range(repeats):
+        runs["replay"].append(replay(log, out, n))
+        runs["run"].append(catch_up(tmp / f"{log.stem}-run{i}", log, n))
+        runs["mtail"].append(mtail(log, out))
+        print(f"  {log.name} #{i + 1}: replay {runs['replay'][-1][0]:.2f}, run {runs['run'][-1][0]:.2f}, "
+              f"mtail {runs['mtail'][-1][0]:.2f} CPU-s", file=sys.stderr)
+    res: dict = {"file": log.name, "lines": n, "decode_lines": decode, "mb": round(log.stat().st_size / 2**20, 1),
+                 "mtail_matched_decode_lines": runs["mtail"][0][2]}
+    for name, rs in runs.items():
+        cpu = median(r[0] for r in rs)
+        res[name] = {"cpu_s": round(cpu, 3), "wall_s": round(median(r[1] for r in rs), 3),
+                     "lines_per_cpu_s": round(n / cpu), "cpu_s_runs": [round(r[0], 3) for r in rs]}
+    res["run"]["rss_mb"] = round(max(r[2] for r in runs["run"]), 1)
+    for name in ("replay", "run"):
+        res[name]["x_mtail"] = round(res["mtail"]["cpu_s"] / res[name]["cpu_s"], 2)
+    return res
+
+
+def start_up(tmp: Path, repeats: int) -> dict:
+    empty = tmp / "empty.log"
+    empty.write_text("")
+    rs = [catch_up(tmp / f"empty-run{i}", empty, 0) for i in range(repeats)]
+    return {"cpu_s": round(median(r[0] for r in rs), 3), "wall_s": round(median(r[1] for r in rs), 3),
+            "rss_mb": round(median(r[2] for r in rs), 1)}
+
+
+# --- idle beside a live server -------------------------------------------------------------------
+
+def write_ranks(log: Path, stop: threading.Event) -> None:
+    """8 DP ranks, each one decode line a second, spread over the second as separate processes print."""
+    with open(log, "a", buffering=1) as f:
+        tick = time.monotonic()
+        while not stop.is_set():
+            for r in range(RANKS):
+                stop.wait(max(0.0, tick + r / RANKS - time.monotonic()))
+                ts = time.strftime("%Y-%m-%d %H:%M:%S")
+                f.write(decode_line("0.5.23", ts=ts, rank={"DP": r, "TP": r}, running=8, accept_len=2.75)[0] + "\n")
+            tick += 1.0
+
+
+def wait_until(pred, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not pred():
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"timed out after {timeout:.0f} s waiting for {what}")
+        time.sleep(0.2)
+
+
+def sample(port: int, name: str) -> float | None:
+    try:
+        return scrape(port).get((name, (("server", "bench"),)))
+    except OSError:
+        return None
+
+
+def idle(tmp: Path, seconds: float, others: int) -> dict:
+    sleepers: list[subprocess.Popen] = []
+    server = daemon = None
+    stop = threading.Event()
+    writer = threading.Thread(target=write_ranks, args=(tmp / "sglang.log", stop), daemon=True)
+    try:
+        for _ in range(others):  # appended one by one: a failed start still cleans up the others
+            sleepers.append(subprocess.Popen(["sleep", str(int(seconds) + 3600)]))
+        python = fake_sglang.make_install(tmp / "sglang-venv", "0.5.23")
+        sglang_port = backlog.free_port()
+        server = fake_sglang.launch(
+            [str(python), "-m", "sglang.launch_server", "--model-path", "/models/meta-llama/Llama-3.1-8B-Instruct",
+             "--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", "/models/eagle3-llama3.1-8b",
+             "--port", str(sglang_port)], env={"FAKE_SGLANG_HTTP": "1"})
+        fake_sglang.wait_children(server)
+        wait_until(lambda: _answers(f"http://127.0.0.1:{sglang_port}/health"), 30, "the fake SGLang API")
+        writer.start()
+        port = backlog.free_port()
+        cfg = tmp / "idle.yaml"
+        cfg.write_text(f"server: bench\nlogs:\n  - path: {tmp / 'sglang.log'}\nmetrics:\n  listen_port: {port}\n"
+                       f"state_dir: {tmp / 'idle-state'}\ngpu:\n  enabled: false\n"
+                       f"process:\n  servers: {{{sglang_port}: bench}}\n"
+                       f"server_api:\n  url: http://127.0.0.1:{sglang_port}\n")
+        daemon = backlog.start_specwatch(cfg)
+        wait_until(lambda: sample(port, "specwatch_server_up") == 1 and sample(port, "specwatch_server_api_up") == 1,
+                   60, "specwatch to see the server (process scan and API)")
+        lines0 = backlog.scrape_lines(port)
+        time.sleep(10)  # past start-up: first scans, polls and the diagnosis of the server's settings
+        ps = psutil.Process(daemon.pid)
+        cpu0, t0, rss = backlog.cpu_seconds(ps), time.monotonic(), []
+        while (left := t0 + seconds - time.monotonic()) > 0:
+            time.sleep(min(5.0, left))
+            rss.append(ps.memory_info().rss / 2**20)
+        cpu, wall = backlog.cpu_seconds(ps) - cpu0, time.monotonic() - t0
+        processes = len(psutil.pids())  # the bench's and any other load's
+        read = backlog.scrape_lines(port) - lines0
+        up = sample(port, "specwatch_server_up"), sample(port, "specwatch_server_api_up")
+        if up != (1, 1) or read < RANKS * seconds * 0.9:
+            raise RuntimeError(f"specwatch did not keep up with the server: up/api_up {up}, {read} lines read")
+        return {"seconds": round(wall), "others": others, "processes_on_box": processes, "cpu_pct_of_core": round(100 * cpu / wall, 3),
+                "rss_mb": round(rss[-1], 1), "rss_mb_max": round(max(rss), 1), "log_lines_read": read}
+    finally:
+        stop.set()
+        if daemon:
+            backlog.stop(daemon)
+        if server:
+            fake_sglang.stop(server)
+        for p in sleepers:
+            p.kill()
+            p.wait()
+
+
+def _answers(url: str) -> bool:
+    try:
+        return urllib.request.urlopen(url, timeout=1).status == 200
+    except OSError:
+        return False
+
+
+# --- report --------------------------------------------------------------------------------------
+
+def verdict(ok: bool) -> str:
+    return "ok" if ok else "MISSED"
+
+
+def table(res: dict) -> str:
+    rows = []
+    for key in ("gen_log", "mixed_log"):
+        if key in res:
+            f = res[key]
+            rows.append(f"backlog {f['file']}, medians of {res['repeats']}: {f['lines']:,} lines ({f['decode_lines']:,} decode), {f['mb']} MB; "
+                        f"mtail matched {f['mtail_matched_decode_lines']:,} decode lines")
+            rows.append(f"  {'':28}{'CPU-s':>8}{'wall-s':>8}{'lines/CPU-s':>13}{'x mtail':>9}")
+            for name, label in (("replay", "specwatch replay --json"), ("run", "specwatch run catch-up"),
+                                ("mtail", "mtail --one_shot")):
+                r = f[name]
+                x = r.get("x_mtail")
+                rows.append(f"  {label:28}{r['cpu_s']:8.2f}{r['wall_s']:8.2f}{r['lines_per_cpu_s']:13,}"
+                            + (f"{x:9.2f}  {verdict(x >= BACKLOG_RATIO)} (>= {BACKLOG_RATIO:g}x)" if x else ""))
+    if "start_up" in res:
+        s = res["start_up"]
+        rows.append(f"specwatch run start-up (empty file): {s['cpu_s']:.2f} CPU-s, {s['wall_s']:.2f} s, RSS {s['rss_mb']} MB")
+    if "idle" in res:
+        i = res["idle"]
+        rows.append(f"idle beside a server, 8 ranks x 1 line/s, {i['others']} other processes "
+                    f"({i['processes_on_box']} on the box), {i['seconds']} s: "
+                    f"{i['cpu_pct_of_core']:.3f} % of a core {verdict(i['cpu_pct_of_core'] <= IDLE_CPU_PCT)} "
+                    f"(<= {IDLE_CPU_PCT} %), RSS {i['rss_mb']} MB (max {i['rss_mb_max']}) "
+                    f"{verdict(i['rss_mb_max'] <= IDLE_RSS_MB)} (<= {IDLE_RSS_MB:g} MB)")
+    if "latency" in res:
+        lat = res["latency"]
+        rows.append(f"collapse line -> Slack POST: p50 {lat['p50_s']:.3f} s (max {lat['max_s']:.3f}) "
+                    f"{verdict(lat['p50_s'] <= LATENCY_P50_S)} (<= {LATENCY_P50_S} s)")
+    return "\n".join(rows)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--mb", type=float, default=200, help="size of the gen_sglang_log.py file (MB)")
+    ap.add_argument("--mixed-lines", type=int, default=200_000, help="lines of bench/backlog.py's mixed_log file")
+    ap.add_argument("--repeats", type=int, default=3, help="paired runs per measurement (medians reported)")
+    ap.add_argument("--idle-seconds", type=float, default=600)
+    ap.add_argument("--others", type=int, default=1000, help="`sleep` processes beside the server when idle")
+    ap.add_argument("--parts", default="backlog,idle,latency", help="comma-separated subset to run")
+    a = ap.parse_args()
+    parts = set(a.parts.split(","))
+    if unknown := parts - {"backlog", "idle", "latency"}:
+        ap.error(f"unknown part(s) {', '.join(sorted(unknown))}")
+    if "backlog" in parts and not shutil.which("mtail"):
+        print("bench/budgets.py: `mtail` is not on PATH: the backlog budget is a ratio against it "
+              "(Debian/Ubuntu: apt-get install mtail), or leave it out: --parts idle,latency", file=sys.stderr)
+        return 2
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit("bench/budgets.py: terminated"))  # clean up as on Ctrl-C
+    res: dict = {"cpus": os.cpu_count(), "repeats": a.repeats}
+    tmp = Path(tempfile.mkdtemp(prefix="specwatch-budgets-"))
+    try:
+        if "backlog" in parts:
+            gen = tmp / "gen_sglang.log"
+            subprocess.run([sys.executable, str(BENCH / "gen_sglang_log.py"), str(gen), str(a.mb)],
+                           check=True, stdout=subprocess.DEVNULL)
+            res["gen_log"] = bench_file(tmp, gen, a.repeats)
+            gen.unlink()
+            mixed = tmp / "mixed.log"
+            with open(mixed, "w") as f:  # as bench/backlog.py writes it
+                f.writelines(line + "\n" for line in
+                             mixed_log("0.5.23", a.mixed_lines, ranks=2, collapse_after=a.mixed_lines // 2))
+            res["mixed_log"] = bench_file(tmp, mixed, a.repeats)
+            res["start_up"] = start_up(tmp, a.repeats)
+        if "idle" in parts:
+            res["idle"] = idle(tmp, a.idle_seconds, a.others)
+        if "latency" in parts:
+            lat = backlog.alert_latency(tmp, max(a.repeats, 5))
+            res["latency"] = {"p50_s": round(median(lat), 3), "max_s": round(max(lat), 3), "runs": len(lat)}
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    print(table(res))
+    print(json.dumps(res, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
