@@ -39,7 +39,7 @@ BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH))
 import backlog  # noqa: E402  (also puts tests/ on sys.path)
 import fake_sglang  # noqa: E402
-from procs import scrape  # noqa: E402
+from procs import free_port, scrape  # noqa: E402
 from sglang_lines import decode_line, mixed_log  # noqa: E402
 
 MTAIL_PROG = BENCH / "sglang.mtail"
@@ -88,8 +88,7 @@ def catch_up(tmp: Path, log: Path, n: int) -> tuple[float, float, float]:
 
     Polls every 0.2 s (a scrape costs the daemon CPU); the catch-up is long next to that."""
     tmp.mkdir()  # its own state dir: no checkpoint of an earlier run
-    port = backlog.free_port()
-    proc = backlog.start_specwatch(backlog.write_config(tmp, log, port))
+    proc, port = backlog.start_specwatch(backlog.write_config(tmp, log))
     try:
         ps = psutil.Process(proc.pid)
         t0 = time.monotonic()
@@ -172,7 +171,7 @@ def idle(tmp: Path, seconds: float, others: int) -> dict:
         for _ in range(others):  # appended one by one: a failed start still cleans up the others
             sleepers.append(subprocess.Popen(["sleep", str(int(seconds) + 3600)]))
         python = fake_sglang.make_install(tmp / "sglang-venv", "0.5.23")
-        sglang_port = backlog.free_port()
+        sglang_port = free_port()
         server = fake_sglang.launch(
             [str(python), "-m", "sglang.launch_server", "--model-path", "/models/meta-llama/Llama-3.1-8B-Instruct",
              "--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", "/models/eagle3-llama3.1-8b",
@@ -180,13 +179,12 @@ def idle(tmp: Path, seconds: float, others: int) -> dict:
         fake_sglang.wait_children(server)
         wait_until(lambda: _answers(f"http://127.0.0.1:{sglang_port}/health"), 30, "the fake SGLang API")
         writer.start()
-        port = backlog.free_port()
         cfg = tmp / "idle.yaml"
-        cfg.write_text(f"server: bench\nlogs:\n  - path: {tmp / 'sglang.log'}\nmetrics:\n  listen_port: {port}\n"
+        cfg.write_text(f"server: bench\nlogs:\n  - path: {tmp / 'sglang.log'}\nmetrics:\n  listen_port: 0\n"
                        f"state_dir: {tmp / 'idle-state'}\ngpu:\n  enabled: false\n"
                        f"process:\n  servers: {{{sglang_port}: bench}}\n"
                        f"server_api:\n  url: http://127.0.0.1:{sglang_port}\n")
-        daemon = backlog.start_specwatch(cfg)
+        daemon, port = backlog.start_specwatch(cfg)
         wait_until(lambda: sample(port, "specwatch_server_up") == 1 and sample(port, "specwatch_server_api_up") == 1,
                    60, "specwatch to see the server (process scan and API)")
         lines0 = backlog.scrape_lines(port)
