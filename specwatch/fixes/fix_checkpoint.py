@@ -10,15 +10,17 @@ What it changes (each only when needed, each listed in the result):
 - keys: a single-layer draft's `layers.0.*` become `midlayer.*` (loaded by every SGLang version:
   ≤0.5.11 as is, ≥0.5.12 through its legacy rename);
 - d2t: absolute ids re-encoded as offsets (d2t − arange(Vd)); an all-zero or missing d2t rebuilt
-  from t2d when t2d marks exactly Vd ids.
+  from t2d when t2d marks exactly Vd ids that are not its initial/identity pattern.
 What it cannot change (norm_before_residual, a flag the installed SGLang ignores) stays and is
-reported by the probes run on the output. The input directory is only read.
+reported by the probes run on the output. The input directory is only read; the output files keep
+the input files' permission bits (config.json's, the weights').
 """
 
 from __future__ import annotations
 
 import json
 import shutil
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -79,6 +81,11 @@ def convert_config(config: dict, ids: list[int] | None, actions: list[str]) -> d
     return flat
 
 
+def _mode(src: Path) -> int:
+    """The permission bits of an input file, for its output (a server run by another user reads it)."""
+    return stat.S_IMODE(src.stat().st_mode)
+
+
 def fix_checkpoint(draft: str | Path, out: str | Path, *, facts, target: str | Path | None = None,
                    settings: ServerSettings | None = None) -> FixResult:
     """Write the converted copy of `draft` into `out` and diagnose it. Raises FixError or
@@ -88,6 +95,7 @@ def fix_checkpoint(draft: str | Path, out: str | Path, *, facts, target: str | P
     from specwatch.diagnosis import diagnose
     from specwatch.probes import d2t_encoding
     from specwatch.probes.layer_ids import family_rule, ids_for
+    from specwatch.probes.weight_values import initial_value
 
     draft, out = Path(draft), Path(out)
     ckpt = load_draft(draft)
@@ -135,14 +143,17 @@ def fix_checkpoint(draft: str | Path, out: str | Path, *, facts, target: str | P
         tensors[dk] = from_numpy(d2t - np.arange(d2t.size, dtype=np.int64))
         actions.append("d2t: absolute target ids re-encoded as offsets (d2t - arange(Vd))")
     elif kinds & {"zero_map", "missing_map"} and tk is not None:
-        hot = np.flatnonzero(np.asarray(ckpt.values(tk)).reshape(-1).astype(bool)).astype(np.int64)
-        if vd is not None and hot.size == vd:
+        t2d = np.asarray(ckpt.values(tk)).reshape(-1).astype(bool)
+        hot = np.flatnonzero(t2d).astype(np.int64)
+        if vd is not None and hot.size == vd and initial_value(t2d) is None:  # an identity t2d is no mapping
             tensors[dk] = from_numpy(hot - np.arange(hot.size, dtype=np.int64))
             actions.append(f"d2t: rebuilt from t2d ({hot.size} hot ids) as offsets")
 
     out.mkdir(parents=True, exist_ok=True)
     (out / "config.json").write_text(json.dumps(config, indent=2) + "\n")
-    write_safetensors(out / "model.safetensors", tensors, {"format": "pt"})
+    (out / "config.json").chmod(_mode(draft / "config.json"))
+    weights = draft / next(iter(ckpt.tensors.values())).file
+    write_safetensors(out / "model.safetensors", tensors, {"format": "pt"}, mode=_mode(weights))
     for extra in sorted(draft.iterdir()):  # tokenizer files, README, generation config
         if extra.is_file() and extra.name != "config.json" and not extra.name.endswith(
                 (".safetensors", ".bin", ".safetensors.index.json", ".pt", ".pth")):

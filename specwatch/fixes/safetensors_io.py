@@ -6,6 +6,7 @@ handed to `safetensors.serialize_file` as they are.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 # safetensors header dtype code → the library's dtype name.
@@ -16,9 +17,12 @@ DTYPE_NAMES = {"BF16": "bfloat16", "F16": "float16", "F32": "float32", "F64": "f
 RawTensor = tuple[str, tuple[int, ...], bytes]  # (dtype code, shape, data)
 
 
-def write_safetensors(path: str | Path, tensors: dict[str, RawTensor], metadata: dict[str, str] | None = None) -> None:
-    """Write `tensors` (name → (dtype code, shape, bytes)) to `path`. Raises KeyError for an
-    unknown dtype code, ValueError (from the library) when a length does not match its shape."""
+def write_safetensors(path: str | Path, tensors: dict[str, RawTensor], metadata: dict[str, str] | None = None,
+                      *, mode: int | None = None) -> None:
+    """Write `tensors` (name → (dtype code, shape, bytes)) to `path` with permission bits `mode`
+    (None: 0666 less the umask, as for any new file; the library alone leaves its 0600 temp
+    file's mode). Raises KeyError for an unknown dtype code, ValueError (from the library) when a
+    length does not match its shape."""
     import numpy as np
     import safetensors
 
@@ -31,6 +35,13 @@ def write_safetensors(path: str | Path, tensors: dict[str, RawTensor], metadata:
     else:
         safetensors.serialize_file({k: {"dtype": DTYPE_NAMES[code], "shape": list(shape), "data": data}
                                     for k, (code, shape, data) in tensors.items()}, str(path), metadata=metadata)
+    os.chmod(path, _new_file_mode() if mode is None else mode)
+
+
+def _new_file_mode() -> int:
+    mask = os.umask(0o022)  # reading the umask means setting it: restored at once
+    os.umask(mask)
+    return 0o666 & ~mask
 
 
 def from_numpy(arr, code: str | None = None) -> RawTensor:

@@ -112,6 +112,17 @@ class ProbeContext:
     cache: dict[str, Any] = field(default_factory=dict)
 
 
+def weights_not_checked(probe: str, ctx: ProbeContext, what: str) -> Finding | None:
+    """`probe/not_checked` (info) when the draft's weights were not all read (a corrupt or missing
+    file, no weights): `what` is then not judged from the tensors that happen to be readable.
+    None when every tensor was read. The unreadable file itself is `unloaded_weights`' error."""
+    why = ctx.draft.store.unread
+    if why is None:
+        return None
+    return Finding(probe, "not_checked", INFO, f"{what} not checked: the draft's weights could not be read",
+                   {"reason": why}, "Fix the weights first (see unloaded_weights), then run diagnose again.")
+
+
 def short_list(items: list, limit: int = 12) -> list:
     """The first `limit` items, plus a `… (+N more)` marker when cut."""
     items = list(items)

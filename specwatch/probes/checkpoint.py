@@ -222,6 +222,14 @@ class TensorStore:
                 self._bin[key] = t
                 self._add(TensorInfo(key, names.get(t.dtype, str(t.dtype)), tuple(t.shape), fname))
 
+    @property
+    def unread(self) -> str | None:
+        """Why the weights were not (all) read: the problems joined, or `no weights`; None when
+        every tensor the folder declares was read."""
+        if self.problems:
+            return "; ".join(self.problems)
+        return "no weights: neither *.safetensors nor pytorch_model.bin" if self.format is None else None
+
     def _add(self, info: TensorInfo) -> None:
         if info.name in self.tensors:
             self.problems.append(f"tensor {info.name!r} is in both {self.tensors[info.name].file} and {info.file}")

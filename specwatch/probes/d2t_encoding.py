@@ -8,11 +8,19 @@ wrong encodings — absolute ids (d2t itself increasing, = nonzero(t2d)), `arang
 (target 2·i), all zeros with Vd < V (identity onto the first Vd ids); t2d of length V with
 Vd entries, agreeing with d2t. With the target's lm_head at hand, a frozen (speculators) draft
 head must satisfy lm_head[i] == target_lm_head[i + d2t[i]]: checked on a sample of rows.
+
+A pair never filled by a mapping is consistent and still wrong: the trainers' constructors
+leave d2t all zeros and t2d all False (speculators `_init_vocab`, src/speculators/model.py@v0.7.0;
+SafeAILab/EAGLE eagle/model/cnets.py@cb7e084) or all True (SpecForge
+specforge/modeling/draft/llama3_eagle.py@a6b6b02), and an identity fill marks t2d's first Vd
+ids. With Vd < V each is an error, whatever t2d holds. Nothing is judged when the weights were
+not all read (`not_checked`): a missing d2t may sit in the unreadable file.
 """
 
 from __future__ import annotations
 
-from specwatch.probes.base import ERROR, INFO, WARNING, Finding, ProbeContext
+from specwatch.probes.base import ERROR, INFO, WARNING, Finding, ProbeContext, weights_not_checked
+from specwatch.probes.weight_values import initial_value
 
 PROBE_ID = "d2t_encoding"
 SAMPLE_ROWS = 32
@@ -37,6 +45,9 @@ def run(ctx: ProbeContext) -> list[Finding]:
     fix_cmd = f"`specwatch fix-checkpoint --draft {d.path} --out {d.path}-sglang`"
     if not V:
         return out
+    skipped = weights_not_checked(PROBE_ID, ctx, "the vocab map (d2t/t2d)")
+    if skipped is not None:
+        return [skipped]
     if dk is None:
         if Vd < V:
             add("missing_map", ERROR, f"draft vocab {Vd} < target vocab {V} but the checkpoint has no d2t: "
@@ -62,6 +73,7 @@ def run(ctx: ProbeContext) -> list[Finding]:
             "Export lm_head and d2t from the same vocab mapping.")
     t2d = np.asarray(d.values(tk)).reshape(-1).astype(bool) if tk else None
     hot = np.flatnonzero(t2d) if t2d is not None else None
+    t2d_init = initial_value(t2d) if t2d is not None else None  # all False / all True / identity mask
     idx = np.arange(d2t.size, dtype=np.int64)
     targets = idx + d2t
     offsets_ok = bool(targets.size and targets.min() >= 0 and targets.max() < V and np.all(np.diff(targets) > 0))
@@ -73,11 +85,15 @@ def run(ctx: ProbeContext) -> list[Finding]:
     if d2t.size > 1 and np.array_equal(d2t, idx):
         add("arange_default", ERROR, "d2t == arange(Vd): an absolute identity map read as offsets sends draft "
             "token i to target token 2·i", ev, "Export the real mapping (d2t[i] = hot_id[i] - i) from the trainer.")
-    elif not np.any(d2t) and Vd < V and not (hot is not None and np.array_equal(hot, idx)):
+    elif not np.any(d2t) and Vd < V:
+        rebuild = hot is not None and hot.size == Vd and t2d_init is None  # t2d holds a real mapping
+        both = "" if rebuild else (f"; t2d is {t2d_init}, so neither buffer was filled" if t2d_init else
+                                   "; no t2d to rebuild it from" if t2d is None else "")
         add("zero_map", ERROR, f"d2t is all zeros with Vd {Vd} < V {V}: every draft token maps to the first {Vd} "
-            "target ids (the trainer's default, no mapping exported)", ev,
-            (f"{fix_cmd} rebuilds d2t from t2d." if hot is not None and hot.size == Vd else
-             "Export the vocab mapping (d2t/t2d) the draft was trained with."))
+            f"target ids (the trainer's initial value, no mapping exported){both}",
+            ev | {"initial values": {"d2t": "all zeros", "t2d": t2d_init or ("absent" if t2d is None else "a mapping")}},
+            f"{fix_cmd} rebuilds d2t from t2d." if rebuild else
+            "Export the vocab mapping (d2t/t2d) the draft was trained with (the trainer's token-frequency mapping).")
     elif (hot is not None and d2t.size > 1 and np.array_equal(d2t, hot)) or (not offsets_ok and absolute_ok and hot is None):
         add("absolute_ids", ERROR, "d2t holds absolute target ids, SGLang reads offsets: draft token i lands on "
             "target id d2t[i] + i", ev | {"agrees with t2d": hot is not None},
@@ -90,8 +106,9 @@ def run(ctx: ProbeContext) -> list[Finding]:
         add("t2d_mismatch", WARNING, "t2d does not mark the ids d2t maps to (SGLang ignores t2d, so one of them "
             "is stale)", ev, "Re-export both from the same vocab mapping.")
     if t2d is not None and (t2d.size != V or int(t2d.sum()) != Vd):
-        add("t2d_shape", WARNING, f"t2d has length {t2d.size} and {int(t2d.sum())} true entries; expected {V} and {Vd}",
-            ev, "Re-export t2d (SGLang ignores it, vLLM and trainers do not).")
+        init = f" ({t2d_init}: its initial value, never filled)" if t2d_init in ("all False", "all True") else ""
+        add("t2d_shape", WARNING, f"t2d has length {t2d.size} and {int(t2d.sum())} true entries{init}; expected {V} "
+            f"and {Vd}", ev, "Re-export t2d (SGLang ignores it, vLLM and trainers do not).")
     if not any(f.severity == ERROR for f in out):
         head_finding = _check_head(ctx, d2t)
         if head_finding is not None:

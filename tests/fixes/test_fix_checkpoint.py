@@ -47,3 +47,41 @@ def test_fix_checkpoint_reencodes_d2t_and_sets_architecture(facts, tmp_path):
     zero = variant(CK / "specforge", tmp_path / "zero", set_tensors={"d2t": np.zeros(len(hot_ids()), np.int64)})
     res = fix_checkpoint(zero, tmp_path / "out2", facts=facts["0.5.23"], target=CK / "target-llama")
     assert "d2t: rebuilt from t2d (64 hot ids) as offsets" in res.actions and not res.report.has_errors
+
+
+def test_output_keeps_the_input_modes(sglang_roots, tmp_path):
+    """safetensors writes through a 0600 temp file: another user's SGLang could not read the copy."""
+    src = variant(CK / "specforge", tmp_path / "in")
+    (src / "config.json").chmod(0o644)
+    (src / "model.safetensors").chmod(0o640)  # group-readable weights stay group-readable
+    out = tmp_path / "out"
+    r = cli("fix-checkpoint", "--draft", src, "--out", out, "--sglang-root", sglang_roots["0.5.23"])
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert oct((out / "config.json").stat().st_mode & 0o777) == "0o644"
+    assert oct((out / "model.safetensors").stat().st_mode & 0o777) == "0o640"
+
+
+def test_written_safetensors_follow_the_umask(tmp_path):
+    import os
+
+    from specwatch.fixes.safetensors_io import from_numpy, write_safetensors
+
+    old = os.umask(0o027)
+    try:
+        write_safetensors(tmp_path / "a.safetensors", {"x": from_numpy(np.zeros(3, np.float32))})
+    finally:
+        os.umask(old)
+    assert oct((tmp_path / "a.safetensors").stat().st_mode & 0o777) == "0o640"
+
+
+def test_identity_t2d_is_not_rebuilt_from(facts, tmp_path):
+    """d2t all zeros and t2d marking the first Vd ids: both unfilled, nothing to rebuild from."""
+    from specwatch.fixes.fix_checkpoint import fix_checkpoint
+
+    vd = len(hot_ids())
+    t2d = np.zeros(256, bool)
+    t2d[:vd] = True
+    src = variant(CK / "specforge", tmp_path / "id", set_tensors={"d2t": np.zeros(vd, np.int64), "t2d": t2d})
+    res = fix_checkpoint(src, tmp_path / "out", facts=facts["0.5.23"], target=CK / "target-llama")
+    assert not any(a.startswith("d2t:") for a in res.actions)
+    assert "d2t_encoding/zero_map" in [f.id for f in res.report.findings if f.severity == "error"]

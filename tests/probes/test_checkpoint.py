@@ -11,7 +11,7 @@ import pytest
 
 from checkpoints import H, V, VD, hot_ids, target_lm_head, variant
 from conftest import CK, one, path
-from specwatch.probes import unloaded_weights
+from specwatch.probes import d2t_encoding, shape_mismatch, unloaded_weights, weight_values
 from specwatch.probes.checkpoint import CheckpointError, load_draft, load_target, read_raw_header
 
 
@@ -118,6 +118,38 @@ def test_sharded_checkpoint_and_missing_shard(tmp_path):
     (d / "model-00002-of-00002.safetensors").unlink()
     ck = load_draft(d)
     assert any("missing" in p for p in ck.store.problems)
+
+
+@pytest.mark.parametrize("case, reason", [
+    ("corrupt", "runs past the end of the file"),
+    ("missing_shard", "model-00002-of-00002.safetensors: listed in model.safetensors.index.json but missing"),
+    ("no_weights", "no weights: neither *.safetensors nor pytorch_model.bin"),
+])
+def test_probes_of_tensors_say_not_checked_after_unreadable_weights(tmp_path, run_probe, case, reason):
+    """Nothing is judged from the tensors that happen to be readable: a d2t in the lost shard is
+    not a missing map, zero tensors are not 'value statistics of 0 tensors'."""
+    from specwatch.fixes.safetensors_io import write_safetensors
+
+    d = tmp_path / case
+    d.mkdir()
+    shutil.copy(CK / "specforge" / "config.json", d / "config.json")
+    src = load_draft(CK / "specforge")
+    if case == "corrupt":
+        _write(d / "model.safetensors", b'{"a": 1}', length=4096)
+    elif case == "missing_shard":  # shard 2 (d2t, t2d) lost, shard 1 readable
+        shards = {"model-00001-of-00002.safetensors": [k for k in src.tensors if k not in ("d2t", "t2d")],
+                  "model-00002-of-00002.safetensors": ["d2t", "t2d"]}
+        write_safetensors(d / "model-00001-of-00002.safetensors", {k: src.store.raw(k) for k in shards[
+            "model-00001-of-00002.safetensors"]})
+        (d / "model.safetensors.index.json").write_text(json.dumps(
+            {"weight_map": {k: f for f, ks in shards.items() for k in ks}}))
+    for probe, what in ((d2t_encoding, "the vocab map (d2t/t2d)"), (weight_values, "weight values")):
+        out = run_probe(probe, d)
+        assert [f.id for f in out] == [f"{probe.PROBE_ID}/not_checked"]
+        assert out[0].severity == "info" and out[0].title.startswith(f"{what} not checked")
+        assert reason in out[0].evidence["reason"]
+    shapes = [f.id for f in run_probe(shape_mismatch, d)]
+    assert "shape_mismatch/not_checked" in shapes and "shape_mismatch/ok" not in shapes
 
 
 def test_pickle_without_torch_is_a_clear_finding_never_unpickled(tmp_path, run_probe):

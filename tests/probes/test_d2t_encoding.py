@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from checkpoints import V, VD, hot_ids, variant
 from conftest import CK, ids, one
@@ -59,3 +60,32 @@ def test_length_dtype_range_and_t2d(run_probe, tmp_path):
     assert one(out, "d2t_encoding/t2d_mismatch").severity == "warning"
     out = run_probe(d2t_encoding, variant(CK / "specforge", tmp_path / "t2", set_tensors={"t2d": np.ones(V, bool)}))
     assert one(out, "d2t_encoding/t2d_shape").evidence["t2d.sum()"] == V
+
+
+IDENTITY = np.arange(V) < VD  # t2d marking the first Vd ids: an identity fill, no mapping
+
+
+@pytest.mark.parametrize("t2d, state", [
+    (np.zeros(V, bool), "all False"),  # speculators _init_vocab (model.py@v0.7.0), SafeAILab cnets.py
+    (np.ones(V, bool), "all True"),  # SpecForge llama3_eagle.py constructor
+    (IDENTITY, f"True exactly at ids 0..{VD - 1}"),  # consistent with d2t == 0, still no mapping
+    (None, "absent"),
+])
+def test_buffers_left_at_their_initial_values(run_probe, tmp_path, t2d, state):
+    sets = {"d2t": np.zeros(VD, np.int64)} | ({"t2d": t2d} if t2d is not None else {})
+    v = variant(CK / "specforge", tmp_path / "init", set_tensors=sets, drop=() if t2d is not None else ("t2d",))
+    out = run_probe(d2t_encoding, v)
+    f = one(out, "d2t_encoding/zero_map")
+    assert f.severity == "error" and f.evidence["initial values"] == {"d2t": "all zeros", "t2d": state}
+    assert "fix-checkpoint" not in f.fix and "d2t_encoding/ok" not in ids(out)
+    if state in ("all False", "all True"):
+        assert f"({state}: its initial value, never filled)" in one(out, "d2t_encoding/t2d_shape").title
+
+
+def test_full_vocab_identity_is_right(run_probe, tmp_path):
+    """Vd == V: d2t all zeros is the identity SGLang needs, t2d all True marks every id."""
+    v = variant(CK / "speculators-fullvocab", tmp_path / "full", set_tensors={
+        "d2t": np.zeros(V, np.int64), "t2d": np.ones(V, bool)})
+    f = one(run_probe(d2t_encoding, v), "d2t_encoding/head_confirms")  # and nothing else
+    assert ids(run_probe(d2t_encoding, v)) == ["d2t_encoding/head_confirms"]
+    assert f.evidence["rows equal to target[i + d2t[i]]"] == "100%"

@@ -32,3 +32,18 @@ def test_nan_zero_constant_and_untrained_norm(run_probe, tmp_path):
     assert one(out, "weight_values/constant").evidence["tensors"] == ["midlayer.mlp.down_proj.weight = 0.01"]
     f = one(out, "weight_values/untrained_norm")
     assert f.severity == "warning" and f.evidence["tensors"] == ["norm.weight = 1"]
+
+
+def test_integer_and_bool_buffers_at_their_initial_values(run_probe, tmp_path):
+    v = variant(CK / "specforge", tmp_path / "buf", set_tensors={
+        "midlayer.self_attn.position_ids": np.arange(32, dtype=np.int64),  # arange
+        "midlayer.attn_mask": np.ones(16, bool),  # all True
+        "midlayer.counts": np.zeros(8, np.int32),  # all zeros
+        "midlayer.filled": np.array([3, 1, 4, 1, 5], np.int64),  # a real value: not flagged
+        "d2t": np.zeros(64, np.int64)})  # the vocab map is d2t_encoding's (it knows Vd and V)
+    out = run_probe(weight_values, v)
+    f = one(out, "weight_values/initial_buffer")
+    assert f.severity == "warning" and f.evidence["tensors"] == [
+        "midlayer.attn_mask: all True", "midlayer.counts: all zeros", "midlayer.self_attn.position_ids: arange"]
+    stats = one(out, "weight_values/statistics").evidence
+    assert stats["midlayer.filled"] == "I64 n=5 min=1 max=5" and "d2t" not in stats
