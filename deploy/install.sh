@@ -86,13 +86,28 @@ run "$venv/bin/specwatch" check-config "$etc/config.yaml"
 run install -d -m 0755 "$unit_dir"
 run install -m 0644 "$here/specwatch.service" "$unit_dir/specwatch.service"
 
-if [ "$root" != "" ] || [ "$enable" = 0 ]; then
-  echo "installed under ${root:-/}; not enabled."
-elif [ "$dry_run" = 0 ] && [ ! -d /run/systemd/system ]; then
-  echo "systemd is not running here: enable later with: systemctl enable --now specwatch.service"
+# The next step depends on what runs now: start a service that is not running, reload (SIGHUP)
+# one that is, restart one that ran the code this install replaced.
+edit="edit $etc/config.yaml (logs[].path, server, alerts.slack)"
+if [ "$root" != "" ]; then
+  echo "installed under $root; not enabled."
+  echo "next: nothing runs from $root (a venv is not relocatable): on the host, run deploy/install.sh" \
+    "without --root; it enables and starts the service and says what comes next"
+elif [ "$enable" = 0 ] || { [ "$dry_run" = 0 ] && [ ! -d /run/systemd/system ]; }; then
+  if [ "$enable" = 0 ]; then echo "installed; not enabled (--no-enable)."; else echo "systemd is not running here."; fi
+  echo "next: $edit, then: systemctl daemon-reload && systemctl enable --now specwatch.service"
 else
+  was_active=0
+  if systemctl is-active --quiet specwatch.service 2>/dev/null; then was_active=1; fi
   run systemctl daemon-reload
   run systemctl enable --now specwatch.service
   echo "check: systemctl status specwatch; curl -s localhost:9849/metrics | head"
+  if [ "$was_active" = 1 ]; then
+    echo "next: systemctl restart specwatch (it was already running: the upgraded code runs after a restart);" \
+      "after editing $etc/config.yaml: systemctl reload specwatch"
+  elif [ "$dry_run" = 0 ] && ! systemctl is-active --quiet specwatch.service; then
+    echo "next: it did not start (journalctl -u specwatch): $edit, then: systemctl restart specwatch"
+  else
+    echo "next: it runs with the example config now: $edit, then: systemctl reload specwatch"
+  fi
 fi
-echo "next: edit $etc/config.yaml (logs[].path, server, alerts.slack), then: systemctl reload specwatch"

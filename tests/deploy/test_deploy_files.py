@@ -133,6 +133,32 @@ def test_install_dry_run_changes_nothing(tmp_path):
     assert "+ systemctl enable --now specwatch.service" in r.stdout.splitlines()
 
 
+def _next_step(out: str) -> str:
+    [line] = [x for x in out.splitlines() if x.startswith("next: ")]
+    return line
+
+
+def test_install_says_the_next_step_for_what_runs(tmp_path):
+    """Staged or not enabled: start it (enable --now), never reload; enabled on a first install:
+    it runs, so reload after editing; already running before: restart for the new code."""
+    install = str(DEPLOY / "install.sh")
+    staged = _next_step(run("sh", install, "--dry-run", "--root", str(tmp_path / "r")).stdout)
+    assert "systemctl" not in staged and "without --root" in staged
+    off = _next_step(run("sh", install, "--dry-run", "--no-enable").stdout)
+    assert off.endswith("then: systemctl daemon-reload && systemctl enable --now specwatch.service")
+    env = dict(os.environ, PATH=f"{tmp_path}/bin:{os.environ['PATH']}")
+    (tmp_path / "bin").mkdir()
+    systemctl = tmp_path / "bin" / "systemctl"  # no systemd in a test: `is-active` answers from here
+    for active, want in ((1, "it runs with the example config now: edit /etc/specwatch/config.yaml "
+                             "(logs[].path, server, alerts.slack), then: systemctl reload specwatch"),
+                         (0, "systemctl restart specwatch (it was already running")):
+        systemctl.write_text(f"#!/bin/sh\nexit {active}\n")
+        systemctl.chmod(0o755)
+        r = run("sh", install, "--dry-run", env=env)
+        assert "+ systemctl enable --now specwatch.service" in r.stdout.splitlines()
+        assert want in _next_step(r.stdout), r.stdout
+
+
 def test_install_rejects_unknown_options():
     r = run("sh", str(DEPLOY / "install.sh"), "--frobnicate")
     assert r.returncode == 2 and "unknown option --frobnicate" in r.stderr and "usage:" in r.stderr
@@ -157,7 +183,8 @@ def test_install_into_a_staging_root(tmp_path):
     env.pop("PYTHONPATH", None)  # the venv must import its own installed copy
     r = run(*cmd, env=env)
     assert r.returncode == 0, r.stdout + r.stderr
-    assert "installed under" in r.stdout and "not enabled" in r.stdout and "systemctl enable" not in r.stdout
+    assert "installed under" in r.stdout and "not enabled" in r.stdout and "+ systemctl" not in r.stdout
+    assert "systemctl reload" not in r.stdout  # nothing runs from a staging root
 
     venv_bin = root / "opt" / "specwatch" / "bin" / "specwatch"
     v = run(str(venv_bin), "--version", env=env)
