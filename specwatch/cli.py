@@ -114,6 +114,47 @@ def _state_dir(args) -> str:
     return load_config(args.config).state_dir if args.config else Config().state_dir
 
 
+MAX_SILENCE_S = 3650 * 86400  # 10 years: beyond, the end is no date the platform can write
+
+
+def _silence_duration(text: str) -> float:
+    """argparse type of `silence add --for`: `30m`, `2h`, `1d` → seconds, positive and at most
+    MAX_SILENCE_S. Raises ArgumentTypeError saying what to write."""
+    from specwatch.config import parse_duration
+
+    try:
+        seconds = parse_duration(text)
+    except ValueError:
+        seconds = 0.0
+    if not 0 < seconds <= MAX_SILENCE_S:
+        why = "longer than 3650d" if seconds > MAX_SILENCE_S else "not a positive duration"
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is {why}; write how long from now, e.g. --for 30m, 2h, 1d "
+            "(`specwatch silence expire ID` ends a silence early)")
+    return seconds
+
+
+# Options whose value may start with "-": argparse takes `--for -2h` as two options and says only
+# "expected one argument", so such a value is joined (`--for=-2h`) and reaches the option's check.
+DASH_VALUE_OPTIONS = ("--for", "--comment", "--author")
+
+
+def _join_dash_values(argv: list[str]) -> list[str]:
+    out: list[str] = []
+    i = 0
+    while i < len(argv):
+        a, nxt = argv[i], argv[i + 1] if i + 1 < len(argv) else ""
+        if a == "--":
+            return out + argv[i:]
+        if a in DASH_VALUE_OPTIONS and nxt.startswith("-") and not nxt.startswith("--") and nxt != "-h":
+            out.append(f"{a}={nxt}")
+            i += 2
+        else:
+            out.append(a)
+            i += 1
+    return out
+
+
 def cmd_silence(args) -> int:
     import getpass
     import time
@@ -121,7 +162,6 @@ def cmd_silence(args) -> int:
     from specwatch.alerts.matchers import parse_matcher
     from specwatch.alerts.model import iso8601
     from specwatch.alerts.silences import SilenceStore
-    from specwatch.config import parse_duration
 
     state_dir = _state_dir(args)
     if args.action != "add" and not os.path.isdir(state_dir):
@@ -133,14 +173,8 @@ def cmd_silence(args) -> int:
     try:
         if args.action == "add":
             matchers = [parse_matcher(m) for m in args.match]
-            try:
-                duration = parse_duration(args.duration)
-            except ValueError:
-                duration = 0.0
-            if duration <= 0:
-                raise ValueError(f"--for: {args.duration!r} is not a positive duration; write e.g. 30m, 2h, 1d")
             author = args.author or os.environ.get("SUDO_USER") or getpass.getuser()
-            s = store.add(matchers, now, now + duration, created_by=author, comment=args.comment)
+            s = store.add(matchers, now, now + args.duration, created_by=author, comment=args.comment)
             print(s.id)
             return 0
         if args.action == "expire":
@@ -249,7 +283,9 @@ def cmd_fix_checkpoint(args) -> int:
 
 def _diagnosis_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--draft", required=True, metavar="DIR", help="draft checkpoint folder (config.json + weights)")
-    p.add_argument("--target", metavar="DIR", help="target model folder, or its config.json")
+    p.add_argument("--target", metavar="DIR|CONFIG",
+                   help="target model folder, or its config.json: the same either way (the folder's weights, "
+                        "when present, are read for the lm_head check)")
     p.add_argument("--sglang-root", metavar="DIR",
                    help="folder containing the sglang package the server runs (default: the importable one, found "
                         "without importing it; else specwatch's table of known versions)")
@@ -310,7 +346,8 @@ def build_parser() -> argparse.ArgumentParser:
     sa = silsub.add_parser("add", parents=[common], help="add a silence; prints its ID")
     sa.add_argument("--match", action="append", required=True, metavar="MATCHER",
                     help='label matcher: name=value, name!=value, name=~regex, name!~regex (repeatable; all must match)')
-    sa.add_argument("--for", dest="duration", required=True, help="how long, e.g. 30m, 2h, 1d")
+    sa.add_argument("--for", dest="duration", required=True, type=_silence_duration, metavar="DURATION",
+                    help="how long from now, e.g. 30m, 2h, 1d (positive, at most 3650d)")
     sa.add_argument("--comment", required=True, help="why (shown in `silence list`)")
     sa.add_argument("--author", help="who (default: the user name)")
     where(sa)
@@ -343,7 +380,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = parser.parse_args(_join_dash_values(sys.argv[1:] if argv is None else list(argv)))
     logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:

@@ -1,5 +1,7 @@
-"""`specwatch silence` on a state directory that does not exist says so (a typo is not 'none')."""
+"""`specwatch silence`: a state directory that does not exist is named (a typo is not 'none'), and
+`add --for` takes any value, a leading dash included, to one clear message."""
 
+import json
 import subprocess
 import sys
 
@@ -13,3 +15,27 @@ def test_list_on_a_missing_state_dir_warns(tmp_path):
     ok = subprocess.run([sys.executable, "-m", "specwatch", "silence", "list", "--state-dir", str(tmp_path)],
                         capture_output=True, text=True, timeout=30)
     assert ok.returncode == 0 and "does not exist" not in ok.stderr
+
+
+def _add(tmp_path, *args):
+    return subprocess.run([sys.executable, "-m", "specwatch", "silence", "add", "--match", "alertname=X",
+                           "--comment", "x", "--state-dir", str(tmp_path), *args],
+                          capture_output=True, text=True, timeout=30)
+
+
+def test_for_takes_a_leading_dash_either_way_and_says_what_to_write(tmp_path):
+    """`--for -2h` was 'expected one argument'; joined or not, a bad duration gets one message."""
+    for args in (["--for", "-2h"], ["--for=-2h"], ["--for", "0"], ["--for", "2x"], ["--for", "-x"]):
+        r = _add(tmp_path, *args)
+        value = args[-1].removeprefix("--for=")
+        assert r.returncode == 2 and f"argument --for: {value!r} is not a positive duration; write how long from now, " \
+                                     "e.g. --for 30m, 2h, 1d" in r.stderr, (args, r.stderr)
+    r = _add(tmp_path, "--for", "99999999999999999999d")  # its end was no date: `silence list` then crashed
+    assert r.returncode == 2 and "is longer than 3650d" in r.stderr
+    assert not (tmp_path / "silences.json").exists()  # nothing stored by a refused add
+    r = _add(tmp_path, "--for", "90m", "--author", "-ops")  # a value may start with "-"
+    assert r.returncode == 0, r.stderr
+    listed = subprocess.run([sys.executable, "-m", "specwatch", "silence", "list", "--json", "--state-dir",
+                             str(tmp_path)], capture_output=True, text=True, timeout=30)
+    [s] = json.loads(listed.stdout)
+    assert s["created_by"] == "-ops" and s["state"] == "active" and s["ends_at"] - s["starts_at"] == 5400

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
 
 
 from checkpoints import OUT as CK
+from checkpoints import ROOT
 from checkpoints import hot_ids, variant
 from specwatch.diagnosis import diagnose
 from specwatch.probes.base import ServerSettings
@@ -53,8 +56,41 @@ def test_diagnose_healthy_exit_0_text_report(sglang_roots):
 def test_diagnose_bad_usage_exit_2(sglang_roots, tmp_path):
     assert cli("diagnose", "--draft", tmp_path / "nope").returncode == 2
     r = cli("diagnose", "--draft", CK / "specforge", "--sglang-root", tmp_path)
-    assert r.returncode == 2 and "no `sglang` package" in r.stderr
+    assert r.returncode == 2 and "no `sglang` package in this folder" in r.stderr
     assert cli("diagnose").returncode == 2  # argparse: --draft missing
+
+
+def test_a_missing_sglang_root_says_how_to_get_it(tmp_path):
+    """A fresh clone has no `.cache/`: the README's --sglang-root names a folder that is not there."""
+    root = tmp_path / ".cache" / "sglang-0.5.11"
+    r = cli("diagnose", "--draft", CK / "specforge", "--sglang-root", root)
+    assert r.returncode == 2 and r.stderr.strip() == (
+        f"specwatch diagnose: SGLang root {root}: no such folder; `python3 -m pip install --no-deps --target "
+        f"{root} sglang==0.5.11` puts the source there (read, never imported), or give the site-packages folder "
+        "of the SGLang the server runs")
+
+
+def test_the_readme_example_prints_what_the_readme_shows(sglang_roots):
+    """README.md § Diagnosis: its command, run from the checkout, prints its block line for line."""
+    text = (ROOT / "README.md").read_text()
+    block = re.search(r"```console\n\$ (specwatch diagnose [^\n]+)\n(.*?)```", text, re.S)
+    cmd, shown = block.group(1), block.group(2)
+    assert "--sglang-root .cache/sglang-0.5.11" in cmd and sglang_roots["0.5.11"] == ROOT / ".cache/sglang-0.5.11"
+    assert "pip install --no-deps --target .cache/sglang-0.5.11 sglang==0.5.11" in text[:block.start()]
+    r = subprocess.run([sys.executable, "-m", *shlex.split(cmd)], cwd=ROOT, capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 1 and r.stdout == shown, r.stdout + r.stderr
+
+
+def test_target_folder_or_its_config_json_is_the_same_target(sglang_roots):
+    """The target's lm_head (the frozen-head check) is read through either form of --target."""
+    docs = []
+    for target in (CK / "target-llama", CK / "target-llama" / "config.json"):
+        r = cli("diagnose", "--draft", CK / "speculators-eagle3", "--target", target, "--sglang-root",
+                sglang_roots["0.5.23"], "--json")
+        docs.append(json.loads(r.stdout))
+    assert docs[0]["findings"] == docs[1]["findings"] and docs[0]["target"] == docs[1]["target"]
+    assert "d2t_encoding/head_confirms" in [f["id"] for f in docs[1]["findings"]]
 
 
 def test_no_source_falls_back_to_the_table_and_says_so():

@@ -439,13 +439,17 @@ class TargetModel:
 
 
 def load_target(path: str | Path) -> TargetModel:
-    """Read a target model directory, or just its `config.json`. Raises CheckpointError when the
-    config is missing or unreadable (the target's config is an input the user gave)."""
+    """Read a target model directory, or its `config.json`: the same model either way (a file
+    named `config.json` stands for its folder, whose weights are read when present; any other
+    JSON file is a config alone). Raises CheckpointError when the config is missing or unreadable
+    (the target's config is an input the user gave)."""
     p = Path(path)
     cfg_path = p / "config.json" if p.is_dir() else p
     config, problem = _read_json(cfg_path)
     if config is None:
         raise CheckpointError(f"{path}: target config: {problem}")
+    if p.name == "config.json" and p.is_file():
+        p = p.parent
     text = next((config[k] for k in TEXT_CONFIG_KEYS if isinstance(config.get(k), dict)), None)
     if text is None and isinstance(config.get("thinker_config"), dict):
         text = config["thinker_config"].get("text_config")

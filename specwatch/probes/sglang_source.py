@@ -137,13 +137,21 @@ def capturable(rule: str, index: int, n_layers: int) -> bool:
 
 def sglang_root_from(path: str | Path) -> Path:
     """The folder that contains the `sglang` package: accepts that folder (site-packages, a
-    `pip install --target` dir) or the package dir itself. Raises FileNotFoundError."""
+    `pip install --target` dir) or the package dir itself. Raises FileNotFoundError saying
+    whether the folder is missing or holds no package, and how to get the source."""
     p = Path(path)
     if (p / "sglang" / "__init__.py").is_file():
         return p
     if p.name == "sglang" and (p / "__init__.py").is_file():
         return p.parent
-    raise FileNotFoundError(f"{path}: no `sglang` package here (give the folder that contains sglang/)")
+    m = re.search(r"sglang-(\d+\.\d+[\w.]*)$", p.name)  # `.cache/sglang-0.5.11` names its version
+    get = (f"`python3 -m pip install --no-deps --target {path} sglang=={m.group(1) if m else 'VERSION'}` "
+           "puts the source there (read, never imported)")
+    if not p.exists():
+        raise FileNotFoundError(f"SGLang root {path}: no such folder; {get}, or give the "
+                                "site-packages folder of the SGLang the server runs")
+    raise FileNotFoundError(f"SGLang root {path}: no `sglang` package in this folder (give the folder that "
+                            f"contains sglang/, e.g. the server's site-packages); {get}")
 
 
 def find_sglang_root() -> Path | None:
