@@ -22,7 +22,8 @@ from specwatch.alerts.inhibit import InhibitRule, default_inhibit_rules
 from specwatch.alerts.matchers import Matcher, parse_matcher
 
 # Port 9849: a free slot near the GPU exporters (dcgm 9400, nvidia_gpu_exporter 9835) on the
-# Prometheus "Default port allocations" list (monitoring.md §5); see README, "Port".
+# Prometheus "Default port allocations" list (https://github.com/prometheus/prometheus/wiki/
+# Default-port-allocations); see README, "Port".
 DEFAULT_PORT = 9849
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")

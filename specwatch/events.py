@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-# Rank tokens SGLang puts in the bracket prefix, as printed (sglang.md §1.2).
+# Rank tokens SGLang puts in the bracket prefix, as printed (`configure_scheduler_process`,
+# sglang/srt/managers/scheduler.py 0.5.23).
 RANK_TOKENS = ("DP", "PP", "ATTN_CP", "MOE_DP", "TP", "EP")
 
 
@@ -49,10 +50,12 @@ class BatchLine:
 
 @dataclass(slots=True)
 class DecodeBatch(BatchLine):
-    """A `Decode batch` line (sglang.md §1.5). Rates are per decode-log interval.
+    """A `Decode batch` line (`report_decode_stats`, sglang/srt/managers/scheduler_components/
+    metrics_reporter.py 0.5.23). Rates are per decode-log interval.
 
     accept_length: tokens per request per verify round, >= 1.0 (1.0 = no draft token accepted).
-    accept_rate: version-dependent meaning (sglang.md §1.6); never used to decide a collapse.
+    accept_rate: version-dependent meaning (accept len ÷ (steps + 1) up to 0.5.5, ÷ draft tokens
+    to 0.5.10, accepted drafts ÷ drafts from 0.5.11); never used to decide a collapse.
     gen_throughput: generated tokens per second since the previous decode line.
     """
 
@@ -64,7 +67,7 @@ class DecodeBatch(BatchLine):
 
 @dataclass(slots=True)
 class PrefillBatch(BatchLine):
-    """A `Prefill batch` line (sglang.md §1.7)."""
+    """A `Prefill batch` line (`report_prefill_stats`, same file as `DecodeBatch`)."""
 
     new_seq: int | None = None
     new_token: int | None = None

@@ -1,22 +1,27 @@
 """Small EAGLE-3 draft checkpoints in each real format, and the toy targets they pair with.
 
-Every layout follows the shared reference `checkpoints.md` table by table (the trainers
+Every layout follows the trainers' own source, file named per format below (the trainers
 themselves need torch and a GPU-sized verifier, so they are not run here):
 
-- `speculators-eagle3`: speculators 0.9.0 trainer output (§A.1, §A.2): nested
+- `speculators-eagle3`: speculators 0.9.0 trainer output (`speculators/models/eagle3/
+  config.py`, `models/eagle3/core.py`, `train/config/schema.py`): nested
   `transformer_layer_config` + `speculators_config`, `architectures: ["Eagle3DraftModel"]`,
   top-level `eagle_aux_hidden_state_layer_ids` `[2, N//2, N-3]`, training defaults
   `norm_before_residual`/`norm_before_fc`/`norm_output` true, every layer
   `sliding_attention` with window 2048; keys `layers.0.*`, `embed_tokens`, `fc` [H, 3H],
   `input_norm` [3H], `norm`, `lm_head` [Vd, H] (the target's rows at the hot ids, frozen),
   `d2t` int64 [Vd] offsets and `t2d` bool [V] (Vd < V); BF16.
-- `speculators-converted`: `speculators convert` output (§A.4): `Eagle3Speculator`,
+- `speculators-converted`: `speculators convert` output
+  (`convert/eagle/eagle3_converter.py` 0.9.0): `Eagle3Speculator`,
   `norm_before_residual` false, no `norm_before_fc`/`input_norm`, `midlayer.` renamed to
   `layers.0.`, no embeddings, d2t/t2d copied; BF16.
-- `speculators-fullvocab`: a speculators draft with Vd == V: no d2t/t2d (§A.3, PR #261).
-- `specforge`: SpecForge 0.2.0 SGLang export (§B.2, §B.3): flat `LlamaForCausalLMEagle3` config,
+- `speculators-fullvocab`: a speculators draft with Vd == V: no d2t/t2d
+  (`train/vocab_mapping.py` 0.9.0, https://github.com/vllm-project/speculators/pull/261).
+- `specforge`: SpecForge 0.2.0 SGLang export (`export/to_sglang.py`,
+  `modeling/draft/llama3_eagle.py`): flat `LlamaForCausalLMEagle3` config,
   `midlayer.*`, no embeddings, `fc` [H, 3Ht], `lm_head` [Vd, H] trained, d2t/t2d always; F16.
-- `safeailab-eagle3`: SafeAILab/EAGLE (§C): flat `LlamaForCausalLM` + `draft_vocab_size`,
+- `safeailab-eagle3`: SafeAILab/EAGLE at cb7e084 (`eagle/traineagle3/config.json`,
+  `eagle/model/cnets.py`): flat `LlamaForCausalLM` + `draft_vocab_size`,
   `midlayer.*`, no aux-id field; F16 safetensors (the repo also loads `model.safetensors`).
 - `target-llama`: a toy Llama target, N = 8 layers, Ht = 64, V = 256, with `config.json` and
   only the tensors the probes read (`model.embed_tokens.weight`, `lm_head.weight`, BF16).

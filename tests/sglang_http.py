@@ -1,4 +1,4 @@
-"""A local HTTP server on 127.0.0.1 that answers like SGLang's HTTP API (sglang.md §3).
+"""A local HTTP server on 127.0.0.1 that answers like SGLang's HTTP API (`entrypoints/http_server.py`).
 
 Profiles (`version`):
 * "0.5.23": `/server_info` (flat server args + `internal_states` + `version` + `startup_time`,

@@ -3,8 +3,9 @@
 Every builder returns `(line, expected)`; `expected` uses the attribute names of the events in
 `specwatch.events` (`timestamp` is the naive local `datetime` the line encodes; `fields` is the
 subset of `name: value` pairs, as printed text, that the line must yield).
-Formats follow the project reference on SGLang log lines (sglang.md §1, kept beside the repo) (version → layout); real lines that the
-generator reproduces byte for byte are checked in tests/sources/test_sglang_log_formats.py.
+Formats follow docs/sglang-log-lines.md (version → layout; the § numbers below are its sections);
+real lines that the generator reproduces byte for byte are checked in
+tests/sources/test_sglang_log_formats.py.
 
     python tests/sglang_lines.py --version 0.5.23 --lines 1000 --ranks 2 --collapse-after 500
 """
@@ -44,10 +45,10 @@ def _check_version(version: str) -> None:
         raise ValueError(f"unsupported version {version!r}; one of {VERSIONS}")
 
 
-# --- prefix (§1.2) ---------------------------------------------------------------------------
+# --- prefix (§2) ---------------------------------------------------------------------------
 
 def rank_order(version: str) -> tuple[str, ...]:
-    """Rank tokens in the order this version prints them (§1.2 table)."""
+    """Rank tokens in the order this version prints them (§2 table)."""
     if version == "0.4.6":
         return ("DP", "TP")
     if version == "0.4.9":
@@ -97,7 +98,7 @@ def _prefix(version: str, ts: str, ms: int | None, rank: dict[str, int] | None,
 
 
 def _start(version: str, kind: str, iteration: int | None) -> tuple[str, int | None]:
-    """'Decode batch. ' / 'Decode batch [n], ' / 'Decode batch, ' (§1.5, §1.7)."""
+    """'Decode batch. ' / 'Decode batch [n], ' / 'Decode batch, ' (§3, §5)."""
     if not _ge(version, "0.5.4"):
         if iteration is not None:
             raise ValueError(f"{version} prints no forward iteration")
@@ -144,7 +145,7 @@ def _f2(x: float) -> str:
 
 def default_accept_rate(version: str, accept_len: float, num_steps: int = 3,
                         num_draft_tokens: int = 4) -> float | None:
-    """accept rate as each version computes it from accept len (§1.6), topk=1."""
+    """accept rate as each version computes it from accept len (§4), topk=1."""
     if not _ge(version, "0.5.3.post3"):
         return None
     if not _ge(version, "0.5.6"):
@@ -163,7 +164,7 @@ def _unknown(unknown_field) -> tuple[str, str] | None:
     return tuple(unknown_field)
 
 
-# --- decode line (§1.5) ----------------------------------------------------------------------
+# --- decode line (§3) ----------------------------------------------------------------------
 
 def decode_line(
     version: str,
@@ -193,7 +194,7 @@ def decode_line(
 
     rank: token -> number, printed in the version's order (None = single-GPU default: `TP0` on
     0.4.6, nothing since 0.4.9). graph: label kind; default = `cuda` where printed (not 0.4.6).
-    accept_rate: default = the version's formula from accept_len (§1.6), printed 0.5.3.post3+.
+    accept_rate: default = the version's formula from accept_len (§4), printed 0.5.3.post3+.
     hybrid: "swa" | "mamba" | "hisparse" KV blocks; swa/mamba print no plain `token usage`, so
     expected then omits token_usage/num_tokens. unknown_field: "name: value" inserted before the
     graph flag (a field a future SGLang adds). ray_prefix: True or "(Name pid=N[, ip=a.b.c.d])".
@@ -301,7 +302,7 @@ def decode_line(
             if not _ge(version, "0.5.14"):
                 raise ValueError("occupancy suffix from 0.5.14 on")
             if version == "0.5.23":
-                # 0.5.23 prints a device-timer string; §1.5 does not quote it: stand-in pair
+                # stand-in pair; 0.5.23 prints `fwd occupancy: x%, fwd+idle occupancy: y%` (§3)
                 _add(suffix, fields, "device timer fwd (ms)", "21.37")
             else:
                 _add(suffix, fields, "fwd occupancy", "93.40%")
@@ -310,7 +311,7 @@ def decode_line(
     return head + start + ", ".join(parts) + end, exp
 
 
-# --- prefill line (§1.7) ---------------------------------------------------------------------
+# --- prefill line (§5) ---------------------------------------------------------------------
 
 def prefill_line(
     version: str,
@@ -514,7 +515,7 @@ def server_args_line(*, ts: str = "2026-01-01 12:00:00", ms: int | None = None,
     return f"[{stamp}] server_args=ServerArgs({body})", exp
 
 
-# --- non-batch lines (§1.8) -----------------------------------------------------------------
+# --- non-batch lines (§6) -----------------------------------------------------------------
 
 _DECODE_TEXT = ("[2026-01-01 12:00:00 TP0] Decode batch, #running-req: 9, #token: 1200, "
                 "token usage: 0.01, accept len: 1.00, accept rate: 0.00, cuda graph: True, "
@@ -550,7 +551,7 @@ def request_log_lines() -> list[str]:
 
 
 def other_lines() -> list[str]:
-    """Realistic lines that are not batch lines (§1.8): all must parse as OtherLine."""
+    """Realistic lines that are not batch lines (§6): all must parse as OtherLine."""
     cr = "\r"
     return request_log_lines() + [
         '[2026-01-01 12:00:00] INFO:     127.0.0.1:40052 - "POST /v1/chat/completions HTTP/1.1" 200 OK',

@@ -34,7 +34,7 @@ from specwatch.alerts.matchers import Matcher, matches_all
 from specwatch.alerts.model import FIRING, RESOLVED, Alert, Notification
 from specwatch.alerts.silences import SilenceStore
 
-# Alertmanager's route defaults (monitoring.md §4.1).
+# Alertmanager's route defaults (prometheus/alertmanager `docs/configuration.md`, `<route>`).
 GROUP_WAIT = 30.0
 GROUP_INTERVAL = 300.0
 REPEAT_INTERVAL = 4 * 3600.0

@@ -30,7 +30,7 @@ from specwatch.probes.checkpoint import CheckpointError, detect_format, flatten_
 
 EAGLE3_ARCH = "LlamaForCausalLMEagle3"
 IDS_KEY = "eagle_aux_hidden_state_layer_ids"
-# Top-level speculators keys SGLang has no use for (checkpoints.md §A.1).
+# Top-level speculators keys SGLang has no use for (speculators/models/eagle3/config.py 0.9.0).
 SPECULATORS_ONLY = ("speculators_model_type", "speculators_version", "speculators_config", "embed_requires_grad",
                     "transformer_layer_config")
 

@@ -2,7 +2,8 @@
 
 Alertmanager then does the routing, grouping, silences and dedup across agents: two specwatch
 instances pushing the same alert (same labels) make one alert there. As its API asks of a client
-(monitoring.md §4.1), every alert is re-sent while it fires (every `resend_delay`, with
+(https://prometheus.io/docs/alerting/latest/clients/; Prometheus does it in prometheus/prometheus
+`rules/alerting.go`), every alert is re-sent while it fires (every `resend_delay`, with
 `endsAt = now + 4 × resend_delay`, so Alertmanager resolves it by itself if specwatch goes
 away) and a resolved one is re-sent with its real `endsAt` for `resolved_retention`.
 

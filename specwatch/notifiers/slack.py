@@ -4,7 +4,8 @@
 alerts; `SlackNotifier` queues them through the shared durable queue (`notifiers/queue.py`):
 transient failures (network, timeout, 5xx, 429) are retried forever, permanent ones (Slack says
 the payload or the webhook is bad) are logged once and dropped. Slack's responses:
-monitoring.md §4.2.
+https://api.slack.com/changelog/2016-05-17-changes-to-errors-for-incoming-webhooks and
+https://api.slack.com/docs/rate-limits (429 with `Retry-After`).
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ MAX_HEADER_TEXT = 150
 # `text` is the notification fallback: one line, kept short enough for a phone banner.
 MAX_FALLBACK_TEXT = 300
 
-# Body strings Slack returns for a request that will never succeed as sent (monitoring.md §4.2).
+# Body strings Slack returns for a request that will never succeed as sent (Slack changelog above).
 # Keyed on the body, not the status, because the status of the newer ones was not verified.
 PERMANENT_ERRORS = frozenset(
     {

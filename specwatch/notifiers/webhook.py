@@ -1,6 +1,7 @@
 """Generic webhook: POST Alertmanager's webhook payload (version 4) to any URL.
 
-The body is what Alertmanager's own `webhook_config` sends (monitoring.md §4.1), so receivers
+The body is what Alertmanager's own `webhook_config` sends (prometheus/alertmanager
+`docs/configuration.md`, `<webhook_config>`), so receivers
 written for Alertmanager (alerta, PagerDuty bridges, chat relays) take specwatch's notifications
 as they are. Evidence and fixes travel as the `evidence` and `fixes` annotations.
 """

@@ -1,11 +1,12 @@
 """aux_capture: does the target class turn on EAGLE-3 aux hidden-state capture in this SGLang?
 
 SGLang calls `model.set_eagle3_layers_to_capture(ids)` on the target at startup for
-`--speculative-algorithm EAGLE3` (attention_backend_setup.py@0.5.23, model_runner.py@0.5.11).
-A class without it fails at startup (ValueError on 0.5.23, AttributeError before); a wrapper
-that forwards only `if hasattr(self.language_model, ...)` (Gemma3 / Llama4 multimodal, sglang.md
-§5.2) passes that check and captures nothing when its language model lacks the method — the
-silent case. Read from the installed `srt/models/*.py` through the class's bases.
+`--speculative-algorithm EAGLE3` (attention_backend_setup.py@0.5.23, model_runner.py@0.5.11). A
+class without it fails at startup (ValueError on 0.5.23, AttributeError before); a wrapper that
+forwards only `if hasattr(self.language_model, ...)` (Gemma3 / Llama4 multimodal:
+`models/gemma3_mm.py`, `models/mllama4.py` 0.5.23) passes that check and captures nothing when its
+language model lacks the method — the silent case. Read from the installed `srt/models/*.py` through
+the class's bases.
 """
 
 from __future__ import annotations

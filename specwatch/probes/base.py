@@ -62,9 +62,9 @@ class ServerSettings:
     """How the server runs the draft (CLI flags, the `server_args` log line or `/server_info`).
 
     algorithm: `--speculative-algorithm` upper-cased (`EAGLE3`, `EAGLE`; `NEXTN` is SGLang's alias
-    of `EAGLE`, sglang.md §7); None when unknown. num_steps / eagle_topk / num_draft_tokens: the
-    speculative flags. draft_window_size: `--speculative-draft-window-size` (tokens).
-    context_length: `--context-length` (tokens).
+    of `EAGLE`: server_args.py 0.5.11, arg_groups/speculative_hook.py 0.5.23); None when unknown.
+    num_steps / eagle_topk / num_draft_tokens: the speculative flags. draft_window_size:
+    `--speculative-draft-window-size` (tokens). context_length: `--context-length` (tokens).
     """
 
     algorithm: str | None = None

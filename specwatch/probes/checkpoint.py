@@ -11,9 +11,10 @@ that overlap or leave gaps) becomes a `problem` string, never a traceback.
 `pytorch_model.bin` is read only through `torch.load(weights_only=True)` when torch is
 installed; without torch it is not read at all (never unpickled) and a problem says so.
 
-Formats (checkpoints.md §0, §F.1): `speculators` (`speculators_model_type` /
-`transformer_layer_config`), `sglang` (flat, `architectures[0]` an `…Eagle3` class; SpecForge's
-export), `eagle` (SafeAILab: flat `LlamaForCausalLM` + `draft_vocab_size`), else `unknown`.
+Formats: `speculators` (`speculators_model_type` / `transformer_layer_config`;
+speculators/models/eagle3/config.py 0.9.0), `sglang` (flat, `architectures[0]` an `…Eagle3`
+class; SpecForge 0.2.0 `export/to_sglang.py`), `eagle` (SafeAILab/EAGLE: flat `LlamaForCausalLM` +
+`draft_vocab_size`, `eagle/traineagle3/config.json`), else `unknown`.
 """
 
 from __future__ import annotations
@@ -326,7 +327,7 @@ class DraftCheckpoint:
 
     @property
     def target_hidden_size(self) -> int | None:
-        """Ht: `target_hidden_size` when set, else H (sglang.md §4.4)."""
+        """Ht: `target_hidden_size` when set, else H (`hidden_size_in`, llama_eagle3.py@0.5.23)."""
         return _int(self.flat.get("target_hidden_size")) or self.hidden_size
 
     @property
@@ -358,7 +359,7 @@ def _int(v) -> int | None:
 
 
 def detect_format(config: dict) -> str:
-    """speculators | sglang | eagle | unknown (checkpoints.md §F.1)."""
+    """speculators | sglang | eagle | unknown (the formats in this module's docstring)."""
     if "speculators_model_type" in config or "transformer_layer_config" in config or "speculators_config" in config:
         return "speculators"
     arch = (config.get("architectures") or [""])[0] if isinstance(config.get("architectures"), list) else ""
@@ -371,7 +372,8 @@ def detect_format(config: dict) -> str:
 
 def flatten_config(config: dict) -> dict:
     """A flat view of the draft config. speculators: `transformer_layer_config` with the
-    top-level EAGLE-3 fields over it (checkpoints.md §A.1); other formats: the config itself."""
+    top-level EAGLE-3 fields over it (speculators/models/eagle3/config.py 0.9.0); other formats: the
+    config itself."""
     inner = config.get("transformer_layer_config")
     if not isinstance(inner, dict):
         return dict(config)

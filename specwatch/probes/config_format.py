@@ -1,6 +1,7 @@
 """config_format: a draft config the installed SGLang cannot read, or reads differently.
 
-Checks (checkpoints.md §0, §D.2, §F.1, §F.7, §F.8; sglang.md §4.1–4.2):
+Checks (facts from `sglang/srt/models/llama_eagle3.py` 0.5.11 and 0.5.23, `configs/model_config.py`
+0.5.23; speculators 0.9.0 `models/eagle3/config.py`, SpecForge 0.2.0 `export/to_sglang.py`):
 - `config.json` missing or not JSON;
 - speculators format (nested `transformer_layer_config`): no SGLang version reads it
   (no `speculators_model_type` anywhere in the package) → the server cannot start;
@@ -23,7 +24,7 @@ from specwatch.probes.base import ERROR, INFO, WARNING, Finding, ProbeContext
 from specwatch.probes.draft_module import draft_class
 
 PROBE_ID = "config_format"
-# First versions whose llama_eagle3.py reads the flag (checkpoints.md §D.6).
+# First versions whose llama_eagle3.py reads the flag (read in the 0.5.11/0.5.12/0.5.16/0.5.17 wheels).
 FLAG_SINCE = {"norm_before_fc": "0.5.17", "fc_norm": "0.5.12", "use_aux_norm": "0.5.12", "norm_output": "0.5.12"}
 
 

@@ -2,12 +2,14 @@
 
 SGLang (every version read) turns any tensor named `*d2t*` into `hot_token_id = d2t + arange(Vd)`:
 d2t holds offsets, target id = i + d2t[i]; `t2d` is ignored; no d2t → draft id i is target id i
-(sglang.md §4.6, §6). Checks (checkpoints.md §F.5): d2t present when Vd < V; integer dtype;
-`len(d2t) == Vd == lm_head rows`; i + d2t[i] inside [0, V), strictly increasing; the known
-wrong encodings — absolute ids (d2t itself increasing, = nonzero(t2d)), `arange` defaults
-(target 2·i), all zeros with Vd < V (identity onto the first Vd ids); t2d of length V with
-Vd entries, agreeing with d2t. With the target's lm_head at hand, a frozen (speculators) draft
-head must satisfy lm_head[i] == target_lm_head[i + d2t[i]]: checked on a sample of rows.
+(`load_weights` in models/llama_eagle3.py 0.5.11 and 0.5.23; `hot_token_id[topk_index]` in
+speculative/eagle_worker_v2.py 0.5.23). Trainers write offsets too (speculators 0.9.0
+`train/vocab_mapping.py`, SpecForge 0.2.0 `data/preprocessing.py`). Checks: d2t present when Vd < V;
+integer dtype; `len(d2t) == Vd == lm_head rows`; i + d2t[i] inside [0, V), strictly increasing; the
+known wrong encodings — absolute ids (d2t itself increasing, = nonzero(t2d)), `arange` defaults
+(target 2·i), all zeros with Vd < V (identity onto the first Vd ids); t2d of length V with Vd
+entries, agreeing with d2t. With the target's lm_head at hand, a frozen (speculators) draft head
+must satisfy lm_head[i] == target_lm_head[i + d2t[i]]: checked on a sample of rows.
 
 A pair never filled by a mapping is consistent and still wrong: the trainers' constructors
 leave d2t all zeros and t2d all False (speculators `_init_vocab`, src/speculators/model.py@v0.7.0;

@@ -1,6 +1,7 @@
 """Fallback facts by SGLang version, used only when no SGLang source can be read.
 
-Every row comes from reading the published wheels (sglang.md §4–5, checkpoints.md §D); the
+Every row comes from reading the published wheels (`sglang/srt/models/*.py`, mainly
+`llama_eagle3.py`, and `model_executor/` of each version named below); the
 report says when these were used instead of the installed source. Versions between the ones
 read are assumed to follow the nearest rule below them.
 """
@@ -25,7 +26,8 @@ LEGACY_RENAMES = (("midlayer", "layers.0"), ("aux_norm_low", "fc_norm.0"), ("aux
                   ("aux_norm_high", "fc_norm.2"))
 
 # Target classes with `set_eagle3_layers_to_capture`, by the first version read that has them
-# (sglang.md §5.4): arch → (since, kind, inner class or None, id rule).
+# (`set_eagle3_layers_to_capture` in srt/models/*.py of 0.4.9, 0.5.4, 0.5.10, 0.5.14, 0.5.23):
+# arch → (since, kind, inner class or None, id rule).
 CAPTURE = {
     "LlamaForCausalLM": ((0, 4, 9), "direct", None, PLUS_ONE),
     "Llama4ForCausalLM": ((0, 4, 9), "direct", None, PLUS_ONE),
@@ -127,10 +129,10 @@ class TableFacts(SGLangFacts):
         return False  # eagle_config only, every version read
 
     def reads_speculators_config(self) -> bool:
-        return False  # no version read has it (checkpoints.md §D.2)
+        return False  # no `speculators_model_type` in any version read (0.4.6.post1-0.5.23)
 
     def draft_arch_rewrites(self) -> dict[str, str]:
-        return {}  # none for Llama EAGLE-3 drafts (sglang.md §4.1)
+        return {}  # none for Llama EAGLE-3 drafts (model_config.py@0.5.23 rewrites MTP only)
 
     def has_draft_window_flag(self) -> bool:
         return self.v >= (0, 5, 23)  # absent in 0.5.11, present in 0.5.23

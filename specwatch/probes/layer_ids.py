@@ -1,7 +1,8 @@
 """layer_ids: the target layers SGLang will capture vs the layers the draft was trained on.
 
 Positions below are SGLang capture positions: position j = the input of target layer j = HF
-`hidden_states[j]` (llama.py@0.5.23). How ids become positions (checkpoints.md §D.4, sglang.md §4.5):
+`hidden_states[j]` (llama.py@0.5.23). How ids become positions (`spec_aux_hidden_state.py@0.5.23`,
+`model_runner.py@0.5.11`, and each target's `set_eagle3_layers_to_capture` in `srt/models/`):
 
 - the engine reads ids only from the draft's nested `eagle_config.eagle_aux_hidden_state_layer_ids`
   (a top-level list, as speculators writes, is ignored for capture); none → `[2, N//2, N-3]`;

@@ -1,7 +1,7 @@
 """What the installed SGLang does with an EAGLE-3 draft, read from its source with `ast`.
 
 SGLang is never imported (it needs torch and a GPU stack); its files are read and parsed. The
-facts each probe needs, and where they live (sglang.md §4–5, checked on 0.5.11 and 0.5.23):
+facts each probe needs, and where they live (checked on 0.5.11 and 0.5.23):
 
 - the version: `sglang/_version.py` (`__version__ = '0.5.23'`), else the dist-info `METADATA`;
 - EAGLE-3 draft classes: `EntryClass` entries named `*Eagle3*` in `srt/models/*.py`

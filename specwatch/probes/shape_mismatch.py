@@ -1,6 +1,6 @@
 """shape_mismatch: draft sizes that disagree with the target or with the module SGLang builds.
 
-Checks (checkpoints.md §F.3, §F.6, §F.9; sglang.md §4.4, D.6):
+Checks (`sglang/srt/models/llama_eagle3.py`, `models/llama.py`, `configs/model_config.py` 0.5.23):
 - draft `vocab_size` == target vocab (the VLM's text config); Ht (`target_hidden_size`, else H)
   == target hidden size; `embed_tokens.weight` present when `target_hidden_size` ≠ H;
 - every tensor's shape against the parameter (or q/k/v / gate/up shard) it loads into — SGLang's

@@ -1,11 +1,12 @@
 """unloaded_weights: checkpoint keys SGLang silently drops, and parameters no key fills.
 
 Every key goes through the installed loader's rules (`draft_module.map_with`, mirroring
-`LlamaForCausalLMEagle3.load_weights`) onto the parameters the installed draft module builds
-from the draft config. SGLang logs nothing for either case (sglang.md §4.3): a dropped key is a
-trained tensor thrown away, an unfilled parameter runs at its random/ones initialisation.
-The seed case: `layers.0.*` (speculators) on SGLang ≤ 0.5.11, whose module is `midlayer`.
-Unreadable weight files (a lying safetensors header, a pickle without torch) are reported here.
+`LlamaForCausalLMEagle3.load_weights`) onto the parameters the installed draft module builds from
+the draft config. SGLang logs nothing for either case (`load_weights` in llama_eagle3.py, 0.5.11 and
+0.5.23): a dropped key is a trained tensor thrown away, an unfilled parameter runs at its
+random/ones initialisation. The seed case: `layers.0.*` (speculators) on SGLang ≤ 0.5.11, whose
+module is `midlayer`. Unreadable weight files (a lying safetensors header, a pickle without torch)
+are reported here.
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """Acceptance collapse: the draft model's tokens are (almost) all rejected.
 
 Decided from `accept len` only: its floor is 1.00 in every SGLang version, while `accept rate`
-changed meaning twice (0.25 vs 0.00 at the same total collapse; sglang.md §1.6).
+changed meaning twice (0.25 vs 0.00 at the same total collapse; `report_decode_stats` in
+sglang/srt/observability/scheduler_metrics_mixin.py 0.5.11 against its 0.5.3.post3-0.5.10 forms).
 
 A rank collapses after `min_batches` consecutive decode batches with accept len <=
 `max_accept_length` while requests are running; it recovers after `min_batches` consecutive
@@ -45,8 +46,11 @@ def known_causes(args: dict[str, object] | None) -> list[str]:
     whole diagnosis in one command, then the four causes one by one.
 
     Paths come from the server's settings (`server_args` line, command line, /server_info) when
-    known. Facts: sglang.md §4.2 (`midlayer` vs `layers.0`, 0.5.11/0.5.12 split), §4.4 (fc width
-    check), §4.5 and §5 (capture), §6 (d2t as offsets).
+    known. Facts, all in `sglang/srt/`: `models/llama_eagle3.py` (module `midlayer` in 0.5.11;
+    `layers.0` with a `midlayer` rename in 0.5.12+; fc width check in `LlamaModel.forward`; d2t read
+    as offsets in `load_weights`, 0.5.11 and 0.5.23), capture in `model_executor/model_runner.py`
+    0.5.11 and `model_runner_components/attention_backend_setup.py` 0.5.23, and the wrappers that
+    skip it in `models/gemma3_mm.py` and `models/mllama4.py` 0.5.23.
     """
     args = args or {}
     draft_arg = args.get("speculative_draft_model_path")

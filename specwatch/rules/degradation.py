@@ -1,7 +1,7 @@
 """Acceptance degradation: accept len clearly below what this model pair reaches — a regression.
 
 Not a collapse (the draft still helps) but a loss: an engine upgrade, a sampler change, another
-chat template, PD disaggregation (bugreports.md BR-10, BR-11, BR-18, BR-19). Compared per
+chat template, PD disaggregation (BR-10, BR-11, BR-18, BR-19 in docs/bugreports.md). Compared per
 (server, rank) over a recent window (`window`, mean of valid decode lines) against a baseline:
 
 - configured: `expected` accept len of the model pair (`model_path` and, optionally,

@@ -1,10 +1,10 @@
 """Slow drift: accept len falling steadily over hours while the server runs; a restart resets it.
 
-The pattern of an engine-state bug (BR-13: a prefix-cache race took accept len from 3.07 to 2.8
-over hours; only a restart restored it). Per (server, rank), valid decode lines (not idle, not
-prefill-dominated, above collapse level) are averaged in `bucket`-long buckets; buckets with at
-least `min_bucket_batches` lines within the last `window` are fitted with a least-squares line.
-The rule fires when, over at least `min_buckets` buckets:
+The pattern of an engine-state bug (BR-13 in docs/bugreports.md: a prefix-cache race took accept len
+from 3.07 to 2.8 over hours; only a restart restored it). Per (server, rank), valid decode lines
+(not idle, not prefill-dominated, above collapse level) are averaged in `bucket`-long buckets;
+buckets with at least `min_bucket_batches` lines within the last `window` are fitted with a
+least-squares line. The rule fires when, over at least `min_buckets` buckets:
 
 - the fitted decline is at least `min_decline_per_hour` of the fitted starting value per hour,
 - the fitted total decline over the span is at least `min_total_decline` of that value, and

@@ -4,9 +4,10 @@ Input: `GpuSample` events (one per NVML sampling cycle; sources/nvml.py), fed un
 box's default server name: NVML does not say which SGLang server a GPU serves.
 
 * `GpuXidError` (one alert per GPU and XID): the XID counter rose. Resolves after `window`
-  seconds without another one (an XID is an event; like nvidia_gpu_exporter's rules,
-  monitoring.md §2.2). Severity critical for XIDs that need a reset or mean lost work, else
-  warning; `ignore_xids` drops some (13/31/43 are often the application's own bug).
+  seconds without another one (an XID is an event; like the XID rule in utkuozdemir/
+  nvidia_gpu_exporter `charts/nvidia-gpu-exporter/templates/prometheusrule.yaml`). Severity
+  critical for XIDs that need a reset or mean lost work, else warning; `ignore_xids` drops some
+  (13/31/43 are often the application's own bug).
 * `GpuEccError` (per GPU): the volatile uncorrected ECC count rose. Resolves after `window`.
 * `GpuLost` (per GPU): NVML fails on the GPU (`NVMLError_GpuIsLost` and kin: the collector marks
   it `device_up 0`), or fewer GPUs are visible than before. Resolves when it is read again.

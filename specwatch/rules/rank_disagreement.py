@@ -1,14 +1,14 @@
 """Rank disagreement: one rank's draft collapsed while the other ranks of the server are healthy.
 
 Every DP rank runs the same draft weights and code, so a collapse on some ranks only points at
-something rank-specific: a rank that built its drafter differently (BR-05: TP ranks logged
-opposite weight-sharing verdicts), a faulty GPU, a PD transfer path on some ranks (BR-10), or a
-class of traffic routed to one rank. Per server, a rank is collapsed when its last `min_batches`
-valid decode lines (`rules/windows.py`) all had accept len <= `max_accept_length`, healthy when
-they all had accept len >= `healthy_accept_length`; lines older than `max_age` (against the
-newest line of the server) do not count. Fires per collapsed rank while at least one other rank
-is healthy; resolves when the rank is no longer collapsed or no healthy rank is left (then it is
-a whole-server collapse, which the collapse rule reports).
+something rank-specific (reports in docs/bugreports.md): a rank that built its drafter differently
+(BR-05: TP ranks logged opposite weight-sharing verdicts), a faulty GPU, a PD transfer path on some
+ranks (BR-10), or a class of traffic routed to one rank. Per server, a rank is collapsed when its
+last `min_batches` valid decode lines (`rules/windows.py`) all had accept len <=
+`max_accept_length`, healthy when they all had accept len >= `healthy_accept_length`; lines older
+than `max_age` (against the newest line of the server) do not count. Fires per collapsed rank while
+at least one other rank is healthy; resolves when the rank is no longer collapsed or no healthy rank
+is left (then it is a whole-server collapse, which the collapse rule reports).
 """
 
 from __future__ import annotations

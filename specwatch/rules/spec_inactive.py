@@ -1,13 +1,13 @@
 """Speculation inactive: the server is configured to speculate, but its decode lines say it does not.
 
-SGLang prints `accept len` on every decode line when a speculative algorithm runs (sglang.md
-§1.5). A server whose settings (`ServerArgs.speculative_algorithm`, from the startup
-`server_args` line or any other source that sends `ServerArgs` events) name an algorithm but
-whose decode lines carry no accept fields is not drafting at all: no draft cost, no speedup. This
-is not a collapse (drafts made, all rejected) and must not be reported as a bad draft
-(bugreports.md BR-14). Per server: fires after `min_batches` decode lines with requests running
-and no accept fields; resolves on the first decode line with them, or when new settings name no
-algorithm.
+SGLang prints `accept len` on every decode line when a speculative algorithm runs
+(`report_decode_stats`, sglang/srt/managers/scheduler_components/metrics_reporter.py 0.5.23). A
+server whose settings (`ServerArgs.speculative_algorithm`, from the startup `server_args` line or
+any other source that sends `ServerArgs` events) name an algorithm but whose decode lines carry no
+accept fields is not drafting at all: no draft cost, no speedup. This is not a collapse (drafts
+made, all rejected) and must not be reported as a bad draft (BR-14, docs/bugreports.md). Per server:
+fires after `min_batches` decode lines with requests running and no accept fields; resolves on the
+first decode line with them, or when new settings name no algorithm.
 """
 
 from __future__ import annotations

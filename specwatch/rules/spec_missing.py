@@ -1,12 +1,12 @@
 """Spec metrics missing: the server serves requests, but no decode line says how the draft does.
 
 Prefill lines show requests arriving, yet for a whole `window` no `Decode batch` line came: the
-acceptance metrics specwatch (and the user) rely on are missing (bugreports.md BR-15). Distinct
-from "speculation inactive" (decode lines without accept fields) and from a collapse. Per server:
-a streak starts at the first prefill line after a decode line (or after `window` without any
-line); the rule fires once the streak is `window` old and at least `min_prefill_batches`
-prefill lines arrived in the last `window`; it resolves at the next decode line. Servers whose settings say they never decode (a PD prefill node, an embedding
-server) or do not speculate are left alone.
+acceptance metrics specwatch (and the user) rely on are missing (BR-15 in docs/bugreports.md).
+Distinct from "speculation inactive" (decode lines without accept fields) and from a collapse. Per
+server: a streak starts at the first prefill line after a decode line (or after `window` without any
+line); the rule fires once the streak is `window` old and at least `min_prefill_batches` prefill
+lines arrived in the last `window`; it resolves at the next decode line. Servers whose settings say
+they never decode (a PD prefill node, an embedding server) or do not speculate are left alone.
 """
 
 from __future__ import annotations

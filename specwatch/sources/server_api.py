@@ -1,6 +1,7 @@
 """The SGLang HTTP API: `/server_info`, `/model_info` and `/health`, polled with requests.
 
-Facts (sglang.md §3, `entrypoints/http_server.py` 0.4.6.post1-0.5.23):
+Facts (`sglang/srt/entrypoints/http_server.py` 0.4.6.post1-0.5.23; `avg_spec_accept_length` from
+`sglang/srt/managers/scheduler_components/internal_state.py` 0.5.23):
 
 * `/server_info` exists from 0.5.6; `/get_server_info` is its deprecated alias there and logs a
   WARNING on every call, so it is asked only after `/server_info` answered 404 (older servers),

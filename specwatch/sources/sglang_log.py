@@ -2,8 +2,10 @@
 
 `parse_line` is a pure function: it never logs and never raises on input. It reads every
 `Decode batch` / `Prefill batch` form SGLang printed from 0.4.6.post1 to 0.5.23 and the startup
-`server_args=ServerArgs(...)` line (facts: shared reference sglang.md §1; printing code in
-`sglang/srt/managers/scheduler_components/metrics_reporter.py@0.5.23` and its predecessors).
+`server_args=ServerArgs(...)` line (printing code: `sglang/srt/managers/scheduler_components/
+metrics_reporter.py@0.5.23`, `sglang/srt/observability/scheduler_metrics_mixin.py@0.5.11` and their
+predecessors `managers/scheduler_metrics_mixin.py` (0.4.10.post2-0.5.9) and `managers/scheduler.py`
+(0.4.6.post1, 0.4.9); prefix format: `configure_logger`, `sglang/srt/utils/common.py@0.5.23`).
 
 Line layout::
 
@@ -73,7 +75,8 @@ _CANONICAL_PREFILL = re.compile(
 
 _GRAPH_KEYS = ("cuda graph", "cpu graph", "npu graph", "musa graph")
 
-# server_args keys specwatch uses (sglang.md §7); the rest of the line is kept too when it parses.
+# server_args keys specwatch uses (`ServerArgs` fields: sglang/srt/server_args.py 0.5.11,
+# sglang/srt/arg_groups/fields/*.py 0.5.23); the rest of the line is kept too when it parses.
 SERVER_ARG_KEYS = (
     "model_path",
     "served_model_name",

@@ -43,7 +43,7 @@ def ids(findings, severity: str | None = None) -> list[str]:
 def stripped_gemma3_site(sglang_root: Path, dest: Path) -> Path:
     """A site folder holding 0.5.23's real gemma3 files with `Gemma3ForCausalLM`'s
     `set_eagle3_layers_to_capture` removed: the wrapper's `if hasattr(...)` then forwards nothing
-    (the silent case of sglang.md §5.2). Returns the folder to use as an SGLang root."""
+    (the silent case of `gemma3_mm.py@0.5.23`). Returns the folder to use as an SGLang root."""
     models = dest / "sglang" / "srt" / "models"
     models.mkdir(parents=True)
     (dest / "sglang" / "__init__.py").write_text("")

@@ -1,4 +1,4 @@
-"""SGLang log-line formats (sglang.md §1) against `specwatch.sources.sglang_log.parse_line`.
+"""SGLang log-line formats (docs/sglang-log-lines.md) against `specwatch.sources.sglang_log.parse_line`.
 
 Generated lines come from tests/sglang_lines.py (known values per version and option); real
 lines come from tests/data/samples/ (copies of the shared evidence, see SOURCE.md).
@@ -180,7 +180,7 @@ def test_generator_reproduces_real_lines(line):
     assert line in REAL or line in KIMI
 
 
-_START = {  # start of a decode line by version (§1.5)
+_START = {  # start of a decode line by version (docs/sglang-log-lines.md §3)
     "period": re.compile(r"Decode batch\. #running-req: "),
     "0.5.4": re.compile(r"Decode batch \[\d+\], #running-req: "),
     "comma": re.compile(r"Decode batch(?: \[\d+\])?, #running-req: "),
@@ -390,7 +390,8 @@ CUT_LINES = [
 
 @pytest.mark.parametrize("line", CUT_LINES, ids=[f"cut{i}" for i in range(len(CUT_LINES))])
 def test_every_truncation_of_a_batch_line(line):
-    # column-truncated copies (§1.8): never raise; without a complete #queue-req it is malformed
+    # column-truncated copies (docs/sglang-log-lines.md §3, last item): never raise; without a
+    # complete #queue-req it is malformed
     kind = DecodeBatch if "Decode batch" in line else PrefillBatch
     start = line.index(" batch") + len(" batch") + 2
     for i in range(len(line) + 1):
@@ -403,7 +404,7 @@ def test_every_truncation_of_a_batch_line(line):
 
 @pytest.mark.parametrize("prefix", ["sglang-1  | ", "specwatch-sglang-decode-1  | ", "sglang_1 | "])
 def test_compose_prefix_recognised_without_configuration(prefix):
-    # §1.8: strip such a prefix "configured, or recognised"
+    # docs/sglang-log-lines.md §6: strip a container prefix (configured, or recognised)
     line, exp = g.decode_line("0.5.23", rank={"DP": 1, "TP": 1}, accept_len=1.05, ms=250)
     check(parse_line(g.with_container_prefix(line, prefix)), exp, DecodeBatch)
 
