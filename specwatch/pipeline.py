@@ -35,7 +35,7 @@ from specwatch.events import (
     ServerRestarted,
     ServerStarted,
 )
-from specwatch.rules.base import Rule, RuleContext, all_rules, log_paths_of, overrides
+from specwatch.rules.base import Rule, RuleContext, all_rules, is_restart_event, log_paths_of, overrides
 from specwatch.rules.collapse import CollapseRule
 from specwatch.rules.windows import WindowTracker
 from specwatch.sources.filestream import LineBatch
@@ -108,7 +108,9 @@ class Pipeline:
         # Each hook calls only the rules that have it (most rules ignore most events).
         self._on_decode = [r for r in self.rules if overrides(r, "on_decode")]
         self._on_prefill = [r for r in self.rules if overrides(r, "on_prefill")]
-        self._on_event = [r for r in self.rules if overrides(r, "on_event")]
+        self._on_event = [(r, overrides(r, "on_restart")) for r in self.rules
+                          if overrides(r, "on_event") or overrides(r, "on_restart")]
+        self._starts: dict[str, float] = {}  # server → timestamp of its last server_args log line
         self._on_tick = [r for r in self.rules if overrides(r, "on_tick")]
         self.windows = WindowTracker(config.windows)  # the one classification of decode lines
         self.servers: dict[str, ServerStats] = {}
@@ -286,10 +288,31 @@ class Pipeline:
         self.dispatcher.tick(now)
 
     def _apply_rules(self, server: str, event: object, now: float) -> None:
-        for rule in self._on_event:
+        why = self._restarted(server, event)
+        at = getattr(event, "timestamp", None) or now
+        for rule, restarts in self._on_event:
+            if why and restarts:
+                self._handle(rule.on_restart(server, at, why), now)
             alerts = rule.on_event(server, event, now)
             if alerts:  # rarely: most calls return [] (cheaper to test than to iterate)
                 self._handle(alerts, now)
+
+    def _restarted(self, server: str, event: object) -> str | None:
+        """Why `event` says the server restarted, else None: the one decision every rule's
+        `on_restart` gets. A `server_args` log line is a (re)start; it is a restart when the
+        server printed an earlier one or lines before it. Settings from the HTTP API or the
+        command line are re-sent whenever specwatch starts or a poll sees them change: they prove
+        nothing. The process source says so itself (`ServerRestarted`, or `ServerStarted` after
+        the server was down)."""
+        if isinstance(event, ServerArgs):
+            if event.source != "log" or event.timestamp is None:
+                return None
+            old = self._starts.get(server)
+            self._starts[server] = event.timestamp
+            if old is not None and old != event.timestamp or old is None and any(k[0] == server for k in self.ranks):
+                return "the server restarted (new server_args line)"
+            return None
+        return "the server process restarted" if is_restart_event(event) else None
 
     def _handle(self, alerts: list, now: float) -> None:
         for alert in alerts:
@@ -304,12 +327,19 @@ class Pipeline:
 
     def to_state(self) -> dict:
         """Rule and alert state (caller holds `lock`)."""
-        return {"rules": {r.name: r.to_state() for r in self.rules}, "dispatcher": self.dispatcher.to_state()}
+        return {"rules": {r.name: r.to_state() for r in self.rules}, "dispatcher": self.dispatcher.to_state(),
+                "starts": dict(self._starts)}
 
     def load_state(self, state: dict) -> None:
         with self.lock:
+            rules = state.get("rules", {})
             for r in self.rules:
-                r.load_state(state.get("rules", {}).get(r.name, {}))
+                r.load_state(rules.get(r.name, {}))
+            # State of 0.1.0 kept the last start per rule (`args.stamp`).
+            for saved in [state.get("starts") or {}] + [s.get("args", {}).get("stamp") or {} for s in rules.values()]:
+                for server, ts in saved.items():
+                    if ts is not None:
+                        self._starts.setdefault(server, ts)
             self.dispatcher.load_state(state.get("dispatcher", {}))
             # One object per firing alert again: the rule's (whose evidence it keeps current),
             # not the dispatcher's own copy from the state file, so repeats show today's numbers.

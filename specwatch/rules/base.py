@@ -8,6 +8,7 @@ its thread, under its lock:
   `WindowTracker` (`rules/windows.py`): rules read the `Window`, none keeps its own tracker;
 - `on_prefill(server, batch, now)`: each prefill line;
 - `on_event(server, event, now)`: every other event (ServerArgs, process, HTTP API, GPU);
+- `on_restart(server, at, why)`: the server restarted (the pipeline decides it once);
 - `on_tick(now)`: time passed (about once a second in the daemon, at each timestamped line in
   replay), for rules that fire on silence or duration.
 
@@ -21,7 +22,6 @@ its state and applies the new thresholds from the next event on.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
 
 from specwatch.alerts.model import FIRING, Alert
 from specwatch.config import Config
@@ -58,6 +58,11 @@ class Rule:
 
     def on_event(self, server: str, event: object, now: float) -> list[Alert]:
         """Any other event: ServerArgs, ProcessSample, ServerRestarted, ApiSample, GpuSample, ..."""
+        return []
+
+    def on_restart(self, server: str, at: float, why: str) -> list[Alert]:
+        """The server restarted at `at` (decided once by the pipeline; called just before
+        `on_event` gets the event that showed it): for rules whose state a restart ends."""
         return []
 
     def on_tick(self, now: float) -> list[Alert]:
@@ -152,36 +157,22 @@ def speculation_configured(args: dict[str, object] | None) -> bool | None:
 
 
 class ServerArgsMemory:
-    """The latest `ServerArgs` of each server, and whether a new one means a (re)start.
-
-    Only the log's `server_args` line marks a start (its timestamp is the start time; a new
-    one after an earlier one is a restart). Settings from the HTTP API or the command line are
-    re-sent whenever specwatch starts or a poll sees them change, so they update the settings
-    but prove no restart; `is_restart_event` recognises the process source's own restart events.
-    """
+    """The latest settings (`ServerArgs.args`, merged by the pipeline) of each server."""
 
     def __init__(self) -> None:
         self.args: dict[str, dict[str, object]] = {}
-        self._stamp: dict[str, float | None] = {}
 
-    def observe(self, server: str, event: ServerArgs) -> bool:
-        """Remember `event`'s settings; True when it is a log start line after an earlier one."""
+    def observe(self, server: str, event: ServerArgs) -> None:
         self.args[server] = dict(event.args)
-        if getattr(event, "source", "log") != "log" or event.timestamp is None:
-            return False
-        old = self._stamp.get(server)
-        self._stamp[server] = event.timestamp
-        return old is not None and event.timestamp != old
 
     def get(self, server: str) -> dict[str, object] | None:
         return self.args.get(server)
 
     def to_state(self) -> dict:
-        return {"args": self.args, "stamp": self._stamp}
+        return {"args": self.args}
 
     def load_state(self, state: dict) -> None:
         self.args.update(state.get("args", {}))
-        self._stamp.update(state.get("stamp", {}))
 
 
 def is_restart_event(event: object) -> bool:

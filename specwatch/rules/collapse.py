@@ -16,10 +16,10 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from specwatch.alerts.model import FIRING, RESOLVED, Alert
+from specwatch.alerts.model import RESOLVED, Alert
 from specwatch.config import CollapseConfig, Config
 from specwatch.events import DecodeBatch, ServerArgs
-from specwatch.rules.base import Rule, RuleContext, args_evidence, fmt, is_restart_event, register
+from specwatch.rules.base import Rule, RuleContext, args_evidence, fmt, new_alert, register
 from specwatch.rules.windows import Window
 
 ALERT_NAME = "AcceptanceCollapse"
@@ -154,13 +154,9 @@ class CollapseRule(Rule):
     def on_event(self, server: str, event: object, now: float) -> list[Alert]:
         if isinstance(event, ServerArgs):
             self.observe_server_args(server, event)
-            if event.source == "log":  # a new startup line: the server restarted
-                return self._restarted(server, now, "the server restarted (new server_args line)")
-        elif is_restart_event(event):
-            return self._restarted(server, now, "the server process restarted")
         return []
 
-    def _restarted(self, server: str, now: float, why: str) -> list[Alert]:
+    def on_restart(self, server: str, now: float, why: str) -> list[Alert]:
         """A restarted server starts from scratch (often with new flags, e.g. speculation off):
         its collapses resolve and every rank's runs reset."""
         out = []
@@ -237,20 +233,17 @@ class CollapseRule(Rule):
         args = self._server_args.get(server, {})
         evidence = self._evidence(batch, st) + args_evidence(args)
         where = f"{server} {batch.rank}".strip()
-        alert = Alert(
-            labels={"alertname": ALERT_NAME, "severity": "critical", "server": server, "rank": batch.rank},
-            annotations={
-                "summary": f"Speculative decoding collapsed on {where}: accept len {batch.accept_length:.2f}",
-                "description": (
-                    f"accept len stayed at or below {self.config.max_accept_length:.2f} for "
-                    f"{st.low_run} consecutive decode batches with requests running: the target "
-                    "rejects (almost) every draft token, so the draft model costs time and saves none."
-                ),
-            },
+        alert = new_alert(
+            ALERT_NAME, "critical", server, batch.rank,
+            summary=f"Speculative decoding collapsed on {where}: accept len {batch.accept_length:.2f}",
+            description=(
+                f"accept len stayed at or below {self.config.max_accept_length:.2f} for "
+                f"{st.low_run} consecutive decode batches with requests running: the target "
+                "rejects (almost) every draft token, so the draft model costs time and saves none."
+            ),
             starts_at=st.low_since if st.low_since is not None else batch.timestamp,
             evidence=evidence,
             fixes=known_causes(args),
-            status=FIRING,
         )
         if self.diagnoser is not None:
             self.diagnoser.ensure(server)  # once per episode: re-runs only if the inputs changed

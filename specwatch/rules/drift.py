@@ -24,8 +24,8 @@ from specwatch.alerts.model import Alert
 from specwatch.config import CollapseConfig, Config, DriftConfig
 from specwatch.events import DecodeBatch, ServerArgs
 from specwatch.rules.active import ActiveAlerts
-from specwatch.rules.base import (Rule, RuleContext, ServerArgsMemory, alert_key, args_evidence, fmt,
-                                  is_restart_event, new_alert, register)
+from specwatch.rules.base import (Rule, RuleContext, ServerArgsMemory, alert_key, args_evidence, fmt, new_alert,
+                                  register)
 from specwatch.rules.stats import linear_fit
 from specwatch.rules.windows import Window
 
@@ -57,17 +57,16 @@ class DriftRule(Rule):
         self.collapse_max = config.collapse.max_accept_length
 
     def on_event(self, server: str, event: object, now: float) -> list[Alert]:
+        if self.config.enabled and isinstance(event, ServerArgs):
+            self.args.observe(server, event)
+        return []
+
+    def on_restart(self, server: str, at: float, why: str) -> list[Alert]:
         if not self.config.enabled:
             return []
-        restarted = is_restart_event(event)
-        if isinstance(event, ServerArgs):
-            restarted = self.args.observe(server, event)
-        if restarted:
-            at = getattr(event, "timestamp", None)
-            return self._reset([k for k in self._buckets if k[0] == server]
-                               + [tuple(k.split("|", 1)) for k in self.active.keys() if k.split("|", 1)[0] == server],
-                               at if at is not None else now, "server restarted")
-        return []
+        return self._reset([k for k in self._buckets if k[0] == server]
+                           + [tuple(k.split("|", 1)) for k in self.active.keys() if k.split("|", 1)[0] == server],
+                           at, "server restarted")
 
     def on_decode(self, server: str, w: Window, now: float) -> list[Alert]:
         if not self.config.enabled:

@@ -108,3 +108,46 @@ def test_a_reload_hands_every_rule_its_new_section_and_keeps_its_state():
     rd = next(r for r in p.rules if r.name == "rank_disagreement")
     kept = [lines for ranks in rd._recent.values() for lines in ranks.values()]
     assert kept and all(lines.maxlen == 5 and len(lines) == 2 for lines in kept)
+
+
+def test_the_pipeline_decides_a_restart_once_for_every_rule():
+    """A server_args log line after an earlier one (or after the server's lines) is a restart;
+    the same line again, settings from the API or the command line, or a first start are not.
+    The decision survives a specwatch restart through the saved state."""
+    from specwatch.events import ServerArgs, ServerRestarted
+
+    p = pipeline()
+    got = []
+
+    class Spy:
+        name = "spy"
+
+        def on_restart(self, server, at, why):
+            got.append((server, at, why))
+            return []
+
+        def on_event(self, server, event, now):
+            return []
+    p._on_event = [(Spy(), True)]  # only the spy: the events here are bare
+    with p.lock:
+        p._apply_rules("box", ServerArgs(100.0, {}), 100.0)  # first start
+        p._apply_rules("box", ServerArgs(100.0, {}), 101.0)  # the same line again
+        p._apply_rules("box", ServerArgs(None, {}, "server_info"), 102.0)
+        p._apply_rules("box", ServerArgs(None, {}, "cmdline"), 103.0)
+        assert got == []
+        p._apply_rules("box", ServerArgs(200.0, {}), 200.0)
+        assert got == [("box", 200.0, "the server restarted (new server_args line)")]
+        p._apply_rules("box", ServerRestarted(300.0, None, None), 300.0)
+        assert got[-1] == ("box", 300.0, "the server process restarted")
+        state = p.to_state()
+    q = pipeline()
+    q.load_state(state)
+    q._on_event = [(Spy(), True)]
+    with q.lock:
+        q._apply_rules("box", ServerArgs(400.0, {}), 400.0)
+    assert got[-1] == ("box", 400.0, "the server restarted (new server_args line)")
+    # a log whose first server_args line follows decode lines: the server had an earlier life
+    r = pipeline()
+    r._on_event = [(Spy(), True)]
+    feed(r, Timeline(spec=None).decode(n=2).server_args().lines)
+    assert got[-1][2] == "the server restarted (new server_args line)" and len(got) == 4

@@ -129,16 +129,25 @@ def test_server_args_paths_appear_in_evidence_and_fixes():
 def test_restart_resolves_the_collapse_and_resets_ranks():
     """The usual fix is a restart with other flags (or speculation off): the collapse of the old
     process resolves; decode lines without accept fields afterwards keep it resolved."""
-    rule = CollapseRule(CollapseConfig())
-    fired = feed(rule, "s", [decode(1.0, ts=i) for i in range(3)])
-    assert [a.status for a in fired] == ["firing"]
-    ev = parse_line("[2026-02-23 17:00:00] server_args=ServerArgs(model_path='/m', speculative_algorithm=None)")
-    out = rule.on_event("s", ev, ev.timestamp)
+    from specwatch.alerts.dispatcher import Dispatcher
+    from specwatch.config import build_config
+    from specwatch.pipeline import Pipeline
+
+    cfg = build_config({"server": "s", "logs": [{"path": "s.log"}], "diagnosis": {"enabled": False}})
+    p = Pipeline(cfg, Dispatcher([], group_wait=0, group_interval=0, keep_history=True))
+    for i in range(3):
+        p.feed(LogLine("s.log", decode_text(1.0, ts=i)))
+    assert [a.status for a in p.dispatcher.history] == ["firing"]
+    text = "[2026-02-23 17:00:00] server_args=ServerArgs(model_path='/m', speculative_algorithm=None)"
+    p.feed(LogLine("s.log", text))
+    out = p.dispatcher.history[1:]
     assert [(a.status, a.labels["rank"]) for a in out] == [("resolved", "TP0")]
-    assert out[0].ends_at == ev.timestamp
+    assert out[0].ends_at == parse_line(text).timestamp
     assert out[0].evidence[0] == ("resolved because", "the server restarted (new server_args line)")
-    assert not rule.collapsed("s", "TP0")
-    assert feed(rule, "s", [decode(1.0, ts=10 + i) for i in range(2)]) == []  # runs start over
+    assert not p.collapse.collapsed("s", "TP0")
+    for i in range(2):  # runs start over
+        p.feed(LogLine("s.log", decode_text(1.0, ts=10 + i)))
+    assert len(p.dispatcher.history) == 2
 
 
 def test_known_causes_commands_use_the_servers_paths_or_the_hub_snapshot():
