@@ -115,28 +115,44 @@ class FollowConfig(Section):
     watchdog: bool = True
 
 
-@dataclass
-class SlackConfig:
-    webhook_url: str | None = None  # resolved secret (from the value, the env var or the file)
+class SlackConfig(Section):
+    """alerts.slack, and a route's `slack` (its unset keys come from alerts.slack). The webhook
+    URL is a secret: one of webhook_url, webhook_url_env (a variable's name) or webhook_url_file;
+    `load_config` reads it into webhook_url (the other two are then None)."""
+
+    webhook_url: Secret | None = None
+    webhook_url_env: str | None = None
+    webhook_url_file: str | None = None
     channel: str | None = None
-    timeout: float = 10.0
-    backoff_initial: float = 1.0
-    backoff_max: float = 300.0
+    timeout: Seconds = 10.0
+    backoff_initial: Seconds = 1.0
+    backoff_max: Seconds = 300.0
     send_resolved: bool = True
+
+    def problems(self):
+        return _backoff_problems(self.backoff_initial, self.backoff_max)
 
     def __repr__(self) -> str:  # the webhook URL is a secret
         return f"SlackConfig(webhook_url={'<redacted>' if self.webhook_url else None}, channel={self.channel!r})"
 
 
-@dataclass
-class WebhookConfig:
-    name: str
-    url: str  # resolved secret
+class WebhookConfig(Section):
+    """One of alerts.webhooks. The URL may hold a token: one of url, url_env or url_file, read
+    into url like Slack's."""
+
+    example: ClassVar[str] = "{name: ops, url: https://hooks.example/specwatch}"
+    name: Annotated[str, Meta(min_length=1, description="a short name for metrics and routes, e.g. `name: ops`")]
+    url: Secret | None = None
+    url_env: str | None = None
+    url_file: str | None = None
     send_resolved: bool = True
-    max_alerts: int = 0
-    timeout: float = 10.0
-    backoff_initial: float = 1.0
-    backoff_max: float = 300.0
+    max_alerts: Annotated[int, Meta(ge=0, le=10_000)] = 0  # 0: every alert of a group in one payload
+    timeout: Seconds = 10.0
+    backoff_initial: Seconds = 1.0
+    backoff_max: Seconds = 300.0
+
+    def problems(self):
+        return _backoff_problems(self.backoff_initial, self.backoff_max)
 
     def __repr__(self) -> str:
         return f"WebhookConfig(name={self.name!r}, url=<redacted>)"
@@ -187,23 +203,41 @@ class GpuConfig(Section):
     interval: Seconds = 5.0
 
 
-@dataclass
-class ProcessConfig:
+class ProcessConfig(Section):
     enabled: bool = True  # psutil scan of the SGLang processes
-    interval: float = 5.0
+    interval: Seconds = 5.0
     match: str | None = None  # regex: command lines that are launchers too (wrappers)
-    servers: dict[int, str] = field(default_factory=dict)  # --port -> server name; empty = all, auto-named
+    # --port -> server name; empty = all, auto-named
+    servers: Annotated[dict[Annotated[int, Meta(ge=1, le=65535, description="a port number (the server's --port), e.g. "
+                                                                  "`30000: sglang-0`")],
+                  Annotated[str, Meta(min_length=1, description="a server name (the `server` label)")]],
+                       Meta(description="a mapping of SGLang --port numbers to server names, e.g. "
+                                        "`servers: {30000: sglang-0}`")] = msgspec.field(default_factory=dict)
+
+    def problems(self):
+        if self.match is not None and (e := _regex_error(self.match)):
+            yield "match", f"not a valid regular expression ({e}); e.g. 'my_sglang_wrapper\\.py'"
 
 
-@dataclass
-class ServerApiConfig:
-    url: str
-    server: str
-    api_key: str | None = None  # resolved secret (value, env var or file)
-    interval: float = 10.0
-    health_interval: float = 60.0
-    timeout: float = 2.0
-    backoff_max: float = 120.0
+class ServerApiConfig(Section):
+    """`server_api:`, one mapping or a list (one per SGLang server on the box); url null: not
+    polled. The API key is a secret read like Slack's webhook URL."""
+
+    url: str | None = None
+    server: str | None = None  # None: the top-level `server`
+    api_key: Secret | None = None
+    api_key_env: str | None = None
+    api_key_file: str | None = None
+    interval: Seconds = 10.0
+    health_interval: Seconds = 60.0
+    timeout: Seconds = 2.0
+    backoff_max: Seconds = 120.0
+
+    def problems(self):
+        if self.url is not None and not _valid_url(self.url):
+            yield "url", "must be an http(s) base URL such as http://127.0.0.1:30000"
+        if self.timeout >= self.interval:
+            yield "timeout", f"must be shorter than interval ({self.interval:g}s) or polls pile up; e.g. 2s"
 
     def __repr__(self) -> str:  # the API key is a secret
         return (f"ServerApiConfig(url={self.url!r}, server={self.server!r}, "
@@ -322,6 +356,7 @@ def _show(value, limit: int = 60) -> str:
 
 
 NonEmpty = Annotated[str, Meta(min_length=1)]
+Secret = Annotated[str, Meta(extra={"secret": True})]  # a message never shows it
 FilePath = Annotated[str, Meta(min_length=1, extra={"path": True})]  # a string, never a number
 _KINDS = {bool: "true or false", int: "an integer", float: "a number", str: "a string"}
 _PLURAL = {int: "integers", float: "numbers", str: "strings"}
@@ -351,6 +386,8 @@ def _convert(raw, t, key: str, default):
     base, meta = _unwrap(t)
     lo, hi = (meta.ge, meta.le) if meta is not None else (None, None)
     extra = (meta.extra or {}) if meta is not None else {}
+    if extra.get("secret") and not isinstance(raw, (str, int)):
+        raise _Bad("must be a string (value not shown: it is a secret)")
     if extra.get("duration"):
         try:
             v = parse_duration(raw)
@@ -392,7 +429,8 @@ def _convert(raw, t, key: str, default):
         return msgspec.convert(raw, t)
     except msgspec.ValidationError:
         if base is str:
-            raise _Bad(f"must be a non-empty string, got {_show(raw)}") from None
+            raise _Bad(f"must be {what if meta is not None and meta.description else 'a non-empty string'}, "
+                       f"got {_show(raw)}") from None
         # A narrow range is stated whole (a ratio, a port); a wide one (a sanity cap) by the bound crossed.
         if lo is not None and hi is not None and hi - lo <= 65535:
             rng = f"between {lo} and {hi}"
@@ -455,6 +493,9 @@ class _Reader:
                     self.bad(full, f"missing; {meta.description if meta is not None else 'required'}")
                     complete = False
                 continue
+            if get_origin(t) is dict:
+                values[f.name] = self.mapping(raw, full, f.type)
+                continue
             if get_origin(t) is list and _is_section(get_args(t)[0]):
                 item = get_args(t)[0]
                 got = [self.section_of(item, e, ip) for ip, e in self.items(data, f.encode_name, path, item.example)]
@@ -472,6 +513,28 @@ class _Reader:
         for key, msg in obj.problems():
             self.bad(_join(path, key), msg)
         return obj
+
+    def mapping(self, raw, path: str, t) -> dict:
+        """A mapping field: each key and value checked, a problem named by its own key path."""
+        base, meta = _unwrap(t)
+        kt, vt = get_args(base)
+        if not isinstance(raw, dict):
+            self.bad(path, f"must be {meta.description if meta is not None else 'a mapping'}, got {_show(raw)}")
+            return {}
+        out = {}
+        for k, v in raw.items():
+            where = _join(path, k)
+            try:
+                key = _convert(k, kt, str(k), None)
+            except _Bad:
+                kmeta = _unwrap(kt)[1]
+                self.bad(where, f"the key must be {kmeta.description if kmeta is not None else _KINDS.get(kt)}")
+                continue
+            try:
+                out[key] = _convert(v, vt, str(k), None)
+            except _Bad as e:
+                self.bad(where, str(e))
+        return out
 
     def value(self, data: dict, key: str, path: str, t, default):
         """data[key] as the type `t` (`default` when absent or null)."""
@@ -527,7 +590,7 @@ class _Reader:
 
 def _resolve_secret(r: _Reader, data: dict, path: str, name: str) -> str | None:
     """A secret from `name`, `name_env` (variable name) or `name_file` (path); at most one."""
-    given = [k for k in (name, f"{name}_env", f"{name}_file") if data.get(k)]
+    given = [k for k in (name, f"{name}_env", f"{name}_file") if data.get(k) and isinstance(data[k], (str, int))]
     if len(given) > 1:
         r.bad(f"{path}.{given[1]}", f"give only one of {', '.join(given)}")
         return None
@@ -673,7 +736,7 @@ def build_config(data: dict | None, source_path: str | None = None, *, for_run: 
 
     cfg.follow = r.section_of(FollowConfig, data.get("follow"), "follow")
     cfg.gpu = r.section_of(GpuConfig, data.get("gpu"), "gpu")
-    cfg.process = _process_section(r, data)
+    cfg.process = r.section_of(ProcessConfig, data.get("process"), "process")
     cfg.server_apis = _server_api_section(r, data, default_server)
     dg = r.section_of(DiagnosisConfig, data.get("diagnosis"), "diagnosis")
     cfg.diagnosis = msgspec.structs.replace(dg, **{  # relative to the config file, like logs[].path
@@ -700,38 +763,12 @@ def build_config(data: dict | None, source_path: str | None = None, *, for_run: 
     return cfg
 
 
-def _process_section(r: _Reader, data: dict) -> ProcessConfig:
-    p = r.section(data, "process", "", {"enabled", "interval", "match", "servers"})
-    match = r.string(p, "match", "process", None)
-    if match is not None:
-        try:
-            re.compile(match)
-        except re.error as e:
-            r.bad("process.match", f"not a valid regular expression ({e}); e.g. 'my_sglang_wrapper\\.py'")
-            match = None
-    servers: dict[int, str] = {}
-    raw = p.get("servers") or {}
-    if not isinstance(raw, dict):
-        r.bad("process.servers", "must map SGLang --port numbers to server names, e.g. `servers: {30000: sglang-0}`")
-        raw = {}
-    for port, name in raw.items():
-        key = f"process.servers.{port}"
-        if isinstance(port, bool) or not isinstance(port, int) or not 0 < port < 65536:
-            r.bad(key, "the key must be a port number (the server's --port), e.g. `30000: sglang-0`")
-        elif not isinstance(name, str) or not name:
-            r.bad(key, f"must be a server name (the `server` label), got {name!r}")
-        else:
-            servers[port] = name
-    return ProcessConfig(
-        enabled=r.boolean(p, "enabled", "process", True),
-        interval=r.duration(p, "interval", "process", 5.0),
-        match=match,
-        servers=servers,
-    )
-
-
-_API_KEYS = {"url", "server", "api_key", "api_key_env", "api_key_file", "interval", "health_interval",
-             "timeout", "backoff_max"}
+def _regex_error(pattern: str) -> str | None:
+    try:
+        re.compile(pattern)
+    except re.error as e:
+        return str(e)
+    return None
 
 
 def _server_api_section(r: _Reader, data: dict, default_server: str) -> list[ServerApiConfig]:
@@ -746,26 +783,12 @@ def _server_api_section(r: _Reader, data: dict, default_server: str) -> list[Ser
         if not isinstance(entry, dict):
             r.bad(path, "must be a mapping with `url:` (e.g. `url: http://127.0.0.1:30000`)")
             continue
-        r.unknown(entry, path, _API_KEYS)
-        url = r.string(entry, "url", path, None)
-        if url is None:
+        api = r.section_of(ServerApiConfig, entry, path)
+        if api.url is None:
             continue  # `url: null` (the example's default): the API is not polled
-        if not _valid_url(url):
-            r.bad(f"{path}.url", "must be an http(s) base URL such as http://127.0.0.1:30000")
-            continue
-        timeout = r.duration(entry, "timeout", path, 2.0)
-        interval = r.duration(entry, "interval", path, 10.0)
-        if timeout >= interval:
-            r.bad(f"{path}.timeout", f"must be shorter than interval ({interval:g}s) or polls pile up; e.g. 2s")
-        out.append(ServerApiConfig(
-            url=url.rstrip("/"),
-            server=r.string(entry, "server", path, default_server),
-            api_key=_resolve_secret(r, entry, path, "api_key"),
-            interval=interval,
-            health_interval=r.duration(entry, "health_interval", path, 60.0),
-            timeout=timeout,
-            backoff_max=r.duration(entry, "backoff_max", path, 120.0),
-        ))
+        out.append(msgspec.structs.replace(
+            api, url=api.url.rstrip("/"), server=api.server or default_server,
+            api_key=_resolve_secret(r, entry, path, "api_key"), api_key_env=None, api_key_file=None))
     return out
 
 
@@ -792,35 +815,19 @@ def load_config(path: str | os.PathLike, *, for_run: bool = False) -> Config:
     return build_config(data, str(path), for_run=for_run)
 
 
-_SLACK_KEYS = {"webhook_url", "webhook_url_env", "webhook_url_file", "channel", "timeout", "backoff_initial",
-               "backoff_max", "send_resolved"}
-
-
-def _slack(r: _Reader, s: dict, path: str, base: SlackConfig) -> SlackConfig:
+def _slack(r: _Reader, raw, path: str, base: SlackConfig) -> SlackConfig:
     """A Slack section; unset keys come from `base` (alerts.slack for a route)."""
-    url = _resolve_secret(r, s, path, "webhook_url")
+    sc = r.section_of(SlackConfig, raw, path, base)
+    url = _resolve_secret(r, raw if isinstance(raw, dict) else {}, path, "webhook_url")
     if url is not None and not _valid_url(url):
         r.bad(f"{path}.webhook_url", "must be an http(s) URL such as https://hooks.slack.com/services/T000/B000/XXXX (value not shown: it is a secret)")
         url = None
-    sc = SlackConfig(
-        webhook_url=url or base.webhook_url,
-        channel=r.string(s, "channel", path, base.channel),
-        timeout=r.duration(s, "timeout", path, base.timeout),
-        backoff_initial=r.duration(s, "backoff_initial", path, base.backoff_initial),
-        backoff_max=r.duration(s, "backoff_max", path, base.backoff_max),
-        send_resolved=r.boolean(s, "send_resolved", path, base.send_resolved),
-    )
-    _check_backoff(r, path, sc.backoff_initial, sc.backoff_max)
-    return sc
+    return msgspec.structs.replace(sc, webhook_url=url or base.webhook_url, webhook_url_env=None,
+                                   webhook_url_file=None)
 
 
 def _backoff_problems(initial: float, maximum: float) -> list[tuple[str, str]]:
     return [("backoff_initial", f"({initial:g}s) must not exceed backoff_max ({maximum:g}s)")] if initial > maximum else []
-
-
-def _check_backoff(r: _Reader, path: str, initial: float, maximum: float) -> None:
-    for key, msg in _backoff_problems(initial, maximum):
-        r.bad(_join(path, key), msg)
 
 
 def drop_hysteresis(max_drop: float, recover_drop: float) -> list[tuple[str, str]]:
@@ -849,33 +856,20 @@ def _alerts(r: _Reader, cfg: Config, a: dict) -> None:
                 continue
             cfg.inhibit_rules.append(InhibitRule(tuple(src), tuple(tgt), tuple(r.strings(rule, "equal", ip, []))))
 
-    cfg.slack = _slack(r, r.section(a, "slack", "alerts", _SLACK_KEYS), "alerts.slack", SlackConfig())
+    cfg.slack = _slack(r, a.get("slack"), "alerts.slack", SlackConfig())
 
-    for wp, w in r.items(a, "webhooks", "alerts", "{name: ops, url: https://hooks.example/specwatch}"):
-        r.unknown(w, wp, {"name", "url", "url_env", "url_file", "send_resolved", "max_alerts", "timeout",
-                          "backoff_initial", "backoff_max"})
-        name = r.string(w, "name", wp, None)
-        if not name:
-            r.bad(f"{wp}.name", "missing; a short name for metrics and routes, e.g. `name: ops`")
-        elif any(x.name == name for x in cfg.webhooks):
-            r.bad(f"{wp}.name", f"{name!r} is used twice; give each webhook its own name")
+    for wp, w in r.items(a, "webhooks", "alerts", WebhookConfig.example):
+        hook = r.section_of(WebhookConfig, w, wp)
         url = _resolve_secret(r, w, wp, "url")
         if url is None and not any(w.get(k) for k in ("url", "url_env", "url_file")):
             r.bad(f"{wp}.url", "missing; the URL to POST to (or url_env / url_file)")
         elif url is not None and not _valid_url(url):
             r.bad(f"{wp}.url", "must be an http(s) URL (value not shown: it may hold a token)")
             url = None
-        hook = WebhookConfig(
-            name=name or "", url=url or "",
-            send_resolved=r.boolean(w, "send_resolved", wp, True),
-            max_alerts=r.number(w, "max_alerts", wp, 0, kind=int, lo=0, hi=10_000),
-            timeout=r.duration(w, "timeout", wp, 10.0),
-            backoff_initial=r.duration(w, "backoff_initial", wp, 1.0),
-            backoff_max=r.duration(w, "backoff_max", wp, 300.0),
-        )
-        _check_backoff(r, wp, hook.backoff_initial, hook.backoff_max)
-        if name and url:
-            cfg.webhooks.append(hook)
+        if hook is not None and any(x.name == hook.name for x in cfg.webhooks):
+            r.bad(f"{wp}.name", f"{hook.name!r} is used twice; give each webhook its own name")
+        elif hook is not None and url:
+            cfg.webhooks.append(msgspec.structs.replace(hook, url=url, url_env=None, url_file=None))
 
     cfg.alertmanager = r.section_of(AlertmanagerConfig, a.get("alertmanager"), "alerts.alertmanager")
 
@@ -889,7 +883,7 @@ def _alerts(r: _Reader, cfg: Config, a: dict) -> None:
             r.bad(f"{rp}.matchers", "missing; a route needs at least one matcher, e.g. [severity=critical]")
         slack = None
         if "slack" in rt:
-            slack = _slack(r, r.section(rt, "slack", rp, _SLACK_KEYS), f"{rp}.slack", cfg.slack)
+            slack = _slack(r, rt.get("slack"), f"{rp}.slack", cfg.slack)
             if not slack.webhook_url:
                 r.bad(f"{rp}.slack", "no webhook: set webhook_url (or _env/_file) here or in alerts.slack")
         webhooks = r.strings(rt, "webhooks", rp, None)

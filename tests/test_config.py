@@ -286,6 +286,10 @@ def test_hostile_values_inside_a_valid_file(tmp_path):
     assert keys == ["alerts.webhooks[0].max_alerts", "logs[0].path", "logs[1].path", "metrics.listen_address",
                     "rules.collapse.max_accept_length", "rules.drift.window"]
     assert all(len(p) < 300 for p in ps)  # the 10,000-character server name is not a problem, and not echoed
+    ps = problems({"alerts": {"slack": {"webhook_url": ["https://hooks.slack.com/services/T/B/s3cret"]}},
+                   "server_api": {"url": "http://127.0.0.1:30000", "api_key": {"k": "s3cret"}}})
+    assert ps == ["server_api.api_key: must be a string (value not shown: it is a secret)",
+                  "alerts.slack.webhook_url: must be a string (value not shown: it is a secret)"]
     assert build_config({"metrics": {"listen_address": "::"}}).listen_address == "::"
     assert build_config({"metrics": {"listen_address": "gpu-box-1.internal"}}).listen_address == "gpu-box-1.internal"
 
