@@ -14,7 +14,8 @@ import os
 import sys
 
 from specwatch import __version__
-from specwatch.config import Config, ConfigError, LogSource, build_config, load_config, load_run_config
+from specwatch.config import (Config, ConfigError, LogSource, build_config, config_warnings, load_config,
+                              load_run_config)
 
 
 def _load(path: str | None) -> Config:
@@ -34,6 +35,8 @@ def cmd_check_config(args) -> int:
         cfg = load_config(args.file)
     except ConfigError as e:
         return _print_problems(args.file, e)
+    for w in config_warnings(cfg):
+        print(f"{args.file}: warning: {w}", file=sys.stderr)
     print(f"{args.file}: ok ({len(cfg.logs)} log file(s), metrics on {cfg.listen_address}:{cfg.listen_port}, "
           f"slack {'configured' if cfg.slack.webhook_url else 'not configured'}, {len(cfg.webhooks)} webhook(s), "
           f"{len(cfg.alertmanager.urls)} alertmanager(s), {len(cfg.routes)} route(s), "

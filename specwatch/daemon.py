@@ -246,10 +246,11 @@ class Daemon:
         notify(f"RELOADING=1\nMONOTONIC_USEC={monotonic_usec()}\nSTATUS=reloading {path}")
         try:
             new = load_run_config(path)
-        except ConfigError as e:
+        except Exception as e:  # a ConfigError; anything else (a bug) must not end the daemon either
+            problems = e.problems if isinstance(e, ConfigError) else [f"{type(e).__name__}: {str(e)[:200]}"]
             self.reload_success = False
-            log.error("config reload from %s refused, the running config stays: %s", path, "; ".join(e.problems))
-            notify(f"READY=1\nSTATUS=reload of {path} FAILED ({len(e.problems)} problem(s), see the log); "
+            log.error("config reload from %s refused, the running config stays: %s", path, "; ".join(problems))
+            notify(f"READY=1\nSTATUS=reload of {path} FAILED ({len(problems)} problem(s), see the log); "
                    "running the previous config")
             return False
         old = self.config

@@ -2,11 +2,16 @@
 
 import subprocess
 import sys
+import time
 from pathlib import Path
 
+import msgspec
 import pytest
 
-from specwatch.config import ConfigError, build_config, load_config, parse_duration
+import hostile_configs
+from specwatch import cli
+from specwatch.config import (_RULE_SECTIONS, ConfigError, Count, Seconds, Section, build_config, load_config,
+                              parse_duration, rule_section, rule_sections)
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -237,3 +242,102 @@ def test_numbers_and_urls_that_would_break_run():
     assert keys == ["alerts.repeat_interval", "alerts.slack.backoff_initial", "alerts.slack.webhook_url",
                     "follow.poll_interval", "rules.collapse.max_accept_length", "server"]
     assert problems({"alerts": {"slack": {"webhook_url": "https://h:99999/x"}}})[0].startswith("alerts.slack.webhook_url:")
+
+
+HOSTILE = hostile_configs.cases("logs: [/var/log/sglang/server.log]\n")
+
+
+@pytest.mark.parametrize("name", list(HOSTILE))
+def test_hostile_files_get_exit_2_and_where(tmp_path, capsys, name):
+    """Issue #10 item 17: every input is refused with exit 2 and a key path (or line), no
+    traceback, in bounded time; a value is never echoed whole."""
+    content, expected = HOSTILE[name]
+    f = tmp_path / "config.yaml"
+    f.write_bytes(content)
+    t = time.monotonic()
+    rc = cli.main(["check-config", str(f)])
+    err = capsys.readouterr().err
+    assert time.monotonic() - t < 3
+    assert rc == 2, err
+    assert expected in err, err
+    assert "Traceback" not in err and len(err) < 1500
+
+
+def test_alias_bomb_and_deep_nesting_are_bounded_in_a_fresh_process(tmp_path):
+    """The alias bomb took 37 s and 2.4 GB (the message printed the expanded value)."""
+    for name in ("alias bomb", "nested 5000 deep"):
+        f = tmp_path / "c.yaml"
+        f.write_bytes(HOSTILE[name][0])
+        t = time.monotonic()
+        # VmHWM: this process's peak RSS (ru_maxrss would carry over the forking pytest's)
+        r = subprocess.run([sys.executable, "-c", "import sys; from specwatch.cli import main; rc = main(sys.argv[1:]); "
+                            "print(open('/proc/self/status').read().split('VmHWM:')[1].split()[0]); sys.exit(rc)",
+                            "check-config", str(f)], capture_output=True, text=True, cwd=ROOT)
+        assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+        assert time.monotonic() - t < 5
+        assert int(r.stdout.split()[-1]) < 60_000, r.stdout  # KB: the interpreter with specwatch ≈ 28 MB
+
+
+def test_hostile_values_inside_a_valid_file(tmp_path):
+    ps = problems({"logs": [{"path": 123}, {"path": ["/a"]}], "server": "x" * 10_000,
+                   "rules": {"drift": {"window": "9" * 30 + "d"}, "collapse": {"max_accept_length": 10 ** 400}},
+                   "metrics": {"listen_address": "-bad-.example"}, "alerts": {"webhooks": [{"name": "a", "url": "https://a", "max_alerts": 10 ** 9}]}})
+    keys = sorted(p.split(":")[0] for p in ps)
+    assert keys == ["alerts.webhooks[0].max_alerts", "logs[0].path", "logs[1].path", "metrics.listen_address",
+                    "rules.collapse.max_accept_length", "rules.drift.window"]
+    assert all(len(p) < 300 for p in ps)  # the 10,000-character server name is not a problem, and not echoed
+    ps = problems({"alerts": {"slack": {"webhook_url": ["https://hooks.slack.com/services/T/B/s3cret"]}},
+                   "server_api": {"url": "http://127.0.0.1:30000", "api_key": {"k": "s3cret"}}})
+    assert ps == ["server_api.api_key: must be a string (value not shown: it is a secret)",
+                  "alerts.slack.webhook_url: must be a string (value not shown: it is a secret)"]
+    assert build_config({"metrics": {"listen_address": "::"}}).listen_address == "::"
+    assert build_config({"metrics": {"listen_address": "gpu-box-1.internal"}}).listen_address == "gpu-box-1.internal"
+
+
+def test_file_size_is_bounded(tmp_path):
+    f = tmp_path / "big.yaml"
+    f.write_text("logs: [/x.log]\n" + "# padding\n" * 40_000)
+    with pytest.raises(ConfigError) as e:
+        load_config(f)
+    assert "a config file is a few KB" in e.value.problems[0]
+
+
+def test_check_config_warns_about_a_missing_log_and_names_the_file_it_cannot_read(tmp_path):
+    """Issue #10 item 14."""
+    r = subprocess.run([sys.executable, "-m", "specwatch", "check-config", str(ROOT / "config.example.yaml")],
+                       capture_output=True, text=True, cwd=ROOT)
+    assert r.returncode == 0 and ": ok (" in r.stdout
+    assert ("warning: logs[0].path: /var/log/sglang/server.log does not exist (yet); specwatch follows it once "
+            "it appears") in r.stderr
+    log = tmp_path / "server.log"
+    log.write_text("")
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(f"logs: [{log}]\n")
+    r = subprocess.run([sys.executable, "-m", "specwatch", "check-config", str(cfg)], capture_output=True, text=True)
+    assert r.returncode == 0 and "warning" not in r.stderr, r.stderr
+    r = subprocess.run([sys.executable, "-m", "specwatch", "check-config", str(tmp_path / "nope.yaml")],
+                       capture_output=True, text=True)
+    assert r.returncode == 2
+    assert "nope.yaml: cannot read the config file (No such file or directory); check its path" in r.stderr
+    assert "--config" not in r.stderr
+
+
+def test_a_rule_section_declared_in_its_own_file_is_read_without_editing_config_py():
+    """Issue #9 items 3-4: `rules:` is composed from the registered sections."""
+    @rule_section("test_only_rule")
+    class TestOnlyConfig(Section):
+        threshold: Count = 3
+        hold: Seconds = msgspec.field(default=60.0, name="for")
+
+    try:
+        cfg = build_config({"rules": {"test_only_rule": {"threshold": 5, "for": "2m"}}})
+        assert cfg.test_only_rule == TestOnlyConfig(threshold=5, hold=120.0)
+        assert build_config({}).test_only_rule == TestOnlyConfig()
+        assert problems({"rules": {"test_only_rule": {"threshold": 0, "fro": "1m"}}}) == [
+            "rules.test_only_rule.fro: unknown key; known keys here: for, threshold; did you mean `for`?",
+            "rules.test_only_rule.threshold: must be >= 1, got 0; the default is 3",
+        ]
+    finally:
+        del _RULE_SECTIONS["test_only_rule"]
+    # every shipped section lives in a rule file
+    assert {cls.__module__.rsplit(".", 1)[0] for _, cls in rule_sections().values()} == {"specwatch.rules"}

@@ -1,8 +1,9 @@
 """The rule interface: events in, alert transitions out; the registry; what rules share.
 
-A rule is one file in this package: its class, decorated with `@register`, and its logic. The
-pipeline builds every registered rule (`build`) and calls only the hooks a rule overrides, on
-its thread, under its lock:
+A rule is one file in this package: its config section (a `Section` decorated with
+`@rule_section`, read from `rules.<key>` and found as `config.<key>`), its class, decorated with
+`@register`, and its logic. The pipeline builds every registered rule (`build`) and calls only
+the hooks a rule overrides, on its thread, under its lock:
 
 - `on_decode(server, window, now)`: each decode line, classified once by the pipeline's
   `WindowTracker` (`rules/windows.py`): rules read the `Window`, none keeps its own tracker;

@@ -17,10 +17,26 @@ import os
 from dataclasses import dataclass
 
 from specwatch.alerts.model import RESOLVED, Alert
-from specwatch.config import CollapseConfig, Config
+from specwatch.config import AcceptLength, Config, Count, Section, rule_section
 from specwatch.events import DecodeBatch, ServerArgs
 from specwatch.rules.base import Rule, RuleContext, args_evidence, fmt, new_alert, register
 from specwatch.rules.windows import Window
+
+
+@rule_section("collapse")
+class CollapseConfig(Section):
+    """rules.collapse: fire after min_batches lines at or below max_accept_length, resolve
+    after min_batches lines at or above recover_accept_length."""
+
+    max_accept_length: AcceptLength = 1.10
+    min_batches: Count = 3
+    recover_accept_length: AcceptLength = 1.5
+
+    def problems(self):
+        if self.recover_accept_length <= self.max_accept_length:
+            yield "recover_accept_length", (f"must be above max_accept_length ({self.max_accept_length}) "
+                                            "or the alert would flap; e.g. 1.5")
+
 
 ALERT_NAME = "AcceptanceCollapse"
 

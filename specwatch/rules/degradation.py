@@ -19,14 +19,47 @@ rules.collapse.max_accept_length) are left to the collapse rule and are not coun
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Annotated, ClassVar
+
+import msgspec
+from msgspec import Meta
 
 from specwatch.alerts.model import Alert
-from specwatch.config import CollapseConfig, Config, DegradationConfig
+from specwatch.config import Config, Count, Ratio, Seconds, Section, drop_hysteresis, rule_section
 from specwatch.events import DecodeBatch, ServerArgs
 from specwatch.rules.active import ActiveAlerts
 from specwatch.rules.base import Rule, RuleContext, ServerArgsMemory, alert_key, args_evidence, fmt, new_alert, register
+from specwatch.rules.collapse import CollapseConfig
 from specwatch.rules.stats import Baseline, Recent, drop_transition
 from specwatch.rules.windows import Window
+
+
+class ExpectedAcceptance(Section):
+    """One entry of rules.degradation.expected: the healthy accept len of a model pair."""
+
+    example: ClassVar[str] = "{model: moonshotai/Kimi-K2.5, draft: /models/k25-eagle3, accept_length: 2.9}"
+    model: Annotated[str, Meta(min_length=1, description="the target's model_path as in the server_args line "
+                                                         "(--model-path)")]
+    accept_length: Annotated[float, Meta(ge=1.0, le=100.0, description="the accept len this model pair "
+                                                                        "reaches when healthy, e.g. 2.9")]
+    draft: str | None = None  # None: any draft of that model
+
+
+@rule_section("degradation")
+class DegradationConfig(Section):
+    enabled: bool = True
+    max_drop_ratio: Ratio = 0.20
+    recover_drop_ratio: Ratio = 0.10
+    window: Seconds = 600.0
+    hold: Seconds = msgspec.field(default=600.0, name="for")
+    min_window_batches: Count = 10
+    baseline_window: Seconds = 86400.0
+    min_baseline_batches: Count = 100
+    expected: list[ExpectedAcceptance] = msgspec.field(default_factory=list)
+
+    def problems(self):
+        return drop_hysteresis(self.max_drop_ratio, self.recover_drop_ratio)
+
 
 ALERT_NAME = "AcceptanceDegradation"
 BASELINE_BUCKET = 300.0  # seconds per learned-baseline bucket

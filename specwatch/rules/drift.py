@@ -19,15 +19,38 @@ restart clears the history, since the drift is expected to start over.
 from __future__ import annotations
 
 import math
+from typing import Annotated
+
+from msgspec import Meta
 
 from specwatch.alerts.model import Alert
-from specwatch.config import CollapseConfig, Config, DriftConfig
+from specwatch.config import Config, Count, Ratio, Seconds, Section, rule_section
 from specwatch.events import DecodeBatch, ServerArgs
 from specwatch.rules.active import ActiveAlerts
 from specwatch.rules.base import (Rule, RuleContext, ServerArgsMemory, alert_key, args_evidence, fmt, new_alert,
                                   register)
+from specwatch.rules.collapse import CollapseConfig
 from specwatch.rules.stats import linear_fit
 from specwatch.rules.windows import Window
+
+
+@rule_section("drift")
+class DriftConfig(Section):
+    enabled: bool = True
+    window: Seconds = 4 * 3600.0
+    bucket: Seconds = 600.0
+    min_buckets: Annotated[int, Meta(ge=3, le=10_000)] = 6
+    min_bucket_batches: Count = 3
+    min_decline_per_hour: Ratio = 0.03
+    min_total_decline: Ratio = 0.05
+    min_falling_fraction: Ratio = 0.7
+    restart_gap: Seconds = 1800.0
+
+    def problems(self):
+        if self.window < self.bucket * self.min_buckets:
+            yield "window", (f"must hold min_buckets ({self.min_buckets}) buckets of {self.bucket:g}s; "
+                             f"make it at least {self.bucket * self.min_buckets:g}s")
+
 
 ALERT_NAME = "AcceptanceDrift"
 

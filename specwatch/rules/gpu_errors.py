@@ -17,11 +17,22 @@ XID meanings and actions: NVIDIA "XID Errors" catalog (docs.nvidia.com/deploy/xi
 
 from __future__ import annotations
 
+from typing import Annotated
+
+from msgspec import Meta
+
 from specwatch.alerts.model import Alert, iso8601
-from specwatch.config import Config, GpuErrorsConfig
+from specwatch.config import Config, Seconds, Section, rule_section
 from specwatch.events import GpuSample, GpuState
 from specwatch.rules.active import ActiveAlertsRule
 from specwatch.rules.base import register
+
+
+@rule_section("gpu_errors")
+class GpuErrorsConfig(Section):
+    window: Seconds = 600.0  # an XID/ECC alert resolves after this long without a new error
+    ignore_xids: Annotated[tuple[int, ...], Meta(description="XID numbers, e.g. [13, 43]")] = ()
+
 
 XID = "GpuXidError"
 ECC = "GpuEccError"

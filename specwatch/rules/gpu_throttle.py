@@ -19,13 +19,38 @@ from __future__ import annotations
 import statistics
 from collections import deque
 from itertools import islice
+from typing import Annotated
+
+from msgspec import Meta
 
 from specwatch.alerts.model import Alert
-from specwatch.config import Config, GpuThrottleConfig
+from specwatch.config import Config, Count, Seconds, Section, rule_section
 from specwatch.events import DecodeBatch, GpuSample, GpuState
 from specwatch.rules.active import ActiveAlertsRule
 from specwatch.rules.base import register
 from specwatch.rules.windows import Window
+
+
+# NVML clock event reasons (nvmlClocksEventReasons, nvml.h); the first five slow a GPU down.
+GPU_THROTTLE_REASONS = ("sw_thermal_slowdown", "hw_thermal_slowdown", "hw_slowdown",
+                        "hw_power_brake_slowdown", "sw_power_cap")
+KNOWN_CLOCK_REASONS = ("gpu_idle", "applications_clocks_setting", "sw_power_cap", "hw_slowdown",
+                       "sync_boost", "sw_thermal_slowdown", "hw_thermal_slowdown",
+                       "hw_power_brake_slowdown", "display_clock_setting")
+
+
+@rule_section("gpu_throttle")
+class GpuThrottleConfig(Section):
+    reasons: tuple[str, ...] = GPU_THROTTLE_REASONS
+    drop_ratio: Annotated[float, Meta(ge=0.01, le=0.99)] = 0.2  # below (1 - drop_ratio) x the unthrottled baseline
+    min_batches: Count = 3
+    baseline_window: Seconds = 3600.0
+
+    def problems(self):
+        if not self.reasons or any(x not in KNOWN_CLOCK_REASONS for x in self.reasons):
+            yield "reasons", (f"must be a non-empty list of clock event reasons from: {', '.join(KNOWN_CLOCK_REASONS)}; "
+                              f"got {list(self.reasons)!r}"[:400])
+
 
 ALERT_NAME = "GpuThrottlingThroughputDrop"
 THERMAL = ("sw_thermal_slowdown", "hw_thermal_slowdown")

@@ -20,7 +20,7 @@ import os
 from typing import Callable
 
 from specwatch.alerts.model import Alert, iso8601
-from specwatch.config import Config, LogSilentConfig
+from specwatch.config import Config, Count, Section, rule_section
 from specwatch.events import (
     ApiSample,
     ProcessSample,
@@ -32,6 +32,12 @@ from specwatch.events import (
 from specwatch.rules.active import ActiveAlertsRule
 from specwatch.rules.base import RuleContext, log_paths_of, register
 from specwatch.rules.windows import Window
+
+
+@rule_section("log_silent")
+class LogSilentConfig(Section):
+    intervals: Count = 3  # decode-log intervals seen through /server_info without a decode line
+
 
 ALERT_NAME = "SGLangLogSilent"
 QUIET_LEVELS = ("warning", "error", "critical")

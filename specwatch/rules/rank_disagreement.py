@@ -16,10 +16,24 @@ from __future__ import annotations
 from collections import deque
 
 from specwatch.alerts.model import Alert
-from specwatch.config import Config, RankDisagreementConfig
+from specwatch.config import AcceptLength, Config, Count, Seconds, Section, rule_section
 from specwatch.rules.active import ActiveAlerts
 from specwatch.rules.base import Rule, alert_key, fmt, new_alert, register
 from specwatch.rules.windows import Window
+
+
+@rule_section("rank_disagreement")
+class RankDisagreementConfig(Section):
+    enabled: bool = True
+    max_accept_length: AcceptLength = 1.10
+    healthy_accept_length: AcceptLength = 1.5
+    min_batches: Count = 3
+    max_age: Seconds = 300.0
+
+    def problems(self):
+        if self.healthy_accept_length <= self.max_accept_length:
+            yield "healthy_accept_length", f"must be above max_accept_length ({self.max_accept_length}); e.g. 1.5"
+
 
 ALERT_NAME = "RankDisagreement"
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from specwatch.alerts.model import Alert, iso8601
-from specwatch.config import Config, ProcessTies, ServerRuleConfig
+from specwatch.config import Config, ProcessTies, Seconds, Section, rule_section
 from specwatch.events import (
     ApiSample,
     ProcessSample,
@@ -34,6 +34,14 @@ from specwatch.events import (
 )
 from specwatch.rules.active import ActiveAlertsRule
 from specwatch.rules.base import RuleContext, log_paths_of, register
+
+
+@rule_section("server", attr="server_rule")
+class ServerRuleConfig(Section):
+    down_for: Seconds = 30.0  # no process (or no HTTP answer) this long: SGLangServerDown
+    restart_window: Seconds = 600.0  # SGLangServerRestarted stays firing this long
+    unhealthy_for: Seconds = 120.0  # /health failing this long after it was fine: SGLangServerUnhealthy
+
 
 DOWN = "SGLangServerDown"
 RESTARTED = "SGLangServerRestarted"

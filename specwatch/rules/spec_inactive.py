@@ -13,11 +13,18 @@ first decode line with them, or when new settings name no algorithm.
 from __future__ import annotations
 
 from specwatch.alerts.model import Alert
-from specwatch.config import Config, SpeculationInactiveConfig
+from specwatch.config import Config, Count, Section, rule_section
 from specwatch.events import DecodeBatch, ServerArgs
 from specwatch.rules.active import ActiveAlerts
 from specwatch.rules.base import Rule, ServerArgsMemory, args_evidence, new_alert, register, speculation_configured
 from specwatch.rules.windows import Window
+
+
+@rule_section("speculation_inactive")
+class SpeculationInactiveConfig(Section):
+    enabled: bool = True
+    min_batches: Count = 3
+
 
 ALERT_NAME = "SpeculationInactive"
 

@@ -14,11 +14,19 @@ from __future__ import annotations
 from collections import deque
 
 from specwatch.alerts.model import Alert
-from specwatch.config import Config, SpecMetricsMissingConfig
+from specwatch.config import Config, Count, Seconds, Section, rule_section
 from specwatch.events import PrefillBatch, ServerArgs
 from specwatch.rules.active import ActiveAlerts
 from specwatch.rules.base import Rule, ServerArgsMemory, args_evidence, new_alert, register, speculation_configured
 from specwatch.rules.windows import Window
+
+
+@rule_section("spec_metrics_missing")
+class SpecMetricsMissingConfig(Section):
+    enabled: bool = True
+    window: Seconds = 600.0
+    min_prefill_batches: Count = 10
+
 
 ALERT_NAME = "SpecMetricsMissing"
 

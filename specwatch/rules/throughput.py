@@ -16,13 +16,31 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import msgspec
+
 from specwatch.alerts.model import Alert
-from specwatch.config import Config, ThroughputDropConfig
+from specwatch.config import Config, Count, Ratio, Seconds, Section, drop_hysteresis, rule_section
 from specwatch.events import DecodeBatch
 from specwatch.rules.active import ActiveAlerts
 from specwatch.rules.base import Rule, alert_key, fmt, new_alert, register
 from specwatch.rules.stats import Baseline, Recent, drop_transition
 from specwatch.rules.windows import Window
+
+
+@rule_section("throughput_drop")
+class ThroughputDropConfig(Section):
+    enabled: bool = True
+    max_drop_ratio: Ratio = 0.40
+    recover_drop_ratio: Ratio = 0.20
+    window: Seconds = 300.0
+    hold: Seconds = msgspec.field(default=300.0, name="for")
+    min_window_batches: Count = 5
+    baseline_window: Seconds = 86400.0
+    min_baseline_batches: Count = 30
+
+    def problems(self):
+        return drop_hysteresis(self.max_drop_ratio, self.recover_drop_ratio)
+
 
 ALERT_NAME = "ThroughputDrop"
 BASELINE_BUCKET = 300.0  # seconds per learned-baseline bucket

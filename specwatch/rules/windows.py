@@ -14,8 +14,21 @@ the same `Window` (`Rule.on_decode`).
 
 from __future__ import annotations
 
-from specwatch.config import WindowConfig
+from typing import Annotated
+
+from msgspec import Meta
+
+from specwatch.config import Count, Seconds, Section, rule_section
 from specwatch.events import DecodeBatch, PrefillBatch
+
+
+@rule_section("windows")
+class WindowConfig(Section):
+    """rules.windows: what makes a decode line a usable sample."""
+
+    min_running_requests: Count = 1
+    max_prefill_batches: Annotated[int, Meta(ge=0, le=1_000_000)] = 40  # SGLang's default --decode-log-interval
+    max_gap: Seconds = 120.0
 
 
 class Window:

@@ -2,7 +2,8 @@
 
 from pathlib import Path
 
-from specwatch.config import CollapseConfig, WindowConfig
+from specwatch.rules.collapse import CollapseConfig
+from specwatch.rules.windows import WindowConfig
 from specwatch.events import DecodeBatch, LogLine
 from specwatch.rules.collapse import CollapseRule
 from specwatch.rules.windows import WindowTracker

@@ -2,7 +2,7 @@
 
 import random
 
-from specwatch.config import DegradationConfig
+from specwatch.rules.degradation import DegradationConfig
 from specwatch.rules.degradation import DegradationRule, path_matches
 from timeline import T0, Timeline, feed, names, pipeline, run
 

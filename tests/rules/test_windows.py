@@ -1,6 +1,6 @@
 """Window classification (rules/windows.py): the pipeline's one tracker, read by every rule."""
 
-from specwatch.config import WindowConfig
+from specwatch.rules.windows import WindowConfig
 from specwatch.events import DecodeBatch, PrefillBatch
 from specwatch.rules.windows import WindowTracker
 
