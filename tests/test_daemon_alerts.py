@@ -9,7 +9,8 @@ import time
 
 import yaml
 
-from procs import free_port, wait_for
+from procs import decode_line, free_port, wait_for
+from specwatch.alerts.model import Alert
 from specwatch_daemon import SpecwatchDaemon
 
 
@@ -41,3 +42,60 @@ def test_second_daemon_on_one_state_dir_exits_1_naming_the_holder(tmp_path):
     finally:
         again.terminate()
         assert again.wait(20) == 0
+
+
+def delivered(slack) -> list[dict]:
+    return [b for b, ok in zip(slack.received, slack.answered_ok) if ok]
+
+
+def test_every_transition_and_delivery_is_logged_without_the_url(tmp_path, slack):
+    """Issue #10 item 11: one INFO line when an alert fires, is delivered and resolves; a failed
+    attempt is a WARNING with the error and the retry delay; no form of a webhook URL appears,
+    not even in a connection error's text (requests puts the path there)."""
+    from slack_endpoint import SECRET_PATH
+
+    slack.script.extend([(500, {}, "rollup_error"), (500, {}, "rollup_error")])
+    refused_port = free_port()  # bound, not listening: connections are refused
+    hook_url = f"http://127.0.0.1:{refused_port}/hooks/ops-t0ken-9f8e7d"
+    log = tmp_path / "sglang.log"
+    d = SpecwatchDaemon(tmp_path, log, env={"SW_TEST_HOOK": slack.url, "SW_TEST_OPS": hook_url}, alerts={
+        "group_wait": "0s", "group_interval": "0s",
+        "slack": {"webhook_url_env": "SW_TEST_HOOK", "backoff_initial": "0.1s", "backoff_max": "0.2s"},
+        "webhooks": [{"name": "ops", "url_env": "SW_TEST_OPS", "backoff_initial": "0.1s", "backoff_max": "0.2s"}]})
+    d.start()
+    with open(log, "a") as f:
+        f.writelines(decode_line(1.02, f"16:32:4{i}") for i in range(3))
+    wait_for(lambda: len(delivered(slack)) == 1, timeout=20, what="the firing message after two 500s")
+    with open(log, "a") as f:
+        f.writelines(decode_line(2.9, f"16:33:0{i}") for i in range(3))
+    wait_for(lambda: len(delivered(slack)) == 2, timeout=20, what="the resolved message")
+    wait_for(lambda: "Slack delivered AcceptanceCollapse resolved" in d.output, what="the delivery line")
+    rc, out = d.stop()
+    assert rc == 0, out
+    lines = out.splitlines()
+
+    def one(pattern: str) -> str:
+        hits = [ln for ln in lines if pattern in ln]
+        assert len(hits) == 1, (pattern, out)
+        return hits[0]
+
+    fp = Alert(labels={"alertname": "AcceptanceCollapse", "severity": "critical", "server": "gpu-box-1",
+                       "rank": "TP0"}, annotations={}, starts_at=0).fingerprint
+    where = f"AcceptanceCollapse on gpu-box-1 TP0 (critical, fingerprint {fp})"
+    assert " INFO specwatch.alerts: alert firing: " + where + ": Speculative decoding collapsed on gpu-box-1 TP0: " \
+        "accept len 1.02" in one("alert firing:")
+    # 16:32:40 (the first low line) to 16:33:02 (the third recovered one)
+    assert " INFO specwatch.alerts: alert resolved after 22s: " + where in one("alert resolved")
+    fails = [ln for ln in lines if "Slack delivery of AcceptanceCollapse firing on gpu-box-1 TP0 seq=1 failed" in ln]
+    assert [ln.split(" WARNING ")[1].split(": ", 1)[1].rsplit(" in ", 1)[0] for ln in fails] == [
+        f"Slack delivery of AcceptanceCollapse firing on gpu-box-1 TP0 seq=1 failed (HTTP 500 'rollup_error'); retry {n}"
+        for n in (1, 2)]
+    assert all(0.05 < float(ln.rsplit(" in ", 1)[1].rstrip("s")) <= 0.2 for ln in fails)  # the delay, in seconds
+    assert " INFO specwatch.notifiers.slack: Slack delivered AcceptanceCollapse firing on gpu-box-1 TP0 seq=1" \
+        in one("Slack delivered AcceptanceCollapse firing")
+    assert " INFO specwatch.notifiers.slack: Slack delivered AcceptanceCollapse resolved on gpu-box-1 TP0 seq=2" \
+        in one("Slack delivered AcceptanceCollapse resolved")
+    refused = [ln for ln in lines if "webhook delivery of AcceptanceCollapse firing on gpu-box-1 TP0 seq=1 failed" in ln]
+    assert refused and all(" WARNING " in ln and "ConnectionError" in ln and "<redacted>" in ln for ln in refused), out
+    for secret in (slack.url, SECRET_PATH, "s3cr3tT0ken", hook_url, "/hooks/ops-t0ken-9f8e7d", "ops-t0ken"):
+        assert secret not in out
