@@ -9,7 +9,7 @@ import time
 
 import yaml
 
-from procs import decode_line, free_port, wait_for
+from procs import decode_line, free_port, rank_labels, wait_for
 from specwatch.alerts.model import Alert
 from specwatch_daemon import SpecwatchDaemon
 
@@ -99,3 +99,47 @@ def test_every_transition_and_delivery_is_logged_without_the_url(tmp_path, slack
     assert refused and all(" WARNING " in ln and "ConnectionError" in ln and "<redacted>" in ln for ln in refused), out
     for secret in (slack.url, SECRET_PATH, "s3cr3tT0ken", hook_url, "/hooks/ops-t0ken-9f8e7d", "ops-t0ken"):
         assert secret not in out
+
+
+def test_alert_gauges_read_0_and_the_last_decode_line_survives_a_restart(tmp_path):
+    """Issue #10 item 12: `specwatch_alerts_firing` reads 0 for every alert the rules can raise
+    (not absent); after a restart while a collapse fires, the gauges of the last decode line
+    and `specwatch_acceptance_collapsed` (what deploy/prometheus' AcceptanceCollapse reads)
+    are there before any new line, with the values and the log timestamp of that line."""
+    from specwatch.rules.base import alert_names_of, all_rules
+
+    names = alert_names_of([cls for cls in all_rules()])
+    log = tmp_path / "sglang.log"
+    log.write_text("")
+    d = SpecwatchDaemon(tmp_path, log).start()
+    m = d.scrape()
+    firing = lambda m: {dict(k[1])["alertname"]: v for k, v in m.items() if k[0] == "specwatch_alerts_firing"}  # noqa: E731
+    assert firing(m) == dict.fromkeys(names, 0.0)
+    assert len(names) >= 14
+
+    with open(log, "a") as f:
+        f.writelines(decode_line(1.02, f"16:32:4{i}", running=50, thr=123.0) for i in range(3))
+    lab = rank_labels()
+    m = wait_for(lambda: (x := d.scrape()).get(("specwatch_acceptance_collapsed", lab)) == 1 and x, what="the collapse")
+    assert firing(m) == {**dict.fromkeys(names, 0.0), "AcceptanceCollapse": 1.0}
+    before = {k: v for k, v in m.items() if k[1] == lab and not k[0].endswith(("_total", "_created"))}
+    assert before[("specwatch_accept_length", lab)] == 1.02
+    assert before[("specwatch_gen_throughput_tokens_per_second", lab)] == 123.0
+    assert d.stop()[0] == 0
+
+    d.start()
+    m = d.scrape()  # no line read since the restart
+    after = {k: v for k, v in m.items() if k[1] == lab and not k[0].endswith(("_total", "_created"))}
+    assert after == before
+    assert len(after) == 10  # accept length and rate, throughput, running, queued, usage, tokens, graph,
+    # timestamp and collapsed
+    assert after[("specwatch_last_decode_batch_timestamp_seconds", lab)] == \
+        time.mktime(time.strptime("2026-02-23 16:32:42", "%Y-%m-%d %H:%M:%S"))
+    assert firing(m)["AcceptanceCollapse"] == 1.0
+
+    with open(log, "a") as f:
+        f.writelines(decode_line(2.9, f"16:33:0{i}") for i in range(3))
+    m = wait_for(lambda: (x := d.scrape()).get(("specwatch_acceptance_collapsed", lab)) == 0 and x, what="recovery")
+    assert firing(m) == dict.fromkeys(names, 0.0)  # 0 again, not absent
+    assert m[("specwatch_accept_length", lab)] == 2.9
+    assert d.stop()[0] == 0

@@ -108,6 +108,7 @@ class CollapseRule(Rule):
     """
 
     name = "collapse"
+    alert_names = (ALERT_NAME,)
     order = 0
 
     @classmethod

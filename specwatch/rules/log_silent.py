@@ -55,6 +55,7 @@ class LogSilentRule(ActiveAlertsRule):
     """log_paths: server → followed log files. path_exists: checked when the alert fires."""
 
     name = "log_silent"
+    alert_names = (ALERT_NAME,)
     order = 20
 
     @classmethod

@@ -106,6 +106,7 @@ class ServerStateRule(ActiveAlertsRule):
     resolves it)."""
 
     name = "server_state"
+    alert_names = (DOWN, RESTARTED, UNHEALTHY)
     order = 10
 
     @classmethod

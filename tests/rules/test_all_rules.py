@@ -108,3 +108,21 @@ def test_a_reload_hands_every_rule_its_new_section_and_keeps_its_state():
     rd = next(r for r in p.rules if r.name == "rank_disagreement")
     kept = [lines for ranks in rd._recent.values() for lines in ranks.values()]
     assert kept and all(lines.maxlen == 5 and len(lines) == 2 for lines in kept)
+
+
+def test_every_rule_declares_the_alert_names_it_raises():
+    """`specwatch_alerts_firing` exports 0 for each declared name (issue #10 item 12): a rule
+    must name each alert it raises, with its module's constant, and no name has two owners.
+    (`feed` in tests/timeline.py checks each raised alert against the declared names.)"""
+    import inspect
+
+    from specwatch.rules.base import all_rules
+
+    owners: dict[str, str] = {}
+    for cls in all_rules():
+        assert cls.alert_names, f"{cls.__name__} declares no alert_names"
+        source = inspect.getsource(inspect.getmodule(cls))
+        for n in cls.alert_names:
+            assert f'"{n}"' in source, (cls.__name__, n)
+            assert owners.setdefault(n, cls.name) == cls.name, f"{n} raised by {owners[n]} and {cls.name}"
+    assert {"AcceptanceCollapse", "SGLangServerDown", "GpuLost", "ThroughputDrop"} <= set(owners)
