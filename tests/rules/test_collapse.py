@@ -123,7 +123,7 @@ def test_server_args_paths_appear_in_evidence_and_fixes():
     assert ev_d["speculative_algorithm"] == "EAGLE"
     assert ev_d["speculative_draft_model_path"] == "/models/k25-eagle3"
     assert any("/models/k25-eagle3/config.json" in f for f in a.fixes)
-    assert any("(this server: EAGLE)" in f for f in a.fixes)
+    assert any("(this server: `EAGLE`)" in f for f in a.fixes)
 
 
 def test_restart_resolves_the_collapse_and_resets_ranks():
