@@ -50,7 +50,7 @@ from specwatch.pipeline import Pipeline
 from specwatch.sdnotify import Watchdog, monotonic_usec, notify
 from specwatch.sources.filestream import Follower
 from specwatch.sources.follow import FollowerGroup
-from specwatch.storage import read_json, write_json_atomic
+from specwatch.storage import StateDirLocked, lock_state_dir, read_json, write_json_atomic
 
 log = logging.getLogger("specwatch.daemon")
 
@@ -95,6 +95,7 @@ class Daemon:
     def _build(self) -> None:
         cfg = self.config
         self.state_dir.mkdir(parents=True, exist_ok=True)
+        self._lock_fd = lock_state_dir(self.state_dir)  # before any read: one daemon per state_dir
         self.dispatcher, self.notifiers = build_alerting(cfg, state_dir=self.state_dir)
         self.pipeline = Pipeline(cfg, self.dispatcher)
         state = read_json(self.state_path, {})
@@ -332,6 +333,9 @@ class Daemon:
             signal.signal(signal.SIGHUP, lambda *_: self._request(reload=True))
         try:
             self._build()
+        except StateDirLocked as e:  # exit 1: a conflict at run time, not a config error (2)
+            log.error("cannot start: %s; stop it or give this one another state_dir", e)
+            return 1
         except OSError as e:  # state_dir not creatable/writable, a queue file unreadable, ...
             log.error("cannot start: %s: %s (check state_dir and its permissions)",
                       getattr(e, "filename", None) or self.state_dir, e.strerror or e)
@@ -371,6 +375,7 @@ class Daemon:
         for n in self.notifiers.values():
             n.stop(timeout=5.0)
         self.httpd.shutdown()
+        os.close(self._lock_fd)  # the state_dir is free for the next daemon
         return 0
 
     def _main_loop(self, last_status: str) -> None:

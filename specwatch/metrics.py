@@ -22,6 +22,7 @@ from prometheus_client.registry import Collector
 
 from specwatch import __version__
 from specwatch.pipeline import KINDS, Pipeline
+from specwatch.rules.base import alert_names_of
 
 RANK_LABELS = ("server", "dp_rank", "tp_rank", "pp_rank", "ep_rank")
 _TOKEN_OF = {"dp_rank": "DP", "tp_rank": "TP", "pp_rank": "PP", "ep_rank": "EP"}
@@ -202,8 +203,8 @@ class SelfCollector(Collector):
             g = GaugeMetricFamily("specwatch_config_last_reload_success_timestamp_seconds", "Wall time of the last successful config load (start-up or reload), seconds since the epoch.")
             g.add_metric([], last_ok)
             yield g
-        firing = GaugeMetricFamily("specwatch_alerts_firing", "Alerts currently firing, by alert name.", labels=("alertname",))
-        counts: dict[str, int] = {}
+        firing = GaugeMetricFamily("specwatch_alerts_firing", "Alerts currently firing, by alert name (0 for every alert the rules can raise).", labels=("alertname",))
+        counts = dict.fromkeys(alert_names_of(self.pipeline.rules), 0)
         with self.pipeline.lock:
             for a in self.pipeline.dispatcher.active.values():
                 counts[a.name] = counts.get(a.name, 0) + 1

@@ -10,6 +10,7 @@ hot path does plain attribute updates only.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import re
@@ -326,12 +327,32 @@ class Pipeline:
         return rs
 
     def to_state(self) -> dict:
-        """Rule and alert state (caller holds `lock`)."""
+        """Rule and alert state, and each rank's last decode line (caller holds `lock`)."""
         return {"rules": {r.name: r.to_state() for r in self.rules}, "dispatcher": self.dispatcher.to_state(),
+                "last_decode": [{"server": rs.server, "rank": rs.rank, "ranks": rs.ranks,
+                                 "batch": dataclasses.asdict(rs.last_decode)}
+                                for rs in self.ranks.values() if rs.last_decode is not None],
                 "starts": dict(self._starts)}
 
     def load_state(self, state: dict) -> None:
+        """Restore `to_state`. Each rank's last decode line comes back (for the gauges of the
+        last line: a restart does not blank `specwatch_accept_length` while an alert built on it
+        fires; `specwatch_last_decode_batch_timestamp_seconds` keeps its age) for the servers of
+        the configured logs only; line counters start again at 0. An entry that does not read
+        is skipped."""
+        servers = {src.server for src in self.config.logs} or {self.config.server}
+        names = {f.name for f in dataclasses.fields(DecodeBatch)}
         with self.lock:
+            for d in state.get("last_decode", []):
+                try:
+                    if d["server"] not in servers:
+                        continue
+                    batch = DecodeBatch(**{k: v for k, v in d["batch"].items() if k in names})
+                    key = (str(d["server"]), str(d["rank"]))
+                    self.ranks[key] = RankStats(key[0], key[1], {str(k): int(v) for k, v in d["ranks"].items()},
+                                                last_decode=batch)
+                except (KeyError, TypeError, ValueError, AttributeError):
+                    continue
             rules = state.get("rules", {})
             for r in self.rules:
                 r.load_state(rules.get(r.name, {}))

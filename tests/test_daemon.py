@@ -233,8 +233,10 @@ def test_own_process_metrics_landing_page_and_taken_port(tmp_path, log):
         assert page.headers["Content-Type"].startswith("text/html") and b"/metrics" in page.read()
         assert ("specwatch_build_info" in {k[0] for k in scrape(d.port)})
 
-        # a second daemon on the same port: a clear error, exit 1
-        r = subprocess.run([sys.executable, "-m", "specwatch", "run", "--config", str(d.cfg)],
+        # a second daemon on the same port (its own state_dir): a clear error, exit 1
+        other = tmp_path / "other.yaml"
+        other.write_text(d.cfg.read_text().replace(str(d.state), str(tmp_path / "other-state")))
+        r = subprocess.run([sys.executable, "-m", "specwatch", "run", "--config", str(other)],
                            capture_output=True, text=True, timeout=30)
         assert r.returncode == 1
         assert f"cannot listen on 127.0.0.1:{d.port}: Address already in use" in r.stderr

@@ -18,6 +18,7 @@ from specwatch.alerts.dispatcher import Dispatcher
 from specwatch.config import build_config
 from specwatch.events import LogLine
 from specwatch.pipeline import Pipeline
+from specwatch.rules.base import alert_names_of
 
 START = "2026-03-01 10:00:00"
 
@@ -83,7 +84,10 @@ def feed(p: Pipeline, lines: list[str]) -> list:
     before = len(p.dispatcher.history)
     for text in lines:
         p.feed(LogLine("server.log", text))
-    return p.dispatcher.history[before:]
+    out = p.dispatcher.history[before:]
+    declared = alert_names_of(p.rules)  # specwatch_alerts_firing reads 0 for each: none may be missing
+    assert all(a.name in declared for a in out), [a.name for a in out if a.name not in declared]
+    return out
 
 
 def run(lines: list[str], config: dict | None = None) -> list:

@@ -26,6 +26,7 @@ and run share this code path. Not thread-safe: the pipeline calls it under its l
 from __future__ import annotations
 
 import copy
+import logging
 from dataclasses import dataclass, field
 from typing import Iterable, Protocol
 
@@ -33,6 +34,8 @@ from specwatch.alerts.inhibit import InhibitRule, inhibited
 from specwatch.alerts.matchers import Matcher, matches_all
 from specwatch.alerts.model import FIRING, RESOLVED, Alert, Notification
 from specwatch.alerts.silences import SilenceStore
+
+log = logging.getLogger("specwatch.alerts")
 
 # Alertmanager's route defaults (prometheus/alertmanager `docs/configuration.md`, `<route>`).
 GROUP_WAIT = 30.0
@@ -165,6 +168,7 @@ class Dispatcher:
             if was_firing:
                 self.alerts[fp] = alert
                 if note:
+                    log.info("alert update: %s: %s", describe(alert), _one_line(note))
                     self._update(alert, note, now)
                 return
             if fp in self.alerts:  # a new episode while the last one's resolve is still pending
@@ -176,6 +180,11 @@ class Dispatcher:
             return
         self.alerts[fp] = alert
         self._status[fp] = alert.status
+        if alert.status == FIRING:
+            log.info("alert firing: %s: %s", describe(alert), _one_line(alert.annotations.get("summary", "")))
+        else:
+            lasted = "" if alert.ends_at is None else f" after {alert.ends_at - alert.starts_at:.0f}s"
+            log.info("alert resolved%s: %s", lasted, describe(alert))
         if self.keep_history:
             self.history.append(copy.deepcopy(alert))
         self._flush_due(now)
@@ -398,6 +407,20 @@ def _needs_update(entry: dict | None, firing: set[str], resolved: set[str], send
     if send_resolved and not resolved <= set(entry["resolved"]):
         return True
     return entry["ts"] <= now - repeat_interval
+
+
+def _one_line(text: str) -> str:
+    """Log-derived text on one line: a newline in a value cannot forge a journal line."""
+    return " ".join(str(text).split())
+
+
+def describe(alert: Alert) -> str:
+    """`AcceptanceCollapse on gpu-box-1 TP0 (critical, fingerprint 0123456789abcdef)`: an alert
+    in one log line, from its labels (no annotation holds a secret, none is printed here)."""
+    where = " ".join(v for v in (alert.labels.get("server", ""), alert.labels.get("rank", "")) if v)
+    sev = alert.labels.get("severity", "")
+    return _one_line(f"{alert.name or 'alert'}{' on ' + where if where else ''} "
+                     f"({sev + ', ' if sev else ''}fingerprint {alert.fingerprint})")
 
 
 class _Blank(dict):

@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import re
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 
@@ -115,6 +116,54 @@ class Notification:
     def single(cls, alert: Alert, receiver: str = "") -> "Notification":
         """A notification of one alert (group key = its fingerprint)."""
         return cls(receiver=receiver, group_key=alert.fingerprint, group_labels={}, alerts=[alert])
+
+
+# --- text of summaries, descriptions and fixes ---------------------------------------------
+# They are Markdown-like text: specwatch's words, with commands and values in code spans. Every
+# value from a log, a checkpoint or an API goes in a span made by `code()` (in a command, also
+# shell-quoted), so a notifier can show it literally (`split_code`) and a backtick in it cannot
+# end the span early.
+
+_BACKTICKS = re.compile(r"`+")
+
+
+def code(text: object) -> str:
+    """`text` as a CommonMark code span (spec 0.31, §6.1) that holds it exactly: the fence is one
+    backtick longer than the longest run of backticks inside, with a space of padding when the
+    text starts or ends with a backtick (or with spaces at both ends, which a reader strips).
+    E.g. code("ls") == "`ls`", code("a`b") == "``a`b``"."""
+    text = str(text)
+    fence = "`" * (max((len(m.group()) for m in _BACKTICKS.finditer(text)), default=0) + 1)
+    pad = " " if text[:1] == "`" or text[-1:] == "`" or (text[:1] == text[-1:] == " " and text.strip(" ")) else ""
+    return f"{fence}{pad}{text}{pad}{fence}"
+
+
+def split_code(text: str) -> list[tuple[bool, str]]:
+    """Text → [(is_code, part)], code spans found as CommonMark finds them (the inverse of
+    `code`): a run of n backticks opens a span that the next run of exactly n backticks closes;
+    the content loses one space at each end when it has one at both; a run with no closer is
+    text. Adjacent text parts are merged."""
+    out: list[tuple[bool, str]] = []
+    pos = i = 0
+    while (m := _BACKTICKS.search(text, i)) is not None:
+        n, end = len(m.group()), None
+        for c in _BACKTICKS.finditer(text, m.end()):
+            if len(c.group()) == n:
+                end = c
+                break
+        if end is None:
+            i = m.end()
+            continue
+        if m.start() > pos:
+            out.append((False, text[pos:m.start()]))
+        body = text[m.end():end.start()].replace("\n", " ")
+        if len(body) > 1 and body[0] == body[-1] == " " and body.strip(" "):
+            body = body[1:-1]
+        out.append((True, body))
+        pos = i = end.end()
+    if pos < len(text):
+        out.append((False, text[pos:]))
+    return out
 
 
 def _common(dicts: list[dict[str, str]]) -> dict[str, str]:

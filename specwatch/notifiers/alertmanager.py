@@ -74,6 +74,7 @@ class AlertmanagerNotifier(QueuedNotifier):
         self.generator_url = generator_url
         self._session = session
         self._last_push: float | None = None
+        self._last_delivered: list | None = None  # (fingerprint, status) pairs of the last delivery
         super().__init__(name or notifier_name(url), queue_path=queue_path, timeout=timeout,
                          backoff_initial=backoff_initial, backoff_max=backoff_max, logger=log)
 
@@ -98,6 +99,13 @@ class AlertmanagerNotifier(QueuedNotifier):
 
     def describe(self, data: dict) -> str:
         return f"{len(data.get('alerts', []))} alert(s)"
+
+    def delivered(self, data: dict, what: str) -> None:
+        """INFO when the set of alerts (and their states) differs from the last delivered one,
+        DEBUG for a re-send of the same (every `resend_delay` while one fires)."""
+        key = sorted((Alert.from_dict(d).fingerprint, d.get("status", "")) for d in data.get("alerts", []))
+        changed, self._last_delivered = key != self._last_delivered, key
+        self.log.log(logging.INFO if changed else logging.DEBUG, "%s delivered %s", self.kind, what)
 
     def render(self, data: dict) -> list[dict]:
         # endsAt of a firing alert is computed at send time: a snapshot queued during an outage

@@ -33,6 +33,7 @@ from specwatch.alerts.model import Notification
 from specwatch.notifiers.http import PERMANENT, RETRY, SENT, Attempt
 from specwatch.storage import write_json_atomic
 
+DESCRIBE_MAX = 5  # alerts named in one log line about a notification
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 
 
@@ -115,10 +116,22 @@ class QueuedNotifier:
         raise NotImplementedError
 
     def describe(self, data: dict) -> str:
-        """Short text naming the item in log lines (no secrets)."""
+        """Short text naming the item in log lines (no secrets), one line whatever the labels
+        hold: `AcceptanceCollapse firing on gpu-box-1 TP0; ThroughputDrop resolved on gpu-box-1`."""
         alerts = data.get("alerts") or []
-        names = sorted({a.get("labels", {}).get("alertname", "?") for a in alerts})
-        return ",".join(names) or "notification"
+        parts = []
+        for a in alerts[:DESCRIBE_MAX]:
+            labels = a.get("labels", {})
+            where = " ".join(v for v in (labels.get("server", ""), labels.get("rank", "")) if v)
+            parts.append(f"{labels.get('alertname', '?')} {a.get('status', '?')}" + (f" on {where}" if where else ""))
+        if len(alerts) > DESCRIBE_MAX:
+            parts.append(f"{len(alerts) - DESCRIBE_MAX} more")
+        return " ".join("; ".join(parts).split()) or "notification"
+
+    def delivered(self, data: dict, what: str) -> None:
+        """Log one delivered item (INFO); a notifier that re-sends the same content on a timer
+        (Alertmanager) overrides this to say only what is new."""
+        self.log.info("%s delivered %s", self.kind, what)
 
     def notify(self, notification: Notification) -> int:
         """Queue a group notification (from the dispatcher); returns its sequence number."""
@@ -317,6 +330,7 @@ class QueuedNotifier:
         if result.outcome == SENT:
             self.sent_total += 1
             self.last_success_timestamp = time.time()
+            self.delivered(data, what)
             return None
         if result.outcome == PERMANENT:
             self.failed_total[PERMANENT] += 1
@@ -330,7 +344,7 @@ class QueuedNotifier:
         else:
             delay = self._backoff()
         if result.rate_limited:
-            self.log.warning("%s rate-limited %s; retry in %.2fs", self.kind, what, delay)
+            self.log.warning("%s rate-limited %s (%s); retry in %.2fs", self.kind, what, result.detail, delay)
         else:
             self.log.warning("%s delivery of %s failed (%s); retry %d in %.2fs",
                              self.kind, what, result.detail, self._failures, delay)

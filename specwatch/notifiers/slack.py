@@ -15,7 +15,7 @@ import logging
 import re
 from typing import TYPE_CHECKING
 
-from specwatch.alerts.model import FIRING, RESOLVED, Alert, Notification, iso8601
+from specwatch.alerts.model import FIRING, RESOLVED, Alert, Notification, iso8601, split_code
 from specwatch.notifiers.http import REDACTED, Attempt, Secret, check_url, new_session, post_json
 from specwatch.notifiers.queue import QueuedNotifier
 
@@ -58,11 +58,8 @@ _ELLIPSIS = "…"
 
 
 def escape_entities(text: str) -> str:
-    """Escape only `&`, `<`, `>` (no mention or link can form) and keep mrkdwn formatting.
-
-    For text specwatch writes itself (descriptions, fixes): their `code spans` must stay copyable
-    commands. Log-derived values in them (a draft path) cannot form mentions or links either.
-    """
+    """Escape only `&`, `<`, `>` (no mention or link can form): what Slack asks of any text,
+    and all that the inside of a code span needs (see `mrkdwn`)."""
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
@@ -79,6 +76,27 @@ def escape_mrkdwn(text: str) -> str:
     return _FORMAT_CHARS.sub(_neutralise, text)
 
 
+def mrkdwn(text: str, one_line: bool = False) -> str:
+    """Alert text (summary, description, fixes: specwatch's words with code spans, see
+    `alerts.model.code`) as Slack mrkdwn that shows every value literally.
+
+    Text outside code spans goes through `escape_mrkdwn`. A code span stays a Slack code span
+    (Slack formats nothing inside one, so `*`, `_`, `~` in a path show as typed and a command
+    stays copyable) with `&`, `<`, `>` as entities; Slack has no way to put a backtick inside
+    one, so a backtick in the value becomes a look-alike (U+02CB) and cannot end the span (the
+    webhook and Alertmanager payloads carry the exact text). `one_line`: whitespace runs outside
+    code spans become one space; newlines inside them, a space.
+    """
+    out = []
+    for is_code, part in split_code(text):
+        if is_code:
+            out.append("`" + escape_entities(part).replace("`", _LOOKALIKE["`"]).replace("\n", " ") + "`")
+        else:
+            out.append(escape_mrkdwn(_WS.sub(" ", part) if one_line else part))
+    return "".join(out)
+
+
+_WS = re.compile(r"\s+")
 _LOOKALIKE = {"*": "\u2217", "_": "\uff3f", "~": "\u223c", "`": "\u02cb"}
 _FORMAT_CHARS = re.compile(r"[*_~`]")
 
@@ -200,12 +218,12 @@ def build_payload(alert: Alert, *, channel: str | None = None) -> dict:
     tail: list[dict] = []
     if not resolved:
         if alert.annotations.get("update"):
-            tail.append(_section(f"*Update:* {escape_mrkdwn(alert.annotations['update'])}"))
+            tail.append(_section(f"*Update:* {mrkdwn(alert.annotations['update'])}"))
         description = alert.annotations.get("description", "") or alert.annotations.get("summary", "")
         if description:
-            tail.append(_section(escape_entities(description)))
+            tail.append(_section(mrkdwn(description)))
         if alert.fixes:
-            items = "\n".join(f"{i}. {escape_entities(_one_line(f))}" for i, f in enumerate(alert.fixes, 1))
+            items = "\n".join(f"{i}. {mrkdwn(f, one_line=True)}" for i, f in enumerate(alert.fixes, 1))
             tail.append(_section(f"*What to check*\n{items}"))
     context = [f"started {iso8601(alert.starts_at)}"]
     if alert.labels.get("severity"):
@@ -241,9 +259,9 @@ def _alert_line(alert: Alert) -> str:
             line += f": resolved after {format_duration(alert.ends_at - alert.starts_at)}"
         return line
     if alert.annotations.get("update"):
-        line += f" _(update)_\n*Update:* {escape_mrkdwn(alert.annotations['update'])}"
+        line += f" _(update)_\n*Update:* {mrkdwn(alert.annotations['update'])}"
     summary = alert.annotations.get("summary", "")
-    return line + (f"\n{escape_entities(_one_line(summary))}" if summary else "")
+    return line + (f"\n{mrkdwn(summary, one_line=True)}" if summary else "")
 
 
 def build_notification_payload(notification: Notification, *, channel: str | None = None) -> dict:
@@ -282,7 +300,7 @@ def build_notification_payload(notification: Notification, *, channel: str | Non
         if fields:
             part.append({"type": "section", "fields": fields})
         if a.status == FIRING and a.fixes:
-            items = "\n".join(f"{i}. {escape_entities(_one_line(f))}" for i, f in enumerate(a.fixes, 1))
+            items = "\n".join(f"{i}. {mrkdwn(f, one_line=True)}" for i, f in enumerate(a.fixes, 1))
             part.append(_section(f"*What to check*\n{items}"))
         if len(blocks) + len(part) > MAX_BLOCKS - 1:  # keep one block for the "not shown" line
             break

@@ -11,6 +11,7 @@ the class's bases.
 
 from __future__ import annotations
 
+from specwatch.alerts.model import code
 from specwatch.probes.base import ERROR, INFO, WARNING, Finding, ProbeContext
 
 PROBE_ID = "aux_capture"
@@ -44,7 +45,7 @@ def run(ctx: ProbeContext) -> list[Finding]:
     if s.kind == "unknown" or (s.kind.startswith("delegate") and s.inner is None):
         where = "specwatch's version table" if ctx.sglang.source == "table" else "the source"
         return found("unknown", WARNING, f"capture support of {arch} could not be read from {where}",
-                     f"Check `{arch}.set_eagle3_layers_to_capture` in the installed SGLang by hand.")
+                     f"Check {code(f'{arch}.set_eagle3_layers_to_capture')} in the installed SGLang by hand.")
     inner = s.inner
     if inner is not None:
         ev |= {"wraps": f"self.{s.inner_attr} = {inner.arch}", "inner_capture": inner.kind}

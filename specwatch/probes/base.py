@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import shlex
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
+
+from specwatch.alerts.model import code
 
 if TYPE_CHECKING:  # heavy or circular imports stay out of module import time
     from specwatch.probes.checkpoint import DraftCheckpoint, TargetModel
@@ -50,6 +53,13 @@ class Finding:
         """`[error] unloaded_weights: title. Fix: ...` — for alert fixes."""
         text = f"[{self.severity}] {self.probe}: {self.title}"
         return f"{text}. Fix: {self.fix}" if self.fix else text
+
+
+def fix_checkpoint_command(draft: object) -> str:
+    """`specwatch fix-checkpoint --draft DRAFT --out DRAFT-sglang` as a code span (`alerts.model.code`),
+    both paths shell-quoted: a path from a server's settings is data, never shell syntax."""
+    d = str(draft)
+    return code(f"specwatch fix-checkpoint --draft {shlex.quote(d)} --out {shlex.quote(d + '-sglang')}")
 
 
 def sort_findings(findings: list[Finding]) -> list[Finding]:

@@ -20,7 +20,7 @@ Checks (facts from `sglang/srt/models/llama_eagle3.py` 0.5.11 and 0.5.23, `confi
 
 from __future__ import annotations
 
-from specwatch.probes.base import ERROR, INFO, WARNING, Finding, ProbeContext
+from specwatch.probes.base import ERROR, INFO, WARNING, Finding, ProbeContext, fix_checkpoint_command
 from specwatch.probes.draft_module import draft_class
 
 PROBE_ID = "config_format"
@@ -36,7 +36,7 @@ def run(ctx: ProbeContext) -> list[Finding]:
         out.append(Finding(PROBE_ID, kind, severity, title, evidence, fix))
 
     version = facts.version or "?"
-    fix_cmd = f"`specwatch fix-checkpoint --draft {d.path} --out {d.path}-sglang`"
+    fix_cmd = fix_checkpoint_command(d.path)
     if d.config_problem:
         add("unreadable_config", ERROR, f"draft config unreadable: {d.config_problem}",
             {"path": str(d.path / "config.json")}, "Write the draft's config.json (flat Llama config with "

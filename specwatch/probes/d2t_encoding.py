@@ -21,7 +21,7 @@ not all read (`not_checked`): a missing d2t may sit in the unreadable file.
 
 from __future__ import annotations
 
-from specwatch.probes.base import ERROR, INFO, WARNING, Finding, ProbeContext, weights_not_checked
+from specwatch.probes.base import ERROR, INFO, WARNING, Finding, ProbeContext, fix_checkpoint_command, weights_not_checked
 from specwatch.probes.weight_values import initial_value
 
 PROBE_ID = "d2t_encoding"
@@ -44,7 +44,7 @@ def run(ctx: ProbeContext) -> list[Finding]:
     V = (ctx.target.vocab_size if ctx.target is not None else None) or d.vocab_size
     Vd = d.draft_vocab_size or V
     dk, tk = _key(d.tensors, "d2t"), _key(d.tensors, "t2d")
-    fix_cmd = f"`specwatch fix-checkpoint --draft {d.path} --out {d.path}-sglang`"
+    fix_cmd = fix_checkpoint_command(d.path)
     if not V:
         return out
     skipped = weights_not_checked(PROBE_ID, ctx, "the vocab map (d2t/t2d)")
@@ -149,5 +149,5 @@ def _check_head(ctx: ProbeContext, d2t) -> Finding | None:
                                                       for j, o in enumerate(absn)])) >= 0.9:
         return Finding(PROBE_ID, "absolute_ids", ERROR, "lm_head rows equal the target's rows at d2t[i]: d2t holds "
                        "absolute ids, SGLang reads offsets", ev,
-                       f"Re-encode as offsets: `specwatch fix-checkpoint --draft {d.path} --out {d.path}-sglang`.")
+                       f"Re-encode as offsets: {fix_checkpoint_command(d.path)}.")
     return None

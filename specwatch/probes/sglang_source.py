@@ -32,8 +32,11 @@ from __future__ import annotations
 import ast
 import importlib.util
 import re
+import shlex
 from dataclasses import dataclass, replace
 from pathlib import Path
+
+from specwatch.alerts.model import code
 
 METHOD = "set_eagle3_layers_to_capture"
 
@@ -145,8 +148,8 @@ def sglang_root_from(path: str | Path) -> Path:
     if p.name == "sglang" and (p / "__init__.py").is_file():
         return p.parent
     m = re.search(r"sglang-(\d+\.\d+[\w.]*)$", p.name)  # `.cache/sglang-0.5.11` names its version
-    get = (f"`python3 -m pip install --no-deps --target {path} sglang=={m.group(1) if m else 'VERSION'}` "
-           "puts the source there (read, never imported)")
+    get = (code(f"python3 -m pip install --no-deps --target {shlex.quote(str(path))} "
+                f"sglang=={m.group(1) if m else 'VERSION'}") + " puts the source there (read, never imported)")
     if not p.exists():
         raise FileNotFoundError(f"SGLang root {path}: no such folder; {get}, or give the "
                                 "site-packages folder of the SGLang the server runs")

@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from dataclasses import replace
 
-from specwatch.probes.base import ERROR, INFO, WARNING, Finding, ProbeContext, short_list
+from specwatch.probes.base import ERROR, INFO, WARNING, Finding, ProbeContext, fix_checkpoint_command, short_list
 from specwatch.probes.draft_module import KeyMapping, draft_class, map_keys, map_with
 
 PROBE_ID = "unloaded_weights"
@@ -81,7 +81,7 @@ def _dropped(ctx: ProbeContext, m: KeyMapping, rules, version: str) -> Finding:
     fixes = []
     if renames:
         fixes.append("Rename " + ", ".join(f"`{a}*` → `{b}*`" for a, b in renames.items())
-                     + f": `specwatch fix-checkpoint --draft {ctx.draft.path} --out {ctx.draft.path}-sglang`"
+                     + f": {fix_checkpoint_command(ctx.draft.path)}"
                      + (" (or upgrade SGLang to >= 0.5.12, which loads `layers.0.*`)" if "layers.0." in renames else ""))
     rest = [k for k in m.dropped if not any(k.startswith(a) for a in renames)]
     if any(re.search(r"\.(q|k|v)_proj\.bias$", k) for k in rest):

@@ -40,10 +40,14 @@ class RuleContext:
 
 class Rule:
     """name: the rule's key (registry, saved state). order: rules run in ascending order, so
-    the transitions one event causes reach the dispatcher in a fixed order."""
+    the transitions one event causes reach the dispatcher in a fixed order. alert_names: the
+    `alertname` of every alert it raises."""
 
     name: str = ""
     order: int = 100
+    # Every `alertname` the rule can raise (its module's constants): `specwatch_alerts_firing`
+    # reads 0 for each of them while none fires, instead of being absent.
+    alert_names: tuple[str, ...] = ()
 
     @classmethod
     def build(cls, config: Config, ctx: RuleContext) -> "Rule":
@@ -112,6 +116,11 @@ def all_rules() -> list[type[Rule]]:
     for m in pkgutil.iter_modules(pkg.__path__):
         importlib.import_module(f"{pkg.__name__}.{m.name}")
     return sorted(REGISTRY.values(), key=lambda c: (c.order, c.name))
+
+
+def alert_names_of(rules: list[Rule]) -> list[str]:
+    """Every alert name the given rules can raise, sorted."""
+    return sorted({n for r in rules for n in r.alert_names})
 
 
 def log_paths_of(config: Config) -> dict[str, list[str]]:

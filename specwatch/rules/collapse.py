@@ -14,9 +14,10 @@ prefill-dominated windows (`rules/windows.py`) are skipped: they neither count n
 from __future__ import annotations
 
 import os
+import shlex
 from dataclasses import dataclass
 
-from specwatch.alerts.model import RESOLVED, Alert
+from specwatch.alerts.model import RESOLVED, Alert, code
 from specwatch.config import AcceptLength, Config, Count, Section, rule_section
 from specwatch.events import DecodeBatch, ServerArgs
 from specwatch.rules.base import Rule, RuleContext, args_evidence, fmt, new_alert, register
@@ -74,39 +75,44 @@ def known_causes(args: dict[str, object] | None) -> list[str]:
     draft = str(draft_arg or "<draft dir>")
     target = str(target_arg or "<target dir>")
     algo = args.get("speculative_algorithm")
+    # Values from the server go into commands shell-quoted and into the text as code spans.
+    q_target = shlex.quote(target) if target_arg else target
     # A Hugging Face repo id is not a folder: the commands need its local snapshot.
     hub = bool(draft_arg) and not os.path.isabs(draft) and not os.path.isdir(draft)
-    folder = f"$(huggingface-cli download {draft})" if hub else draft
+    folder = (f'"$(huggingface-cli download {shlex.quote(draft)})"' if hub
+              else shlex.quote(draft) if draft_arg else draft)
+    # The folder reaches Python as an argument, never inside its source.
+    py_keys = ("python -c \"import glob, sys; from safetensors import safe_open; print(sorted({k.split('.')[0] "
+               "for f in glob.glob(glob.escape(sys.argv[1]) + '/*.safetensors') for k in safe_open(f, 'np').keys()}))\" ")
+    py_d2t = ("python -c \"import glob, sys; from safetensors import safe_open; "
+              "f=safe_open(glob.glob(glob.escape(sys.argv[1]) + '/*.safetensors')[0], 'np'); d=f.get_tensor('d2t'); "
+              "print(d[:8], d.min(), d.max())\" ")
     fixes = [
-        f"Run the whole diagnosis (files only, reads the SGLang this server runs): "
-        f"`specwatch diagnose --draft {folder} --target {target}"
-        + (f" --algorithm {algo}`" if algo else "`")
+        "Run the whole diagnosis (files only, reads the SGLang this server runs): "
+        + code(f"specwatch diagnose --draft {folder} --target {q_target}"
+               + (f" --algorithm {shlex.quote(str(algo))}" if algo else ""))
         + " — it names dropped weights, missing capture, fc bypass, layer ids and the d2t map, with the fix.",
         "Unloaded draft weights: SGLang <= 0.5.11 loads the draft decoder layer only from "
         "`midlayer.*` keys and silently drops `layers.0.*` (as saved by the speculators trainer). "
-        f"Check: `python -c \"from safetensors import safe_open; import glob; "
-        f"print(sorted({{k.split('.')[0] for f in glob.glob('{folder}/*.safetensors') "
-        f"for k in safe_open(f, 'np').keys()}}))\"` and `pip show sglang`. "
-        f"Fix: `specwatch fix-checkpoint --draft {folder} --out <new dir>` (renames `layers.0.` to "
+        f"Check: {code(py_keys + folder)} and `pip show sglang`. "
+        f"Fix: {code(f'specwatch fix-checkpoint --draft {folder} --out <new dir>')} (renames `layers.0.` to "
         "`midlayer.`), or upgrade to SGLang >= 0.5.12.",
         "Missing aux hidden-state capture: the target model class must implement "
         "`set_eagle3_layers_to_capture`, and a multimodal wrapper must forward it to its language "
         "model (Gemma3/Llama4 wrappers skip it silently when the inner model lacks it). Check: "
         "`grep -rn set_eagle3_layers_to_capture $(python -c 'import sglang, os; "
         "print(os.path.dirname(sglang.__file__))')/srt/models/` for your target's architecture "
-        f"(`architectures` in {target}/config.json). Fix: use a target class that captures, or upgrade SGLang.",
+        f"(`architectures` in {code(target + '/config.json')}). Fix: use a target class that captures, or upgrade SGLang.",
         "fc bypass: the draft's `fc.weight` is [H, 3*H] (e.g. [7168, 21504]) and runs only when the "
         "target feeds 3*H-wide aux hidden states; with capture off, a single captured layer, or "
         "`--speculative-algorithm EAGLE` for an EAGLE-3 draft, H-wide states skip the fc silently. "
-        f"Check: the draft config's `eagle_config.eagle_aux_hidden_state_layer_ids` in {folder}/config.json "
+        f"Check: the draft config's `eagle_config.eagle_aux_hidden_state_layer_ids` in {code(draft + '/config.json')} "
         "(3 ids below the target's num_hidden_layers) and that the server runs "
         "`--speculative-algorithm EAGLE3`"
-        + (f" (this server: {algo})." if algo else "."),
+        + (f" (this server: {code(algo)})." if algo else "."),
         "d2t map: SGLang reads `d2t` as offsets (target_id = draft_id + d2t[draft_id]); a map stored "
-        "as absolute target ids sends every draft token to the wrong target token. Check: "
-        f"`python -c \"from safetensors import safe_open; import glob; "
-        f"f=safe_open(glob.glob('{folder}/*.safetensors')[0], 'np'); d=f.get_tensor('d2t'); "
-        "print(d[:8], d.min(), d.max())\"` — offsets are small and mostly non-decreasing from 0; "
+        f"as absolute target ids sends every draft token to the wrong target token. Check: {code(py_d2t + folder)}"
+        " — offsets are small and mostly non-decreasing from 0; "
         "values near the vocabulary size mean absolute ids (fix: `specwatch fix-checkpoint` re-encodes them).",
     ]
     return fixes
@@ -124,6 +130,7 @@ class CollapseRule(Rule):
     """
 
     name = "collapse"
+    alert_names = (ALERT_NAME,)
     order = 0
 
     @classmethod

@@ -85,6 +85,7 @@ def path_matches(configured: str | None, actual: object) -> bool:
 @register
 class DegradationRule(Rule):
     name = "degradation"
+    alert_names = (ALERT_NAME,)
     order = 50
 
     @classmethod

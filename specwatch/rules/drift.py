@@ -58,6 +58,7 @@ ALERT_NAME = "AcceptanceDrift"
 @register
 class DriftRule(Rule):
     name = "drift"
+    alert_names = (ALERT_NAME,)
     order = 60
 
     @classmethod

@@ -94,6 +94,7 @@ def _gpu_evidence(g: GpuState) -> list[tuple[str, str]]:
 @register
 class GpuErrorsRule(ActiveAlertsRule):
     name = "gpu_errors"
+    alert_names = (XID, ECC, LOST)
     order = 30
 
     def __init__(self, config: GpuErrorsConfig):

@@ -19,7 +19,7 @@ from __future__ import annotations
 import os
 from typing import Callable
 
-from specwatch.alerts.model import Alert, iso8601
+from specwatch.alerts.model import Alert, code, iso8601
 from specwatch.config import Config, Count, Section, rule_section
 from specwatch.events import (
     ApiSample,
@@ -56,11 +56,17 @@ class _State:
         self.first_poll: float | None = None
 
 
+def _codes(values: list[str]) -> str:
+    """Paths from the server or the config in the text: each a code span."""
+    return ", ".join(code(v) for v in values)
+
+
 @register
 class LogSilentRule(ActiveAlertsRule):
     """log_paths: server → followed log files. path_exists: checked when the alert fires."""
 
     name = "log_silent"
+    alert_names = (ALERT_NAME,)
     order = 20
 
     @classmethod
@@ -163,19 +169,19 @@ class LogSilentRule(ActiveAlertsRule):
         if files and not in_container and not set(files) & set(followed):
             cause = cause if cause != "unknown" else "wrong file followed"
             fixes.append(
-                f"SGLang writes to {', '.join(files)}, specwatch follows {', '.join(followed)}: set "
-                f"`logs[].path` to `{files[-1]}` (and restart specwatch).")
+                f"SGLang writes to {_codes(files)}, specwatch follows {_codes(followed)}: set "
+                f"`logs[].path` to {code(files[-1])} (and restart specwatch).")
         if missing:
             cause = cause if cause != "unknown" else "log moved"
             fixes.append(
-                f"{', '.join(missing)} does not exist any more: the log was moved or deleted and "
+                f"{_codes(missing)} does not exist any more: the log was moved or deleted and "
                 "nothing recreated it. Find where SGLang writes now"
                 + (f" (`ls -l /proc/{st.process.pid}/fd/1 /proc/{st.process.pid}/fd/2`)" if st.process else "")
                 + " and point `logs[].path` there, or fix the rotation (copytruncate or a reopen signal).")
         pipes = [o for o in outputs if o.startswith(("pipe:", "socket:"))]
         if pipes and not fixes:
             fixes.append(
-                f"SGLang's output goes to {', '.join(pipes)} (`| tee`, a process manager or journald): "
+                f"SGLang's output goes to {_codes(pipes)} (`| tee`, a process manager or journald): "
                 "point `logs[].path` at the file that pipe ends in, e.g. the `tee -a` target.")
         fixes.append(
             "Otherwise: check `SGLANG_LOGGING_CONFIG_PATH` in the server's environment (a logging "

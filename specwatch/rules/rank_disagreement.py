@@ -44,6 +44,7 @@ _COLLAPSED, _HEALTHY, _BETWEEN = "collapsed", "healthy", "between"
 @register
 class RankDisagreementRule(Rule):
     name = "rank_disagreement"
+    alert_names = (ALERT_NAME,)
     order = 100
 
     def __init__(self, config: RankDisagreementConfig):

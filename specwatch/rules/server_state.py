@@ -20,9 +20,10 @@
 
 from __future__ import annotations
 
+import shlex
 from dataclasses import dataclass
 
-from specwatch.alerts.model import Alert, iso8601
+from specwatch.alerts.model import Alert, code, iso8601
 from specwatch.config import Config, ProcessTies, Seconds, Section, rule_section
 from specwatch.events import (
     ApiSample,
@@ -80,8 +81,10 @@ def _show(v) -> str:
 
 
 def _cmd(sp: ServerProcess) -> str:
-    text = " ".join(sp.cmdline)
-    return text if len(text) <= 600 else text[:599] + "…"
+    """The process's command line as a code span, each argument shell-quoted (cut at 600
+    characters, with "…")."""
+    text = shlex.join(sp.cmdline)
+    return code(text if len(text) <= 600 else text[:599] + "…")
 
 
 @dataclass(frozen=True)
@@ -114,6 +117,7 @@ class ServerStateRule(ActiveAlertsRule):
     resolves it)."""
 
     name = "server_state"
+    alert_names = (DOWN, RESTARTED, UNHEALTHY)
     order = 10
 
     @classmethod
@@ -297,7 +301,7 @@ class ServerStateRule(ActiveAlertsRule):
                 "description": (
                     "The SGLang server process was replaced by a new one. Requests in flight were "
                     "lost, and caches and CUDA graphs are being rebuilt."
-                    + (f" New command line: `{command}`" if command else "")
+                    + (f" New command line: {command}" if command else "")
                 ),
             },
             starts_at=now,
@@ -335,7 +339,7 @@ class ServerStateRule(ActiveAlertsRule):
         if last is not None:
             evidence += [("last pid", str(last.pid)), ("last start", iso8601(last.start_time) or ""),
                          ("last speculative flags", spec_summary(last.args))]
-            fixes.append(f"Start it again with the same command: `{_cmd(last)}`")
+            fixes.append(f"Start it again with the same command: {_cmd(last)}")
         elif server not in self._watched:
             evidence += self._down_evidence.get(server, [])
         else:

@@ -32,6 +32,7 @@ ALERT_NAME = "SpeculationInactive"
 @register
 class SpeculationInactiveRule(Rule):
     name = "speculation_inactive"
+    alert_names = (ALERT_NAME,)
     order = 70
 
     def __init__(self, config: SpeculationInactiveConfig):

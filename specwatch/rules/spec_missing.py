@@ -39,6 +39,7 @@ def never_decodes(args: dict | None) -> bool:
 @register
 class SpecMetricsMissingRule(Rule):
     name = "spec_metrics_missing"
+    alert_names = (ALERT_NAME,)
     order = 80
 
     def __init__(self, config: SpecMetricsMissingConfig):

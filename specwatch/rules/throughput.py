@@ -89,6 +89,7 @@ class _Rank:
 @register
 class ThroughputDropRule(Rule):
     name = "throughput_drop"
+    alert_names = (ALERT_NAME,)
 
     order = 90
 

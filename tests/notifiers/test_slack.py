@@ -131,9 +131,9 @@ def test_hostile_text_is_escaped():
     p = build_payload(a)
     fields = [f["text"] for f in p["blocks"][1]["fields"]]
     assert fields == ["*Server*\n&lt;!channel&gt;", "*Rank*\n&lt;@U123&gt;", "*accept len*\n&lt;http://evil|click&gt;"]
-    # description and fixes are specwatch's own text: formatting kept (commands stay copyable
-    # `code`), but no mention or link can form
-    assert p["blocks"][2]["text"]["text"] == "R&amp;D says *bold* _it_ ~s~ `code` but spec_len stays"
+    # description and fixes: code spans stay Slack code spans (commands stay copyable), the
+    # rest shows as typed (values from logs sit in it: no formatting, mention or link can form)
+    assert p["blocks"][2]["text"]["text"] == "R&amp;D says ∗bold∗ ＿it＿ ∼s∼ `code` but spec_len stays"
     assert p["blocks"][3]["text"]["text"] == "*What to check*\n1. &lt;!here&gt; &amp; run `rm`"
     assert escape_mrkdwn("*bold* `code`") == "∗bold∗ ˋcodeˋ"  # log-derived text: no formatting
     assert p["text"] == "[FIRING] AcceptanceCollapse on &lt;!channel&gt; &lt;@U123&gt;: accept len &lt;http://evil|click&gt;"

@@ -151,3 +151,21 @@ def test_the_pipeline_decides_a_restart_once_for_every_rule():
     r._on_event = [(Spy(), True)]
     feed(r, Timeline(spec=None).decode(n=2).server_args().lines)
     assert got[-1][2] == "the server restarted (new server_args line)" and len(got) == 4
+
+
+def test_every_rule_declares_the_alert_names_it_raises():
+    """`specwatch_alerts_firing` exports 0 for each declared name (issue #10 item 12): a rule
+    must name each alert it raises, with its module's constant, and no name has two owners.
+    (`feed` in tests/timeline.py checks each raised alert against the declared names.)"""
+    import inspect
+
+    from specwatch.rules.base import all_rules
+
+    owners: dict[str, str] = {}
+    for cls in all_rules():
+        assert cls.alert_names, f"{cls.__name__} declares no alert_names"
+        source = inspect.getsource(inspect.getmodule(cls))
+        for n in cls.alert_names:
+            assert f'"{n}"' in source, (cls.__name__, n)
+            assert owners.setdefault(n, cls.name) == cls.name, f"{n} raised by {owners[n]} and {cls.name}"
+    assert {"AcceptanceCollapse", "SGLangServerDown", "GpuLost", "ThroughputDrop"} <= set(owners)

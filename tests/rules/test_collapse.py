@@ -124,7 +124,7 @@ def test_server_args_paths_appear_in_evidence_and_fixes():
     assert ev_d["speculative_algorithm"] == "EAGLE"
     assert ev_d["speculative_draft_model_path"] == "/models/k25-eagle3"
     assert any("/models/k25-eagle3/config.json" in f for f in a.fixes)
-    assert any("(this server: EAGLE)" in f for f in a.fixes)
+    assert any("(this server: `EAGLE`)" in f for f in a.fixes)
 
 
 def test_restart_resolves_the_collapse_and_resets_ranks():
@@ -158,10 +158,11 @@ def test_known_causes_commands_use_the_servers_paths_or_the_hub_snapshot():
                           "speculative_algorithm": "EAGLE3"})
     assert local[0].startswith("Run the whole diagnosis") and \
         "`specwatch diagnose --draft /models/d --target /models/t --algorithm EAGLE3`" in local[0]
-    assert "glob.glob('/models/d/*.safetensors')" in local[1]
+    # the folder reaches the Python check as its argument (tests/test_hostile_paths.py runs them)
+    assert "glob.glob(glob.escape(sys.argv[1]) + '/*.safetensors')" in local[1] and ".keys()}))\" /models/d`" in local[1]
     hub = known_causes({"speculative_draft_model_path": "Rayzl/qwen2.5-vl-7b-eagle3-sgl"})
     # a repo id is no folder: the commands read its local snapshot instead of printing []
-    assert "glob.glob('$(huggingface-cli download Rayzl/qwen2.5-vl-7b-eagle3-sgl)/*.safetensors')" in hub[1]
+    assert ".keys()}))\" \"$(huggingface-cli download Rayzl/qwen2.5-vl-7b-eagle3-sgl)\"`" in hub[1]
 
 
 def test_after_a_restart_repeats_carry_the_rules_current_evidence(tmp_path):
