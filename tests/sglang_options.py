@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import argparse
 import ast
+
+from specwatch import pyast
 from pathlib import Path
 
 
@@ -21,7 +23,7 @@ def _strs(node) -> list[str]:
 
 def _add_argument_calls(path: Path) -> list[list[str]]:
     out = []
-    for node in ast.walk(ast.parse(path.read_text())):
+    for node in ast.walk(pyast.parse(path.read_text())):
         if isinstance(node, ast.Call) and getattr(node.func, "attr", None) == "add_argument":
             names = [a.value for a in node.args if isinstance(a, ast.Constant) and isinstance(a.value, str)
                      and a.value.startswith("--")]
@@ -32,7 +34,7 @@ def _add_argument_calls(path: Path) -> list[list[str]]:
 
 def _field_options(path: Path) -> list[list[str]]:
     out = []
-    for node in ast.walk(ast.parse(path.read_text())):
+    for node in ast.walk(pyast.parse(path.read_text())):
         if not (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)
                 and isinstance(node.annotation, ast.Subscript) and getattr(node.annotation.value, "id", "") == "A"):
             continue

@@ -36,6 +36,7 @@ import shlex
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from specwatch import pyast
 from specwatch.alerts.model import code
 
 METHOD = "set_eagle3_layers_to_capture"
@@ -190,7 +191,7 @@ def read_version(root: Path) -> str | None:
     vfile = root / "sglang" / "_version.py"
     if vfile.is_file():
         try:
-            for node in ast.walk(ast.parse(vfile.read_text(encoding="utf-8-sig"))):
+            for node in ast.walk(pyast.parse(vfile.read_text(encoding="utf-8-sig"))):
                 if isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str):
                     if any(isinstance(t, ast.Name) and t.id in ("__version__", "version") for t in node.targets):
                         return node.value.value
@@ -349,7 +350,7 @@ class SourceFacts(SGLangFacts):
                 p = self.pkg / rel
                 text = p.read_text(encoding="utf-8-sig", errors="replace") if p.is_file() else None
             try:
-                self._trees[rel] = ast.parse(text) if text is not None else None
+                self._trees[rel] = pyast.parse(text) if text is not None else None
             except SyntaxError as e:
                 self.notes.append(f"could not parse sglang/{rel}: {e.msg} (line {e.lineno})")
                 self._trees[rel] = None
@@ -454,7 +455,7 @@ class SourceFacts(SGLangFacts):
             if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
                 name = node.targets[0].id
                 try:
-                    value = ast.literal_eval(node.value)
+                    value = pyast.literal_eval(node.value)
                 except (ValueError, SyntaxError, TypeError):
                     continue
                 if name == "stacked_params_mapping":

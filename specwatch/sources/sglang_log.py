@@ -28,6 +28,7 @@ import ast
 import re
 from datetime import datetime, tzinfo
 
+from specwatch import pyast
 from specwatch.events import (
     DecodeBatch,
     MalformedLine,
@@ -259,7 +260,7 @@ def _parse_batch(kind: str, iteration: str | None, ts: float, rank: str, body: s
 
 def _literal(node: ast.AST, source: str):
     try:
-        return ast.literal_eval(node)
+        return pyast.literal_eval(node)
     except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
         return ast.get_source_segment(source, node)
 
@@ -275,7 +276,7 @@ def parse_server_args(text: str) -> dict[str, object]:
         return {}
     source = text[start:]
     try:
-        call = ast.parse(source, mode="eval").body
+        call = pyast.parse(source, mode="eval").body
         if isinstance(call, ast.Call):
             return {kw.arg: _literal(kw.value, source) for kw in call.keywords if kw.arg}
     except (SyntaxError, ValueError, MemoryError, RecursionError):
@@ -285,7 +286,7 @@ def parse_server_args(text: str) -> dict[str, object]:
         key, raw = m.group(1), m.group(2).strip()
         if key in SERVER_ARG_KEYS and key not in args:
             try:
-                args[key] = ast.literal_eval(raw)
+                args[key] = pyast.literal_eval(raw)
             except (ValueError, SyntaxError):
                 args[key] = raw
     return args

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from checkpoints import OUT as CK
+from specwatch import pyast
 from specwatch.probes.base import ProbeContext, ServerSettings
 from specwatch.probes.checkpoint import load_draft, load_target
 
@@ -51,7 +52,7 @@ def stripped_gemma3_site(sglang_root: Path, dest: Path) -> Path:
         shutil.copy(sglang_root / "sglang" / "srt" / "models" / name, models / name)
     text = (models / "gemma3_causal.py").read_text()
     lines = text.splitlines(keepends=True)
-    for node in ast.walk(ast.parse(text)):
+    for node in ast.walk(pyast.parse(text)):
         if isinstance(node, ast.FunctionDef) and node.name == "set_eagle3_layers_to_capture":
             start = node.lineno - 1 - len(node.decorator_list)
             lines[start:node.end_lineno] = ["\n"] * (node.end_lineno - start)
