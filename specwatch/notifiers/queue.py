@@ -292,6 +292,12 @@ class QueuedNotifier:
                 data = item["data"]
             delay = self._attempt(item["seq"], data, request_timeout)
             if delay is not None:
+                key = item.get("key")
+                with self._lock:
+                    superseded = key is not None and any(it.get("key") == key for it in self._pending[1:])
+                if superseded:
+                    self._remove(item["seq"])  # a newer item replaced it while it was being sent
+                    return 0.0
                 with self._lock:
                     self._inflight = None
                 self._not_before = time.monotonic() + delay
