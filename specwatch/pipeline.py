@@ -154,7 +154,9 @@ class Pipeline:
         Returns the parsed event. Never raises on input.
         """
         server = self.server_for(line.path)
-        event = self._parse(line.text, line.raw_ok, self._prefix.get(line.path), self._tz.get(line.path))
+        text = line.text
+        event = (self._parse(text, line.raw_ok, self._prefix.get(line.path), self._tz.get(line.path))
+                 if maybe_event(text) else _OTHER)
         with self.lock:
             self._take(server, self._stats(server), event, now)
         return event
@@ -180,8 +182,8 @@ class Pipeline:
 
     @staticmethod
     def _parse(text: str, raw_ok: bool, prefix: re.Pattern | None, tz) -> object:
-        if not maybe_event(text):
-            return _OTHER  # access logs, tracebacks...: no parse
+        """A line that `maybe_event` let through → its event (a batch line with non-UTF-8
+        bytes is malformed)."""
         event = parse_line(text, container_prefix=prefix, tz=tz)
         if not raw_ok and isinstance(event, (DecodeBatch, PrefillBatch)):
             event = MalformedLine("non-UTF-8 bytes in a batch line", event.timestamp, event.rank)
