@@ -279,10 +279,12 @@ class Follower:
         except OSError as e:
             self.read_errors_total += 1
             log.debug("read error on %s: %s", self.path, e)
-            # NFS handle gone, or failed half-way through a recovery from `<path>.1`: restart
+            # NFS handle gone, or failed half-way through reading a rotated copy: restart
             # from the checkpoint, which always describes exactly what was emitted.
             if e.errno == errno.ESTALE or (self._cur is not None and self._ckpt is not self._cur):
                 self.close()
+            elif self._cur is None and self._ckpt is not None:  # failed between two files
+                self._resume, self._ckpt = self.checkpoint(), None
         return self.lines_total - before
 
     def checkpoint(self) -> dict[str, Any]:
@@ -480,6 +482,9 @@ class Follower:
                 # and switches once `path` has data).
                 prior = self._catch_up(ours, off, prior, known_end=cp["size"], follow=True)
                 if self._cur is not None:
+                    if fd is not None:
+                        os.close(fd)
+                        fd = None
                     self._poll()
                     return
                 if fd is not None:
