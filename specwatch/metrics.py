@@ -154,7 +154,7 @@ class ServerCollector(Collector):
 
 
 class FollowerCollector(Collector):
-    """Families about the followed files: bytes, rotations, truncations, skipped lines."""
+    """Families about the followed files: bytes, rotations, truncations, skipped and lost lines."""
 
     def __init__(self, followers: Callable[[], dict[str, object]]):
         self.followers = followers  # path -> Follower
@@ -166,7 +166,9 @@ class FollowerCollector(Collector):
             "truncations_total": CounterMetricFamily("specwatch_log_truncations", "Truncations (copytruncate) of the followed file seen.", labels=("path",)),
             "long_lines_skipped_total": CounterMetricFamily("specwatch_log_long_lines_skipped", "Lines longer than follow.max_line_bytes, skipped.", labels=("path",)),
             "read_errors_total": CounterMetricFamily("specwatch_log_read_errors", "Errors opening or reading the followed file (retried).", labels=("path",)),
-            "recovered_lines_total": CounterMetricFamily("specwatch_log_recovered_lines", "Lines recovered from <path>.1 after a copytruncate.", labels=("path",)),
+            "recovered_lines_total": CounterMetricFamily("specwatch_log_recovered_lines", "Lines read from rotated copies (<path>.1, .2.gz, -YYYYMMDD, ...): after a copytruncate, or rotated away while the reader was stopped.", labels=("path",)),
+            # Neither lines nor bytes of a file never seen can be known: the unit is files.
+            "rotated_files_lost_total": CounterMetricFamily("specwatch_log_rotated_files_lost", "Rotated files, or the unread rest of one, that could not be found or read (a gap in .N, a checkpointed file gone, a corrupt .gz): their lines were never read. Each is also a warning in the log with the path.", labels=("path",)),
         }
         last = GaugeMetricFamily("specwatch_log_last_line_timestamp_seconds", "Wall time the last line was read from the file, seconds since the epoch.", labels=("path",))
         is_open = GaugeMetricFamily("specwatch_log_file_open", "1 when the followed file is open, 0 while it does not exist or cannot be read.", labels=("path",))

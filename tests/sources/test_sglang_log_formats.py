@@ -635,3 +635,17 @@ def test_canonical_fast_paths_build_the_events_of_the_general_path(monkeypatch):
     assert hits >= 50  # the fast paths were taken
     for line, a, b in zip(lines, fast, slow):
         assert a == b, line
+
+
+def test_timestamp_cache_stays_small_over_hours_of_lines():
+    """Issue 10 item 23: a cache of parsed seconds grew for 68 minutes of log before each clear."""
+    from datetime import timezone
+
+    from specwatch.sources import sglang_log
+
+    t0 = datetime(2026, 12, 1, tzinfo=timezone.utc).timestamp()
+    for s in range(0, 7200, 7):  # two hours of log, one line every 7 s
+        stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(t0 + s))
+        ev = parse_line(g.decode_line("0.5.23", ts=stamp)[0], tz=timezone.utc)
+        assert ev.timestamp == t0 + s
+        assert len(sglang_log._ts_cache) <= sglang_log._TS_CACHE_MAX == 64
