@@ -22,6 +22,7 @@ from prometheus_client.registry import Collector
 
 from specwatch import __version__
 from specwatch.pipeline import KINDS, Pipeline
+from specwatch.rules.acceptance_ceiling import accept_length_ceiling
 from specwatch.rules.base import alert_names_of
 
 RANK_LABELS = ("server", "dp_rank", "tp_rank", "pp_rank", "ep_rank")
@@ -59,6 +60,10 @@ class PipelineCollector(Collector):
             "Speculative settings (value 1) from the server's startup server_args line, /server_info and its command line, merged.",
             labels=("server", "algorithm", "draft_model", "model", "num_steps", "eagle_topk", "num_draft_tokens"),
         )
+        ceiling = GaugeMetricFamily(
+            "specwatch_accept_length_ceiling",
+            "The most tokens one verify round can accept, from the server's speculative settings (rules/acceptance_ceiling.py).",
+            labels=("server",))
         with p.lock:
             ranks = list(p.ranks.values())
             servers = list(p.servers.items())
@@ -89,8 +94,10 @@ class PipelineCollector(Collector):
                             "speculative_algorithm", "speculative_draft_model_path", "model_path",
                             "speculative_num_steps", "speculative_eagle_topk", "speculative_num_draft_tokens")
                     ], 1.0)
+                    if (top := accept_length_ceiling(a)) is not None:
+                        ceiling.add_metric([server], top[0])
         yield from (accept_length, accept_rate, throughput, running, queued, usage, tokens, graph,
-                    last_ts, collapsed, decode_total, prefill_total, lines, spec)
+                    last_ts, collapsed, decode_total, prefill_total, lines, spec, ceiling)
 
 
 class ServerCollector(Collector):

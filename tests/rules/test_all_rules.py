@@ -33,9 +33,10 @@ def test_quiet_on_idle_servers():
 
 
 @pytest.mark.parametrize("path", sorted(p.relative_to(SAMPLES).as_posix() for p in SAMPLES.rglob("*")
-                                        if p.suffix in (".log", ".txt")))
+                                        if p.suffix in (".log", ".txt") and "\n# expected:" not in p.read_text()[:2000]))
 def test_quiet_on_the_shared_samples(path):
-    """Real lines (the Kimi sample needs a third low batch to fire with the default config)."""
+    """Real lines (the Kimi sample needs a third low batch to fire with the default config).
+    A sample whose header says what it must raise (`# expected:`) has its own test."""
     assert run((SAMPLES / path).read_text().splitlines()) == []
 
 
