@@ -61,6 +61,7 @@ log = logging.getLogger("specwatch.daemon")
 
 MISSING_WARN_EVERY = 600.0
 STATE_EVERY = 10.0  # seconds between checks for rule state changed by ticks alone (lines commit at once)
+RETRY_EVERY = 1.0  # seconds between retries of a failed state write (disk full)
 DRAIN_AT_STOP = 5.0  # seconds a stop with an unwritable state_dir spends delivering what is queued
 LOCK_WAIT = 5.0  # seconds the main loop waits for the pipeline lock before calling it wedged
 STATUS_EVERY = 10.0  # seconds between STATUS= updates while nothing else changes
@@ -208,8 +209,9 @@ class Daemon:
                 self.dispatcher.resume(time.time())
                 self.pipeline.tick(time.time())
         # On the followers' thread between poll rounds: offsets and rule state agree.
-        if (self._fed or any(n.has_changes for n in list(self.notifiers.values()))
-                or time.monotonic() - self._last_save >= STATE_EVERY):
+        since = time.monotonic() - self._last_save
+        if (self._fed or any(n.has_changes for n in list(self.notifiers.values())) or since >= STATE_EVERY
+                or not self.store.ok and since >= RETRY_EVERY):
             self.commit()
 
     def commit(self) -> bool:
@@ -344,6 +346,7 @@ class Daemon:
             for name, n in notifiers.items():  # counters continue across the swap
                 o = old.get(name)
                 if o is not None:
+                    n.take_queue(o)
                     n.sent_total, n.failed_total = o.sent_total, dict(o.failed_total)
                     n.last_success_timestamp = o.last_success_timestamp
             self.notifiers = notifiers

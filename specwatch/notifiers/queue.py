@@ -225,6 +225,14 @@ class QueuedNotifier:
                 self._staged.clear()
                 self._cond.notify_all()
 
+    def take_queue(self, old: "QueuedNotifier") -> None:
+        """Store: continue the queue of `old`, the notifier of the same name before a reload
+        (stopped): what it has not committed or deleted yet is not in the outbox."""
+        with old._lock, self._lock:
+            self._pending, self._staged = list(old._pending), list(old._staged)
+            self._unsaved, self._undeleted = set(old._unsaved), set(old._undeleted)
+            self._next_seq = max(self._next_seq, old._next_seq)
+
     def migrated(self) -> None:
         """Store: the items of the old queue file are committed; rename it `<name>.migrated`."""
         if self._legacy and self.queue_path is not None and not self._unsaved:
@@ -345,7 +353,7 @@ class QueuedNotifier:
                 return self.queue_depth == 0
             wait = self._deliver_one(request_timeout=min(self.timeout, remaining))
             if wait is None:
-                return True
+                return self.queue_depth == 0  # items staged for a commit are not sendable yet
             if wait > 0:
                 time.sleep(min(wait, max(0.0, deadline - time.monotonic())))
 
