@@ -236,15 +236,19 @@ class QueuedNotifier:
     def migrated(self) -> None:
         """Store: the items of the old queue file are committed; rename it `<name>.migrated`."""
         if self._legacy and self.queue_path is not None and not self._unsaved:
-            os.replace(self.queue_path, self.queue_path.with_name(self.queue_path.name + ".migrated"))
             self._legacy = False
+            try:
+                os.replace(self.queue_path, self.queue_path.with_name(self.queue_path.name + ".migrated"))
+            except OSError as exc:  # its items are committed: the file is only read once more
+                self.log.warning("could not rename the migrated queue file %s: %s", self.queue_path, exc)
 
     def _load_store(self) -> None:
         self._pending = [{"seq": seq, "key": key, "data": data} for seq, key, data in self.store.outbox(self.name)]
         self._next_seq = max([1] + [it["seq"] + 1 for it in self._pending])
         if self.queue_path is not None and self.queue_path.exists():
-            saved, self._pending = self._pending, []
+            saved, first, self._pending = self._pending, self._next_seq, []
             self._load()
+            self._next_seq = first
             for it in self._pending:  # new numbers after the outbox's
                 it["seq"] = self._next_seq
                 self._next_seq += 1
