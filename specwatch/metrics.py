@@ -194,9 +194,10 @@ class SelfCollector(Collector):
     """specwatch's own health: build, alerts, notifications."""
 
     def __init__(self, pipeline: Pipeline, notifiers: Callable[[], dict[str, object]],
-                 reload_status: Callable[[], tuple[bool, float]] | None = None):
+                 reload_status: Callable[[], tuple[bool, float]] | None = None, store=None):
         self.pipeline = pipeline
         self.notifiers = notifiers
+        self.store = store  # the daemon's StateStore
         self.reload_status = reload_status  # the daemon's (last reload ok, time of the last ok one)
 
     def collect(self) -> Iterable:
@@ -212,6 +213,10 @@ class SelfCollector(Collector):
             g = GaugeMetricFamily("specwatch_config_last_reload_success_timestamp_seconds", "Wall time of the last successful config load (start-up or reload), seconds since the epoch.")
             g.add_metric([], last_ok)
             yield g
+        if self.store is not None:
+            c = CounterMetricFamily("specwatch_state_write_errors", "Failed commits of the state to state_dir/state.db (disk full, I/O error); specwatch runs on from memory and writes it once it works again.")
+            c.add_metric([], self.store.write_errors_total)
+            yield c
         firing = GaugeMetricFamily("specwatch_alerts_firing", "Alerts currently firing, by alert name (0 for every alert the rules can raise).", labels=("alertname",))
         counts = dict.fromkeys(alert_names_of(self.pipeline.rules), 0)
         with self.pipeline.lock:
