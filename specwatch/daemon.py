@@ -9,10 +9,12 @@ stat per file per poll interval), one scan of /proc every `process.interval`, on
 
 State (`<state_dir>/state.db`, `specwatch.storage.StateStore`): file offsets, the rule/alert
 state, the line counters and each notifier's queue, committed in one transaction by the
-followers' thread after each poll round that read lines or queued a notification (and every
-`STATE_EVERY` seconds when a tick changed the rule state), so a restart — after kill -9 too —
-resumes after the last line committed, counts no line twice and neither re-fires nor forgets an
-alert. The `state.json` and `<name>-queue.json` of earlier versions are read once and renamed
+followers' thread after a poll round that queued or delivered a notification (at once: an alert
+transition is durable before it is sent), and otherwise at most every `STATE_EVERY` seconds
+when lines were read or a tick changed the rule state (a commit costs a few ms: one per poll
+round tripled the idle cost). A restart — after kill -9 too — resumes after the last line
+committed with the counters and rule state of that moment (ticks alone: `QUIET_EVERY`), so it
+reads again at most `STATE_EVERY` seconds of lines, counts no line twice and neither re-fires nor forgets an alert. The `state.json` and `<name>-queue.json` of earlier versions are read once and renamed
 `*.migrated`. Beside it: the silences (`silences.json`, re-read when `specwatch silence`
 changes it).
 
@@ -60,7 +62,8 @@ from specwatch.storage import STATE_DB, StateDirLocked, StateStore, lock_state_d
 log = logging.getLogger("specwatch.daemon")
 
 MISSING_WARN_EVERY = 600.0
-STATE_EVERY = 10.0  # seconds between checks for rule state changed by ticks alone (lines commit at once)
+STATE_EVERY = 5.0  # seconds between commits of line progress (notifications commit at once)
+QUIET_EVERY = 60.0  # ... and of what ticks alone changed (an idle daemon builds no state document)
 RETRY_EVERY = 1.0  # seconds between retries of a failed state write (disk full)
 DRAIN_AT_STOP = 5.0  # seconds a stop with an unwritable state_dir spends delivering what is queued
 LOCK_WAIT = 5.0  # seconds the main loop waits for the pipeline lock before calling it wedged
@@ -210,7 +213,8 @@ class Daemon:
                 self.pipeline.tick(time.time())
         # On the followers' thread between poll rounds: offsets and rule state agree.
         since = time.monotonic() - self._last_save
-        if (self._fed or any(n.has_changes for n in list(self.notifiers.values())) or since >= STATE_EVERY
+        if (any(n.has_changes for n in list(self.notifiers.values()))
+                or since >= (STATE_EVERY if self._fed else QUIET_EVERY)
                 or not self.store.ok and since >= RETRY_EVERY):
             self.commit()
 
