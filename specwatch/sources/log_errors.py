@@ -180,9 +180,8 @@ class ErrorGrouper:
             return False
         body = text[len(g.prefix):] if g.prefix and text.startswith(g.prefix) else text
         if g.after:  # after the exception line: only a chained exception continues
-            if not body.strip() or body.startswith(_CHAIN) or body.rstrip().endswith(HEADER):
-                if body.startswith(_CHAIN) or body.rstrip().endswith(HEADER):
-                    g.after = False
+            if not body.strip() or body.startswith(_CHAIN):
+                g.after = not body.strip()
                 self._add(g, text)
                 return True
             return False
