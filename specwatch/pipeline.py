@@ -265,7 +265,6 @@ class Pipeline:
             rs = self._rank(server, event)
             rs.decode_batches += 1
             rs.last_decode = event
-            stats.last_line["decode"] = event.timestamp if now is None else now
             if event.accept_length is not None:
                 a = event.accept_length
                 rs.accept_length_sum += a
@@ -275,6 +274,7 @@ class Pipeline:
                 if a > rs.accept_length_max:
                     rs.accept_length_max = a
             clock = event.timestamp if now is None else now
+            stats.last_line["decode"] = clock
             window = self.windows.decode(server, event)
             for rule in self._on_decode:
                 alerts = rule.on_decode(server, window, clock)
@@ -284,10 +284,10 @@ class Pipeline:
                 self.tick(clock)
         elif type(event) is PrefillBatch:
             stats.lines["prefill"] += 1
-            stats.last_line["prefill"] = event.timestamp if now is None else now
             rs = self._rank(server, event)
             rs.prefill_batches += 1
             clock = event.timestamp if now is None else now
+            stats.last_line["prefill"] = clock
             self.windows.prefill(server, event)
             for rule in self._on_prefill:
                 alerts = rule.on_prefill(server, event, clock)
