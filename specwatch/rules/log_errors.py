@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 import re
+import shlex
 
 from specwatch.alerts.model import Alert, code, iso8601
 from specwatch.config import Config, Seconds, Section, rule_section
@@ -51,7 +52,7 @@ def _shape_hint(exception: str | None) -> str | None:
 
 def fixes_for(kind: str, event: LogError) -> list[str]:
     """What to check for an error of `kind` (most likely first); log text in code spans."""
-    path = code(event.path)
+    path = shlex.quote(event.path)
     if kind == "cuda_oom":
         return [
             "Give the KV cache less memory or the batch fewer tokens: lower `--mem-fraction-static` "
@@ -65,7 +66,7 @@ def fixes_for(kind: str, event: LogError) -> list[str]:
     if kind == "nccl_timeout":
         return [
             "One rank stopped answering a collective: the first traceback of another rank usually says "
-            f"why; `grep -n -B2 -A30 'Traceback' {path}` and the logs of the other nodes.",
+            f"why; {code(f'grep -n -B2 -A30 Traceback {path}')} and the logs of the other nodes.",
             "A GPU or link fault shows as XIDs: `journalctl -k | grep -i xid`; `nvidia-smi topo -m` and "
             "`NCCL_DEBUG=INFO` show the links NCCL uses.",
             "A long first step (weight loading, CUDA graph capture, torch.compile) can exceed the "
@@ -87,7 +88,7 @@ def fixes_for(kind: str, event: LogError) -> list[str]:
             out.append(f"The failing operation is in the last frames of the traceback ending in {code(event.exception)}.")
         return out
     return [
-        f"Read the whole traceback: `grep -n -A40 'Traceback' {path}`"
+        f"Read the whole traceback: {code(f'grep -n -A40 Traceback {path}')}"
         + (f"; it ends in {code(event.exception)}." if event.exception else " (it was cut off)."),
         "If it repeats after a restart, report it upstream with the traceback and the `server_args` line.",
     ]

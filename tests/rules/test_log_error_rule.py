@@ -110,3 +110,15 @@ def test_log_text_reaches_slack_escaped(tmp_path):
     payload = build_payload(a)
     spans = [s for t in _mrkdwn_texts(payload) for s in _check_slack_text(t)]
     assert any("bad draft my draft;$(touch pwned)" in s for s in spans)  # the exception, in a code span
+
+
+def test_commands_in_fixes_quote_the_log_path():
+    from specwatch.alerts.model import split_code
+    from specwatch.events import LogError
+    from specwatch.rules.log_errors import fixes_for
+
+    e = LogError(None, "/var/log/my log;$(touch x).log", "other", "KeyError: '`x`'", (), 1)
+    spans = [part for f in fixes_for("other", e) + fixes_for("nccl_timeout", e) for c, part in split_code(f) if c]
+    assert "grep -n -A40 Traceback '/var/log/my log;$(touch x).log'" in spans
+    assert "grep -n -B2 -A30 Traceback '/var/log/my log;$(touch x).log'" in spans
+    assert "KeyError: '`x`'" in spans  # log text in its own span, backticks and all
