@@ -3,6 +3,7 @@ lines and SGLang's own error shapes."""
 
 from __future__ import annotations
 
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -61,7 +62,7 @@ def test_sglang_traceback_is_one_event_with_its_exception_rank_and_time():
     assert e.kind == "shape_mismatch" and e.rank == "TP2" and not e.cut
     assert e.exception == SHAPE_TB[-1].split("] ", 1)[-1]
     assert e.line_count == len(SHAPE_TB) and e.lines == tuple(SHAPE_TB)
-    assert e.timestamp == pytest.approx(__import__("datetime").datetime(2026, 3, 1, 10).timestamp())
+    assert e.timestamp == pytest.approx(datetime(2026, 3, 1, 10).timestamp())
 
 
 def test_warmup_oom_and_nccl_burst_are_classified():
