@@ -20,6 +20,7 @@ Needs the Debian package `mtail` for the backlog part. Prints a table, then the 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -31,6 +32,7 @@ import tempfile
 import threading
 import time
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
@@ -162,14 +164,18 @@ def sample(port: int, name: str) -> float | None:
         return None
 
 
-def idle(tmp: Path, seconds: float, others: int) -> dict:
+@contextlib.contextmanager
+def live_daemon(tmp: Path, others: int) -> Iterator[tuple[subprocess.Popen, int]]:
+    """`specwatch run` (process and API sources on, GPU off) beside a live fake SGLang server whose
+    8 DP ranks each append one decode line a second, among `others` `sleep` processes; yields
+    (daemon, metrics port) once it sees the server and is past start-up. Stops everything after."""
     sleepers: list[subprocess.Popen] = []
     server = daemon = None
     stop = threading.Event()
     writer = threading.Thread(target=write_ranks, args=(tmp / "sglang.log", stop), daemon=True)
     try:
         for _ in range(others):  # appended one by one: a failed start still cleans up the others
-            sleepers.append(subprocess.Popen(["sleep", str(int(seconds) + 3600)]))
+            sleepers.append(subprocess.Popen(["sleep", "infinity"]))
         python = fake_sglang.make_install(tmp / "sglang-venv", "0.5.23")
         sglang_port = free_port()
         server = fake_sglang.launch(
@@ -187,6 +193,20 @@ def idle(tmp: Path, seconds: float, others: int) -> dict:
         daemon, port = backlog.start_specwatch(cfg)
         wait_until(lambda: sample(port, "specwatch_server_up") == 1 and sample(port, "specwatch_server_api_up") == 1,
                    60, "specwatch to see the server (process scan and API)")
+        yield daemon, port
+    finally:
+        stop.set()
+        if daemon:
+            backlog.stop(daemon)
+        if server:
+            fake_sglang.stop(server)
+        for p in sleepers:
+            p.kill()
+            p.wait()
+
+
+def idle(tmp: Path, seconds: float, others: int) -> dict:
+    with live_daemon(tmp, others) as (daemon, port):
         lines0 = backlog.scrape_lines(port)
         time.sleep(10)  # past start-up: first scans, polls and the diagnosis of the server's settings
         ps = psutil.Process(daemon.pid)
@@ -202,15 +222,6 @@ def idle(tmp: Path, seconds: float, others: int) -> dict:
             raise RuntimeError(f"specwatch did not keep up with the server: up/api_up {up}, {read} lines read")
         return {"seconds": round(wall), "others": others, "processes_on_box": processes, "cpu_pct_of_core": round(100 * cpu / wall, 3),
                 "rss_mb": round(rss[-1], 1), "rss_mb_max": round(max(rss), 1), "log_lines_read": read}
-    finally:
-        stop.set()
-        if daemon:
-            backlog.stop(daemon)
-        if server:
-            fake_sglang.stop(server)
-        for p in sleepers:
-            p.kill()
-            p.wait()
 
 
 def _answers(url: str) -> bool:

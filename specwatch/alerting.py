@@ -26,10 +26,12 @@ DRY_RUN_URL = "https://dry-run.invalid/"
 
 
 def build_alerting(cfg: Config, *, state_dir: str | Path | None, replay: bool = False, notify: bool = True,
-                   slack_dry_run: TextIO | None = None) -> tuple[Dispatcher, dict[str, QueuedNotifier]]:
+                   slack_dry_run: TextIO | None = None, store=None) -> tuple[Dispatcher, dict[str, QueuedNotifier]]:
     """→ (dispatcher, every notifier by name). Notifiers are not started.
 
     state_dir: where queues and silences live (None: queues in memory, no silences).
+    store: the daemon's `StateStore`: queues in its outbox (the `<name>-queue.json` files of an
+    earlier version are migrated into it).
     notify: False builds no notifier that posts anywhere (replay without --notify).
     slack_dry_run: print each Slack payload there instead of posting it (every Slack receiver,
     and a default one when none is configured). Raises ValueError for an unusable URL.
@@ -47,7 +49,7 @@ def build_alerting(cfg: Config, *, state_dir: str | Path | None, replay: bool = 
         if (url, sc.channel) in slacks:  # routes to the same webhook and channel share a queue
             return slacks[(url, sc.channel)]
         n = slacks[(url, sc.channel)] = notifiers[name] = SlackNotifier(
-            url, name=name, queue_path=queue(name), timeout=sc.timeout, backoff_initial=sc.backoff_initial,
+            url, name=name, queue_path=queue(name), store=store, timeout=sc.timeout, backoff_initial=sc.backoff_initial,
             backoff_max=sc.backoff_max, channel=sc.channel, send_resolved=sc.send_resolved, dry_run=slack_dry_run)
         return n
 
@@ -55,7 +57,7 @@ def build_alerting(cfg: Config, *, state_dir: str | Path | None, replay: bool = 
     for w in cfg.webhooks if notify else []:
         name = f"webhook/{w.name}"
         hooks[w.name] = notifiers[name] = WebhookNotifier(
-            w.url, name=name, queue_path=queue(name), timeout=w.timeout, backoff_initial=w.backoff_initial,
+            w.url, name=name, queue_path=queue(name), store=store, timeout=w.timeout, backoff_initial=w.backoff_initial,
             backoff_max=w.backoff_max, max_alerts=w.max_alerts, external_url=cfg.external_url,
             send_resolved=w.send_resolved)
 
@@ -79,7 +81,7 @@ def build_alerting(cfg: Config, *, state_dir: str | Path | None, replay: bool = 
         for url in am.urls:
             name = notifier_name(url)
             pushers.append(AlertmanagerNotifier(
-                url, name=name, queue_path=queue(name), timeout=am.timeout, backoff_initial=am.backoff_initial,
+                url, name=name, queue_path=queue(name), store=store, timeout=am.timeout, backoff_initial=am.backoff_initial,
                 backoff_max=am.backoff_max, resend_delay=am.resend_delay, resolved_retention=am.resolved_retention,
                 generator_url=cfg.external_url))
             notifiers[name] = pushers[-1]

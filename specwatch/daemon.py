@@ -3,15 +3,18 @@
 Threads: the follower group (reads lines and feeds the pipeline), the HTTP server (scrapes), one
 delivery thread per notifier, one thread per source (process scan, each HTTP API, NVML sampling
 and XID events; each hands its events to the pipeline), and the main thread, which waits on an
-Event and wakes once a second to flush due alert groups, re-send to Alertmanager and, every
-`STATE_EVERY` seconds, to persist state. Nothing spins: idle CPU is the followers' poll (one
+Event and wakes once a second to flush due alert groups and re-send to Alertmanager. Nothing spins: idle CPU is the followers' poll (one
 stat per file per poll interval), one scan of /proc every `process.interval`, one HTTP GET per
 `server_api.interval`, plus these wake-ups.
 
-State (`<state_dir>/state.json`, written atomically): file offsets and the rule/alert state, so
-a restart resumes after the last line read and neither re-fires nor forgets a firing alert.
-Beside it: one delivery queue per notifier (`<name>-queue.json`) and the silences
-(`silences.json`, re-read when `specwatch silence` changes it).
+State (`<state_dir>/state.db`, `specwatch.storage.StateStore`): file offsets, the rule/alert
+state, the line counters and each notifier's queue, committed in one transaction by the
+followers' thread after each poll round that read lines or queued a notification (and every
+`STATE_EVERY` seconds when a tick changed the rule state), so a restart — after kill -9 too —
+resumes after the last line committed, counts no line twice and neither re-fires nor forgets an
+alert. The `state.json` and `<name>-queue.json` of earlier versions are read once and renamed
+`*.migrated`. Beside it: the silences (`silences.json`, re-read when `specwatch silence`
+changes it).
 
 Under systemd (`Type=notify`, deploy/specwatch.service) it speaks sd_notify itself: READY=1 once
 /metrics listens and the followers run, STATUS= lines, WATCHDOG=1 from the main loop only while
@@ -32,9 +35,11 @@ that needs a restart (`metrics.*`, `state_dir`, `follow.*`, `gpu.*`, `process`, 
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import os
 import signal
+import sqlite3
 import threading
 import time
 from pathlib import Path
@@ -50,12 +55,14 @@ from specwatch.pipeline import Pipeline
 from specwatch.sdnotify import Watchdog, monotonic_usec, notify
 from specwatch.sources.filestream import Follower
 from specwatch.sources.follow import FollowerGroup
-from specwatch.storage import StateDirLocked, lock_state_dir, read_json, write_json_atomic
+from specwatch.storage import STATE_DB, StateDirLocked, StateStore, lock_state_dir, read_json
 
 log = logging.getLogger("specwatch.daemon")
 
 MISSING_WARN_EVERY = 600.0
-STATE_EVERY = 10.0  # seconds between state snapshots (also written on stop)
+STATE_EVERY = 10.0  # seconds between checks for rule state changed by ticks alone (lines commit at once)
+RETRY_EVERY = 1.0  # seconds between retries of a failed state write (disk full)
+DRAIN_AT_STOP = 5.0  # seconds a stop with an unwritable state_dir spends delivering what is queued
 LOCK_WAIT = 5.0  # seconds the main loop waits for the pipeline lock before calling it wedged
 STATUS_EVERY = 10.0  # seconds between STATUS= updates while nothing else changes
 # Settings read once at start; a reload that changes them warns and keeps the running value.
@@ -96,9 +103,13 @@ class Daemon:
         cfg = self.config
         self.state_dir.mkdir(parents=True, exist_ok=True)
         self._lock_fd = lock_state_dir(self.state_dir)  # before any read: one daemon per state_dir
-        self.dispatcher, self.notifiers = build_alerting(cfg, state_dir=self.state_dir)
+        self.store = StateStore(self.state_dir)
+        self.dispatcher, self.notifiers = build_alerting(cfg, state_dir=self.state_dir, store=self.store)
         self.pipeline = Pipeline(cfg, self.dispatcher)
-        state = read_json(self.state_path, {})
+        state = self.store.load()
+        legacy = state is None and self.state_path.exists()  # state.json of an earlier version
+        if state is None:
+            state = read_json(self.state_path, {})
         self.pipeline.load_state(state.get("pipeline", {}))
         offsets = state.get("offsets", {})
         self.followers = FollowerGroup(
@@ -106,14 +117,19 @@ class Daemon:
             poll_interval=cfg.follow.poll_interval, use_watchdog=cfg.follow.watchdog,
             after_poll=self._after_poll,
         )
-        self._last_save = time.monotonic()
+        self._saved_doc: str | None = None  # the state document last committed
+        self._fed = False  # lines read since the last commit
+        self.commit()  # the migrated files, and the first offsets
+        if legacy and self.store.ok:
+            os.replace(self.state_path, self.state_path.with_name(self.state_path.name + ".migrated"))
         self._missing_since: dict[str, list] = {}  # path -> [absent since, last warned] (monotonic)
         self.registry = CollectorRegistry()
         OwnProcessCollector(registry=self.registry)  # specwatch's own process_* (CPU, RSS, fds)
         self.registry.register(PipelineCollector(self.pipeline))
         self.registry.register(FollowerCollector(lambda: self.followers.followers))
         self.registry.register(SelfCollector(self.pipeline, lambda: self.notifiers,
-                                             reload_status=lambda: (self.reload_success, self.last_reload_success)))
+                                             reload_status=lambda: (self.reload_success, self.last_reload_success),
+                                             store=self.store))
         self.registry.register(ServerCollector(self.pipeline))
         self.sources: list = []
         self.process = None
@@ -148,6 +164,7 @@ class Daemon:
 
     def _on_lines(self, batch) -> None:
         self._progress = time.monotonic()
+        self._fed = True
         self.pipeline.feed_batch(batch, now=time.time())
 
     def _app(self, metrics_app):
@@ -192,17 +209,36 @@ class Daemon:
                 self.dispatcher.resume(time.time())
                 self.pipeline.tick(time.time())
         # On the followers' thread between poll rounds: offsets and rule state agree.
-        if time.monotonic() - self._last_save >= STATE_EVERY:
-            self.save_state()
-            self._last_save = time.monotonic()
+        since = time.monotonic() - self._last_save
+        if (self._fed or any(n.has_changes for n in list(self.notifiers.values())) or since >= STATE_EVERY
+                or not self.store.ok and since >= RETRY_EVERY):
+            self.commit()
 
-    def save_state(self) -> None:
-        """Offsets and rule state in one atomic write. Called on the followers' thread (or after
-        it stopped), so no line is half-processed and both describe the same set of lines."""
-        with self.pipeline.lock:
-            doc = {"version": 1, "offsets": self.followers.checkpoints(),
-                   "pipeline": self.pipeline.to_state()}
-        write_json_atomic(self.state_path, doc)
+    def commit(self) -> bool:
+        """Offsets, rule state, counters and the notifiers' queued items in one transaction
+        (`StateStore.commit`); the state document only when it changed. Called on the followers'
+        thread between poll rounds (or while it is not running), so offsets and pipeline describe
+        the same lines. Returns False when the write failed (counted and warned by the store;
+        the next call writes everything still pending)."""
+        self._last_save = time.monotonic()
+        notifiers = list(self.notifiers.values())
+        with self.pipeline.lock, self.store.lock:
+            self._fed = False
+            doc = json.dumps({"version": 2, "offsets": self.followers.checkpoints(),
+                              "pipeline": self.pipeline.to_state()}, sort_keys=True)
+            changes = [n.changes() for n in notifiers]
+            ok = True
+            if doc != self._saved_doc or any(put or delete for put, delete in changes):
+                ok = self.store.commit(None if doc == self._saved_doc else doc,
+                                       [p for put, _ in changes for p in put],
+                                       [d for _, delete in changes for d in delete])
+            if ok:
+                self._saved_doc = doc
+            for n, (put, delete) in zip(notifiers, changes):
+                n.committed(ok, put, delete)
+                if ok:
+                    n.migrated()
+        return ok
 
     # --- health (gates WATCHDOG=1) ---
     @property
@@ -306,10 +342,11 @@ class Daemon:
                 log.warning("%s delivery still in flight during reload; a message may be sent twice", n.name)
 
         def build():
-            dispatcher, notifiers = build_alerting(new, state_dir=self.state_dir)
+            dispatcher, notifiers = build_alerting(new, state_dir=self.state_dir, store=self.store)
             for name, n in notifiers.items():  # counters continue across the swap
                 o = old.get(name)
                 if o is not None:
+                    n.take_queue(o)
                     n.sent_total, n.failed_total = o.sent_total, dict(o.failed_total)
                     n.last_success_timestamp = o.last_success_timestamp
             self.notifiers = notifiers
@@ -321,7 +358,7 @@ class Daemon:
         for name, n in old.items():
             if name not in self.notifiers and n.queue_depth:
                 log.warning("%s removed from the config: %d notification(s) stay queued in %s until it is set again",
-                            name, n.queue_depth, n.queue_path)
+                            name, n.queue_depth, self.store.path)
         log.info("notifiers: %s", ", ".join(self.notifiers) or "none (alerts only in /metrics)")
 
     # --- lifecycle ---
@@ -339,6 +376,10 @@ class Daemon:
         except OSError as e:  # state_dir not creatable/writable, a queue file unreadable, ...
             log.error("cannot start: %s: %s (check state_dir and its permissions)",
                       getattr(e, "filename", None) or self.state_dir, e.strerror or e)
+            return 1
+        except sqlite3.Error as e:  # state.db cannot be opened or created (full disk, not a database)
+            log.error("cannot start: %s: %s (check state_dir, its free space and permissions)",
+                      self.state_dir / STATE_DB, e)
             return 1
         cfg = self.config
         try:  # prometheus_client's threaded WSGI server (IPv4 or IPv6 by address, requests not logged)
@@ -371,9 +412,16 @@ class Daemon:
             src.stop(timeout=5.0)
         if self.gpu is not None:
             self.gpu.stop(timeout=2.0)
-        self.save_state()
+        if not self.commit():
+            pending = sum(n.queue_depth for n in self.notifiers.values())
+            log.error("stopping with state_dir unwritable: what was read since the last saved state is read "
+                      "again at the next start; delivering %d queued notification(s) for up to %.0fs",
+                      pending, DRAIN_AT_STOP)
+            for n in self.notifiers.values():
+                n.drain(timeout=DRAIN_AT_STOP / max(1, len(self.notifiers)))
         for n in self.notifiers.values():
             n.stop(timeout=5.0)
+        self.store.close()
         self.httpd.shutdown()
         os.close(self._lock_fd)  # the state_dir is free for the next daemon
         return 0

@@ -22,6 +22,7 @@ from prometheus_client.registry import Collector
 
 from specwatch import __version__
 from specwatch.pipeline import KINDS, Pipeline
+from specwatch.rules.acceptance_ceiling import accept_length_ceiling
 from specwatch.rules.base import alert_names_of
 
 RANK_LABELS = ("server", "dp_rank", "tp_rank", "pp_rank", "ep_rank")
@@ -61,6 +62,10 @@ class PipelineCollector(Collector):
             "Speculative settings (value 1) from the server's startup server_args line, /server_info and its command line, merged.",
             labels=("server", "algorithm", "draft_model", "model", "num_steps", "eagle_topk", "num_draft_tokens"),
         )
+        ceiling = GaugeMetricFamily(
+            "specwatch_accept_length_ceiling",
+            "The most tokens one verify round can accept, from the server's speculative settings (rules/acceptance_ceiling.py).",
+            labels=("server",))
         with p.lock:
             ranks = list(p.ranks.values())
             servers = list(p.servers.items())
@@ -95,8 +100,10 @@ class PipelineCollector(Collector):
                             "speculative_algorithm", "speculative_draft_model_path", "model_path",
                             "speculative_num_steps", "speculative_eagle_topk", "speculative_num_draft_tokens")
                     ], 1.0)
+                    if (top := accept_length_ceiling(a)) is not None:
+                        ceiling.add_metric([server], top[0])
         yield from (accept_length, accept_rate, throughput, running, queued, usage, tokens, graph,
-                    last_ts, collapsed, decode_total, prefill_total, lines, errors, last_line, spec)
+                    last_ts, collapsed, decode_total, prefill_total, lines, errors, last_line, spec, ceiling)
 
 
 class ServerCollector(Collector):
@@ -160,7 +167,7 @@ class ServerCollector(Collector):
 
 
 class FollowerCollector(Collector):
-    """Families about the followed files: bytes, rotations, truncations, skipped lines."""
+    """Families about the followed files: bytes, rotations, truncations, skipped and lost lines."""
 
     def __init__(self, followers: Callable[[], dict[str, object]]):
         self.followers = followers  # path -> Follower
@@ -172,7 +179,9 @@ class FollowerCollector(Collector):
             "truncations_total": CounterMetricFamily("specwatch_log_truncations", "Truncations (copytruncate) of the followed file seen.", labels=("path",)),
             "long_lines_skipped_total": CounterMetricFamily("specwatch_log_long_lines_skipped", "Lines longer than follow.max_line_bytes, skipped.", labels=("path",)),
             "read_errors_total": CounterMetricFamily("specwatch_log_read_errors", "Errors opening or reading the followed file (retried).", labels=("path",)),
-            "recovered_lines_total": CounterMetricFamily("specwatch_log_recovered_lines", "Lines recovered from <path>.1 after a copytruncate.", labels=("path",)),
+            "recovered_lines_total": CounterMetricFamily("specwatch_log_recovered_lines", "Lines read from rotated copies (<path>.1, .2.gz, -YYYYMMDD, ...): after a copytruncate, or rotated away while the reader was stopped.", labels=("path",)),
+            # Neither lines nor bytes of a file never seen can be known: the unit is files.
+            "rotated_files_lost_total": CounterMetricFamily("specwatch_log_rotated_files_lost", "Rotated files, or the unread rest of one, that could not be found or read (a gap in .N, a checkpointed file gone, a corrupt .gz): their lines were never read. Each is also a warning in the log with the path.", labels=("path",)),
         }
         last = GaugeMetricFamily("specwatch_log_last_line_timestamp_seconds", "Wall time the last line was read from the file, seconds since the epoch.", labels=("path",))
         is_open = GaugeMetricFamily("specwatch_log_file_open", "1 when the followed file is open, 0 while it does not exist or cannot be read.", labels=("path",))
@@ -191,9 +200,10 @@ class SelfCollector(Collector):
     """specwatch's own health: build, alerts, notifications."""
 
     def __init__(self, pipeline: Pipeline, notifiers: Callable[[], dict[str, object]],
-                 reload_status: Callable[[], tuple[bool, float]] | None = None):
+                 reload_status: Callable[[], tuple[bool, float]] | None = None, store=None):
         self.pipeline = pipeline
         self.notifiers = notifiers
+        self.store = store  # the daemon's StateStore
         self.reload_status = reload_status  # the daemon's (last reload ok, time of the last ok one)
 
     def collect(self) -> Iterable:
@@ -209,6 +219,10 @@ class SelfCollector(Collector):
             g = GaugeMetricFamily("specwatch_config_last_reload_success_timestamp_seconds", "Wall time of the last successful config load (start-up or reload), seconds since the epoch.")
             g.add_metric([], last_ok)
             yield g
+        if self.store is not None:
+            c = CounterMetricFamily("specwatch_state_write_errors", "Failed commits of the state to state_dir/state.db (disk full, I/O error); specwatch runs on from memory and writes it once it works again.")
+            c.add_metric([], self.store.write_errors_total)
+            yield c
         firing = GaugeMetricFamily("specwatch_alerts_firing", "Alerts currently firing, by alert name (0 for every alert the rules can raise).", labels=("alertname",))
         counts = dict.fromkeys(alert_names_of(self.pipeline.rules), 0)
         with self.pipeline.lock:

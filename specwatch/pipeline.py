@@ -161,8 +161,9 @@ class Pipeline:
         Returns the parsed event. Never raises on input.
         """
         server = self.server_for(line.path)
+        text = line.text
         prefix, tz = self._prefix.get(line.path), self._tz.get(line.path)
-        event = self._parse(line.text, line.raw_ok, prefix, tz)
+        event = self._parse(text, line.raw_ok, prefix, tz) if maybe_event(text) else _OTHER
         with self.lock:
             stats = self._stats(server)
             self._take(server, stats, event, now)
@@ -245,8 +246,8 @@ class Pipeline:
 
     @staticmethod
     def _parse(text: str, raw_ok: bool, prefix: re.Pattern | None, tz) -> object:
-        if not maybe_event(text):
-            return _OTHER  # access logs, tracebacks...: no parse
+        """A line that `maybe_event` let through → its event (a batch line with non-UTF-8
+        bytes is malformed)."""
         event = parse_line(text, container_prefix=prefix, tz=tz)
         if not raw_ok and isinstance(event, (DecodeBatch, PrefillBatch)):
             event = MalformedLine("non-UTF-8 bytes in a batch line", event.timestamp, event.rank)
@@ -403,14 +404,44 @@ class Pipeline:
                 "last_decode": [{"server": rs.server, "rank": rs.rank, "ranks": rs.ranks,
                                  "batch": dataclasses.asdict(rs.last_decode)}
                                 for rs in self.ranks.values() if rs.last_decode is not None],
-                "starts": dict(self._starts)}
+                "starts": dict(self._starts), "counters": self._counters()}
+
+    def _counters(self) -> dict:
+        """The line, error and batch counters, saved with the offsets they count up to (issue #10 item 18)."""
+        finite = lambda v: v if math.isfinite(v) else None  # noqa: E731
+        return {"lines": {server: dict(st.lines) for server, st in self.servers.items()},
+                "errors": {server: dict(st.errors) for server, st in self.servers.items()},
+                "ranks": [[rs.server, rs.rank, rs.ranks, rs.decode_batches, rs.prefill_batches, rs.accept_length_sum,
+                           rs.accept_length_count, finite(rs.accept_length_min), finite(rs.accept_length_max)]
+                          for rs in self.ranks.values()]}
+
+    def _load_counters(self, saved: dict, servers: set[str]) -> None:
+        for server, lines in (saved.get("lines") or {}).items():
+            if server in servers:
+                self._stats(server).lines.update({k: int(v) for k, v in lines.items() if k in KINDS})
+        for server, errors in (saved.get("errors") or {}).items():
+            if server in servers:
+                self._stats(server).errors.update({k: int(v) for k, v in errors.items() if k in ERROR_KINDS})
+        for entry in saved.get("ranks") or []:
+            try:
+                server, rank, ranks, dec, pre, total, count, lo, hi = entry
+                if server not in servers:
+                    continue
+                rs = self.ranks.get((server, rank)) or RankStats(server, rank, {str(k): int(v) for k, v in ranks.items()})
+                self.ranks[(server, rank)] = dataclasses.replace(
+                    rs, decode_batches=int(dec), prefill_batches=int(pre), accept_length_sum=float(total),
+                    accept_length_count=int(count), accept_length_min=math.inf if lo is None else float(lo),
+                    accept_length_max=-math.inf if hi is None else float(hi))
+            except (TypeError, ValueError, AttributeError):
+                continue
 
     def load_state(self, state: dict) -> None:
         """Restore `to_state`. Each rank's last decode line comes back (for the gauges of the
         last line: a restart does not blank `specwatch_accept_length` while an alert built on it
         fires; `specwatch_last_decode_batch_timestamp_seconds` keeps its age) for the servers of
-        the configured logs only; line counters start again at 0. An entry that does not read
-        is skipped."""
+        the configured logs only, with the line and batch counters (which go on from the saved
+        values: they count the lines before the saved offsets). An entry that does not read is
+        skipped."""
         servers = {src.server for src in self.config.logs} or {self.config.server}
         names = {f.name for f in dataclasses.fields(DecodeBatch)}
         with self.lock:
@@ -424,6 +455,7 @@ class Pipeline:
                                                 last_decode=batch)
                 except (KeyError, TypeError, ValueError, AttributeError):
                     continue
+            self._load_counters(state.get("counters") or {}, servers)
             rules = state.get("rules", {})
             for r in self.rules:
                 r.load_state(rules.get(r.name, {}))

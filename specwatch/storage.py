@@ -1,7 +1,24 @@
-"""Small durable JSON files in the state directory (daemon state, queues, silences).
+"""The daemon's durable state, and small durable JSON files (silences, standalone queues).
 
-Writers replace the whole file atomically, so a reader (another process included) sees the old
-or the new content, never a mix, and a crash mid-write loses nothing already on disk.
+`StateStore` is one SQLite database, `<state_dir>/state.db` (the standard library's sqlite3, WAL
+journal): a `state` row (each followed file's offset and the pipeline's rule state, alerts and
+counters, one JSON document) and an `outbox` table (the notifications waiting for each notifier).
+Both change in one transaction, so after a crash (kill -9 included) the next start resumes from
+a state in which every line before the saved offsets was counted once, every alert transition
+those lines caused is either in the rule state and queued for delivery or not at all, and lines
+after the offsets are read again. The daemon commits after each poll round that read lines or
+queued a notification, on the followers' thread (where offsets and pipeline agree), and nothing
+when nothing changed. A notifier sends an item only once it is committed and deletes its row as
+soon as the receiver accepted it, so only a POST in flight at a crash can be sent twice.
+
+A write that fails (disk full, I/O error) rolls back: the daemon keeps running from memory,
+delivers queued notifications from memory, counts the failure (`write_errors_total`), warns at
+most once a minute, and the next commit writes everything still pending. What is on disk is
+always an earlier consistent state, so a restart never reads a log from an older offset than
+the last commit and never from line 1.
+
+`write_json_atomic` replaces a whole file atomically, so a reader sees the old or the new
+content, never a mix.
 """
 
 from __future__ import annotations
@@ -9,7 +26,10 @@ from __future__ import annotations
 import json
 import logging
 import os
+import sqlite3
 import tempfile
+import threading
+import time
 from typing import Any
 
 log = logging.getLogger(__name__)
@@ -104,3 +124,100 @@ def lock_state_dir(state_dir: str | os.PathLike[str]) -> int:
     os.ftruncate(fd, 0)
     os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
     return fd
+
+
+STATE_DB = "state.db"
+WARN_EVERY = 60.0  # seconds between warnings about failing state writes
+
+
+class StateStore:
+    """`<state_dir>/state.db`: the state document and the notifiers' outbox, changed together.
+
+    Thread-safe: one connection behind `lock` (held by callers that must order their commit
+    with a notifier's delivery, see `QueuedNotifier`). `write_errors_total` counts failed
+    commits; `ok` is False while the last write failed. Raises sqlite3.Error / OSError from
+    the constructor when the database cannot be opened or created.
+    """
+
+    def __init__(self, state_dir: str | os.PathLike[str]):
+        self.path = os.path.join(os.fspath(state_dir), STATE_DB)
+        self.lock = threading.RLock()
+        self.write_errors_total = 0
+        self.ok = True
+        self._warned = -WARN_EVERY
+        # isolation_level=None: transactions are explicit (BEGIN IMMEDIATE ... COMMIT).
+        self._db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=NORMAL")  # survives a process crash; fsync at checkpoints
+        self._db.execute("PRAGMA wal_autocheckpoint=64")  # pages: a small WAL, for small disks
+        self._db.execute("PRAGMA journal_size_limit=262144")
+        self._db.execute("CREATE TABLE IF NOT EXISTS state (id INTEGER PRIMARY KEY CHECK (id = 1), doc TEXT NOT NULL)")
+        self._db.execute("CREATE TABLE IF NOT EXISTS outbox (notifier TEXT NOT NULL, seq INTEGER NOT NULL, "
+                         "key TEXT, data TEXT NOT NULL, PRIMARY KEY (notifier, seq))")
+
+    def load(self) -> dict | None:
+        """The last committed state document, None when none was committed yet."""
+        with self.lock:
+            row = self._db.execute("SELECT doc FROM state WHERE id = 1").fetchone()
+        return json.loads(row[0]) if row else None
+
+    def outbox(self, notifier: str) -> list[tuple[int, str | None, dict]]:
+        """`notifier`'s committed items, oldest first: [(seq, coalesce key, data)]."""
+        with self.lock:
+            rows = self._db.execute("SELECT seq, key, data FROM outbox WHERE notifier = ? ORDER BY seq",
+                                    (notifier,)).fetchall()
+        return [(seq, key, json.loads(data)) for seq, key, data in rows]
+
+    def commit(self, doc: str | None, put: list[tuple[str, int, str | None, str]],
+               delete: list[tuple[str, int]]) -> bool:
+        """One transaction: the state document (`doc`, JSON text; None: unchanged), outbox rows
+        to write ([(notifier, seq, key, data JSON)], replacing a row of the same seq) and rows
+        to delete ([(notifier, seq)]). Returns False when it failed (rolled back, counted,
+        warned at most once a minute)."""
+        with self.lock:
+            db = self._db
+            try:
+                db.execute("BEGIN IMMEDIATE")
+                try:
+                    if doc is not None:
+                        db.execute("INSERT OR REPLACE INTO state (id, doc) VALUES (1, ?)", (doc,))
+                    if put:
+                        db.executemany("INSERT OR REPLACE INTO outbox (notifier, seq, key, data) VALUES (?, ?, ?, ?)",
+                                       put)
+                    if delete:
+                        db.executemany("DELETE FROM outbox WHERE notifier = ? AND seq = ?", delete)
+                    db.execute("COMMIT")
+                except BaseException:
+                    if db.in_transaction:
+                        db.execute("ROLLBACK")
+                    raise
+            except (sqlite3.Error, OSError) as e:
+                self._failed(e)
+                return False
+            if not self.ok:
+                log.warning("state written to %s again after %d failed write(s)", self.path, self.write_errors_total)
+            self.ok = True
+            return True
+
+    def _failed(self, e: Exception) -> None:
+        self.write_errors_total += 1
+        self.ok = False
+        now = time.monotonic()
+        if now - self._warned >= WARN_EVERY:
+            self._warned = now
+            log.warning("cannot write the state to %s: %s (%d failure(s) so far); running from memory, "
+                        "notifications are still delivered, and everything is written once it works again "
+                        "(free space in state_dir?)", self.path, e, self.write_errors_total)
+
+    def close(self) -> None:
+        with self.lock:
+            self._db.close()
+
+
+def migrate_json(path: str | os.PathLike[str], default: Any = None) -> Any:
+    """Read a file of the JSON-file state layout and rename it `<path>.migrated` (once: the
+    content then lives in `StateStore`). Returns `default` when it is missing or unreadable."""
+    doc = read_json(path, default)
+    if os.path.exists(path):
+        os.replace(path, os.fspath(path) + ".migrated")
+    return doc

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import sqlite3
 from pathlib import Path
 
 import yaml
@@ -36,3 +38,20 @@ class SpecwatchDaemon(SpecwatchProcess):
 
     def stop(self) -> tuple[int, str]:
         return super().stop(), self.output
+
+    def saved(self) -> tuple[dict, dict[str, list[dict]]]:
+        """What `state.db` holds: (state document, {notifier: [queued item data, oldest first]})."""
+        return read_state(self.state)
+
+
+def read_state(state_dir: Path) -> tuple[dict, dict[str, list[dict]]]:
+    """The committed state of the daemon of `state_dir`, read with sqlite3 like any reader."""
+    db = sqlite3.connect(f"file:{Path(state_dir) / 'state.db'}?mode=ro", uri=True)
+    try:
+        row = db.execute("SELECT doc FROM state WHERE id = 1").fetchone()
+        outbox: dict[str, list[dict]] = {}
+        for name, data in db.execute("SELECT notifier, data FROM outbox ORDER BY notifier, seq"):
+            outbox.setdefault(name, []).append(json.loads(data))
+    finally:
+        db.close()
+    return (json.loads(row[0]) if row else {}), outbox

@@ -32,7 +32,7 @@ def test_example_config_is_valid_and_matches_defaults():
     assert cfg.collapse.recover_accept_length == 1.5
     assert cfg.repeat_interval == default.repeat_interval == 4 * 3600
     assert cfg.follow == default.follow
-    for key in ("windows", "degradation", "drift", "speculation_inactive", "spec_metrics_missing",
+    for key in ("windows", "degradation", "acceptance_ceiling", "drift", "speculation_inactive", "spec_metrics_missing",
                 "throughput_drop", "rank_disagreement", "group_by", "group_wait", "group_interval",
                 "inhibit_rules", "runbook_url", "external_url", "slack", "webhooks", "alertmanager", "routes"):
         assert getattr(cfg, key) == getattr(default, key), key

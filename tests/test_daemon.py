@@ -80,15 +80,17 @@ def test_run_scrape_alert_resolve_restart(tmp_path, slack, log):
     rc, out = d.stop()
     assert rc == 0, out
     assert slack.url.split("/")[-1] not in out  # the webhook secret never printed
-    state = json.loads((d.state / "state.json").read_text())
-    assert str(log) in state["offsets"]
+    state, outbox = d.saved()
+    assert str(log) in state["offsets"] and outbox == {}
 
     # restart: resumes after the last line, counts nothing twice, sends nothing again
     with open(log, "a") as f:
         f.write(decode_line(3.1, "16:34:00"))
     d.start()
-    m = wait_for(lambda: (x := scrape(d.port)).get(("specwatch_decode_batches_total", lab)) == 1 and x,
+    # counters go on from the 6 saved with the offsets: only the one new line is added
+    m = wait_for(lambda: (x := scrape(d.port)).get(("specwatch_decode_batches_total", lab)) == 7 and x,
                  what="the one new decode batch after restart")
+    assert m[("specwatch_log_lines_total", (("kind", "decode"), ("server", "gpu-box-1")))] == 7
     assert m[("specwatch_accept_length", lab)] == 3.1
     time.sleep(0.5)
     assert len(delivered(slack)) == 2

@@ -52,9 +52,9 @@ def test_outage_and_restart_deliver_everything_exactly_once_in_order(tmp_path):
     rc, out = d.stop()
     assert rc == 0, out
     assert SECRET_PATH not in out  # the Slack URL is a secret, even in retry warnings
-    queued = json.loads((d.state / "slack-queue.json").read_text())["pending"]
-    assert [it["data"]["alerts"][0]["status"] for it in queued] == ["firing"]
-    assert json.loads((d.state / "webhook_ops-queue.json").read_text())["pending"][0]["seq"] == 1
+    _, queued = d.saved()
+    assert [[it["alerts"][0]["status"] for it in items] for items in (queued["slack"], queued["webhook/ops"])] == [
+        ["firing"], ["firing"]]
 
     write(log, [decode(f"16:33:0{i}", "TP0", 2.9) for i in range(3)])  # recovered while specwatch was down
     d.start()
@@ -76,7 +76,7 @@ def test_outage_and_restart_deliver_everything_exactly_once_in_order(tmp_path):
         d.start()  # a third run: nothing is sent again
         write(log, [decode("16:34:00", "TP0", 3.0)])
         wait_for(lambda: metric(d, "specwatch_decode_batches_total", server="gpu-box-1", dp_rank="", tp_rank="0",
-                                pp_rank="", ep_rank="") == 1, what="the new line")
+                                pp_rank="", ep_rank="") == 7, what="the new line (after the 6 counted before)")
         time.sleep(1.5)  # two dispatcher ticks
         assert len(slack.received) == 2 and len(hook.received) == 2
     finally:

@@ -169,3 +169,35 @@ def test_the_hostile_sample_reaches_slack_as_data(tmp_path, slack):
     r = run_in_bash(diagnose[0].replace("/tmp/pwned", str(tmp_path / "pwned")), tmp_path)
     assert r.stdout.split("\0")[:3] == ["diagnose", "--draft", f"/models/my draft;$(touch {tmp_path}/pwned)"]
     assert not (tmp_path / "pwned").exists()
+
+
+def test_mtp_and_standalone_checks_run_with_the_path_as_one_argument(tmp_path):
+    """The checks the collapse suggests for a NEXTN head and a STANDALONE draft, pasted into bash
+    with folders whose names are shell syntax, read the real files (issue #10 item 4)."""
+    import numpy as np
+    from safetensors.numpy import save_file
+
+    target = tmp_path / HOSTILE.replace("/", "")
+    target.mkdir()
+    (target / "config.json").write_text(json.dumps({"num_hidden_layers": 2}))
+    w = np.zeros((2, 2), dtype=np.float32)
+    save_file({"model.layers.0.mlp.weight": w, "model.layers.2.eh_proj.weight": w, "model.layers.2.enorm.weight": w,
+               "mtp.fc.weight": w}, str(target / "model.safetensors"))
+    [head] = commands(known_causes({"speculative_algorithm": "NEXTN", "model_path": str(target)}))
+    r = run_in_bash(head, tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["mtp.*:", "1", "layers.2.*:", "2"]
+
+    draft = tmp_path / ("draft " + HOSTILE.replace("/", ""))
+    draft.mkdir()
+    vocab = {"model": {"type": "BPE", "vocab": {"a": 0, "b": 1, "c": 2}}}
+    (target / "tokenizer.json").write_text(json.dumps(vocab))
+    (draft / "tokenizer.json").write_text(json.dumps(vocab))
+    args = {"speculative_algorithm": "STANDALONE", "speculative_draft_model_path": str(draft), "model_path": str(target)}
+    check, launch = commands(known_causes(args))
+    assert shlex.split(launch) == ["python", "-m", "sglang.launch_server", "--model-path", str(draft)]
+    assert run_in_bash(check, tmp_path).stdout.split() == ["3", "3", "same"]
+    vocab["model"]["vocab"]["d"] = 3
+    (draft / "tokenizer.json").write_text(json.dumps(vocab))
+    assert run_in_bash(check, tmp_path).stdout.split() == ["4", "3", "DIFFERENT"]
+    assert not list(tmp_path.glob("pwned*"))

@@ -58,6 +58,7 @@ class AlertmanagerNotifier(QueuedNotifier):
         *,
         name: str | None = None,
         queue_path: Path | None = None,
+        store=None,
         timeout: float = 10.0,
         backoff_initial: float = 1.0,
         backoff_max: float = 60.0,
@@ -75,7 +76,7 @@ class AlertmanagerNotifier(QueuedNotifier):
         self._session = session
         self._last_push: float | None = None
         self._last_delivered: list | None = None  # (fingerprint, status) pairs of the last delivery
-        super().__init__(name or notifier_name(url), queue_path=queue_path, timeout=timeout,
+        super().__init__(name or notifier_name(url), queue_path=queue_path, store=store, timeout=timeout,
                          backoff_initial=backoff_initial, backoff_max=backoff_max, logger=log)
 
     def __repr__(self) -> str:

@@ -7,8 +7,14 @@ timeout)` (one attempt → an `Attempt`). The base class keeps the queue, in ord
 restart), retries transient failures forever with exponential backoff (a 429 waits its
 Retry-After instead), logs a permanent failure once and drops it, and counts what happened.
 
+With a `StateStore` (the daemon) the queue lives in its `outbox` table instead: `enqueue` only
+stages an item, the daemon's commit writes it in the same transaction as the rule state that
+made it (`changes` / `committed`), and only then may it be sent; its row is deleted as soon as
+the receiver accepted it. While the store cannot be written, staged items are sent from memory
+and written by the first commit that works, if still pending.
+
 Delivery is at-least-once: if the process dies after the receiver accepted an item but before
-the queue file was rewritten, that item is sent again after the restart. A clean stop (SIGTERM)
+its removal was written, that item is sent again after the restart. A clean stop (SIGTERM)
 waits for the request in flight, so a restart repeats nothing.
 
 Ordering: one queue per receiver, oldest first; an item is retried until it succeeds or is
@@ -46,7 +52,10 @@ class QueuedNotifier:
     """Base class: a durable FIFO of JSON items and a thread that delivers them one at a time.
 
     name: the `notifier` label of the delivery metrics (e.g. `slack`, `webhook/ops`).
-    queue_path: JSON file holding pending items across restarts (None: memory only).
+    queue_path: JSON file holding pending items across restarts (None: memory only). With
+        `store`, the file of an earlier version to migrate: its items are taken into the outbox
+        and `migrated()` renames it `<name>.migrated` once they are committed.
+    store: a `specwatch.storage.StateStore` whose outbox holds the queue (see the module doc).
     timeout: seconds per attempt. backoff_initial / backoff_max: seconds; the n-th consecutive
         transient failure waits min(backoff_max, backoff_initial × 2^n) minus up to 10 % jitter.
         A wait the receiver asks for (Retry-After) is used instead and leaves the backoff alone.
@@ -70,6 +79,7 @@ class QueuedNotifier:
         name: str,
         *,
         queue_path: Path | None = None,
+        store=None,
         timeout: float = 10.0,
         backoff_initial: float = 1.0,
         backoff_max: float = 300.0,
@@ -102,7 +112,14 @@ class QueuedNotifier:
         self._not_before = 0.0  # time.monotonic() before which the head is not retried
         self._thread: threading.Thread | None = None
         self._stopping = False
-        if self.queue_path is not None:
+        self.store = store
+        self._staged: list[dict] = []  # store: enqueued, not committed yet, not sent yet
+        self._unsaved: set[int] = set()  # store: seqs whose row is to be written
+        self._undeleted: set[int] = set()  # store: seqs delivered whose row is still to be deleted
+        self._legacy = False  # store: items were read from the queue_path file
+        if store is not None:
+            self._load_store()
+        elif self.queue_path is not None:
             self._load()
 
     # -- what subclasses provide ---------------------------------------------------------
@@ -143,7 +160,7 @@ class QueuedNotifier:
     def queue_depth(self) -> int:
         """Items not yet delivered or dropped."""
         with self._lock:
-            return len(self._pending)
+            return len(self._pending) + len(self._staged)
 
     def enqueue(self, data: dict, coalesce_key: str | None = None) -> int:
         """Queue a snapshot of `data` and return its sequence number at once.
@@ -154,6 +171,8 @@ class QueuedNotifier:
         memory only. Raises TypeError when `data` holds values JSON cannot encode.
         """
         snapshot = json.loads(json.dumps(data))  # deep copy + proves it is storable
+        if self.store is not None:
+            return self._stage(snapshot, coalesce_key)
         with self._cond:
             for it in self._pending:
                 if coalesce_key is not None and it.get("key") == coalesce_key and it["seq"] != self._inflight:
@@ -167,6 +186,77 @@ class QueuedNotifier:
             self._persist_locked()
             self._cond.notify_all()
         return seq
+
+    def _stage(self, snapshot: dict, key: str | None) -> int:
+        with self._cond:
+            for it in self._staged + self._pending:
+                if key is not None and it.get("key") == key and it["seq"] != self._inflight:
+                    it["data"] = snapshot
+                    self._unsaved.add(it["seq"])
+                    return it["seq"]
+            seq = self._next_seq
+            self._next_seq += 1
+            self._staged.append({"seq": seq, "key": key, "data": snapshot})
+            self._unsaved.add(seq)
+            return seq
+
+    @property
+    def has_changes(self) -> bool:
+        """Store: something is staged or not yet written (the daemon then commits)."""
+        return bool(self._staged or self._unsaved or self._undeleted)
+
+    def changes(self) -> tuple[list[tuple[str, int, str | None, str]], list[tuple[str, int]]]:
+        """Store: (rows to write, rows to delete) for `StateStore.commit`; the caller holds
+        `store.lock` until it hands the result to `committed`."""
+        with self._lock:
+            put = [(self.name, it["seq"], it["key"], json.dumps(it["data"]))
+                   for it in self._staged + self._pending if it["seq"] in self._unsaved]
+            return put, [(self.name, seq) for seq in self._undeleted]
+
+    def committed(self, ok: bool, put: list, delete: list) -> None:
+        """Store: the commit of `changes()` ended; staged items may be sent now (from memory
+        when `ok` is False: they are written by a later commit while still pending)."""
+        with self._cond:
+            if ok:
+                self._unsaved.difference_update(p[1] for p in put)
+                self._undeleted.difference_update(d[1] for d in delete)
+            if self._staged:
+                self._pending.extend(self._staged)
+                self._staged.clear()
+                self._cond.notify_all()
+
+    def take_queue(self, old: "QueuedNotifier") -> None:
+        """Store: continue the queue of `old`, the notifier of the same name before a reload
+        (stopped): what it has not committed or deleted yet is not in the outbox."""
+        with old._lock, self._lock:
+            self._pending, self._staged = list(old._pending), list(old._staged)
+            self._unsaved, self._undeleted = set(old._unsaved), set(old._undeleted)
+            self._next_seq = max(self._next_seq, old._next_seq)
+
+    def migrated(self) -> None:
+        """Store: the items of the old queue file are committed; rename it `<name>.migrated`."""
+        if self._legacy and self.queue_path is not None and not self._unsaved:
+            self._legacy = False
+            try:
+                os.replace(self.queue_path, self.queue_path.with_name(self.queue_path.name + ".migrated"))
+            except OSError as exc:  # its items are committed: the file is only read once more
+                self.log.warning("could not rename the migrated queue file %s: %s", self.queue_path, exc)
+
+    def _load_store(self) -> None:
+        self._pending = [{"seq": seq, "key": key, "data": data} for seq, key, data in self.store.outbox(self.name)]
+        self._next_seq = max([1] + [it["seq"] + 1 for it in self._pending])
+        if self.queue_path is not None and self.queue_path.exists():
+            saved, first, self._pending = self._pending, self._next_seq, []
+            self._load()
+            self._next_seq = first
+            for it in self._pending:  # new numbers after the outbox's
+                it["seq"] = self._next_seq
+                self._next_seq += 1
+                self._unsaved.add(it["seq"])
+            self._pending = saved + self._pending
+            self._legacy = True
+        elif self._pending:
+            self.log.info("%s outbox: %d notification(s) pending from a previous run", self.kind, len(self._pending))
 
     def _load(self) -> None:
         path = self.queue_path
@@ -206,6 +296,19 @@ class QueuedNotifier:
             self.log.error("could not write %s queue file %s: %s", self.kind, self.queue_path, exc)
 
     def _remove(self, seq: int) -> None:
+        if self.store is not None:
+            # Under the store's lock: a commit never writes back a row deleted here.
+            with self.store.lock:
+                with self._lock:
+                    self._inflight = None
+                    self._pending = [it for it in self._pending if it["seq"] != seq]
+                    if seq in self._unsaved:  # never written
+                        self._unsaved.discard(seq)
+                        return
+                if not self.store.commit(None, [], [(self.name, seq)]):
+                    with self._lock:
+                        self._undeleted.add(seq)
+            return
         with self._lock:
             self._inflight = None
             for i, it in enumerate(self._pending):
@@ -254,7 +357,7 @@ class QueuedNotifier:
                 return self.queue_depth == 0
             wait = self._deliver_one(request_timeout=min(self.timeout, remaining))
             if wait is None:
-                return True
+                return self.queue_depth == 0  # items staged for a commit are not sendable yet
             if wait > 0:
                 time.sleep(min(wait, max(0.0, deadline - time.monotonic())))
 

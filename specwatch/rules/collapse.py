@@ -9,13 +9,18 @@ A rank collapses after `min_batches` consecutive decode batches with accept len 
 batches at or above `recover_accept_length`. Batches in between reset both runs, so a rank that
 hovers between the thresholds keeps its current state (no flapping). Lines of idle or
 prefill-dominated windows (`rules/windows.py`) are skipped: they neither count nor break a run.
+
+The advice fits the server: checks are chosen by its speculative algorithm (`draft_kind`) and by
+its history: an earlier episode that recovered without a restart means the checkpoint loads and
+works, so runtime state (load, batch fullness, cache) leads (`runtime_causes`).
 """
 
 from __future__ import annotations
 
 import os
 import shlex
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
 
 from specwatch.alerts.model import RESOLVED, Alert, code
 from specwatch.config import AcceptLength, Config, Count, Section, rule_section
@@ -40,6 +45,11 @@ class CollapseConfig(Section):
 
 
 ALERT_NAME = "AcceptanceCollapse"
+# Settings shown beside the speculative ones (`args_evidence`), and those whose change at a restart
+# is pointed out; a change of CHECKPOINT_KEYS starts the count of recovered episodes again.
+SETTING_KEYS = ("max_running_requests", "enable_hierarchical_cache", "enable_dp_attention", "dp_size")
+CHANGE_KEYS = SETTING_KEYS + ("speculative_num_steps", "speculative_eagle_topk", "speculative_num_draft_tokens")
+CHECKPOINT_KEYS = ("speculative_algorithm", "speculative_draft_model_path", "model_path")
 
 
 @dataclass
@@ -52,24 +62,95 @@ class _RankState:
     awaiting_diagnosis: bool = False  # fired before the probes finished: one follow-up due
 
 
+@dataclass
+class _History:
+    """Per server: episodes that recovered without a restart, under one set of checkpoint settings
+    (`checkpoint`: algorithm, draft, target); other settings from before the last change."""
+
+    recovered: int = 0
+    last_recovered: float | None = None
+    checkpoint: list = field(default_factory=list)
+    previous: dict = field(default_factory=dict)  # setting → value before it last changed
+
+
 def _summary(report) -> str:
     errors = sum(f.severity == "error" for f in report.findings)
     warnings = sum(f.severity == "warning" for f in report.findings)
     return f"{errors} error(s), {warnings} warning(s) on SGLang {report.sglang_version or '?'}"
 
 
+EAGLE, MTP, DRAFT, NGRAM = "eagle", "mtp", "draft", "ngram"
+
+
+def draft_kind(args: dict[str, object] | None) -> str | None:
+    """What drafts on this server, from `speculative_algorithm`: EAGLE ("EAGLE", "EAGLE3": a
+    separate EAGLE draft checkpoint), MTP ("NEXTN", "MTP": a head built into the target
+    checkpoint; NEXTN is an alias that runs as EAGLE with the target as its draft,
+    `_RESERVED_ALIASES` in sglang/srt/speculative/spec_registry.py and `_handle_eagle_family` in
+    sglang/srt/arg_groups/speculative_hook.py 0.5.23), NGRAM (no model), DRAFT (STANDALONE and
+    every other algorithm: a separately loaded draft model); None when no algorithm is known."""
+    algo = str((args or {}).get("speculative_algorithm") or "").strip().upper()
+    if not algo or algo == "NONE":
+        return None
+    if algo in ("EAGLE", "EAGLE3"):
+        return EAGLE
+    if algo in ("NEXTN", "MTP"):
+        return MTP
+    return NGRAM if algo == "NGRAM" else DRAFT
+
+
+def _folder(path: object, placeholder: str) -> str:
+    """A model folder for a shell command: quoted; a Hugging Face repo id as its local snapshot."""
+    if not path:
+        return placeholder
+    path = str(path)
+    if not os.path.isabs(path) and not os.path.isdir(path):
+        return f'"$(huggingface-cli download {shlex.quote(path)})"'
+    return shlex.quote(path)
+
+
+# The folder reaches Python as an argument, never inside its source.
+_PY_OPEN = "python -c \"import glob, sys; from safetensors import safe_open; "
+_PY_KEYS = (_PY_OPEN + "print(sorted({k.split('.')[0] "
+            "for f in glob.glob(glob.escape(sys.argv[1]) + '/*.safetensors') for k in safe_open(f, 'np').keys()}))\" ")
+_PY_D2T = (_PY_OPEN + "f=safe_open(glob.glob(glob.escape(sys.argv[1]) + '/*.safetensors')[0], 'np'); "
+           "d=f.get_tensor('d2t'); print(d[:8], d.min(), d.max())\" ")
+_PY_HEAD = (_PY_OPEN + "import json; d=sys.argv[1]; c=json.load(open(d + '/config.json')); "
+            "n=c.get('num_hidden_layers', c.get('text_config', {}).get('num_hidden_layers')); "
+            "ks=[k for f in glob.glob(glob.escape(d) + '/*.safetensors') for k in safe_open(f, 'np').keys()]; "
+            "print('mtp.*:', sum('mtp.' in k for k in ks), f'layers.{n}.*:', sum(f'layers.{n}.' in k for k in ks))\" ")
+_PY_VOCAB = ("python -c \"import json, sys; a, b = (json.load(open(p + '/tokenizer.json'))['model']['vocab'] "
+             "for p in sys.argv[1:3]); print(len(a), len(b), 'same' if a == b else 'DIFFERENT')\" ")
+
+
 def known_causes(args: dict[str, object] | None) -> list[str]:
-    """The known causes of a total collapse, each with a check a user can run now: first the
-    whole diagnosis in one command, then the four causes one by one.
+    """The known causes of a total collapse for the server's speculative algorithm
+    (`draft_kind`), each with a check a user can run now. EAGLE drafts (and servers whose
+    algorithm is unknown): the whole diagnosis in one command, then the four checkpoint causes.
+    NEXTN/MTP: the head inside the target checkpoint. STANDALONE and other separate drafts: the
+    shared vocabulary. NGRAM: no model, nothing on disk.
 
     Paths come from the server's settings (`server_args` line, command line, /server_info) when
     known. Facts, all in `sglang/srt/`: `models/llama_eagle3.py` (module `midlayer` in 0.5.11;
     `layers.0` with a `midlayer` rename in 0.5.12+; fc width check in `LlamaModel.forward`; d2t read
     as offsets in `load_weights`, 0.5.11 and 0.5.23), capture in `model_executor/model_runner.py`
     0.5.11 and `model_runner_components/attention_backend_setup.py` 0.5.23, and the wrappers that
-    skip it in `models/gemma3_mm.py` and `models/mllama4.py` 0.5.23.
+    skip it in `models/gemma3_mm.py` and `models/mllama4.py` 0.5.23; the MTP head's keys in
+    `models/deepseek_nextn.py` (`model.layers.{num_hidden_layers}`) and `models/qwen3_5_mtp.py`
+    (`mtp.*`, kept unquantized by `_mtp_quant_config`) 0.5.23.
     """
     args = args or {}
+    kind = draft_kind(args)
+    if kind == MTP:
+        return _mtp_causes(args)
+    if kind == DRAFT:
+        return _draft_causes(args)
+    if kind == NGRAM:
+        return _ngram_causes(args)
+    return _eagle_causes(args)
+
+
+def _eagle_causes(args: dict[str, object]) -> list[str]:
     draft_arg = args.get("speculative_draft_model_path")
     target_arg = args.get("model_path")
     draft = str(draft_arg or "<draft dir>")
@@ -77,24 +158,15 @@ def known_causes(args: dict[str, object] | None) -> list[str]:
     algo = args.get("speculative_algorithm")
     # Values from the server go into commands shell-quoted and into the text as code spans.
     q_target = shlex.quote(target) if target_arg else target
-    # A Hugging Face repo id is not a folder: the commands need its local snapshot.
-    hub = bool(draft_arg) and not os.path.isabs(draft) and not os.path.isdir(draft)
-    folder = (f'"$(huggingface-cli download {shlex.quote(draft)})"' if hub
-              else shlex.quote(draft) if draft_arg else draft)
-    # The folder reaches Python as an argument, never inside its source.
-    py_keys = ("python -c \"import glob, sys; from safetensors import safe_open; print(sorted({k.split('.')[0] "
-               "for f in glob.glob(glob.escape(sys.argv[1]) + '/*.safetensors') for k in safe_open(f, 'np').keys()}))\" ")
-    py_d2t = ("python -c \"import glob, sys; from safetensors import safe_open; "
-              "f=safe_open(glob.glob(glob.escape(sys.argv[1]) + '/*.safetensors')[0], 'np'); d=f.get_tensor('d2t'); "
-              "print(d[:8], d.min(), d.max())\" ")
-    fixes = [
+    folder = _folder(draft_arg, draft)
+    return [
         "Run the whole diagnosis (files only, reads the SGLang this server runs): "
         + code(f"specwatch diagnose --draft {folder} --target {q_target}"
                + (f" --algorithm {shlex.quote(str(algo))}" if algo else ""))
         + " — it names dropped weights, missing capture, fc bypass, layer ids and the d2t map, with the fix.",
         "Unloaded draft weights: SGLang <= 0.5.11 loads the draft decoder layer only from "
         "`midlayer.*` keys and silently drops `layers.0.*` (as saved by the speculators trainer). "
-        f"Check: {code(py_keys + folder)} and `pip show sglang`. "
+        f"Check: {code(_PY_KEYS + folder)} and `pip show sglang`. "
         f"Fix: {code(f'specwatch fix-checkpoint --draft {folder} --out <new dir>')} (renames `layers.0.` to "
         "`midlayer.`), or upgrade to SGLang >= 0.5.12.",
         "Missing aux hidden-state capture: the target model class must implement "
@@ -111,19 +183,132 @@ def known_causes(args: dict[str, object] | None) -> list[str]:
         "`--speculative-algorithm EAGLE3`"
         + (f" (this server: {code(algo)})." if algo else "."),
         "d2t map: SGLang reads `d2t` as offsets (target_id = draft_id + d2t[draft_id]); a map stored "
-        f"as absolute target ids sends every draft token to the wrong target token. Check: {code(py_d2t + folder)}"
+        f"as absolute target ids sends every draft token to the wrong target token. Check: {code(_PY_D2T + folder)}"
         " — offsets are small and mostly non-decreasing from 0; "
         "values near the vocabulary size mean absolute ids (fix: `specwatch fix-checkpoint` re-encodes them).",
     ]
-    return fixes
+
+
+def _compare_without(what: str) -> str:
+    return (f"Compare with speculation off: the same prompts on a server without the `--speculative-*` flags. "
+            f"If the answers themselves change (garbage, repetition), the target's weights or kernels are at "
+            f"fault; if they are fine, {what}.")
+
+
+def _mtp_causes(args: dict[str, object]) -> list[str]:
+    algo = args.get("speculative_algorithm")
+    target_arg = args.get("model_path")
+    target = str(target_arg or "<target dir>")
+    folder = _folder(target_arg, target)
+    return [
+        f"{code(algo)} drafts with a head built into the target checkpoint (SGLang runs it as EAGLE with "
+        "the target as its own draft): there is no separate draft checkpoint, so the checks of an EAGLE-3 "
+        "draft do not apply. Check that the target still carries the head's weights: "
+        f"{code(_PY_HEAD + folder)} — Qwen-style heads are `mtp.*` keys, DeepSeek-style ones "
+        "`model.layers.<num_hidden_layers>.*` (`num_nextn_predict_layers` in config.json); a re-export "
+        "(quantized, pruned, merged) that counts 0 dropped the head.",
+        "Quantization of the head: quantized checkpoints usually keep the MTP head in BF16, and SGLang "
+        "builds it unquantized only for the formats it recognises (`_mtp_quant_config` in "
+        "`sglang/srt/models/qwen3_5_mtp.py` 0.5.23). Check that `quantization_config` in "
+        f"{code(target + '/config.json')} excludes the head's layers under the names the checkpoint uses "
+        "(`mtp.*`), and the load warnings: `grep -n -i -E 'mtp|nextn|draft' <log> | head -50`.",
+        _compare_without("the head is: check its weights as above"),
+    ]
+
+
+def _draft_causes(args: dict[str, object]) -> list[str]:
+    algo = args.get("speculative_algorithm")
+    draft_arg, target_arg = args.get("speculative_draft_model_path"), args.get("model_path")
+    draft, target = _folder(draft_arg, "<draft dir>"), _folder(target_arg, "<target dir>")
+    return [
+        f"{code(algo)} drafts with a separate model whose tokens the target verifies id by id: draft and "
+        f"target must share one vocabulary. Check: {code(_PY_VOCAB + draft + ' ' + target)} — `DIFFERENT` "
+        "sends every draft token to the wrong target token.",
+        f"The draft model itself: a small model that is weak on this traffic (language, code, chat "
+        f"template) proposes tokens the target rejects. Check the draft alone on a few real prompts "
+        f"({code('python -m sglang.launch_server --model-path ' + draft)}) and its load warnings: "
+        "`grep -n -i -E 'draft|standalone' <log> | head -50`.",
+        _compare_without("the draft model is"),
+    ]
+
+
+def _ngram_causes(args: dict[str, object]) -> list[str]:
+    return [
+        "NGRAM drafts from n-grams already seen in the prompts and outputs: there is no draft model and "
+        "nothing to check on disk. On traffic with little repetition (new text, sampling at high "
+        "temperature) accept len near 1.0 is expected, not a fault. Check: which requests ran "
+        "(repetitive ones such as code edits or RAG quotes accept more) and the `speculative_ngram_*` "
+        "settings (match window, branch length) in the server's settings.",
+        "If the same traffic accepted more before, compare the settings of the two runs "
+        "(`grep -n 'server_args=' <log>`): a restart with other `speculative_ngram_*` values or "
+        "`speculative_num_draft_tokens` changes what is proposed.",
+    ]
+
+
+def batch_limit(args: dict[str, object] | None) -> int | None:
+    """The most requests one rank's decode batch holds: `max_running_requests`, divided among the
+    attention DP ranks with DP attention (`max_running_requests // attn_dp_size` in
+    sglang/srt/model_executor/pool_configurator.py 0.5.23); None when unknown."""
+    args = args or {}
+    mrr = args.get("max_running_requests")
+    if not isinstance(mrr, int) or isinstance(mrr, bool) or mrr <= 0:
+        return None
+    dp = args.get("dp_size")
+    if args.get("enable_dp_attention") is True and isinstance(dp, int) and dp > 1:
+        return max(1, mrr // dp)
+    return mrr
+
+
+def _utc(ts: float) -> str:
+    return datetime.fromtimestamp(ts, timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def runtime_causes(args: dict[str, object] | None, batch: DecodeBatch, recovered: int = 0,
+                   last_recovered: float | None = None, changed: dict | None = None) -> list[str]:
+    """Runtime state that can break acceptance, each with what to check: the history (episodes that
+    recovered without a restart, `recovered` of them, the last at `last_recovered`), load (a full
+    decode batch, a queue), the cache (`enable_hierarchical_cache`) and settings that changed at the
+    last restart (`changed`: name → (before, now)). [] when none of them applies."""
+    args = args or {}
+    out = []
+    if recovered:
+        out.append(
+            f"Acceptance recovered by itself {recovered} time(s) on this server without a restart "
+            f"(last at {_utc(last_recovered) if last_recovered is not None else 'n/a'}): the "
+            f"{'MTP head' if draft_kind(args) == MTP else 'draft'} loads and works, so look at runtime state first (load, batch fullness, cache), not at the checkpoint. "
+            "Check whether the episodes line up with load: `specwatch_accept_length` against "
+            "`specwatch_running_requests` and `specwatch_queued_requests`.")
+    limit = batch_limit(args)
+    full = limit is not None and batch.running_requests >= limit
+    if full or batch.queued_requests > 0:
+        size = f"{batch.running_requests} of {limit}" if limit is not None else str(batch.running_requests)
+        out.append(
+            f"Load: the decode batch holds {size} requests{' (full: max_running_requests)' if full else ''} "
+            f"and {batch.queued_requests} wait in the queue (`#queue-req`). A collapse only at a full batch "
+            "points at the batch-size path (CUDA graph of that size, kernels, memory pressure): try a lower "
+            "`--max-running-requests` or `--cuda-graph-max-bs`, and compare accept len at low load.")
+    if args.get("enable_hierarchical_cache") is True:
+        out.append(
+            "Cache: `enable_hierarchical_cache` is on: cached prefixes move between GPU and host memory and "
+            "are loaded back on a hit. Check whether the episodes follow cache hits (`#cached-token` in "
+            "prefill lines) and try once without `--enable-hierarchical-cache` to rule it out.")
+    for name, (before, now) in (changed or {}).items():
+        out.append(
+            f"Changed at the last restart: {code(name)} {code(before)} → {code(now)}. If acceptance was "
+            "healthy before, try the old value.")
+    return out
 
 
 @register
 class CollapseRule(Rule):
     """Per (server, rank) collapse state machine; `observe` returns alerts that changed state.
 
-    With a `diagnoser` (specwatch.diagnosis.Diagnoser), a firing alert's fixes start with the
-    cached probe findings of its server (errors, then warnings), then the generic known causes.
+    Fixes: the known causes of the server's algorithm (`known_causes`) and the runtime state that
+    applies (`runtime_causes`); the runtime state leads once an earlier episode of the server
+    recovered without a restart (counted per set of checkpoint settings: a new draft, target or
+    algorithm starts the count again). With a `diagnoser` (specwatch.diagnosis.Diagnoser) and an
+    EAGLE draft (or an unknown algorithm), the fixes start with the cached probe findings of its
+    server (errors, then warnings).
     If the probes are still running when the alert fires, it goes out at once with the generic
     causes, and `on_tick` returns it once more — marked `annotations["update"]`, same
     fingerprint — when the findings arrive during that episode.
@@ -142,6 +327,7 @@ class CollapseRule(Rule):
         self.diagnoser = diagnoser
         self._ranks: dict[tuple[str, str], _RankState] = {}
         self._server_args: dict[str, dict[str, object]] = {}
+        self._history: dict[str, _History] = {}
 
     def on_tick(self, now: float) -> list[Alert]:
         if self.diagnoser is None:
@@ -163,7 +349,8 @@ class CollapseRule(Rule):
         return updates
 
     def _apply_diagnosis(self, alert: Alert, server: str, report) -> None:
-        alert.fixes = [f.one_line() for f in report.actionable()] + known_causes(self._server_args.get(server))
+        # Once per episode (at firing, or in one update): the findings go before the other fixes.
+        alert.fixes = [f.one_line() for f in report.actionable()] + alert.fixes
         alert.evidence = [p for p in alert.evidence if p[0] != "diagnosis"] + [("diagnosis", _summary(report))]
 
     def reconfigure(self, config: Config) -> None:
@@ -193,7 +380,24 @@ class CollapseRule(Rule):
         return out
 
     def observe_server_args(self, server: str, event: ServerArgs) -> None:
-        self._server_args[server] = event.args
+        old, new = self._server_args.get(server) or {}, event.args
+        hist = self._history.setdefault(server, _History())
+        checkpoint = [new.get(k) for k in CHECKPOINT_KEYS]
+        if hist.checkpoint and any(a is not None and b is not None and a != b
+                                   for a, b in zip(hist.checkpoint, checkpoint)):
+            hist.recovered, hist.last_recovered = 0, None  # another model: earlier recoveries say nothing
+        hist.checkpoint = checkpoint
+        for k in CHANGE_KEYS:
+            if old.get(k) is not None and new.get(k) is not None and old[k] != new[k]:
+                hist.previous.setdefault(k, old[k])
+        self._server_args[server] = new
+
+    def _changed(self, server: str) -> dict[str, tuple[object, object]]:
+        """Settings that differ from their value before a restart: name → (before, now)."""
+        hist, args = self._history.get(server), self._server_args.get(server) or {}
+        if hist is None:
+            return {}
+        return {k: (v, args.get(k)) for k, v in hist.previous.items() if args.get(k) != v}
 
     def firing_alerts(self) -> list[Alert]:
         return [st.alert for st in self._ranks.values() if st.collapsed and st.alert is not None]
@@ -222,7 +426,7 @@ class CollapseRule(Rule):
                 st.alert = self._alert(server, batch, st)
                 return st.alert
             if st.collapsed and st.alert is not None:
-                self._update_evidence(st.alert, batch, st)
+                self._update_evidence(st.alert, server, batch, st)
         elif batch.accept_length >= cfg.recover_accept_length:
             st.high_run += 1
             st.low_run = 0
@@ -230,6 +434,9 @@ class CollapseRule(Rule):
                 st.collapsed = False
                 st.awaiting_diagnosis = False
                 alert, st.alert = st.alert, None
+                hist = self._history.setdefault(server, _History())
+                hist.recovered += 1  # recovered by itself: a restart resolves in on_restart
+                hist.last_recovered = batch.timestamp
                 if alert is not None:
                     alert.status = RESOLVED
                     alert.ends_at = batch.timestamp
@@ -239,22 +446,39 @@ class CollapseRule(Rule):
             st.low_run = st.high_run = 0
         return None
 
-    def _update_evidence(self, alert: Alert, batch: DecodeBatch, st: _RankState) -> None:
+    def _update_evidence(self, alert: Alert, server: str, batch: DecodeBatch, st: _RankState) -> None:
         kept = [p for p in alert.evidence if p[0] == "diagnosis"]
-        alert.evidence[:] = self._evidence(batch, st) + kept
+        alert.evidence[:] = self._evidence(server, batch, st) + kept
 
-    def _evidence(self, batch: DecodeBatch, st: _RankState) -> list[tuple[str, str]]:
-        return [
+    def _evidence(self, server: str, batch: DecodeBatch, st: _RankState) -> list[tuple[str, str]]:
+        """The batch (acceptance, load: `#running-req`, `#queue-req`, fullness against the batch
+        limit), the history, then the settings that matter (a changed one with its old value)."""
+        args = self._server_args.get(server) or {}
+        out = [
             ("accept len", fmt(batch.accept_length)),
             ("accept rate", fmt(batch.accept_rate)),
             ("gen throughput (token/s)", fmt(batch.gen_throughput)),
             ("running requests", str(batch.running_requests)),
-            ("decode batches at or below threshold", str(st.low_run)),
+            ("queued requests", str(batch.queued_requests)),
         ]
+        limit = batch_limit(args)
+        if limit is not None:
+            full = " (full)" if batch.running_requests >= limit else ""
+            out.append(("decode batch", f"{batch.running_requests} of {limit} requests{full}"))
+        out.append(("decode batches at or below threshold", str(st.low_run)))
+        hist = self._history.get(server)
+        if hist is not None and hist.recovered:
+            out.append(("earlier episodes recovered without a restart", str(hist.recovered)))
+        changed = self._changed(server)
+        settings = args_evidence(args) + [(k, str(args[k])) for k in SETTING_KEYS if args.get(k) is not None]
+        return out + [(k, f"{v} (was {changed[k][0]} before the restart)" if k in changed else v) for k, v in settings]
 
     def _alert(self, server: str, batch: DecodeBatch, st: _RankState) -> Alert:
         args = self._server_args.get(server, {})
-        evidence = self._evidence(batch, st) + args_evidence(args)
+        hist = self._history.get(server) or _History()
+        runtime = runtime_causes(args, batch, hist.recovered, hist.last_recovered, self._changed(server))
+        causes = known_causes(args)
+        kind = draft_kind(args)
         where = f"{server} {batch.rank}".strip()
         alert = new_alert(
             ALERT_NAME, "critical", server, batch.rank,
@@ -262,13 +486,16 @@ class CollapseRule(Rule):
             description=(
                 f"accept len stayed at or below {self.config.max_accept_length:.2f} for "
                 f"{st.low_run} consecutive decode batches with requests running: the target "
-                "rejects (almost) every draft token, so the draft model costs time and saves none."
+                "rejects (almost) every draft token, so "
+                + ("the n-gram drafts cost time and save none." if kind == NGRAM
+                   else "the MTP head costs time and saves none." if kind == MTP
+                   else "the draft model costs time and saves none.")
             ),
             starts_at=st.low_since if st.low_since is not None else batch.timestamp,
-            evidence=evidence,
-            fixes=known_causes(args),
+            evidence=self._evidence(server, batch, st),
+            fixes=runtime + causes if hist.recovered else causes + runtime,
         )
-        if self.diagnoser is not None:
+        if self.diagnoser is not None and kind in (EAGLE, None):  # the probes read EAGLE drafts
             self.diagnoser.ensure(server)  # once per episode: re-runs only if the inputs changed
             report = self.diagnoser.report(server)
             if report is not None and report.actionable():
@@ -287,6 +514,7 @@ class CollapseRule(Rule):
                 for (s, r), st in self._ranks.items()
             ],
             "server_args": self._server_args,
+            "history": {s: vars(h) for s, h in self._history.items()},
         }
 
     def load_state(self, state: dict) -> None:
@@ -296,3 +524,5 @@ class CollapseRule(Rule):
                 collapsed=d["collapsed"], alert=Alert.from_dict(d["alert"]) if d.get("alert") else None,
             )
         self._server_args.update(state.get("server_args", {}))
+        for server, h in state.get("history", {}).items():
+            self._history[server] = _History(**h)

@@ -8,7 +8,9 @@ watchdog observer are in `specwatch.sources.follow` (the split of mtail's
 
 A followed file is identified by device + inode + a hash of its first `HEAD_BYTES` bytes (the
 "head"): the inode alone is reused by filesystems, and copytruncate keeps the inode but replaces
-the content.
+the content. Lines written while the reader was stopped or slow are found in the rotated copies
+(`<path>.1`, `.2.gz`, `-YYYYMMDD`, ...: `specwatch.sources.rotated`) and read in order before the
+new file; what cannot be found is counted (`rotated_files_lost_total`) and logged as a warning.
 """
 
 from __future__ import annotations
@@ -19,11 +21,15 @@ import logging
 import os
 import stat
 import time
+import zlib
 from collections.abc import Callable, Iterator
 from itertools import accumulate, repeat
 from typing import Any
 
 from specwatch.events import LogLine
+from specwatch.sources.rotated import (
+    Fingerprint, RotatedFile, newest_fingerprint, rotated_files, since,
+)
 
 log = logging.getLogger(__name__)
 
@@ -31,6 +37,8 @@ HEAD_BYTES = 256
 CHECKPOINT_VERSION = 1
 _EMPTY_SHA = hashlib.sha256(b"").hexdigest()
 _READ_FROM = ("beginning", "end")
+_LIST = object()  # list the rotated copies now
+_UNKNOWN = object()  # a checkpoint without "prior": where our file stood among its copies
 
 
 def _sha(data: bytes) -> str:
@@ -51,14 +59,6 @@ def _open_regular(path: str) -> tuple[int, os.stat_result]:
     return fd, st
 
 
-def _stat_ident(path: str) -> tuple[int, int, int] | None:
-    try:
-        st = os.stat(path)
-    except OSError:
-        return None
-    return (st.st_dev, st.st_ino, st.st_ctime_ns)
-
-
 class _Stream:
     """Reading state of one open file (one inode, or one content after a truncation).
 
@@ -69,7 +69,7 @@ class _Stream:
 
     __slots__ = (
         "fd", "dev", "ino", "offset", "emitted", "buf", "skipping", "count_skip", "head",
-        "mtime_ns", "size", "prior_rotated",
+        "mtime_ns", "size", "prior",
     )
 
     def __init__(self, fd: int, st: os.stat_result, offset: int = 0, head: bytes = b""):
@@ -84,7 +84,12 @@ class _Stream:
         self.head = head
         self.mtime_ns = st.st_mtime_ns
         self.size = st.st_size
-        self.prior_rotated: tuple[int, int, int] | None = None  # `<path>.1` seen at open
+        # The newest rotated copy when this file became current (None: there was none). Copies
+        # after it were rotated while this file was read: they hold this file or later ones.
+        self.prior: Fingerprint | None = None
+
+    def fingerprint(self) -> Fingerprint:
+        return Fingerprint.of(self.dev, self.ino, self.head)
 
     def snapshot(self, path: str) -> dict[str, Any]:
         head = self.head  # read before `emitted`: an older, shorter head is still a valid prefix
@@ -98,6 +103,7 @@ class _Stream:
             "head_len": len(head),
             "head_sha256": _sha(head),
             "size": max(self.size, emitted),
+            "prior": None if self.prior is None else list(self.prior),
         }
 
 
@@ -186,7 +192,10 @@ class Follower:
     Counters (plain attributes, read by the metrics code): `lines_total`, `bytes_total` (bytes of
     lines passed on or skipped, terminators included), `rotations_total` (switches to a new
     file at `path`), `truncations_total`, `long_lines_skipped_total`, `read_errors_total`,
-    `recovered_lines_total` (lines read from `<path>.1` after a copytruncate),
+    `recovered_lines_total` (lines read from rotated copies by name: `<path>.1` after a
+    copytruncate, files rotated away while the reader was stopped), `rotated_files_lost_total`
+    (rotated files, or the unread rest of one, that could not be found or read: a gap in `.N`,
+    a checkpointed file gone with bytes unread, a corrupt `.gz`; each also a warning),
     `callback_errors_total` (exceptions raised by `on_line` or `on_lines`, logged and swallowed),
     `last_line_timestamp` (time.time() seconds of the last emitted line, or None).
     """
@@ -246,6 +255,7 @@ class Follower:
         self.long_lines_skipped_total = 0
         self.read_errors_total = 0
         self.recovered_lines_total = 0
+        self.rotated_files_lost_total = 0
         self.callback_errors_total = 0
         self.last_line_timestamp: float | None = None
 
@@ -269,17 +279,21 @@ class Follower:
         except OSError as e:
             self.read_errors_total += 1
             log.debug("read error on %s: %s", self.path, e)
-            # NFS handle gone, or failed half-way through a recovery from `<path>.1`: restart
+            # NFS handle gone, or failed half-way through reading a rotated copy: restart
             # from the checkpoint, which always describes exactly what was emitted.
             if e.errno == errno.ESTALE or (self._cur is not None and self._ckpt is not self._cur):
                 self.close()
+            elif self._cur is None and self._ckpt is not None:  # failed between two files
+                self._resume, self._ckpt = self.checkpoint(), None
         return self.lines_total - before
 
     def checkpoint(self) -> dict[str, Any]:
         """A JSON-able position just after the last line passed on (whose call returned).
 
         Keys: version, path, dev, inode, offset (bytes), head_len (bytes), head_sha256, size
-        (bytes, last size seen). dev/inode are None when no file was ever opened.
+        (bytes, last size seen), prior (the newest rotated copy when the file was opened, as
+        [dev, inode, head_len, head_sha256], or None). dev/inode are None when no file was ever
+        opened.
         Safe to call from any thread.
         """
         s = self._ckpt
@@ -356,9 +370,14 @@ class Follower:
         os.close(s.fd)
         self.rotations_total += 1
         log.info("%s rotated: old file finished at offset %d", self.path, s.emitted)
-        self._open()  # a new file at `path` is read from its start
+        # Files rotated after it while we were stopped or slow come first.
+        prior = self._catch_up(s.fingerprint(), s.emitted, s.prior, read_match=False, follow=True)
+        if self._cur is None:
+            self._open(prior)  # a new file at `path` is read from its start
 
-    def _open(self) -> None:
+    def _open(self, prior: Fingerprint | None | object = _LIST) -> None:
+        """Open `path` (resuming a checkpoint first); `prior`: the newest rotated copy, listed
+        now when not given."""
         cp, self._resume = self._resume, None
         if cp is not None and cp["inode"] is not None:
             self._resume_from(cp)
@@ -379,11 +398,12 @@ class Follower:
         if not self._opened_once and cp is None and self._read_from == "end":
             self._start_near_end(s, st.st_size)
         self._opened_once = True
-        self._set_current(s)
+        self._set_current(s, prior)
         self._read_or_truncate(s)
 
-    def _set_current(self, s: _Stream) -> None:
-        s.prior_rotated = _stat_ident(self.path + ".1")
+    def _set_current(self, s: _Stream, prior: Fingerprint | None | object = _LIST) -> None:
+        s.prior = newest_fingerprint(rotated_files(self.path), HEAD_BYTES) if prior is _LIST \
+            else prior  # type: ignore[assignment]
         self._cur = s
         self._ckpt = s
 
@@ -416,6 +436,9 @@ class Follower:
                 "head_sha256": str(cp["head_sha256"]),
                 "size": int(cp.get("size", 0)),
             }
+            if "prior" in cp:  # absent in checkpoints of older versions: not known
+                prior = cp["prior"]
+                out["prior"] = None if prior is None else list(Fingerprint.parse(prior))
         except (KeyError, TypeError, ValueError, AttributeError) as e:
             raise ValueError(f"malformed checkpoint: {e!r}") from e
         ident_ok = (out["dev"] is None and out["inode"] is None) or (
@@ -428,6 +451,10 @@ class Follower:
     def _resume_from(self, cp: dict[str, Any]) -> None:
         dev, ino, off = cp["dev"], cp["inode"], cp["offset"]
         hlen, hsha = cp["head_len"], cp["head_sha256"]
+        ours = Fingerprint(dev, ino, hlen, hsha)
+        prior = cp.get("prior", _UNKNOWN)
+        if isinstance(prior, list):
+            prior = Fingerprint(*prior)
         try:
             fd, st = _open_regular(self.path)
         except FileNotFoundError:
@@ -447,97 +474,124 @@ class Follower:
                     return
                 # Same inode, other content: truncated (copytruncate) or inode reused meanwhile.
                 self.truncations_total += 1
-                self._recover_rotated(dev, ino, off, hlen, hsha, None)
+                prior = self._catch_up(ours, off, prior, known_end=cp["size"],
+                                       counter="truncations_total")
             else:
-                # Replaced or removed while we were stopped: the old file is usually `<path>.1`.
-                found = self._open_matching_rotated(off, hlen, hsha, None)
-                if found is not None:
-                    fd1, st1 = found
-                    if (st1.st_dev, st1.st_ino) == (dev, ino):
-                        # Renamed; its writer may still append. Follow it as the old file: _poll
-                        # drains it and switches once `path` has data.
-                        if fd is not None:
-                            os.close(fd)
-                            fd = None
-                        s = _Stream(fd1, st1, off, os.pread(fd1, hlen, 0))
-                        self._set_current(s)
-                        self._poll()
-                        return
-                    self._drain_rotated(fd1, st1, off, hlen)  # a copy: complete, read to its end
+                # Replaced or removed while we were stopped: our file is among the rotated
+                # copies, its writer maybe still appending (then it is followed: _poll drains it
+                # and switches once `path` has data).
+                prior = self._catch_up(ours, off, prior, known_end=cp["size"], follow=True)
+                if self._cur is not None:
+                    if fd is not None:
+                        os.close(fd)
+                        fd = None
+                    self._poll()
+                    return
                 if fd is not None:
                     self.rotations_total += 1
             if fd is not None:
                 fd, s = None, _Stream(fd, st)
-                self._set_current(s)
+                self._set_current(s, prior)
                 self._read_or_truncate(s)
         except BaseException:
             if fd is not None:
                 os.close(fd)
             raise
 
-    def _open_matching_rotated(
-        self, off: int, hlen: int, hsha: str, prior: tuple[int, int, int] | None
-    ) -> tuple[int, os.stat_result] | None:
-        """Open `<path>.1` if it holds our file's content up to `off` (same head hash)."""
+    def _catch_up(
+        self, ours: Fingerprint, off: int, prior: Fingerprint | None | object, *,
+        read_match: bool = True, known_end: int = 0, unfinished: _Stream | None = None,
+        follow: bool = False, counter: str = "rotations_total",
+    ) -> Fingerprint | None:
+        """Read, oldest first, what was rotated away after our file (`ours`, read up to byte
+        `off`) and before the file now at `path`: the rest of our file from its rotated copy
+        (when `read_match`), then each later copy whole, each counted in `counter`.
+
+        Our file is found by inode or first bytes among the copies rotated after `prior` (all of
+        them when `prior` is gone; none when `_UNKNOWN` and ours is not found). Lost, counted and
+        warned about: our file's rest when no copy of it is found and `known_end` (its last size
+        seen) says bytes were unread, a missing `.N` between ours and `path`, an unreadable copy.
+        Not found, `unfinished` (our stream) emits its last unterminated line. With `follow`, the
+        newest copy is followed as the current file when `path` has no data yet (its writer may
+        still append). Returns the newest copy's fingerprint: the next file's `prior`.
+        """
+        files = rotated_files(self.path)
         try:
-            fd1, st1 = _open_regular(self.path + ".1")
-        except FileNotFoundError:
-            return None
+            path_has_data = os.stat(self.path).st_size > 0
         except OSError:
+            path_has_data = False
+        cands = files if prior is _UNKNOWN else since(files, prior)  # type: ignore[arg-type]
+        at = next((i for i in range(len(cands) - 1, -1, -1)
+                   if cands[i].is_(ours) and (cands[i].compressed or cands[i].size >= off)), None)
+        if at is None:
+            if unfinished is not None:
+                self._finish(unfinished)  # the unterminated tail is all that is left of it
+            if read_match and known_end > off:
+                self._lost(f"the rest of the file read up to offset {off}", known_end - off)
+            todo = [] if prior is _UNKNOWN else [(f, None) for f in cands if not f.is_(ours)]
+            prev = prior if isinstance(prior, Fingerprint) else None
+        else:
+            ours_at = cands[at]
+            todo = [(ours_at, off)] if read_match else []
+            newer = cands[at + 1:]
+            todo += [(f, None) for f in newer]
+            if ours_at.number:  # logrotate numbering: `.1` up to ours, none may be missing
+                have = {f.number for f in newer}
+                for n in range(ours_at.number - 1, 0, -1):
+                    if n not in have:
+                        self._lost(f"{self.path}.{n}", None)
+            prev = ours
+        for i, (f, start) in enumerate(todo):
+            if start is None:  # a later file: one more rotation (or truncation) passed
+                setattr(self, counter, getattr(self, counter) + 1)
+                start = 0
+            if follow and i == len(todo) - 1 and not path_has_data and not f.compressed:
+                self._follow_rotated(f, start, prev)
+                break
+            self._read_rotated(f, start, prev)
+            prev = f.fingerprint(HEAD_BYTES)
+        return newest_fingerprint(files, HEAD_BYTES)
+
+    def _follow_rotated(self, f: RotatedFile, off: int, prior: Fingerprint | None) -> None:
+        fd, st = _open_regular(f.path)
+        s = _Stream(fd, st, off, os.pread(fd, HEAD_BYTES, 0))
+        s.prior = prior
+        self._cur = self._ckpt = s
+
+    def _read_rotated(self, f: RotatedFile, off: int, prior: Fingerprint | None) -> None:
+        """Emit the lines of the complete rotated copy `f` from byte `off` (decompressed)."""
+        before = self.lines_total
+        try:
+            with f.open() as fh:
+                r = _Stream(-1, os.fstat(fh.fileno()), off, f.head(HEAD_BYTES))
+                r.prior = prior
+                self._ckpt = r  # a crash now resumes from this copy
+                if off:
+                    fh.seek(off)
+                while chunk := fh.read(self._chunk):
+                    self._consume(r, chunk)
+                self._finish(r)
+        except (OSError, EOFError, zlib.error) as e:  # gone, unreadable, a corrupt or cut .gz
             self.read_errors_total += 1
-            return None
-        try:
-            ok = st1.st_size >= off and _sha(os.pread(fd1, hlen, 0)) == hsha
-            # A short head is a weak fingerprint: also reject the `.1` that was there before we
-            # opened the file (an older rotation), by inode and ctime.
-            if ok and hlen < HEAD_BYTES and prior is not None:
-                ok = (st1.st_dev, st1.st_ino, st1.st_ctime_ns) != prior
-        except BaseException:
-            os.close(fd1)
-            raise
-        if not ok:
-            os.close(fd1)
-            return None
-        return fd1, st1
+            self._lost(f"{f.path} ({e})", None)
+        n = self.lines_total - before
+        self.recovered_lines_total += n
+        log.info("%s: read %d lines from %s", self.path, n, f.path)
 
-    def _recover_rotated(
-        self, dev: int, ino: int, off: int, hlen: int, hsha: str,
-        prior: tuple[int, int, int] | None,
-    ) -> bool:
-        """After a copytruncate, read the lines after `off` from the copy at `<path>.1`."""
-        found = self._open_matching_rotated(off, hlen, hsha, prior)
-        if found is None:
-            return False
-        fd1, st1 = found
-        if (st1.st_dev, st1.st_ino) == (dev, ino):  # that is the truncated file itself
-            os.close(fd1)
-            return False
-        self._drain_rotated(fd1, st1, off, hlen)
-        return True
-
-    def _drain_rotated(self, fd1: int, st1: os.stat_result, off: int, hlen: int) -> None:
-        try:
-            r = _Stream(fd1, st1, off, os.pread(fd1, hlen, 0))
-            self._ckpt = r  # a crash now resumes from the copy, then the truncated file
-            before = self.lines_total
-            self._read(r)
-            self._finish(r)
-            self.recovered_lines_total += self.lines_total - before
-            log.info("%s: recovered %d lines from %s.1", self.path, self.lines_total - before,
-                     self.path)
-        finally:
-            os.close(fd1)
+    def _lost(self, what: str, nbytes: int | None) -> None:
+        self.rotated_files_lost_total += 1
+        log.warning("%s: lines lost: %s could not be found or read (%s)", self.path, what,
+                    "size unknown" if nbytes is None else f"at least {nbytes} bytes unread")
 
     def _truncated(self, s: _Stream, depth: int = 0) -> None:
-        """`s` (same fd) now holds new content from offset 0: recover, then restart at 0."""
+        """`s` (same fd) now holds new content from offset 0: read the rest of the old content
+        from its copy (copytruncate) and any later copies, then restart at 0."""
         self.truncations_total += 1
         log.info("%s truncated at offset %d", self.path, s.emitted)
-        if not self._recover_rotated(
-            s.dev, s.ino, s.emitted, len(s.head), _sha(s.head), s.prior_rotated
-        ):
-            self._finish(s)  # without a copy, the unfinished tail is all that is left of it
+        prior = self._catch_up(s.fingerprint(), s.emitted, s.prior, known_end=s.size,
+                               unfinished=s, counter="truncations_total")
         new = _Stream(s.fd, os.fstat(s.fd))
-        self._set_current(new)
+        self._set_current(new, prior)
         self._read_or_truncate(new, depth)
 
     def _read_or_truncate(self, s: _Stream, depth: int = 0) -> None:

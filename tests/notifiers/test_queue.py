@@ -43,3 +43,28 @@ def test_a_slack_queue_file_of_the_previous_version_is_delivered(slack, tmp_path
 def test_queue_file_names():
     assert queue_file("/var/lib/specwatch", "slack").name == "slack-queue.json"
     assert queue_file("/s", "alertmanager/10.0.0.1:9093").name == "alertmanager_10.0.0.1_9093-queue.json"
+
+
+def test_with_a_store_an_item_is_sent_only_once_committed(slack, tmp_path):
+    """Daemon mode (issue #10 item 18): `enqueue` stages; the commit writes the outbox row and
+    releases it; delivery deletes the row. Coalescing replaces a staged item."""
+    from specwatch.storage import StateStore
+
+    store = StateStore(tmp_path)
+    hook = WebhookNotifier(slack.url, store=store, name="webhook/ops")
+    assert (hook.enqueue({"n": 1}, coalesce_key="k"), hook.enqueue({"n": 2}), hook.enqueue({"n": 3}, coalesce_key="k")) == (1, 2, 1)
+    assert hook.changes() == ([("webhook/ops", 1, "k", '{"n": 3}'), ("webhook/ops", 2, None, '{"n": 2}')], [])
+
+    n = SlackNotifier(slack.url, store=store, backoff_initial=0.05, backoff_max=0.1)
+    assert (n.notify(alert("a")), n.notify(alert("b"))) == (1, 2)
+    assert n.queue_depth == 2 and n.has_changes
+    assert n.drain(0.2) is False and slack.received == []  # staged: not sendable before the commit
+    put, delete = n.changes()
+    assert store.commit('{"a": 1}', put, delete)
+    n.committed(True, put, delete)
+    assert [(seq, key) for seq, key, _ in store.outbox("slack")] == [(1, None), (2, None)] and not n.has_changes
+    assert n.drain(5) and slack.delivered_texts() == ["[FIRING] AcceptanceCollapse on a TP0: accept len 1.00",
+                                                     "[FIRING] AcceptanceCollapse on b TP0: accept len 1.00"]
+    assert store.outbox("slack") == [] and store.load() == {"a": 1}
+    again = SlackNotifier(slack.url, store=store)
+    assert again.queue_depth == 0 and again.notify(alert("c")) == 1

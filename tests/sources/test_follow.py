@@ -7,6 +7,7 @@ check that every number arrives exactly once, in order.
 
 from __future__ import annotations
 
+import gzip
 import logging
 import os
 import random
@@ -19,8 +20,10 @@ import time
 from pathlib import Path
 
 import pytest
+from prometheus_client import CollectorRegistry
 
 from specwatch.events import LogLine
+from specwatch.metrics import FollowerCollector
 from specwatch.sources.filestream import HEAD_BYTES, Follower, LineBatch
 from specwatch.sources.follow import FollowerGroup
 from specwatch.storage import read_json, write_json_atomic
@@ -192,6 +195,138 @@ def test_rename_rotation_drains_old_fd_then_reads_new_file(tmp_path, writers):
     assert f.read_errors_total == 0
 
 
+def reading(tmp_path: Path, writers, n: int, first: int = 300) -> tuple[Path, Follower, Collector, Writer]:
+    """A writer of n lines to `server.log` and a Follower that has read its `first` lines."""
+    p = tmp_path / "server.log"
+    got = Collector()
+    f = Follower(p, got)
+    w = writers(p, n)
+    wait_for(lambda: len(got) >= first, follower=f)
+    return p, f, got, w
+
+
+def copytruncate(p: Path, p1: Path, w: Writer, read_to: int) -> int:
+    """logrotate `copytruncate` with the writer held still; returns the lines after `read_to`."""
+    w.pause()
+    unread = (size(p) - read_to) // LINE_BYTES
+    shutil.copyfile(p, p1)
+    os.truncate(p, 0)
+    w.resume()
+    return unread
+
+
+def gzip_away(path: Path) -> Path:
+    """logrotate `compress`: write `<path>.gz`, then remove `<path>` (a new inode)."""
+    gz = Path(f"{path}.gz")
+    with open(path, "rb") as src, gzip.open(gz, "wb") as dst:
+        shutil.copyfileobj(src, dst)
+    os.unlink(path)
+    return gz
+
+
+def rotate(p: Path, w: Writer, scheme: str, compress: bool, day: int) -> int:
+    """One logrotate run without delaycompress: rename `p` (shifting `.N` up, or to a dateext
+    name), SIGHUP the writer (postrotate), wait until it writes the new file, then compress.
+    Returns the lines of the rotated file (complete: the writer moved on)."""
+    if scheme == "numbered":
+        for n in range(9, 0, -1):
+            for ext in ("", ".gz"):
+                q = p.with_name(f"{p.name}.{n}{ext}")
+                if q.exists():
+                    os.rename(q, p.with_name(f"{p.name}.{n + 1}{ext}"))
+        rotated = p.with_name(p.name + ".1")
+    else:
+        rotated = p.with_name(f"{p.name}-202611{day:02d}")
+    os.rename(p, rotated)
+    w.reopen()
+    wait_for(lambda: p.exists() and size(p) >= 200 * LINE_BYTES, what="writes to the new file")
+    lines = size(rotated) // LINE_BYTES
+    if compress:
+        gzip_away(rotated)
+    return lines
+
+
+@pytest.mark.parametrize("scheme,compress", [
+    ("numbered", False), ("numbered", True), ("dateext", False), ("dateext", True)])
+def test_two_rotations_while_stopped_read_every_rotated_file_in_order(
+        tmp_path, writers, scheme, compress):
+    """The reader is stopped (no poll) across two rotations: the file in between exists only as
+    `.1` / `.1.gz` / `-YYYYMMDD[.gz]`; it is found, read whole, in order, before the new file."""
+    (tmp_path / "server.log.5.gz").write_bytes(gzip.compress(b"old 1\nold 2\n"))  # older history
+    (tmp_path / "server.log-20261101").write_text("older\n")
+    (tmp_path / "server.log.bak").write_text("not a rotation\n")
+    n = 3000
+    p, f, got, w = reading(tmp_path, writers, n)
+    rotate(p, w, scheme, compress, 2)
+    n_between = rotate(p, w, scheme, compress, 3)
+    finish(f, w, got, n)
+
+    assert_exact(got.texts, n)
+    assert f.rotations_total == 2 and f.rotated_files_lost_total == 0
+    assert f.recovered_lines_total == n_between  # the file in between, read by its rotated name
+
+
+@pytest.mark.parametrize("restart", [False, True])
+def test_rotated_then_compressed_before_the_reader_resumes(tmp_path, writers, restart):
+    """logrotate without delaycompress while the reader is stopped (SIGSTOP, or the daemon
+    restarting from its checkpoint): the unread rest of the file exists only in `.1.gz`."""
+    n = 2500
+    p, f, got, w = reading(tmp_path, writers, n)
+    p1 = tmp_path / "server.log.1"
+    cp = f.checkpoint()
+    if restart:
+        f.close()
+    wait_for(lambda: size(p) >= cp["offset"] + 100 * LINE_BYTES)  # unread lines left behind
+    if restart:
+        rotate(p, w, "numbered", True, 0)
+        unread = (gzip.open(f"{p1}.gz").seek(0, 2) - cp["offset"]) // LINE_BYTES
+        f = Follower(p, got, checkpoint=cp)
+    else:  # copytruncate + compress: the copy is the only place the unread lines are
+        unread = copytruncate(p, p1, w, cp["offset"])
+        gzip_away(p1)
+    finish(f, w, got, n)
+
+    assert_exact(got.texts, n)
+    assert f.recovered_lines_total == unread and f.rotated_files_lost_total == 0
+    assert f.rotations_total + f.truncations_total == 1
+
+
+def test_rotated_file_deleted_before_it_was_read_is_counted_and_warned(tmp_path, writers, caplog):
+    n = 3000
+    p, f, got, w = reading(tmp_path, writers, n)
+    p1, p2 = tmp_path / "server.log.1", tmp_path / "server.log.2"
+    rotate(p, w, "numbered", False, 0)
+    rotate(p, w, "numbered", False, 0)
+    n_a, n_b = size(p2) // LINE_BYTES, size(p1) // LINE_BYTES  # both complete: the writer moved on
+    os.unlink(p1)
+    with caplog.at_level(logging.WARNING, logger="specwatch.sources.filestream"):
+        finish(f, w, got, n - n_b)
+
+    assert got.texts == numbered(0, n_a) + numbered(n_a + n_b, n)  # nothing twice, in order
+    assert f.rotated_files_lost_total == 1
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1 and f"{p1} could not be found" in warnings[0], warnings
+
+    # A restart whose checkpointed file is gone, with bytes known unread: counted with the amount.
+    cp = f.checkpoint()
+    f.close()
+    cp["size"] = cp["offset"] + 1234  # the last size it saw was larger than what it read
+    os.rename(p, p1)
+    os.unlink(p1)
+    p.write_text("fresh\n")
+    caplog.clear()
+    got2 = Collector()
+    g = Follower(p, got2, checkpoint=cp)
+    with caplog.at_level(logging.WARNING, logger="specwatch.sources.filestream"):
+        g.poll()
+    assert got2.texts == ["fresh"] and g.rotated_files_lost_total == 1
+    assert "at least 1234 bytes unread" in caplog.text
+
+    registry = CollectorRegistry()
+    registry.register(FollowerCollector(lambda: {str(p): f}))
+    assert registry.get_sample_value("specwatch_log_rotated_files_lost_total", {"path": str(p)}) == 1
+
+
 def test_copytruncate_recovers_unread_lines_from_dot1(tmp_path, writers):
     p, p1 = tmp_path / "server.log", tmp_path / "server.log.1"
     n = 3000
@@ -204,11 +339,7 @@ def test_copytruncate_recovers_unread_lines_from_dot1(tmp_path, writers):
         read_to = f.checkpoint()["offset"]
         # Let lines pile up unread (no polling) so only the copy can supply them.
         wait_for(lambda: size(p) >= read_to + 40 * LINE_BYTES)
-        w.pause()
-        unread_total += (size(p) - read_to) // LINE_BYTES
-        shutil.copyfile(p, p1)
-        os.truncate(p, 0)
-        w.resume()
+        unread_total += copytruncate(p, p1, w, read_to)
     finish(f, w, got, n)
 
     assert_exact(got.texts, n)
@@ -384,11 +515,7 @@ def test_restart_after_copytruncate_while_stopped(tmp_path, writers):
     cp = a.checkpoint()
     a.close()
     wait_for(lambda: size(p) >= cp["offset"] + 40 * LINE_BYTES)
-    w.pause()
-    unread = (size(p) - cp["offset"]) // LINE_BYTES
-    shutil.copyfile(p, p1)
-    os.truncate(p, 0)
-    w.resume()
+    unread = copytruncate(p, p1, w, cp["offset"])
     wait_for(lambda: size(p) > 0)
 
     got_b = Collector()

@@ -607,12 +607,13 @@ def test_br01_truncated_decode_line_is_malformed():
 
 
 BR_OTHER = [(f, ln) for f in sorted(os.listdir(SAMPLES / "bugreport-logs")) if f.endswith(".log")
-            for ln in _br_lines(f) if "Decode batch" not in ln]
+            for ln in _br_lines(f) if "Decode batch" not in ln and "] server_args=ServerArgs(" not in ln]
 
 
 @pytest.mark.parametrize("name,line", BR_OTHER, ids=[f"{f}-{i}" for i, (f, _) in enumerate(BR_OTHER)])
 def test_bugreport_non_sglang_lines_are_other(name, line):
-    # vLLM / TensorRT-LLM / benchmark output: not SGLang batch lines
+    # vLLM / TensorRT-LLM / benchmark output: not SGLang batch lines (SGLang reports: their
+    # server_args line is read as settings, tests/rules/test_collapse_advice.py)
     assert type(parse_line(line)) is OtherLine, line
 
 
@@ -635,3 +636,17 @@ def test_canonical_fast_paths_build_the_events_of_the_general_path(monkeypatch):
     assert hits >= 50  # the fast paths were taken
     for line, a, b in zip(lines, fast, slow):
         assert a == b, line
+
+
+def test_timestamp_cache_stays_small_over_hours_of_lines():
+    """Issue 10 item 23: a cache of parsed seconds grew for 68 minutes of log before each clear."""
+    from datetime import timezone
+
+    from specwatch.sources import sglang_log
+
+    t0 = datetime(2026, 12, 1, tzinfo=timezone.utc).timestamp()
+    for s in range(0, 7200, 7):  # two hours of log, one line every 7 s
+        stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(t0 + s))
+        ev = parse_line(g.decode_line("0.5.23", ts=stamp)[0], tz=timezone.utc)
+        assert ev.timestamp == t0 + s
+        assert len(sglang_log._ts_cache) <= sglang_log._TS_CACHE_MAX == 64

@@ -1,0 +1,146 @@
+"""Rotated copies of a followed file: their names, their order, and whether one is a given file.
+
+logrotate leaves `<path>.1`, `<path>.2`, ... (`.1` newest), or with `dateext` `<path>-YYYYMMDD`
+(newest last), each maybe compressed (`.gz`, logrotate's default `compress`); Python's
+`TimedRotatingFileHandler` leaves `<path>.YYYY-MM-DD[_HH-MM-SS]`. A file is recognised among them
+by identity, as Vector's `file_source` checksum fingerprinter and Filebeat's `file_identity` do:
+device + inode and a hash of its first bytes, or the first bytes alone for a compressed copy
+(its inode is new). Compressed copies are read with the standard library's `gzip`.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import os
+import re
+import stat
+from typing import BinaryIO, NamedTuple
+
+_NUMBERED = re.compile(r"\.(\d{1,6})(\.gz)?")
+_DATED = re.compile(r"[-.](\d{8}(?:[-_]?\d+)*|\d{4}-\d{2}-\d{2}(?:_\d{2}(?:-\d{2}){0,2})?)(\.gz)?")
+
+
+class Fingerprint(NamedTuple):
+    """Who a file is: dev/ino of the file on disk, and sha256 of its first `head_len` bytes
+    (decompressed). JSON-able as a list."""
+
+    dev: int
+    ino: int
+    head_len: int
+    head_sha256: str
+
+    @classmethod
+    def of(cls, dev: int, ino: int, head: bytes) -> "Fingerprint":
+        return cls(dev, ino, len(head), hashlib.sha256(head).hexdigest())
+
+    @classmethod
+    def parse(cls, value: object) -> "Fingerprint | None":
+        """From its JSON list. Raises ValueError for anything else."""
+        try:
+            dev, ino, n, sha = value  # type: ignore[misc]
+        except (TypeError, ValueError) as e:
+            raise ValueError(f"bad fingerprint {value!r}") from e
+        if not (isinstance(dev, int) and isinstance(ino, int) and isinstance(n, int)
+                and isinstance(sha, str) and n >= 0):
+            raise ValueError(f"bad fingerprint {value!r}")
+        return cls(dev, ino, n, sha)
+
+
+class RotatedFile:
+    """One rotated copy. `number`: the `.N` of a numbered name (None for a dated one)."""
+
+    __slots__ = ("path", "compressed", "number", "dev", "ino", "size", "_heads")
+
+    def __init__(self, path: str, compressed: bool, number: int | None, st: os.stat_result):
+        self.path, self.compressed, self.number = path, compressed, number
+        self.dev, self.ino, self.size = st.st_dev, st.st_ino, st.st_size
+        self._heads: dict[int, bytes] = {}
+
+    def open(self) -> BinaryIO:
+        """Its content (decompressed), from byte 0. Raises OSError."""
+        if self.compressed:
+            return gzip.open(self.path, "rb")  # type: ignore[return-value]
+        return open(self.path, "rb", buffering=0)
+
+    def head(self, n: int) -> bytes:
+        """The first `n` bytes of its content (fewer when shorter); b"" when unreadable."""
+        if n not in self._heads:
+            try:
+                with self.open() as fh:
+                    self._heads[n] = fh.read(n)
+            except (OSError, EOFError):  # gzip.BadGzipFile is an OSError
+                self._heads[n] = b""
+        return self._heads[n]
+
+    def is_(self, fp: Fingerprint) -> bool:
+        """True when this is the file `fp` describes, or a copy of it (same first bytes). An empty
+        head matches only by inode: it says nothing about content."""
+        if fp.head_len == 0:
+            return not self.compressed and (self.dev, self.ino) == (fp.dev, fp.ino)
+        head = self.head(fp.head_len)
+        return len(head) == fp.head_len and hashlib.sha256(head).hexdigest() == fp.head_sha256
+
+    def fingerprint(self, head_bytes: int) -> Fingerprint:
+        return Fingerprint.of(self.dev, self.ino, self.head(head_bytes))
+
+    def __repr__(self) -> str:
+        return f"RotatedFile({self.path!r})"
+
+
+def rotated_files(path: str) -> list[RotatedFile]:
+    """The rotated copies of `path` in its directory, oldest first: dated names by date, numbered
+    ones from the highest number; at one name the compressed copy comes before the plain one
+    (logrotate writes `.1.gz` before it removes `.1`). When both kinds are present (the naming
+    was changed), the kind with the newest modification time is the newer. Regular files only;
+    [] when the directory cannot be read."""
+    d, base = os.path.split(path)
+    try:
+        names = os.listdir(d or ".")
+    except OSError:
+        return []
+    keyed = []
+    newest = [0, 0]  # latest mtime of dated, of numbered names
+    for name in names:
+        if not name.startswith(base) or name == base:
+            continue
+        rest = name[len(base):]
+        m = _NUMBERED.fullmatch(rest)
+        if m:
+            number, key = int(m.group(1)), (1, -int(m.group(1)), m.group(2) is None)
+        else:
+            m = _DATED.fullmatch(rest)
+            if not m:
+                continue
+            number, key = None, (0, re.sub(r"\D", "", m.group(1)), m.group(2) is None)
+        full = os.path.join(d, name)
+        try:
+            st = os.stat(full)
+        except OSError:
+            continue
+        if stat.S_ISREG(st.st_mode):
+            keyed.append((key, RotatedFile(full, m.group(2) is not None, number, st)))
+            newest[key[0]] = max(newest[key[0]], st.st_mtime_ns)
+    if newest[0] > newest[1]:
+        keyed = [((1 - k[0], *k[1:]), rf) for k, rf in keyed]
+    keyed.sort(key=lambda kv: kv[0])
+    return [rf for _, rf in keyed]
+
+
+def newest_fingerprint(files: list[RotatedFile], head_bytes: int) -> Fingerprint | None:
+    """The newest non-empty file's fingerprint (an empty one cannot be told apart once compressed)."""
+    for rf in reversed(files):
+        head = rf.head(head_bytes)
+        if head:
+            return Fingerprint.of(rf.dev, rf.ino, head)
+    return None
+
+
+def since(files: list[RotatedFile], prior: Fingerprint | None) -> list[RotatedFile]:
+    """The files rotated after `prior` (the newest one when the reader opened its file; None: there
+    was none). When `prior` is gone (rotated away: the oldest go first), all of them."""
+    if prior is not None:
+        for i in range(len(files) - 1, -1, -1):
+            if files[i].is_(prior):
+                return files[i + 1:]
+    return files
