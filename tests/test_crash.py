@@ -48,6 +48,8 @@ def test_kill9_after_firing_then_restart(tmp_path, slack, recovered_while_down):
     d = SpecwatchDaemon(tmp_path, log, alerts={**FAST, "slack": {"webhook_url": slack.url}}).start()
     append(log, "".join(decode_line(1.01, f"16:32:4{i}", running=50) for i in range(3)))
     wait_for(lambda: delivered(slack) == ["FIRING"], what="the FIRING message")
+    # past the POST in flight (the one duplicate the store allows): its outbox row is deleted
+    wait_for(lambda: d.saved()[1] == {}, what="the delivered FIRING out of the outbox")
     kill9(d)
     if recovered_while_down:
         append(log, "".join(decode_line(2.50, f"16:33:0{i}", running=50) for i in range(3)))
