@@ -108,6 +108,29 @@ class MalformedLine:
     rank: str = ""
 
 
+@dataclass(frozen=True, slots=True)
+class LogError:
+    """One error from a followed log: a traceback, a burst of torch C++ error lines, or a failed
+    health check.
+
+    timestamp: seconds since the epoch (the header's log timestamp when it has one, else the
+    clock when its first line was read; None in a replay before any timestamped line). path:
+    the followed file. kind: one of `sources.log_errors.KINDS`. exception: the final exception line
+    (`RuntimeError: …`), None when the group was cut before it. lines: its last lines (at most
+    `sources.log_errors.KEEP_LINES`, each cut at `MAX_LINE_CHARS`); line_count: how many it had. rank: rank tokens
+    of the header's SGLang prefix ("TP2"), "" when none. cut: it ended without an exception line.
+    """
+
+    timestamp: float | None
+    path: str
+    kind: str
+    exception: str | None
+    lines: tuple[str, ...]
+    line_count: int
+    rank: str = ""
+    cut: bool = False
+
+
 # --- events from the process, HTTP API and GPU sources (fed through Pipeline.feed_event) ---
 
 

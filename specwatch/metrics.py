@@ -55,6 +55,8 @@ class PipelineCollector(Collector):
         decode_total = CounterMetricFamily("specwatch_decode_batches", "Decode batch lines read.", labels=RANK_LABELS)
         prefill_total = CounterMetricFamily("specwatch_prefill_batches", "Prefill batch lines read.", labels=RANK_LABELS)
         lines = CounterMetricFamily("specwatch_log_lines", "Log lines read, by kind (decode, prefill, other, malformed).", labels=("server", "kind"))
+        errors = CounterMetricFamily("specwatch_log_errors", "Errors in the log (a traceback is one), by kind (cuda_oom, nccl_timeout, shape_mismatch, health_check, other).", labels=("server", "kind"))
+        last_line = GaugeMetricFamily("specwatch_server_log_last_line_timestamp_seconds", "When the last line of this kind (decode, prefill, other, malformed, error) from the server's logs was read, seconds since the epoch (agent clock).", labels=("server", "kind"))
         spec = GaugeMetricFamily(
             "specwatch_speculative_info",
             "Speculative settings (value 1) from the server's startup server_args line, /server_info and its command line, merged.",
@@ -87,6 +89,10 @@ class PipelineCollector(Collector):
             for server, st in servers:
                 for kind in KINDS:
                     lines.add_metric([server, kind], st.lines[kind])
+                for kind, n in st.errors.items():
+                    errors.add_metric([server, kind], n)
+                for kind, ts in st.last_line.items():
+                    last_line.add_metric([server, kind], ts)
                 if st.server_args is not None:
                     a = st.server_args.args
                     spec.add_metric([server] + [
@@ -97,7 +103,7 @@ class PipelineCollector(Collector):
                     if (top := accept_length_ceiling(a)) is not None:
                         ceiling.add_metric([server], top[0])
         yield from (accept_length, accept_rate, throughput, running, queued, usage, tokens, graph,
-                    last_ts, collapsed, decode_total, prefill_total, lines, spec, ceiling)
+                    last_ts, collapsed, decode_total, prefill_total, lines, errors, last_line, spec, ceiling)
 
 
 class ServerCollector(Collector):

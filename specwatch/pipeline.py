@@ -25,6 +25,7 @@ from specwatch.config import Config
 from specwatch.events import (
     ApiSample,
     DecodeBatch,
+    LogError,
     LogLine,
     MalformedLine,
     OtherLine,
@@ -40,7 +41,9 @@ from specwatch.rules.base import Rule, RuleContext, all_rules, is_restart_event,
 from specwatch.rules.collapse import CollapseRule
 from specwatch.rules.windows import WindowTracker
 from specwatch.sources.filestream import LineBatch
-from specwatch.sources.sglang_log import maybe_event, parse_line
+from specwatch.sources.log_errors import KINDS as ERROR_KINDS
+from specwatch.sources.log_errors import ErrorGrouper, maybe_error
+from specwatch.sources.sglang_log import maybe_event, parse_line, strip_container_prefix
 
 _OTHER = OtherLine()
 
@@ -81,6 +84,9 @@ class ServerStats:
     restarts: int = 0
     api: ApiSample | None = None
     info: ServerInfo | None = None
+    # Error stage: LogError events by kind; the clock of the last line of each kind (KINDS + "error").
+    errors: dict[str, int] = field(default_factory=lambda: dict.fromkeys(ERROR_KINDS, 0))
+    last_line: dict[str, float] = field(default_factory=dict)
 
 
 class Pipeline:
@@ -103,7 +109,7 @@ class Pipeline:
         if self.diagnoser is not None and d.draft:  # paths from the config: diagnose now
             for server in sorted({s.server for s in config.logs} or {config.server}):
                 self.diagnoser.ensure(server)
-        ctx = RuleContext(log_paths_of(config), self.diagnoser)
+        ctx = RuleContext(log_paths_of(config), self.diagnoser, self._last_lines)
         self.rules: list[Rule] = [cls.build(config, ctx) for cls in all_rules()]
         self.collapse: CollapseRule = next(r for r in self.rules if isinstance(r, CollapseRule))  # metrics, replay
         # Each hook calls only the rules that have it (most rules ignore most events).
@@ -118,6 +124,7 @@ class Pipeline:
         self.ranks: dict[tuple[str, str], RankStats] = {}
         self.lock = threading.Lock()
         self._last_tick = -math.inf
+        self._groupers: dict[str, ErrorGrouper] = {}  # path → its traceback grouping (error stage)
         self._map_logs(config)
 
     def _map_logs(self, config: Config) -> None:
@@ -155,10 +162,16 @@ class Pipeline:
         """
         server = self.server_for(line.path)
         text = line.text
-        event = (self._parse(text, line.raw_ok, self._prefix.get(line.path), self._tz.get(line.path))
-                 if maybe_event(text) else _OTHER)
+        prefix, tz = self._prefix.get(line.path), self._tz.get(line.path)
+        event = self._parse(text, line.raw_ok, prefix, tz) if maybe_event(text) else _OTHER
         with self.lock:
-            self._take(server, self._stats(server), event, now)
+            stats = self._stats(server)
+            self._take(server, stats, event, now)
+            grouper = self._grouper(line.path)
+            if grouper.group is not None or type(event) is OtherLine and maybe_error(line.text):
+                self._errors(server, stats, grouper, line.text, prefix, tz, now)
+            if now is not None and type(event) in (OtherLine, ServerArgs):
+                stats.last_line["other"] = now
         return event
 
     def feed_batch(self, batch: LineBatch, now: float | None = None) -> None:
@@ -172,13 +185,64 @@ class Pipeline:
         with self.lock:
             stats = self._stats(server)
             lines = stats.lines
+            grouper = self._grouper(path)
             other = 0
             for i, text in enumerate(batch.lines):
                 if not maybe_event(text):
                     other += 1  # most non-batch lines: no parse, no event
+                    if grouper.group is not None or maybe_error(text):
+                        self._errors(server, stats, grouper, text, prefix, tz, now)
                     continue
-                take(server, stats, parse(text, raw_ok is None or raw_ok[i], prefix, tz), now)
+                event = parse(text, raw_ok is None or raw_ok[i], prefix, tz)
+                take(server, stats, event, now)
+                if grouper.group is not None or type(event) is OtherLine and maybe_error(text):
+                    self._errors(server, stats, grouper, text, prefix, tz, now)
             lines["other"] += other
+            if other and now is not None:  # the follower's clock: one stamp per read
+                stats.last_line["other"] = now
+
+    # --- error stage (issue #10 item 7): tracebacks grouped per file into LogError events ---
+
+    def _grouper(self, path: str) -> ErrorGrouper:
+        g = self._groupers.get(path)
+        if g is None:
+            g = self._groupers[path] = ErrorGrouper(path)
+        return g
+
+    def _errors(self, server: str, stats: ServerStats, grouper: ErrorGrouper, text: str,
+                prefix: re.Pattern | None, tz, now: float | None) -> None:
+        """One non-batch line (or any line while a group is open) through `grouper` (caller
+        holds `lock`)."""
+        if prefix is not None or text[:1] not in ("[", " ", ""):
+            text = strip_container_prefix(text, prefix)
+        for event in grouper.line(text, now, tz):
+            self._take_error(server, stats, event, now)
+
+    def _take_error(self, server: str, stats: ServerStats, event: LogError, now: float | None) -> None:
+        stats.errors[event.kind] = stats.errors.get(event.kind, 0) + 1
+        clock = now if now is not None else event.timestamp
+        if clock is None:
+            clock = self._last_tick if self._last_tick > -math.inf else 0.0
+        stats.last_line["error"] = clock
+        self._apply_rules(server, event, clock)
+
+    def _expire_errors(self, now: float, flush: bool = False) -> None:
+        for path, grouper in self._groupers.items():
+            if grouper.group is not None:
+                events = grouper.flush() if flush else grouper.expire(now)
+                server = self.server_for(path)
+                for event in events:
+                    self._take_error(server, self._stats(server), event, now)
+
+    def flush_errors(self) -> None:
+        """End every open traceback (the end of a recorded log)."""
+        with self.lock:
+            self._expire_errors(self._last_tick if self._last_tick > -math.inf else 0.0, flush=True)
+
+    def _last_lines(self, server: str) -> dict[str, float]:
+        """Clock of the last line of each kind from `server`'s logs (for rules; under `lock`)."""
+        st = self.servers.get(server)
+        return {} if st is None else st.last_line
 
     @staticmethod
     def _parse(text: str, raw_ok: bool, prefix: re.Pattern | None, tz) -> object:
@@ -211,6 +275,7 @@ class Pipeline:
                 if a > rs.accept_length_max:
                     rs.accept_length_max = a
             clock = event.timestamp if now is None else now
+            stats.last_line["decode"] = clock
             window = self.windows.decode(server, event)
             for rule in self._on_decode:
                 alerts = rule.on_decode(server, window, clock)
@@ -223,6 +288,7 @@ class Pipeline:
             rs = self._rank(server, event)
             rs.prefill_batches += 1
             clock = event.timestamp if now is None else now
+            stats.last_line["prefill"] = clock
             self.windows.prefill(server, event)
             for rule in self._on_prefill:
                 alerts = rule.on_prefill(server, event, clock)
@@ -241,6 +307,8 @@ class Pipeline:
                 self.tick(clock)
         elif isinstance(event, MalformedLine):
             stats.lines["malformed"] += 1
+            if now is not None:
+                stats.last_line["malformed"] = now
         else:
             stats.lines["other"] += 1
 
@@ -286,6 +354,8 @@ class Pipeline:
     def tick(self, now: float) -> None:
         """Let time-based rules and alert repeats advance (caller holds `lock`)."""
         self._last_tick = now
+        if self._groupers:
+            self._expire_errors(now)
         for rule in self._on_tick:
             self._handle(rule.on_tick(now), now)
         self.dispatcher.tick(now)
@@ -337,9 +407,10 @@ class Pipeline:
                 "starts": dict(self._starts), "counters": self._counters()}
 
     def _counters(self) -> dict:
-        """The line and batch counters, saved with the offsets they count up to (issue #10 item 18)."""
+        """The line, error and batch counters, saved with the offsets they count up to (issue #10 item 18)."""
         finite = lambda v: v if math.isfinite(v) else None  # noqa: E731
         return {"lines": {server: dict(st.lines) for server, st in self.servers.items()},
+                "errors": {server: dict(st.errors) for server, st in self.servers.items()},
                 "ranks": [[rs.server, rs.rank, rs.ranks, rs.decode_batches, rs.prefill_batches, rs.accept_length_sum,
                            rs.accept_length_count, finite(rs.accept_length_min), finite(rs.accept_length_max)]
                           for rs in self.ranks.values()]}
@@ -348,6 +419,9 @@ class Pipeline:
         for server, lines in (saved.get("lines") or {}).items():
             if server in servers:
                 self._stats(server).lines.update({k: int(v) for k, v in lines.items() if k in KINDS})
+        for server, errors in (saved.get("errors") or {}).items():
+            if server in servers:
+                self._stats(server).errors.update({k: int(v) for k, v in errors.items() if k in ERROR_KINDS})
         for entry in saved.get("ranks") or []:
             try:
                 server, rank, ranks, dec, pre, total, count, lo, hi = entry

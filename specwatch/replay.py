@@ -22,6 +22,7 @@ def replay_files(pipeline: Pipeline, paths: Iterable[str], max_line_bytes: int) 
         while follower.poll():
             pass
         follower.finish()  # a last line without a newline still counts in a recorded log
+        pipeline.flush_errors()  # a traceback cut off at the end of the file still counts
 
 
 def _round(v: float) -> float | None:

@@ -23,6 +23,7 @@ its state and applies the new thresholds from the next event on.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 from specwatch.alerts.model import FIRING, Alert
 from specwatch.config import Config
@@ -31,11 +32,14 @@ from specwatch.events import PrefillBatch, ServerArgs, ServerRestarted, ServerSt
 
 @dataclass
 class RuleContext:
-    """What a rule may need besides the config: log_paths (server → followed files) and the
-    collapse diagnoser (None when diagnosis is off)."""
+    """What a rule may need besides the config: log_paths (server → followed files), the
+    collapse diagnoser (None when diagnosis is off) and last_lines (server → {line kind: clock of
+    its last line}, kinds "decode", "prefill", "other", "malformed", "error"; read under the
+    pipeline's lock, do not keep or change it)."""
 
     log_paths: dict[str, list[str]]
     diagnoser: object | None = None
+    last_lines: Callable[[str], dict[str, float]] | None = None
 
 
 class Rule:

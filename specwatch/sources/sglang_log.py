@@ -335,6 +335,18 @@ def _canonical_prefill(m: re.Match, tz: tzinfo | None) -> PrefillBatch | None:
                         "cuda", None, int(seqs), int(new), int(cached), float(thr))
 
 
+def bracket_prefix(text: str, tz: tzinfo | None = None) -> tuple[float | None, str]:
+    """The timestamp (seconds since the epoch) and rank tokens ("DP0 TP2", "" when none) of a
+    line that starts with SGLang's bracket prefix; (None, "") for any other line."""
+    m = _PREFIX.match(text) if text[:1] == "[" else None
+    if m is None:
+        return None, ""
+    try:
+        return _timestamp(m.group(1), m.group(2), tz), m.group(3)[1:]
+    except ValueError:
+        return None, m.group(3)[1:]
+
+
 def maybe_event(text: str) -> bool:
     """False when `parse_line(text)` is certainly OtherLine: no batch or server_args line can lack
     both words (a cheap test for the many lines of access logs and tracebacks)."""

@@ -225,7 +225,7 @@ def test_install_into_a_staging_root(tmp_path):
 def test_rules_check_clean():
     promtool = tool("promtool", "prometheus")
     r = run(promtool, "check", "rules", str(RULES))
-    assert r.returncode == 0 and "SUCCESS: 22 rules found" in r.stdout, r.stdout + r.stderr
+    assert r.returncode == 0 and "SUCCESS: 25 rules found" in r.stdout, r.stdout + r.stderr
 
 
 def test_rule_unit_tests_pass():
@@ -261,17 +261,44 @@ def test_every_rule_is_unit_tested_and_documented():
         assert {"summary", "description", "runbook_url"} <= set(r["annotations"])
         assert r["annotations"]["runbook_url"].endswith("RUNBOOK.md#" + name.lower())
         assert name.lower() in anchors, f"RUNBOOK.md has no section for {name}"
-    # every alert but the instant ones (an XID, a restart, an ECC error) waits with for:
-    instant = {"GpuXidError", "ServerRestarted", "GpuEccUncorrectable"}
+    # every alert but the instant ones (an XID, a restart, an ECC error, a traceback) waits with for:
+    instant = {"GpuXidError", "ServerRestarted", "GpuEccUncorrectable", "SGLangLogError"}
     assert {r["alert"] for r in alerts if "for" not in r} == instant
     assert {r["record"] for r in rules() if "record" in r} == recorded
 
 
 def test_prometheus_rules_mirror_the_daemons_alerts():
-    from specwatch.rules import collapse
+    from specwatch.rules import collapse, decode_stalled, log_errors
 
     names = {r["alert"] for r in rules() if "alert" in r}
-    assert collapse.ALERT_NAME in names
+    assert {collapse.ALERT_NAME, decode_stalled.ALERT_NAME, log_errors.ALERT_NAME} <= names
+    # the error alert's severity by kind, as the daemon's
+    by_kind = {r["labels"]["severity"]: r["expr"] for r in rules() if r.get("alert") == log_errors.ALERT_NAME}
+    for kind, severity in log_errors.SEVERITY.items():
+        assert kind in by_kind[severity], (kind, severity)
+
+
+BR37 = ROOT / "tests" / "data" / "samples" / "bugreport-logs" / "BR-37"
+
+
+@pytest.mark.parametrize("stall_rule", [True, False])
+def test_br37_wedged_server_fires_through_prometheus(tmp_path, stall_rule):
+    """BR-37 (keiretsu-labs/kubernetes-manifests PR #2577), its own promtool test run against
+    these rules: a collapse fires, and a wedged server (requests running, no decode progress,
+    /health failing, access lines arriving) fires within 15 minutes, by DecodeStalled alone."""
+    promtool = tool("promtool", "prometheus")
+    text = RULES.read_text()
+    if not stall_rule:
+        start = text.index("      - alert: DecodeStalled")
+        text = text[:start] + text[text.index("      - alert: SGLangLogError"):]
+    (tmp_path / RULES.name).write_text(text)
+    shutil.copy(BR37 / "keiretsu-2577.test.yml", tmp_path)
+    r = run(promtool, "test", "rules", "keiretsu-2577.test.yml", cwd=tmp_path)
+    if stall_rule:
+        assert r.returncode == 0 and "SUCCESS" in r.stdout + r.stderr, r.stdout + r.stderr
+    else:
+        out = r.stdout + r.stderr
+        assert r.returncode != 0 and out.count("FAILED:") == 1 and "time: 15m" in out and "got: nil" in out, out
 
 
 def test_example_scrape_config_and_alertmanager_config_check(tmp_path):

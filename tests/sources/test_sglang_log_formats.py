@@ -606,7 +606,7 @@ def test_br01_truncated_decode_line_is_malformed():
         assert got.timestamp == pytest.approx(datetime(2025, 11, 19, 15, 25, 25).timestamp())
 
 
-BR_OTHER = [(f, ln) for f in sorted(os.listdir(SAMPLES / "bugreport-logs"))
+BR_OTHER = [(f, ln) for f in sorted(os.listdir(SAMPLES / "bugreport-logs")) if f.endswith(".log")
             for ln in _br_lines(f) if "Decode batch" not in ln and "] server_args=ServerArgs(" not in ln]
 
 

@@ -1,0 +1,205 @@
+"""Errors in a server log: a Python traceback grouped into one event, classified.
+
+The grammar of `parse_line` reads one line at a time; a traceback spans many, so this stage keeps
+per-file state (`ErrorGrouper`, one per followed file). Shapes it reads:
+
+- a Python traceback (`traceback.format_exception`, CPython 3.10-3.13): a header line ending in
+  `Traceback (most recent call last):`, optionally after a prefix (SGLang's `[ts TP2] Scheduler
+  hit an exception: ` — `Scheduler.event_loop` error path, sglang/srt/managers/scheduler.py
+  0.5.23 — or `Initialization failed. warmup error: `, sglang/srt/entrypoints/http_server.py
+  0.5.23), then indented `  File "…", line N, in f` frames and source lines, then the exception
+  line (`RuntimeError: …`); chained exceptions (`During handling of the above exception…`) stay
+  in the same group. A prefix repeated on every line (vLLM's `ERROR 12-16 05:03:28 engine.py:366] `)
+  is stripped. A traceback whose header was cut off starts at its first frame line;
+- torch's C++ error lines (`[rank0]:[E1205 17:08:49.1 ProcessGroupNCCL.cpp:616] …` and the
+  `terminate called…` / `what():` / `frame #N:` lines that follow, torch/csrc/distributed/c10d/
+  ProcessGroupNCCL.cpp, PyTorch 2.5) grouped the same way;
+- SGLang's `Health check failed. Server couldn't get a response from detokenizer…`
+  (`health_generate`, sglang/srt/entrypoints/http_server.py 0.5.11-0.5.23): one line.
+
+A group ends at its exception line (unless a chained exception follows), at a line that cannot
+belong to it, after `MAX_LINES` lines, or `TIMEOUT` seconds after its last line (`expire`), so
+a cut traceback still ends. It keeps its last `KEEP_LINES` lines. Classification (`classify`)
+reads the exception line and the kept lines: `cuda_oom`, `nccl_timeout`, `shape_mismatch`,
+`health_check` or `other`.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import deque
+from datetime import tzinfo
+
+from specwatch.events import LogError
+from specwatch.sources.sglang_log import bracket_prefix
+
+KINDS = ("cuda_oom", "nccl_timeout", "shape_mismatch", "health_check", "other")
+MAX_LINES = 1000  # lines of one group before it is ended as cut
+KEEP_LINES = 12  # last lines kept for the alert
+MAX_LINE_CHARS = 400  # each kept line is cut to this
+TIMEOUT = 5.0  # seconds after its last line an open group ends
+
+HEADER = "Traceback (most recent call last):"
+_CHAIN = ("During handling of the above exception", "The above exception was the direct cause")
+# A whole frame line: user text quoted in a request log never ends the line like this.
+_FRAME = re.compile(r'(.*?)  File "[^"\n]*", line \d+, in [\w<>.]+\s*\Z')
+# `ValueError: msg`, `torch.OutOfMemoryError: msg`, `KeyboardInterrupt`.
+_EXCEPTION = re.compile(r"[A-Za-z_][\w.]*(?::(?: .*)?)?\Z")
+# torch C++ log lines at error/fatal level: `[rank3]:[E1205 17:08:49.123 file.cpp:616] ` or glog `E1205 17:08:49`.
+_C10D = re.compile(r"(?:\[rank\d+\]:)?\[?[EF]\d{4} \d\d:\d\d:\d\d")
+_C10D_TAIL = ("terminate called", "  what():", "Exception raised from", "frame #")
+HEALTH_FAILED = "Health check failed. Server couldn't get a response"
+
+_OOM = re.compile(r"CUDA out of memory|OutOfMemoryError|CUDA error: out of memory|CUBLAS_STATUS_ALLOC_FAILED")
+_NCCL_TIMEOUT = re.compile(
+    r"collective operation timeout|Watchdog got stuck|watchdog thread .* (?:timed out|stuck)"
+    r"|NCCL.*(?:[Tt]imeout|timed out)|(?:[Tt]imeout|timed out).*NCCL")
+_SHAPE = re.compile(
+    r"The size of tensor a \(\d+\) must match the size of tensor b \(\d+\)"
+    r"|shapes cannot be multiplied|is invalid for input of size|size mismatch for "
+    r"|Expected size \d+ but got size \d+|shape mismatch")
+
+
+def maybe_error(text: str) -> bool:
+    """False when `ErrorGrouper.line` certainly ignores `text` while no group is open: a cheap
+    test run on every line that is not a batch line."""
+    return ("Traceback" in text or 'File "' in text or "rror" in text or "NCCL" in text
+            or "Health check failed" in text or text[:1] == "[" and "]:[E" in text[:16])
+
+
+def classify(exception: str | None, lines: list[str] | tuple[str, ...]) -> str:
+    """One of `KINDS` from the exception line (first) and the group's kept lines."""
+    for text in ([exception] if exception else []) + list(lines):
+        if _OOM.search(text):
+            return "cuda_oom"
+        if _NCCL_TIMEOUT.search(text):
+            return "nccl_timeout"
+        if _SHAPE.search(text):
+            return "shape_mismatch"
+        if HEALTH_FAILED in text:
+            return "health_check"
+    return "other"
+
+
+class _Group:
+    __slots__ = ("mode", "prefix", "start", "last", "rank", "lines", "count", "exception", "after")
+
+    def __init__(self, mode: str, prefix: str, start: float | None, rank: str):
+        self.mode = mode  # "traceback" or "c10d"
+        self.prefix = prefix  # text before the traceback on its first line, stripped from the rest
+        self.start = start
+        self.last = start
+        self.rank = rank
+        self.lines: deque[str] = deque(maxlen=KEEP_LINES)
+        self.count = 0
+        self.exception: str | None = None
+        self.after = False  # the exception line came: only a chained exception continues
+
+
+class ErrorGrouper:
+    """Per followed file: lines in (every line while `open`, else those `maybe_error` passes),
+    `LogError` events out. Not thread-safe (the pipeline calls it under its lock)."""
+
+    def __init__(self, path: str):
+        self.path = path
+        self.group: _Group | None = None
+
+    @property
+    def open(self) -> bool:
+        return self.group is not None
+
+    def line(self, text: str, now: float | None, tz: tzinfo | None = None) -> list[LogError]:
+        """One line (after any container prefix). `now`: the clock when it was read (None in a
+        replay). Returns the events it completed (a finished group, and a one-line event)."""
+        out: list[LogError] = []
+        g = self.group
+        if g is not None:
+            if self._continues(g, text):
+                g.last = now if now is not None else g.last
+                if g.count >= MAX_LINES:
+                    out.append(self._close(cut=True))
+                return out
+            out.append(self._close())
+        started = self._start(text, now, tz)
+        if started is not None:
+            out.append(started)
+        return out
+
+    def expire(self, now: float) -> list[LogError]:
+        """End a group whose last line is `TIMEOUT` seconds old (a traceback cut off)."""
+        g = self.group
+        if g is None or g.last is None or now - g.last < TIMEOUT:
+            return []
+        return [self._close()]
+
+    def flush(self) -> list[LogError]:
+        """End the open group now (end of a recorded log)."""
+        return [] if self.group is None else [self._close()]
+
+    def _add(self, g: _Group, text: str) -> None:
+        g.count += 1
+        g.lines.append(text if len(text) <= MAX_LINE_CHARS else text[:MAX_LINE_CHARS] + "…")
+
+    def _start(self, text: str, now: float | None, tz) -> LogError | None:
+        body = text.rstrip()
+        if body.endswith(HEADER):
+            prefix = body[:-len(HEADER)]
+            self._open("traceback", prefix, text, now, tz)
+            return None
+        m = _FRAME.match(body)
+        if m is not None:  # a traceback whose header was cut off
+            self._open("traceback", m.group(1), text, now, tz)
+            return None
+        if _C10D.match(text):
+            self._open("c10d", "", text, now, tz)
+            return None
+        if HEALTH_FAILED in text:
+            ts, rank = self._stamp(text, now, tz)
+            short = text[:MAX_LINE_CHARS]
+            return LogError(ts, self.path, "health_check", None, (short,), 1, rank)
+        return None
+
+    def _open(self, mode: str, prefix: str, text: str, now: float | None, tz) -> None:
+        ts, rank = self._stamp(text, now, tz)
+        g = self.group = _Group(mode, prefix, ts, rank)
+        g.last = now if now is not None else ts
+        self._add(g, text)
+
+    @staticmethod
+    def _stamp(text: str, now: float | None, tz) -> tuple[float | None, str]:
+        """The SGLang prefix's timestamp and rank tokens, else (now, "")."""
+        ts, rank = bracket_prefix(text, tz)
+        return (ts if ts is not None else now), rank
+
+    def _continues(self, g: _Group, text: str) -> bool:
+        """`text` belongs to the open group (then it is added to it)."""
+        if g.mode == "c10d":
+            if _C10D.match(text) or text.startswith(_C10D_TAIL):
+                self._add(g, text)
+                return True
+            return False
+        body = text[len(g.prefix):] if g.prefix and text.startswith(g.prefix) else text
+        if g.after:  # after the exception line: only a chained exception continues
+            if not body.strip() or body.startswith(_CHAIN):
+                g.after = not body.strip()
+                self._add(g, text)
+                return True
+            return False
+        if not body.strip() or body[:1] in (" ", "\t") or body.startswith(_CHAIN) or body.rstrip().endswith(HEADER):
+            self._add(g, text)
+            return True
+        if _EXCEPTION.match(body.rstrip()):
+            g.exception = body.rstrip()[:MAX_LINE_CHARS]
+            g.after = True
+            self._add(g, text)
+            return True
+        return False  # a line of something else: the traceback was cut
+
+    def _close(self, *, cut: bool = False) -> LogError:
+        """The open group as an event; `cut`: it hit `MAX_LINES` (a traceback without its
+        exception line is cut too)."""
+        g = self.group
+        self.group = None
+        lines = tuple(g.lines)
+        cut = cut or (g.mode == "traceback" and g.exception is None)
+        return LogError(g.start, self.path, classify(g.exception, lines), g.exception, lines, g.count, g.rank, cut)

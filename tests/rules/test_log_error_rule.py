@@ -1,0 +1,124 @@
+"""SGLangLogError through the real pipeline: a recorded log read by the real Follower
+(`replay_files`, the batch path the daemon uses), the error stage, the rule, the metrics as
+Prometheus parses them, and the Slack payload."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/ has no __init__.py
+from sglang_lines import decode_line, server_args_line  # noqa: E402
+from test_hostile_paths import HOSTILE, _check_slack_text, _mrkdwn_texts  # noqa: E402
+
+from specwatch.alerts.dispatcher import Dispatcher  # noqa: E402
+from specwatch.config import build_config  # noqa: E402
+from specwatch.metrics import PipelineCollector  # noqa: E402
+from specwatch.notifiers.slack import build_payload  # noqa: E402
+from specwatch.pipeline import Pipeline  # noqa: E402
+from specwatch.replay import replay_files  # noqa: E402
+from specwatch.rules.log_errors import ALERT_NAME  # noqa: E402
+
+V = "0.5.23"
+SHAPE = "RuntimeError: The size of tensor a (8640) must match the size of tensor b (5760) at non-singleton dimension 1"
+
+
+def tb(ts: str, exception: str, head: str = "Scheduler hit an exception: ", rank: str = " TP0") -> list[str]:
+    return [f"[{ts}{rank}] {head}Traceback (most recent call last):",
+            '  File "/sgl/python/sglang/srt/managers/scheduler.py", line 2790, in run_scheduler_process',
+            "    scheduler.event_loop_overlap()",
+            exception]
+
+
+def decode(ts: str) -> str:
+    return decode_line(V, ts=ts, accept_len=2.8, running=4)[0]
+
+
+def replay(tmp_path: Path, lines: list[str], rules: dict | None = None) -> Pipeline:
+    log = tmp_path / "server.log"
+    log.write_text("\n".join(lines) + "\n")
+    cfg = build_config({"server": "box", "logs": [{"path": str(log)}], "rules": rules or {}})
+    p = Pipeline(cfg, Dispatcher([], group_wait=0, group_interval=0, keep_history=True))
+    replay_files(p, [str(log)], 1 << 20)
+    return p
+
+
+def scrape(p: Pipeline) -> dict:
+    reg = CollectorRegistry()
+    reg.register(PipelineCollector(p))
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for f in text_string_to_metric_families(generate_latest(reg).decode()) for s in f.samples}
+
+
+def test_each_kind_fires_once_with_its_severity_lines_and_fix(tmp_path):
+    lines = [server_args_line(ts="2026-03-01 09:59:00", speculative_algorithm="EAGLE3")[0], decode("2026-03-01 10:00:00")]
+    lines += tb("2026-03-01 10:00:05", SHAPE, "Initialization failed. warmup error: ", rank="")
+    lines += tb("2026-03-01 10:00:06", "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB")
+    lines += ["[rank1]:[E1205 17:08:49.1 ProcessGroupNCCL.cpp:616] [Rank 1] Watchdog caught collective operation "
+              "timeout: WorkNCCL(SeqNum=12, OpType=ALLREDUCE) ran for 600031 milliseconds before timing out."]
+    lines += tb("2026-03-01 10:00:08", "KeyError: 'x'", rank=" TP1")
+    lines += tb("2026-03-01 10:00:09", "KeyError: 'y'", rank=" TP1")  # the same kind again
+    lines.append(decode("2026-03-01 10:00:10"))
+    p = replay(tmp_path, lines)
+    fired = [(a.labels["kind"], a.labels["severity"], a.status) for a in p.dispatcher.history if a.name == ALERT_NAME]
+    assert fired == [("shape_mismatch", "critical", "firing"), ("cuda_oom", "critical", "firing"),
+                     ("nccl_timeout", "critical", "firing"), ("other", "warning", "firing")]
+    shape, oom, nccl, other = [a for a in p.dispatcher.history if a.name == ALERT_NAME]
+    ev = dict(shape.evidence)
+    assert ev["exception"] == SHAPE and ev["kind"] == "shape_mismatch" and ev["log"] == str(tmp_path / "server.log")
+    assert ev["last lines"].splitlines() == tb("2026-03-01 10:00:05", SHAPE, "Initialization failed. warmup error: ", rank="")
+    assert "8640 = 3 × 2880 and 5760 = 2 × 2880" in shape.fixes[0]
+    assert "--mem-fraction-static" in oom.fixes[0] and dict(oom.evidence)["rank"] == "TP0"
+    assert "the first traceback of another rank" in nccl.fixes[0]
+    assert dict(other.evidence)["exception"] == "KeyError: 'x'"
+    [rule] = [r for r in p.rules if r.name == "log_errors"]
+    live = dict(rule.active.get("box|other").evidence)  # the firing alert shows the newest error
+    assert live["errors of this kind"] == "2" and live["exception"] == "KeyError: 'y'"
+    m = scrape(p)
+    counts = {k[1][0][1]: v for k, v in m.items() if k[0] == "specwatch_log_errors_total"}
+    assert counts == {"cuda_oom": 1, "nccl_timeout": 1, "shape_mismatch": 1, "health_check": 0, "other": 2}
+    # the lines are still counted as lines
+    assert m[("specwatch_log_lines_total", (("kind", "other"), ("server", "box")))] == len(lines) - 2  # all but the 2 decode lines, as before
+
+
+def test_resolves_after_quiet_time_and_a_cut_traceback_at_the_end_still_counts(tmp_path):
+    lines = [decode("2026-03-01 10:00:00")] + tb("2026-03-01 10:00:01", "KeyError: 'x'")
+    lines += [decode(f"2026-03-01 10:{m:02d}:00") for m in range(1, 4)]
+    lines += tb("2026-03-01 10:03:30", "KeyError: 'z'")[:2]  # the file ends inside a traceback
+    p = replay(tmp_path, lines, {"log_errors": {"resolve_after": "2m"}})
+    assert [(a.status, dict(a.evidence)["exception"]) for a in p.dispatcher.history] == [
+        ("firing", "KeyError: 'x'"), ("resolved", "KeyError: 'x'"), ("firing", "(cut off before the exception line)")]
+    assert p.servers["box"].errors["other"] == 2
+
+
+def test_container_prefixed_traceback_and_disabled_rule(tmp_path):
+    lines = ["sglang-1  | " + line for line in tb("2026-03-01 10:00:01", SHAPE)] + ["sglang-1  | " + decode("2026-03-01 10:00:02")]
+    p = replay(tmp_path, lines)
+    [a] = p.dispatcher.history
+    assert a.labels["kind"] == "shape_mismatch" and dict(a.evidence)["exception"] == SHAPE
+    p = replay(tmp_path, lines, {"log_errors": {"enabled": False}})
+    assert p.dispatcher.history == [] and p.servers["box"].errors["shape_mismatch"] == 1
+
+
+def test_log_text_reaches_slack_escaped(tmp_path):
+    hostile = f"ValueError: bad draft {HOSTILE}"
+    p = replay(tmp_path, tb("2026-03-01 10:00:01", hostile) + [decode("2026-03-01 10:00:02")])
+    [a] = p.dispatcher.history
+    payload = build_payload(a)
+    spans = [s for t in _mrkdwn_texts(payload) for s in _check_slack_text(t)]
+    assert any("bad draft my draft;$(touch pwned)" in s for s in spans)  # the exception, in a code span
+
+
+def test_commands_in_fixes_quote_the_log_path():
+    from specwatch.alerts.model import split_code
+    from specwatch.events import LogError
+    from specwatch.rules.log_errors import fixes_for
+
+    e = LogError(None, "/var/log/my log;$(touch x).log", "other", "KeyError: '`x`'", (), 1)
+    spans = [part for f in fixes_for("other", e) + fixes_for("nccl_timeout", e) for c, part in split_code(f) if c]
+    assert "grep -n -A40 Traceback '/var/log/my log;$(touch x).log'" in spans
+    assert "grep -n -B2 -A30 Traceback '/var/log/my log;$(touch x).log'" in spans
+    assert "KeyError: '`x`'" in spans  # log text in its own span, backticks and all
