@@ -82,7 +82,11 @@ def cmd_replay(args) -> int:
     dispatcher, notifiers = build_alerting(cfg, state_dir=None, replay=True, notify=args.notify,
                                            slack_dry_run=dry_out if args.slack_dry_run else None)
     pipeline = Pipeline(cfg, dispatcher, diagnosis_background=False)  # deterministic replay
-    replay_files(pipeline, args.logs, cfg.follow.max_line_bytes)
+    try:
+        replay_files(pipeline, args.logs, cfg.follow.max_line_bytes)
+    except (OSError, EOFError) as e:  # unreadable, or a corrupt/truncated gzip file
+        print(f"specwatch replay: {getattr(e, 'filename', None) or 'a log'}: cannot read it ({e})", file=sys.stderr)
+        return 2
     rc = 0
     for name, n in notifiers.items():
         if not n.drain(timeout=args.slack_timeout):

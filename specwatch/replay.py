@@ -6,8 +6,13 @@ time comes from the log's own timestamps.
 
 from __future__ import annotations
 
+import contextlib
+import gzip
 import math
-from typing import Iterable
+import os
+import shutil
+import tempfile
+from typing import Iterable, Iterator
 
 from specwatch.alerts.model import Alert, iso8601
 from specwatch.pipeline import KINDS, Pipeline
@@ -15,14 +20,34 @@ from specwatch.sources.filestream import Follower
 
 
 def replay_files(pipeline: Pipeline, paths: Iterable[str], max_line_bytes: int) -> None:
-    """Feed every complete line of each file, in file order, through `pipeline`."""
+    """Feed every complete line of each file, in file order, through `pipeline`. A gzipped file
+    (a rotated `server.log.2.gz`) is read decompressed. Raises OSError / EOFError for a file that
+    cannot be read or a corrupt gzip stream."""
     for path in paths:
-        follower = Follower(path, on_lines=pipeline.feed_batch, max_line_bytes=max_line_bytes,
-                            read_chunk_bytes=1 << 20)
-        while follower.poll():
-            pass
-        follower.finish()  # a last line without a newline still counts in a recorded log
+        with _readable(path) as readable:
+            def feed(batch, _path=path):
+                batch.path = _path  # the name the config maps to a server, not the temp copy
+                pipeline.feed_batch(batch)
+
+            follower = Follower(readable, on_lines=feed, max_line_bytes=max_line_bytes, read_chunk_bytes=1 << 20)
+            while follower.poll():
+                pass
+            follower.finish()  # a last line without a newline still counts in a recorded log
         pipeline.flush_errors()  # a traceback cut off at the end of the file still counts
+
+
+@contextlib.contextmanager
+def _readable(path: str) -> Iterator[str]:
+    """`path`, or a decompressed copy of it when it is gzip (magic bytes 1f 8b, RFC 1952)."""
+    with open(path, "rb") as f:
+        if f.read(2) != b"\x1f\x8b":
+            yield path
+            return
+    with tempfile.TemporaryDirectory(prefix="specwatch-replay-") as tmp:
+        plain = os.path.join(tmp, os.path.basename(path).removesuffix(".gz"))
+        with gzip.open(path, "rb") as src, open(plain, "wb") as dst:
+            shutil.copyfileobj(src, dst, 1 << 20)
+        yield plain
 
 
 def _round(v: float) -> float | None:

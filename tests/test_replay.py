@@ -54,6 +54,7 @@ def test_readme_command_prints_payload_and_alert():
     """The README's first command (after install): payload first, then the report."""
     r = replay(str(EXAMPLE), "--config", "examples/kimi-k25.yaml", "--slack-dry-run")
     assert r.returncode == 0, r.stderr
+    assert "Slack dry run: printed AcceptanceCollapse firing" in r.stderr and "delivered" not in r.stderr
     payload_text, report = r.stdout.split("\nlines: ", 1)
     payload = json.loads(payload_text)
     assert payload["text"] == "[FIRING] AcceptanceCollapse on kimi-k25-tp8 TP0: accept len 1.06"
@@ -153,3 +154,22 @@ def test_replay_notifies_nobody_unless_asked(tmp_path, slack):
     assert replay(str(EXAMPLE), "--config", str(cfg), "--notify", "--slack-dry-run").returncode == 2
     r = replay(str(EXAMPLE), "--notify")
     assert r.returncode == 2 and "names no Slack webhook or webhook" in r.stderr
+
+
+def test_a_gzipped_log_is_read_decompressed(tmp_path):
+    """A rotated `server.log.2.gz` replays like the plain file (same report); a corrupt one is
+    a clear error, not an empty report."""
+    import gzip
+
+    gz = tmp_path / "kimi.log.2.gz"
+    gz.write_bytes(gzip.compress(EXAMPLE.read_bytes()))
+    plain = json.loads(replay(str(EXAMPLE), "--config", "examples/kimi-k25.yaml", "--json").stdout)
+    r = replay(str(gz), "--config", "examples/kimi-k25.yaml", "--json")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["lines"] == plain["lines"] == {"total": 2, "decode": 2, "prefill": 0, "other": 0, "malformed": 0}
+    assert doc["alerts"] == plain["alerts"] and doc["alerts"][0]["status"] == "firing"
+    bad = tmp_path / "cut.log.gz"
+    bad.write_bytes(gz.read_bytes()[:30])
+    r = replay(str(bad), "--json")
+    assert r.returncode == 2 and "cannot read it" in r.stderr and "Traceback" not in r.stderr

@@ -439,7 +439,10 @@ class QueuedNotifier:
         if result.outcome == SENT:
             self.sent_total += 1
             self.last_success_timestamp = time.time()
-            self.delivered(data, what)
+            if self._dry_run is None:
+                self.delivered(data, what)
+            else:
+                self.log.info("%s dry run: printed %s (nothing sent)", self.kind, what)
             return None
         if result.outcome == PERMANENT:
             self.failed_total[PERMANENT] += 1

@@ -28,6 +28,7 @@ from __future__ import annotations
 import logging
 import re
 import threading
+from urllib.parse import urlsplit, urlunsplit
 from typing import Iterable
 
 import requests
@@ -101,6 +102,17 @@ def parse_server_info(doc: dict, endpoint: str = "/server_info") -> ServerInfo:
     )
 
 
+def shown_url(url: str) -> str:
+    """`url` for logs and metrics: no user, password or query (`http://u:p@h:1/x?token=t` →
+    `http://h:1/x`); they may hold credentials."""
+    parts = urlsplit(url)
+    if not (parts.username or parts.password or parts.query):
+        return url
+    host = parts.hostname or ""
+    netloc = (f"[{host}]" if ":" in host else host) + (f":{parts.port}" if parts.port else "")
+    return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
+
+
 class ApiError(OSError):
     """A call that got no usable answer. kind: `timeout`, `connection_error`, `request_error`,
     `unauthorized`, `http_<status>` or `bad_response`; reachable: False when nothing answered."""
@@ -128,6 +140,7 @@ class ServerApiSource(PollingSource):
                  backoff_max: float = 120.0, session: requests.Session | None = None):
         super().__init__(interval)
         self.url = url.rstrip("/")
+        self.shown = shown_url(self.url).rstrip("/")  # what logs, errors and metrics say
         self.emit = emit
         self.server = server
         self.health_interval = float(health_interval)
@@ -152,7 +165,7 @@ class ServerApiSource(PollingSource):
         self.up = False
 
     def __repr__(self) -> str:  # never the key
-        return f"ServerApiSource({self.url!r}, server={self.server!r}, api_key={'<redacted>' if self._headers else None})"
+        return f"ServerApiSource({self.shown!r}, server={self.server!r}, api_key={'<redacted>' if self._headers else None})"
 
     # --- HTTP ---
     def _get(self, path: str, *, auth: bool = True) -> requests.Response:
@@ -173,7 +186,7 @@ class ServerApiSource(PollingSource):
             if "unauthorized" not in self._warned:
                 self._warned.add("unauthorized")
                 log.warning("%s%s answered %d: set server_api.api_key (or _env/_file) to the server's "
-                            "--api-key", self.url, path, r.status_code)
+                            "--api-key", self.shown, path, r.status_code)
             raise self._error(path, "unauthorized", r.status_code)
         return r
 
@@ -181,7 +194,7 @@ class ServerApiSource(PollingSource):
         with self.lock:
             key = (path, kind)
             self.errors_total[key] = self.errors_total.get(key, 0) + 1
-        return ApiError(self.url + path, kind, status, reachable)
+        return ApiError(self.shown + path, kind, status, reachable)
 
     def _json(self, path: str, r: requests.Response) -> dict:
         if r.status_code != 200:
@@ -238,7 +251,7 @@ class ServerApiSource(PollingSource):
                 self.last_success = now
         if info is not None:
             if self._failures and "down" in self._warned:
-                log.warning("%s answers again", self.url)
+                log.warning("%s answers again", self.shown)
             self._failures = 0
             self._warned.discard("down")
             self._warned.discard("unauthorized")
@@ -249,8 +262,8 @@ class ServerApiSource(PollingSource):
             self._failures += 1
             if not reachable and "down" not in self._warned:
                 self._warned.add("down")
-                log.warning("%s does not answer (%s); backing off up to %.0f s", self.url, error, self.backoff_max)
-        self.emit(self.server, ApiSample(now, self.url, reachable, error, info, self._healthy, self._health_status), now)
+                log.warning("%s does not answer (%s); backing off up to %.0f s", self.shown, error, self.backoff_max)
+        self.emit(self.server, ApiSample(now, self.shown, reachable, error, info, self._healthy, self._health_status), now)
         return self.next_delay()
 
     def next_delay(self) -> float:

@@ -25,6 +25,7 @@ line was cut short or garbled and is returned as `MalformedLine`.
 from __future__ import annotations
 
 import ast
+import math
 import re
 from datetime import datetime, tzinfo
 
@@ -153,18 +154,22 @@ def _int(v: str) -> int:
 
 
 def _float(v: str) -> float:
+    """A number SGLang printed with `:.2f` or as a percentage: finite and >= 0, else _Bad (`nan`,
+    `-5` or `1e400` come from a garbled line, and NaN would reach /metrics and JSON)."""
     try:
-        return float(v)
+        x = float(v)
     except ValueError:
-        pass
-    if v.endswith("%"):
-        v = v[:-1]
-    elif v.startswith("full="):  # 0.4.9 SWA usage: "full=0.10, swa=0.20" → the full pool
-        v = v[5:].split(",", 1)[0]
-    try:
-        return float(v)
-    except ValueError:
-        raise _Bad(v) from None
+        if v.endswith("%"):
+            v = v[:-1]
+        elif v.startswith("full="):  # 0.4.9 SWA usage: "full=0.10, swa=0.20" → the full pool
+            v = v[5:].split(",", 1)[0]
+        try:
+            x = float(v)
+        except ValueError:
+            raise _Bad(v) from None
+    if not 0.0 <= x < math.inf:  # also False for NaN
+        raise _Bad(v)
+    return x
 
 
 def _opt(fields: dict[str, str], name: str, conv):
@@ -215,13 +220,13 @@ def _fast_decode(ts, rank, iteration, fields, running, queued) -> DecodeBatch | 
     al, ar, thr = get("accept len"), get("accept rate"), get("gen throughput (token/s)")
     try:
         return DecodeBatch(
-            ts, rank, _ranks(rank), fields, int(running), int(queued), float(usage),
+            ts, rank, _ranks(rank), fields, int(running), int(queued), _float(usage),
             graph == "True", "cuda", int(iteration) if iteration else None,
-            None if al is None else float(al), None if ar is None else float(ar),
-            None if thr is None else float(thr), int(tokens),
+            None if al is None else _float(al), None if ar is None else _float(ar),
+            None if thr is None else _float(thr), int(tokens),
         )
-    except ValueError:
-        return None
+    except (ValueError, _Bad):
+        return None  # the general path says what does not read
 
 
 def _parse_batch(kind: str, iteration: str | None, ts: float, rank: str, body: str) -> ParsedLine:

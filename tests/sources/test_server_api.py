@@ -241,3 +241,23 @@ def test_parse_rejects_non_objects_and_reads_versions():
     assert version_tuple("0.5.6.post1") == (0, 5, 6)
     assert version_tuple("0.4.10rc1") == (0, 4, 10)
     assert version_tuple(None) == ()
+
+
+def test_credentials_in_the_url_never_reach_logs_errors_or_events(caplog):
+    """A `server_api.url` with a user, password or token in it is shown without them."""
+    import logging
+
+    from specwatch.sources.server_api import ServerApiSource, shown_url
+
+    assert shown_url("http://user:LEAK7@127.0.0.1:30999/?token=LEAK8") == "http://127.0.0.1:30999/"
+    assert shown_url("http://127.0.0.1:30000") == "http://127.0.0.1:30000"
+    assert shown_url("http://u:p@[::1]:30000/x?k=v") == "http://[::1]:30000/x"
+    events = []
+    src = ServerApiSource("http://user:LEAK7@127.0.0.1:9/?token=LEAK8", lambda s, e, n: events.append(e),
+                          server="s", timeout=0.2)
+    with caplog.at_level(logging.DEBUG):
+        for t in range(3):
+            src.poll(float(t))
+    text = caplog.text + repr(src) + repr(events)
+    assert "LEAK7" not in text and "LEAK8" not in text and "user" not in text
+    assert events and events[-1].url == "http://127.0.0.1:9"

@@ -650,3 +650,14 @@ def test_timestamp_cache_stays_small_over_hours_of_lines():
         ev = parse_line(g.decode_line("0.5.23", ts=stamp)[0], tz=timezone.utc)
         assert ev.timestamp == t0 + s
         assert len(sglang_log._ts_cache) <= sglang_log._TS_CACHE_MAX == 64
+
+
+def test_impossible_numbers_are_malformed_not_values():
+    """`accept len: nan`, a negative value or an overflow are a garbled line (never NaN in /metrics
+    or in `replay --json`)."""
+    base = ("[2026-02-23 16:32:38 TP0] Decode batch, #running-req: 32, #token: 2268, token usage: 0.02, "
+            "accept len: {al}, accept rate: 0.21, cuda graph: False, gen throughput (token/s): {thr}, #queue-req: 0")
+    for al, thr in (("nan", "400.57"), ("-5", "400.57"), ("inf", "400.57"), ("1.05", "1e400"), ("1.05", "-1.00")):
+        ev = parse_line(base.format(al=al, thr=thr))
+        assert type(ev) is MalformedLine and "unreadable value" in ev.reason, (al, thr, ev)
+    assert parse_line(base.format(al="1.05", thr="400.57")).accept_length == 1.05
