@@ -171,10 +171,15 @@ def cmd_silence(args) -> int:
     from specwatch.alerts.silences import SilenceStore
 
     state_dir = _state_dir(args)
-    if args.action != "add" and not os.path.isdir(state_dir):
-        # a typo would otherwise look exactly like "no silences"
-        print(f"specwatch silence: state directory {state_dir} does not exist: no silences are stored "
-              "there (give the daemon's --config or --state-dir)", file=sys.stderr)
+    if not os.path.isdir(state_dir):
+        # a typo would otherwise look exactly like "no silences", or mute nothing
+        if args.action == "add":
+            print(f"specwatch silence: state directory {state_dir} did not exist and is created: only a "
+                  "daemon with this state_dir sees the silence (give the daemon's --config or --state-dir)",
+                  file=sys.stderr)
+        else:
+            print(f"specwatch silence: state directory {state_dir} does not exist: no silences are stored "
+                  "there (give the daemon's --config or --state-dir)", file=sys.stderr)
     store = SilenceStore(state_dir)
     now = time.time()
     try:

@@ -39,3 +39,12 @@ def test_for_takes_a_leading_dash_either_way_and_says_what_to_write(tmp_path):
                              str(tmp_path)], capture_output=True, text=True, timeout=30)
     [s] = json.loads(listed.stdout)
     assert s["created_by"] == "-ops" and s["state"] == "active" and s["ends_at"] - s["starts_at"] == 5400
+
+
+def test_add_into_a_missing_state_dir_says_it_was_created(tmp_path):
+    missing = tmp_path / "typo"
+    r = _add(missing, "--for", "1h")
+    assert r.returncode == 0 and missing.is_dir()
+    assert f"state directory {missing} did not exist and is created" in r.stderr
+    again = _add(missing, "--for", "1h")
+    assert again.returncode == 0 and "did not exist" not in again.stderr
