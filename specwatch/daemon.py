@@ -211,6 +211,9 @@ class Daemon:
             with self.pipeline.lock:
                 self.dispatcher.resume(time.time())
                 self.pipeline.tick(time.time())
+        else:  # a group_wait ending now goes out within a poll interval, not at the next tick
+            with self.pipeline.lock:
+                self.dispatcher.flush_due(time.time())
         # On the followers' thread between poll rounds: offsets and rule state agree.
         since = time.monotonic() - self._last_save
         if (any(n.has_changes for n in list(self.notifiers.values()))

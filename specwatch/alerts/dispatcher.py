@@ -200,6 +200,11 @@ class Dispatcher:
         self.paused = False
         self.tick(now)
 
+    def flush_due(self, now: float) -> None:
+        """Flush the groups whose timer is due (cheap when none is): between the once-a-second
+        ticks, so a group_wait that ends between two ticks does not wait for the next one."""
+        self._flush_due(now)
+
     def tick(self, now: float) -> None:
         """Flush groups whose timer is due, let pushers re-send, forget what is done."""
         self._flush_due(now)
@@ -255,8 +260,9 @@ class Dispatcher:
             g.next_flush = min(g.next_flush, now)  # it waited long enough before it was raised
         elif g.flushed:
             # Unlike Alertmanager, a newly firing alert never waits for group_interval: it goes
-            # out group_wait after it fired, whatever the group sent before (issue #10).
-            g.next_flush = min(g.next_flush, now + route.group_wait)
+            # out group_wait after it started (at once if that is past), whatever the group sent
+            # before (issue #10).
+            g.next_flush = min(g.next_flush, max(now, alert.starts_at + route.group_wait))
 
     def _flush_pending_resolve(self, fp: str, now: float) -> None:
         """The alert `fp` fires again while its resolved copy still waits in groups: notify

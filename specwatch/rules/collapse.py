@@ -150,6 +150,12 @@ def known_causes(args: dict[str, object] | None) -> list[str]:
     return _eagle_causes(args)
 
 
+def _path_code(known: object, path: str) -> str:
+    """A path in running text: shell-quoted when it came from the server (a reader pastes it),
+    a placeholder such as `<draft dir>/config.json` as it is."""
+    return code(shlex.quote(path) if known else path)
+
+
 def _eagle_causes(args: dict[str, object]) -> list[str]:
     draft_arg = args.get("speculative_draft_model_path")
     target_arg = args.get("model_path")
@@ -174,11 +180,11 @@ def _eagle_causes(args: dict[str, object]) -> list[str]:
         "model (Gemma3/Llama4 wrappers skip it silently when the inner model lacks it). Check: "
         "`grep -rn set_eagle3_layers_to_capture $(python -c 'import sglang, os; "
         "print(os.path.dirname(sglang.__file__))')/srt/models/` for your target's architecture "
-        f"(`architectures` in {code(target + '/config.json')}). Fix: use a target class that captures, or upgrade SGLang.",
+        f"(`architectures` in {_path_code(target_arg, target + '/config.json')}). Fix: use a target class that captures, or upgrade SGLang.",
         "fc bypass: the draft's `fc.weight` is [H, 3*H] (e.g. [7168, 21504]) and runs only when the "
         "target feeds 3*H-wide aux hidden states; with capture off, a single captured layer, or "
         "`--speculative-algorithm EAGLE` for an EAGLE-3 draft, H-wide states skip the fc silently. "
-        f"Check: the draft config's `eagle_config.eagle_aux_hidden_state_layer_ids` in {code(draft + '/config.json')} "
+        f"Check: the draft config's `eagle_config.eagle_aux_hidden_state_layer_ids` in {_path_code(draft_arg, draft + '/config.json')} "
         "(3 ids below the target's num_hidden_layers) and that the server runs "
         "`--speculative-algorithm EAGLE3`"
         + (f" (this server: {code(algo)})." if algo else "."),
@@ -210,7 +216,7 @@ def _mtp_causes(args: dict[str, object]) -> list[str]:
         "Quantization of the head: quantized checkpoints usually keep the MTP head in BF16, and SGLang "
         "builds it unquantized only for the formats it recognises (`_mtp_quant_config` in "
         "`sglang/srt/models/qwen3_5_mtp.py` 0.5.23). Check that `quantization_config` in "
-        f"{code(target + '/config.json')} excludes the head's layers under the names the checkpoint uses "
+        f"{_path_code(target_arg, target + '/config.json')} excludes the head's layers under the names the checkpoint uses "
         "(`mtp.*`), and the load warnings: `grep -n -i -E 'mtp|nextn|draft' <log> | head -50`.",
         _compare_without("the head is: check its weights as above"),
     ]

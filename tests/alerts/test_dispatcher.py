@@ -140,13 +140,16 @@ def test_an_episode_after_a_pending_resolve_is_sent_with_the_resolve_first():
     d.handle(resolved(a, 110), now=110)
     d.tick(120)
     assert len(rec.got) == 1  # the resolve waits for the group tick (163)
-    d.handle(alert(starts_at=121), now=124)
+    d.handle(alert(starts_at=121), now=121.5)
     assert rec.summary()[1] == ("resolved:AcceptanceCollapse:TP0",)
     assert rec.got[1].alerts[0].ends_at == 110
-    d.tick(124.9)
+    d.flush_due(121.9)  # group_wait counts from when the alert started (121), not when it fired
     assert len(rec.got) == 2
-    d.tick(125)
+    d.flush_due(122)
     assert rec.summary()[2] == ("firing:AcceptanceCollapse:TP0",) and rec.got[2].alerts[0].starts_at == 121
+    d.handle(resolved(rec.got[2].alerts[0], 130), now=130)
+    d.handle(alert(starts_at=125), now=131)  # started long enough ago: at once, behind its resolve
+    assert rec.summary()[3:] == [("resolved:AcceptanceCollapse:TP0",), ("firing:AcceptanceCollapse:TP0",)]
     assert d.active.keys() == {a.fingerprint}
 
 
