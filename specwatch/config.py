@@ -882,7 +882,7 @@ def _alerts(r: _Reader, cfg: Config, a: dict) -> None:
                            "repeat_interval", "continue"})
         name = r.string(rt, "name", rp, f"route{i + 1}")
         matchers = r.matchers(rt, "matchers", rp)
-        if not matchers:
+        if not matchers and not rt.get("matchers"):  # (given but invalid: already reported)
             r.bad(f"{rp}.matchers", "missing; a route needs at least one matcher, e.g. [severity=critical]")
         slack = None
         if "slack" in rt:

@@ -158,7 +158,7 @@ def test_alerting_problems_are_named_by_key_path():
     keys = sorted(p.split(": ")[0] for p in ps)
     assert keys == [
         "alerts.alertmanager.bogus", "alerts.alertmanager.urls[0]", "alerts.group_by", "alerts.group_wait",
-        "alerts.inhibit_rules[0]", "alerts.routes[0].matchers", "alerts.routes[0].matchers[0]",
+        "alerts.inhibit_rules[0]", "alerts.routes[0].matchers[0]",  # invalid, not also "missing"
         "alerts.routes[0].slack", "alerts.routes[0].webhooks[0]", "alerts.webhooks[0].name",
         "alerts.webhooks[0].url", "alerts.webhooks[2].name",
         "rules.degradation.expected[0].accept_length", "rules.degradation.recover_drop_ratio",
@@ -341,3 +341,13 @@ def test_a_rule_section_declared_in_its_own_file_is_read_without_editing_config_
         del _RULE_SECTIONS["test_only_rule"]
     # every shipped section lives in a rule file
     assert {cls.__module__.rsplit(".", 1)[0] for _, cls in rule_sections().values()} == {"specwatch.rules"}
+
+
+def test_an_invalid_route_matcher_is_reported_once_not_as_missing():
+    with pytest.raises(ConfigError) as e:
+        build_config({"alerts": {"routes": [{"matchers": ['alertname=~"("']}]}})
+    assert len(e.value.problems) == 1, e.value.problems
+    assert "alerts.routes[0].matchers[0]" in e.value.problems[0] and "not a valid regular expression" in e.value.problems[0]
+    with pytest.raises(ConfigError) as e:
+        build_config({"alerts": {"routes": [{"slack": {"channel": "#x"}}]}})
+    assert any("matchers: missing" in p for p in e.value.problems)
