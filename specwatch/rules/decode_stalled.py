@@ -20,6 +20,8 @@ crash and restart.
 
 from __future__ import annotations
 
+from collections import defaultdict
+
 import msgspec
 
 from specwatch.alerts.model import Alert, iso8601
@@ -66,19 +68,13 @@ class DecodeStalledRule(ActiveAlertsRule):
         super().__init__()
         self.config = config
         self.last_lines = last_lines  # server → {line kind: clock of its last line} (the pipeline's)
-        self._s: dict[str, _State] = {}
-
-    def _st(self, server: str) -> _State:
-        st = self._s.get(server)
-        if st is None:
-            st = self._s[server] = _State()
-        return st
+        self._s: defaultdict[str, _State] = defaultdict(_State)  # server → state, made on first use
 
     def reconfigure(self, config: Config) -> None:
         self.config = config.decode_stalled
 
     def on_decode(self, server: str, window: Window, now: float) -> list[Alert]:
-        st = self._s.get(server) or self._st(server)
+        st = self._s[server]
         b = window.batch
         st.last_decode = now
         st.running[b.rank] = (b.running_requests, b.queued_requests)
@@ -93,9 +89,9 @@ class DecodeStalledRule(ActiveAlertsRule):
     def on_event(self, server: str, event: object, now: float) -> list[Alert]:
         if type(event) is LogError:
             if event.kind == "health_check":
-                self._st(server).unhealthy = (now, "log: " + event.lines[0][:200])
+                self._s[server].unhealthy = (now, "log: " + event.lines[0][:200])
         elif isinstance(event, ApiSample):
-            st = self._st(server)
+            st = self._s[server]
             if event.reachable:
                 st.api_reachable = now
             if event.healthy is False:
@@ -104,13 +100,13 @@ class DecodeStalledRule(ActiveAlertsRule):
             elif event.healthy and st.unhealthy is not None and st.unhealthy[0] < now:
                 st.unhealthy = None  # it answers: whatever was stuck moves again
         elif isinstance(event, ProcessSample):
-            st = self._st(server)
+            st = self._s[server]
             st.watched, st.process = True, event.process
             if event.process is None:
                 st.running.clear()
                 return self.active.resolve(server, now, ("server", "stopped"))
         elif isinstance(event, ServerArgs):
-            self._st(server).args = dict(event.args)
+            self._s[server].args = dict(event.args)
         return []
 
     def on_tick(self, now: float) -> list[Alert]:
@@ -185,7 +181,7 @@ class DecodeStalledRule(ActiveAlertsRule):
         self.active.load_state(state.get("active", {}))
         for server, d in (state.get("servers") or {}).items():
             try:
-                st = self._st(server)
+                st = self._s[server]
                 st.last_decode = float(d["last_decode"])
                 st.running = {str(r): (int(v[0]), int(v[1])) for r, v in d["running"].items()}
             except (KeyError, TypeError, ValueError, IndexError):

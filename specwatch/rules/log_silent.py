@@ -17,6 +17,7 @@ Servers without a followed log, and prefill-only disaggregated servers, are neve
 from __future__ import annotations
 
 import os
+from collections import defaultdict
 from typing import Callable
 
 from specwatch.alerts.model import Alert, code, iso8601
@@ -79,20 +80,14 @@ class LogSilentRule(ActiveAlertsRule):
         self.config = config
         self.log_paths = log_paths
         self.path_exists = path_exists
-        self._s: dict[str, _State] = {}
-
-    def _st(self, server: str) -> _State:
-        st = self._s.get(server)
-        if st is None:
-            st = self._s[server] = _State()
-        return st
+        self._s: defaultdict[str, _State] = defaultdict(_State)  # server → state, made on first use
 
     def reconfigure(self, config: Config) -> None:
         self.config = config.log_silent
         self.log_paths = log_paths_of(config)
 
     def on_decode(self, server: str, window: Window, now: float) -> list[Alert]:
-        st = self._s.get(server) or self._st(server)
+        st = self._s[server]
         st.last_decode = now
         st.intervals = 0
         if server not in self.active:
@@ -101,9 +96,9 @@ class LogSilentRule(ActiveAlertsRule):
 
     def on_event(self, server: str, event: object, now: float) -> list[Alert]:
         if isinstance(event, ServerArgs):
-            self._st(server).args = dict(event.args)
+            self._s[server].args = dict(event.args)
         elif isinstance(event, ProcessSample):
-            st = self._st(server)
+            st = self._s[server]
             st.watched = True
             st.process = event.process
             if event.process is None:
@@ -111,7 +106,7 @@ class LogSilentRule(ActiveAlertsRule):
                 st.throughput.clear()
                 return self.active.resolve(server, now, ("server", "stopped"))
         elif isinstance(event, (ServerRestarted, ServerStarted)):
-            st = self._st(server)
+            st = self._s[server]
             st.throughput.clear()  # a new scheduler starts its counters again
             st.intervals = 0
         elif isinstance(event, ApiSample) and event.info is not None:
@@ -119,7 +114,7 @@ class LogSilentRule(ActiveAlertsRule):
         return []
 
     def _poll(self, server: str, s: ApiSample, now: float) -> list[Alert]:
-        st = self._st(server)
+        st = self._s[server]
         if st.first_poll is None:
             st.first_poll = now
         advanced = False
