@@ -43,7 +43,9 @@ from specwatch.rules.windows import WindowTracker
 from specwatch.sources.filestream import LineBatch
 from specwatch.sources.log_errors import KINDS as ERROR_KINDS
 from specwatch.sources.log_errors import ErrorGrouper, maybe_error
-from specwatch.sources.sglang_log import maybe_event, parse_line, strip_container_prefix
+from specwatch.sources.engines import maybe_event, parse_line
+from specwatch.sources.sglang_log import strip_container_prefix
+from specwatch.sources.vllm_log import VllmAssembler, VllmLine
 
 _OTHER = OtherLine()
 
@@ -125,6 +127,7 @@ class Pipeline:
         self.lock = threading.Lock()
         self._last_tick = -math.inf
         self._groupers: dict[str, ErrorGrouper] = {}  # path → its traceback grouping (error stage)
+        self._vllm: dict[str, VllmAssembler] = {}  # server → its vLLM lines into decode batches
         self._map_logs(config)
 
     def _map_logs(self, config: Config) -> None:
@@ -309,6 +312,12 @@ class Pipeline:
             stats.lines["malformed"] += 1
             if now is not None:
                 stats.last_line["malformed"] = now
+        elif isinstance(event, VllmLine):  # vLLM: the assembler pairs stats and spec lines into decode batches
+            out = self._vllm.setdefault(server, VllmAssembler()).take(event)
+            if not out:
+                stats.lines["other"] += 1
+            for e in out:
+                self._take(server, stats, e, now)
         else:
             stats.lines["other"] += 1
 
