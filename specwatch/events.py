@@ -180,6 +180,9 @@ class ServerProcess:
     pids: tuple[int, ...]
     roles: dict[str, RoleUsage]
     output_paths: tuple[str, ...] = ()
+    # "sglang" or "vllm" (sources/vllm_settings.py): for vLLM, args are vLLM's settings and
+    # sglang_version / sglang_location are those of the `vllm` distribution.
+    engine: str = "sglang"
 
     @property
     def identity(self) -> tuple[int, float]:

@@ -334,7 +334,8 @@ class Pipeline:
                 stats.process = event.process
                 stats.process_watched = event.process is not None or event.expected
                 proc = event.process
-                if self.diagnoser is not None and proc is not None and proc.sglang_location and event.expected:
+                if self.diagnoser is not None and proc is not None and proc.sglang_location and event.expected \
+                        and proc.engine == "sglang":
                     site = os.path.join(proc.fs_root, proc.sglang_location.lstrip("/"))
                     self.diagnoser.observe_install(server, site)
             elif isinstance(event, ServerRestarted) or (isinstance(event, ServerStarted) and not event.first_seen):

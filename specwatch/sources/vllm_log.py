@@ -313,19 +313,29 @@ def engine_config_args(msg: str) -> dict[str, object]:
                          ("served_model_name", "served_model_name")):
         if theirs in kw:
             args[ours] = kw[theirs]
-    if spec is not None:
+    if spec is not None and spec.group(1) != "None":
         sk = {km.group(1): _literal(km.group(2)) for km in _KW.finditer(spec.group(2) or "")}
-        method = sk.get("method")
-        draft = sk.get("model", sk.get("draft_model"))
-        if method is None and draft == "[ngram]":
-            method = "ngram"
         k = sk.get("num_spec_tokens")
-        args.update(speculative_algorithm=algorithm(method) if method else ("DRAFT_MODEL" if draft else None),
-                    speculative_method=method, speculative_draft_model_path=None if draft == "[ngram]" else draft,
-                    num_speculative_tokens=k if isinstance(k, int) else None,
-                    speculative_num_steps=k if isinstance(k, int) else None,
-                    speculative_eagle_topk=1 if spec.group(1) != "None" else None)
+        args.update(spec_settings(sk.get("method"), sk.get("model", sk.get("draft_model")), k if isinstance(k, int) else None))
+    elif spec is not None:
+        args.update(speculative_algorithm=None, speculative_method=None, speculative_draft_model_path=None)
     return args
+
+
+def spec_settings(method: object, draft: object, k: int | None) -> dict[str, object]:
+    """A vLLM speculative config (method, draft model, num_speculative_tokens) as the settings
+    the rules read. Without a method, vLLM picks it from the draft's name (`SpeculativeConfig.
+    __post_init__`, vllm/config/speculative.py@0.33.0): `[ngram]` → ngram (0.4-0.8.2), a name with
+    `eagle3` → eagle3, `eagle-` → eagle, else draft_model (DRAFT_MODEL here: it may also be an
+    MTP model, told only by its config)."""
+    method = str(method) if method not in (None, "", "None") else None
+    draft = str(draft) if draft not in (None, "", "None") else None
+    if method is None and draft is not None:
+        low = draft.lower()
+        method = "ngram" if draft == "[ngram]" else "eagle3" if "eagle3" in low else "eagle" if "eagle-" in low else None
+    return {"speculative_algorithm": algorithm(method) if method else ("DRAFT_MODEL" if draft else None),
+            "speculative_method": method, "speculative_draft_model_path": None if draft == "[ngram]" else draft,
+            "num_speculative_tokens": k, "speculative_num_steps": k, "speculative_eagle_topk": 1}
 
 
 def parse_line(text: str, *, container_prefix: re.Pattern | None = None, tz: tzinfo | None = None,
