@@ -33,6 +33,7 @@ class Report:
     target: str | None
     findings: list[Finding] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    engine: str = "sglang"  # "vllm": `sglang_version` / `sglang` then describe the vLLM read (probes/vllm_probes.py)
 
     @property
     def has_errors(self) -> bool:
@@ -43,12 +44,12 @@ class Report:
         return [f for f in self.findings if f.severity in (ERROR, WARNING)]
 
     def to_dict(self) -> dict:
-        return {"sglang_version": self.sglang_version, "sglang": self.sglang, "draft": self.draft,
+        return {"engine": self.engine, "sglang_version": self.sglang_version, "sglang": self.sglang, "draft": self.draft,
                 "target": self.target, "notes": self.notes, "findings": [f.to_dict() for f in self.findings]}
 
     def format_text(self, *, verbose: bool = False) -> str:
         """Readable report grouped by severity; infos are summarised unless `verbose`."""
-        lines = [f"draft:  {self.draft}", f"target: {self.target or '(not given)'}", f"sglang: {self.sglang}"]
+        lines = [f"draft:  {self.draft}", f"target: {self.target or '(not given)'}", f"{self.engine}: {self.sglang}"]
         lines += [f"note:   {n}" for n in self.notes]
         counts = {s: sum(f.severity == s for f in self.findings) for s in SEVERITIES}
         lines.append(f"result: {counts[ERROR]} error(s), {counts[WARNING]} warning(s), {counts['info']} info")

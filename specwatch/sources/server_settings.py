@@ -157,6 +157,12 @@ def from_cmdline(argv: list[str] | tuple[str, ...]) -> dict[str, object]:
     """Server args from a launch command line (`python -m sglang.launch_server ...`, `sglang
     serve ...`), or from the server flags alone."""
     args = launcher_args(argv)
+    if args is None:
+        from specwatch.sources import vllm_settings
+
+        vargs = vllm_settings.launcher_args(argv)
+        if vargs is not None:
+            return vllm_settings.parse_argv(vargs)
     return parse_server_argv(argv if args is None else args)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -168,3 +169,32 @@ def test_vllm_server_end_to_end_in_the_process_table(vllm_install):
     finally:
         procs.stop_all()
     assert os.environ.get("FAKE_VLLM_HTTP") is None
+
+
+def _diagnose(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "specwatch", "diagnose", *args], capture_output=True, text=True,
+                          timeout=120, cwd=Path(__file__).resolve().parents[2])
+
+
+def test_diagnose_chooses_vllm_from_the_running_server(vllm_install, vllm_facts):
+    """`diagnose --pid` of a vLLM process reads that process's own vLLM install (here a stand-in
+    without the EAGLE-3 draft class); `--server-info` of a vLLM server picks the vLLM probes too."""
+    ckpt = Path(__file__).resolve().parents[1] / "data" / "checkpoints"
+    procs = Launcher()
+    try:
+        p = procs.start([str(vllm_install.parent / "vllm"), "serve", "/models/llama", "--port", str(free_port()),
+                         "--speculative-config", json.dumps(SPEC)], children=0)
+        wait_engine_core(p.pid)
+        r = _diagnose("--pid", str(p.pid), "--draft", str(ckpt / "specforge"), "--json")
+    finally:
+        procs.stop_all()
+    assert r.returncode == 1, r.stderr
+    doc = json.loads(r.stdout)
+    assert (doc["engine"], doc["sglang_version"]) == ("vllm", "0.33.0")
+    assert doc["sglang"].endswith("site-packages/vllm") and [f["id"] for f in doc["findings"]] == ["vllm_support/no_eagle3"]
+    with VllmHTTP("0.33.0", model=str(ckpt / "target-llama")) as srv:
+        r = _diagnose("--server-info", srv.url, "--vllm-root", str(vllm_facts["0.33.0"].root),
+                      "--draft", str(ckpt / "specforge"), "--json")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["engine"] == "vllm" and doc["target"] == str(ckpt / "target-llama")  # the model path /v1/models names
