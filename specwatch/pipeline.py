@@ -106,7 +106,7 @@ class Pipeline:
         if d.enabled:
             from specwatch.diagnosis import Diagnoser
 
-            self.diagnoser = Diagnoser(draft=d.draft, target=d.target, sglang_root=d.sglang_root,
+            self.diagnoser = Diagnoser(draft=d.draft, target=d.target, sglang_root=d.sglang_root, vllm_root=d.vllm_root,
                                        timeout=d.timeout, background=diagnosis_background)
         if self.diagnoser is not None and d.draft:  # paths from the config: diagnose now
             for server in sorted({s.server for s in config.logs} or {config.server}):
@@ -334,8 +334,7 @@ class Pipeline:
                 stats.process = event.process
                 stats.process_watched = event.process is not None or event.expected
                 proc = event.process
-                if self.diagnoser is not None and proc is not None and proc.sglang_location and event.expected \
-                        and proc.engine == "sglang":
+                if self.diagnoser is not None and proc is not None and proc.sglang_location and event.expected:
                     site = os.path.join(proc.fs_root, proc.sglang_location.lstrip("/"))
                     self.diagnoser.observe_install(server, site)
             elif isinstance(event, ServerRestarted) or (isinstance(event, ServerStarted) and not event.first_seen):

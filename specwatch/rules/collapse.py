@@ -77,7 +77,8 @@ class _History:
 def _summary(report) -> str:
     errors = sum(f.severity == "error" for f in report.findings)
     warnings = sum(f.severity == "warning" for f in report.findings)
-    return f"{errors} error(s), {warnings} warning(s) on SGLang {report.sglang_version or '?'}"
+    engine = "vLLM" if getattr(report, "engine", "sglang") == "vllm" else "SGLang"
+    return f"{errors} error(s), {warnings} warning(s) on {engine} {report.sglang_version or '?'}"
 
 
 EAGLE, MTP, DRAFT, NGRAM = "eagle", "mtp", "draft", "ngram"
@@ -510,7 +511,7 @@ class CollapseRule(Rule):
             evidence=self._evidence(server, batch, st),
             fixes=runtime + causes if hist.recovered else causes + runtime,
         )
-        if self.diagnoser is not None and kind in (EAGLE, None) and args.get("engine") != "vllm":  # SGLang's EAGLE probes
+        if self.diagnoser is not None and kind in (EAGLE, None):  # the probes read EAGLE drafts (SGLang or vLLM)
             self.diagnoser.ensure(server)  # once per episode: re-runs only if the inputs changed
             report = self.diagnoser.report(server)
             if report is not None and report.actionable():

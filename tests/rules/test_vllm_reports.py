@@ -10,7 +10,10 @@ from prometheus_client.parser import text_string_to_metric_families
 import vllm_lines as g
 from specwatch.events import LogLine
 from specwatch.metrics import PipelineCollector
-from timeline import names, pipeline, run
+from specwatch.alerts.dispatcher import Dispatcher
+from specwatch.config import build_config
+from specwatch.pipeline import Pipeline
+from timeline import feed, names, pipeline, run
 
 SAMPLES = Path(__file__).resolve().parents[1] / "data" / "samples" / "bugreport-logs"
 
@@ -130,3 +133,22 @@ def test_position_metric_and_engine_label():
     assert got[key("specwatch_running_requests")] == 8
     assert got[key("specwatch_decode_batches_total")] == 2
     assert p.servers["box"].lines == {"decode": 2, "prefill": 0, "other": 3, "malformed": 0}
+
+
+def test_collapse_alert_carries_the_vllm_diagnosis(vllm_facts, tmp_path):
+    """diagnosis.vllm_root: a vLLM collapse alert starts with the vLLM probes' findings for the
+    draft its engine-config line names (here one without fc and norm: loaded uninitialised)."""
+    from checkpoints import OUT as CKPT
+    from checkpoints import variant
+
+    draft = variant(CKPT / "specforge", tmp_path / "draft", drop=("fc.", "norm."))
+    log = VllmLog(version="0.33.0", method="eagle3", draft=str(draft), model=str(CKPT / "target-llama"), k=3)
+    log.interval(4, positions=[0.0, 0.0, 0.0])
+    cfg = build_config({"server": "box", "logs": [{"path": "server.log"}],
+                        "diagnosis": {"vllm_root": str(vllm_facts["0.33.0"].root)}})
+    p = Pipeline(cfg, Dispatcher([], group_wait=0, group_interval=0, keep_history=True), diagnosis_background=False)
+    t = feed(p, log.lines)  # inline, as replay runs it
+    assert names(t) == [("AcceptanceCollapse", "firing", "DP0")]
+    assert dict(t[0].evidence)["diagnosis"] == "1 error(s), 0 warning(s) on vLLM 0.33.0"
+    assert t[0].fixes[0].startswith("[error] vllm_weights: 2 parameter(s) of the draft get no weights")
+    assert "specwatch diagnose --engine vllm" in t[0].fixes[1]
