@@ -44,6 +44,7 @@ from specwatch.sources.filestream import LineBatch
 from specwatch.sources.log_errors import KINDS as ERROR_KINDS
 from specwatch.sources.log_errors import ErrorGrouper, maybe_error
 from specwatch.sources.sglang_log import maybe_event, parse_line, strip_container_prefix
+from specwatch.status.history import AcceptHistory
 
 _OTHER = OtherLine()
 
@@ -64,6 +65,7 @@ class RankStats:
     accept_length_count: int = 0
     accept_length_min: float = math.inf
     accept_length_max: float = -math.inf
+    history: AcceptHistory = field(default_factory=AcceptHistory, repr=False, compare=False)  # the status page's chart
 
 
 @dataclass
@@ -281,6 +283,9 @@ class Pipeline:
                 alerts = rule.on_decode(server, window, clock)
                 if alerts:  # rarely: most calls return []
                     self._handle(alerts, clock)
+            if event.timestamp >= rs.history.due and event.accept_length is not None:  # one point per STEP s
+                rs.history.add(event.timestamp, event.accept_length, rs.accept_length_sum,
+                               rs.accept_length_count, self.collapse.collapsed(server, event.rank))
             if clock - self._last_tick >= 1.0:  # time-based rules need no finer clock
                 self.tick(clock)
         elif type(event) is PrefillBatch:
