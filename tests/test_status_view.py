@@ -93,3 +93,16 @@ def test_gpus_from_the_nvml_sampler():
     page = render(s)
     assert "NVIDIA H200 &lt;b&gt;" in page and "87 %" in page and "120.0 / 140.4 GiB" in page
     assert "71 °C" in page and "650 W" in page
+
+
+def test_a_rank_without_accept_length_gets_an_empty_chart_that_says_so():
+    log = Timeline(spec=False)
+    log.lines.append("[2026-03-01 10:00:02 TP0] Decode batch, #running-req: 9, #token: 1200, token usage: 0.01, "
+                     "cuda graph: True, gen throughput (token/s): 80.00, #queue-req: 0")
+    p = pipeline({"diagnosis": {"enabled": False}})
+    feed(p, log.lines)
+    s = StatusView(p).snapshot(now=T0)
+    (r,) = s["servers"][0]["ranks"]
+    assert (r["accept_length"], r["gen_throughput"], r["accept_length_history"]) == (None, 80.0, [])
+    page = render(s)
+    assert "no decode line with an accept length in this hour" in page and "<polyline" not in page

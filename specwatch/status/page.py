@@ -256,6 +256,9 @@ def _chart(server: dict, rank: dict, status: dict) -> str:
     out.append(f'<line class="threshold" x1="{LEFT}" x2="{LEFT + pw}" y1="{c:.1f}" y2="{c:.1f}"/>'
                f'<text class="threshold-label" x="{LEFT + pw - 2}" y="{c - 3:.1f}" text-anchor="end">'
                f'collapse ≤ {th["collapse_accept_length"]:.2f}</text>')
+    if not rank["accept_length_history"]:
+        out.append(f'<text x="{LEFT + pw / 2:.0f}" y="{TOP + ph / 2:.0f}" text-anchor="middle">'
+                   "no decode line with an accept length in this hour</text>")
     for seg in _segments(rank["accept_length_history"]):
         pts = " ".join(f"{x(t):.1f},{y(v):.1f}" for t, v in seg)
         if len(seg) == 1:
