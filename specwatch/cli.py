@@ -80,7 +80,8 @@ def cmd_replay(args) -> int:
         print(f"specwatch replay: notifying nobody (the config's {', '.join(receivers)} left alone; "
               "--notify sends this log's alerts there, --slack-dry-run prints them)", file=sys.stderr)
     dispatcher, notifiers = build_alerting(cfg, state_dir=None, replay=True, notify=args.notify,
-                                           slack_dry_run=dry_out if args.slack_dry_run else None)
+                                           slack_dry_run=dry_out if args.slack_dry_run else None,
+                                           dry_run_json=args.json)
     pipeline = Pipeline(cfg, dispatcher, diagnosis_background=False)  # deterministic replay
     try:
         replay_files(pipeline, args.logs, cfg.follow.max_line_bytes)
@@ -338,7 +339,8 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument("logs", nargs="+", metavar="LOG")
     rp.add_argument("--config", help="YAML config file (rules, Slack); optional")
     rp.add_argument("--json", action="store_true", help="print the summary as JSON")
-    rp.add_argument("--slack-dry-run", action="store_true", help="print each Slack payload instead of posting it")
+    rp.add_argument("--slack-dry-run", action="store_true", help="print each Slack message as it would read instead of posting it "
+                    "(the Block Kit JSON with --json, under slack_payloads)")
     rp.add_argument("--notify", action="store_true",
                     help="send this log's alerts to the config's Slack and webhooks (default: notify nobody)")
     rp.add_argument("--server", help="server name for the replayed logs (default: the config's `server`, else 'replay')")

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from sglang_lines import decode_line, malformed_lines, other_lines, prefill_line, server_args_line
+from specwatch.notifiers.slack import payload_text
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "logs" / "kimi-k25-eagle3-collapse.log"
@@ -51,15 +52,22 @@ def test_bundled_example_default_rules_need_a_third_batch():
 
 
 def test_readme_command_prints_payload_and_alert():
-    """The README's first command (after install): payload first, then the report."""
+    """The README's first command (after install): the Slack message as it reads first (no raw
+    JSON), then the report; `--json` carries the Block Kit payload the text was rendered from."""
     r = replay(str(EXAMPLE), "--config", "examples/kimi-k25.yaml", "--slack-dry-run")
     assert r.returncode == 0, r.stderr
     assert "Slack dry run: printed AcceptanceCollapse firing" in r.stderr and "delivered" not in r.stderr
-    payload_text, report = r.stdout.split("\nlines: ", 1)
-    payload = json.loads(payload_text)
-    assert payload["text"] == "[FIRING] AcceptanceCollapse on kimi-k25-tp8 TP0: accept len 1.06"
+    message, report = r.stdout.split("\nlines: ", 1)
+    assert message.splitlines()[:6] == [
+        ":rotating_light: AcceptanceCollapse", "=" * 35, "", "Server: kimi-k25-tp8", "Rank: TP0", "accept len: 1.06"]
+    assert '"blocks"' not in message and "&lt;" not in message
+    assert "`specwatch diagnose --draft <draft dir> --target <target dir>`" in message
     assert "ALERT AcceptanceCollapse FIRING" in report
     assert "[COLLAPSED]" in report
+    j = replay(str(EXAMPLE), "--config", "examples/kimi-k25.yaml", "--slack-dry-run", "--json")
+    [payload] = json.loads(j.stdout)["slack_payloads"]
+    assert payload["text"] == "[FIRING] AcceptanceCollapse on kimi-k25-tp8 TP0: accept len 1.06"
+    assert payload_text(payload) == message + "\n"
 
 
 def test_multi_rank_log_with_injection_and_malformed_lines(tmp_path):

@@ -315,6 +315,36 @@ def build_notification_payload(notification: Notification, *, channel: str | Non
     return payload
 
 
+def payload_text(payload: dict) -> str:
+    """A Block Kit payload as the message reads: the header, each section's mrkdwn, fields as
+    `name: value` lines, context lines, with `&lt;`-style entities shown as their characters
+    (what Slack displays). For `replay --slack-dry-run`; the payload itself is unchanged."""
+    out = []
+    for block in payload.get("blocks") or []:
+        kind = block.get("type")
+        if kind == "header":
+            title = (block.get("text") or {}).get("text", "")
+            out += [title, "=" * min(len(title), 60)]
+        elif kind == "section":
+            if block.get("text"):
+                out.append(_unescape(block["text"].get("text", "")))
+            for f in block.get("fields") or []:
+                name, _, value = f.get("text", "").partition("\n")
+                out.append(f"{_unescape(name.strip('*'))}: {_unescape(value)}")
+        elif kind == "context":
+            out += [_unescape(e.get("text", "")) for e in block.get("elements") or []]
+        elif kind == "divider":
+            out.append("-" * 40)
+        out.append("")
+    if not out:
+        out = [_unescape(payload.get("text", "")), ""]
+    return "\n".join(out) + "\n"
+
+
+def _unescape(text: str) -> str:
+    return text.replace("&lt;", "<").replace("&gt;", ">").replace("&amp;", "&")
+
+
 # --------------------------------------------------------------------------------------------
 # Notifier
 
@@ -366,6 +396,9 @@ class SlackNotifier(QueuedNotifier):
 
     def render(self, data: dict) -> dict:
         return build_notification_payload(Notification.from_dict(data), channel=self.channel)
+
+    def dry_run_text(self, payload: object) -> str:
+        return payload_text(payload) if isinstance(payload, dict) else super().dry_run_text(payload)
 
     def send(self, payload: object, timeout: float) -> Attempt:
         if self._session is None:

@@ -325,7 +325,7 @@ def test_corrupt_queue_file_is_moved_aside(tmp_path, caplog):
 
 def test_dry_run_prints_json_and_sends_nothing(slack):
     out = io.StringIO()
-    n = notifier(slack.url, dry_run=out)
+    n = notifier(slack.url, dry_run=out, dry_run_json=True)
     n.notify(make_alert(1))
     assert n.drain(2) is True
     text = out.getvalue()
@@ -333,6 +333,23 @@ def test_dry_run_prints_json_and_sends_nothing(slack):
     assert json.loads(text) == build_payload(make_alert(1))
     assert slack.received == []
     assert n.sent_total == 1
+
+
+def test_dry_run_prints_the_message_as_it_reads(slack):
+    """Without dry_run_json: header, fields as `name: value`, sections, context; entities shown
+    as characters, mrkdwn (code spans, look-alikes) as Slack receives it."""
+    out = io.StringIO()
+    alert = make_alert(1)
+    alert.fixes = ["Check `<draft dir>/config.json` & the `d2t` map"]
+    n = notifier(slack.url, dry_run=out)
+    n.notify(alert)
+    assert n.drain(2) is True
+    lines = out.getvalue().splitlines()
+    assert lines[:5] == [":rotating_light: AcceptanceCollapse", "=" * 35, "", "Server: sglang-1", "Rank: DP0 TP0"]
+    assert "accept len: 1.05" in lines
+    assert "1. Check `<draft dir>/config.json` & the `d2t` map" in lines
+    assert lines[-2].startswith("started 2026-02-23T16:32:42Z · severity critical · fingerprint ")
+    assert slack.received == [] and n.sent_total == 1
 
 
 # -- group notifications ---------------------------------------------------------------------
