@@ -62,7 +62,7 @@ def test_readme_command_prints_payload_and_alert():
         ":rotating_light: AcceptanceCollapse", "=" * 35, "", "Server: kimi-k25-tp8", "Rank: TP0", "accept len: 1.06"]
     assert '"blocks"' not in message and "&lt;" not in message
     assert "`specwatch diagnose --draft <draft dir> --target <target dir>`" in message
-    assert "ALERT AcceptanceCollapse FIRING" in report
+    assert "ALERT AcceptanceCollapse on kimi-k25-tp8 TP0: FIRING since 2026-02-23T16:32:38Z (at the end of the log)" in report
     assert "[COLLAPSED]" in report
     j = replay(str(EXAMPLE), "--config", "examples/kimi-k25.yaml", "--slack-dry-run", "--json")
     [payload] = json.loads(j.stdout)["slack_payloads"]
@@ -117,6 +117,14 @@ def test_multi_rank_log_with_injection_and_malformed_lines(tmp_path):
     assert any("/models/draft-eagle3" in f for f in firing["fixes"])
     assert doc["alerts"][1]["evidence"]["mean accept len DP1 TP1"] == "2.50"
     assert doc["servers"]["box"]["server_args"]["speculative_algorithm"] == "EAGLE3"
+    # one episode per alert, with its final state: nothing is left "firing" once it resolved
+    eps = [(e["name"], e["status"], e["starts_at"], e["ends_at"], e["notifications"])
+           for e in doc["episodes"] if e["name"] != "SGLangLogError"]
+    assert eps == [("AcceptanceCollapse", "resolved", "2026-03-01T10:00:11Z", "2026-03-01T10:00:17Z", 2),
+                   ("RankDisagreement", "resolved", "2026-03-01T10:00:11Z", "2026-03-01T10:00:17Z", 2)]
+    collapse = doc["episodes"][[e["name"] for e in doc["episodes"]].index("AcceptanceCollapse")]
+    assert collapse["evidence"] == firing["evidence"] and collapse["fixes"] == firing["fixes"]
+    assert collapse["resolved_evidence"]["recovered accept len"] == "2.80"  # the third healthy batch
     # replay sends each change at once; one group per alert name and server (the default)
     texts = [p["text"] for p in doc["slack_payloads"] if "SGLangLogError" not in p["text"]]
     assert texts == [
