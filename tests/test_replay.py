@@ -189,3 +189,25 @@ def test_a_gzipped_log_is_read_decompressed(tmp_path):
     bad.write_bytes(gz.read_bytes()[:30])
     r = replay(str(bad), "--json")
     assert r.returncode == 2 and "cannot read it" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_notify_to_a_receiver_that_is_down_waits_once_and_says_nothing_is_kept(tmp_path):
+    """`--slack-timeout` bounds the whole wait (two dead receivers: one timeout, not two), and
+    the message says the undelivered notifications are not kept."""
+    import time
+
+    import yaml
+
+    from procs import free_port
+
+    dead = f"http://127.0.0.1:{free_port()}/"
+    cfg = tmp_path / "config.yaml"
+    cfg.write_text(yaml.safe_dump({"server": "kimi-k25-tp8", "rules": {"collapse": {"min_batches": 2}}, "alerts": {
+        "slack": {"webhook_url": dead + "slack"}, "webhooks": [{"name": "ops", "url": dead + "hook"}]}}))
+    t0 = time.monotonic()
+    r = replay(str(EXAMPLE), "--config", str(cfg), "--notify", "--slack-timeout", "4")
+    took = time.monotonic() - t0
+    assert r.returncode == 1, r.stderr
+    assert "1 slack notification(s) not delivered within 4s and not kept" in r.stderr
+    assert "1 webhook/ops notification(s) not delivered within 4s and not kept" in r.stderr
+    assert took < 7.5  # one shared 4 s wait plus start-up; one wait per receiver would be >= 8 s
