@@ -83,7 +83,18 @@ def cmd_replay(args) -> int:
     dispatcher, notifiers = build_alerting(cfg, state_dir=None, replay=True, notify=args.notify,
                                            slack_dry_run=dry_out if args.slack_dry_run else None,
                                            dry_run_json=args.json)
-    pipeline = Pipeline(cfg, dispatcher, diagnosis_background=False)  # deterministic replay
+    recorder = None
+    if args.plot:
+        from specwatch.plot import PlotUnavailable, SeriesRecorder, check_output
+
+        try:
+            check_output(args.plot)
+        except PlotUnavailable as e:
+            print(f"specwatch replay: {e}", file=sys.stderr)
+            return 2
+        recorder = SeriesRecorder()
+    pipeline = Pipeline(cfg, dispatcher, diagnosis_background=False,  # deterministic replay
+                        extra_rules=(recorder,) if recorder else ())
     try:
         replay_files(pipeline, args.logs, cfg.follow.max_line_bytes)
     except (OSError, EOFError) as e:  # unreadable, or a corrupt/truncated gzip file
@@ -98,6 +109,12 @@ def cmd_replay(args) -> int:
                   "--notify once the receiver is up", file=sys.stderr)
             rc = 1
     doc = summary(pipeline, list(dispatcher.history))
+    if recorder is not None:
+        from specwatch.plot import render
+
+        doc["plot"] = {"path": args.plot, **render(args.plot, recorder, doc["episodes"],
+                                                   cfg.collapse.max_accept_length)}
+        print(f"specwatch replay: plot written to {args.plot}", file=sys.stderr)
     if args.json:
         if args.slack_dry_run:
             doc["slack_payloads"] = _json_stream(dry_out.getvalue())
@@ -346,6 +363,9 @@ def build_parser() -> argparse.ArgumentParser:
                     "(the Block Kit JSON with --json, under slack_payloads)")
     rp.add_argument("--notify", action="store_true",
                     help="send this log's alerts to the config's Slack and webhooks (default: notify nobody)")
+    rp.add_argument("--plot", metavar="OUT.svg|png",
+                    help="draw accept length per rank (threshold, alert episodes, restarts) and throughput "
+                         "over the log's time; needs pip install 'specwatch[plot]'")
     rp.add_argument("--server", help="server name for the replayed logs (default: the config's `server`, else 'replay')")
     rp.add_argument("--log-timezone", help="IANA zone of the log's timestamps (default: config's log_timezone, else local time)")
     rp.add_argument("--slack-timeout", type=float, default=60.0,
