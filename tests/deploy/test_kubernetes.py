@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from procs import SpecwatchProcess, decode_line, free_port, scrape, wait_for
+from procs import SpecwatchProcess, decode_line, free_port, wait_for
 from specwatch.config import ConfigError, load_config
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -319,21 +319,25 @@ def test_configmap_config_checks_with_its_cri_keys(tmp_path):
     assert log.path == "/var/log/pods/*_sglang-*_*/*/*.log"
 
 
-def run_configmap_config(tmp_path: Path, text: str) -> tuple[SpecwatchProcess, Path]:
-    """The agent on the ConfigMap's config with the node's paths moved under tmp_path and a free port."""
+def run_configmap_config(tmp_path: Path, text: str, pod_files: dict[str, str] | None = None) -> SpecwatchProcess:
+    """The agent on the ConfigMap's config with the node's paths moved under tmp_path and a free
+    port; `pod_files` (path under /var/log/pods -> text) written before it starts."""
     pods = tmp_path / "var/log/pods"
     pods.mkdir(parents=True)
+    for rel, content in (pod_files or {}).items():
+        (pods / rel).parent.mkdir(parents=True, exist_ok=True)
+        (pods / rel).write_text(content)
     port = free_port()
     text = (text.replace("/var/log/pods/", f"{pods}/").replace("/var/lib/specwatch", str(tmp_path / "state"))
             .replace("listen_port: 9849", f"listen_port: {port}"))
     assert str(pods) in text and str(port) in text
     cfg = tmp_path / "config.yaml"
     cfg.write_text(text)
-    return SpecwatchProcess(cfg, port).start(), pods
+    return SpecwatchProcess(cfg, port).start()
 
 
 def test_probes_answer_on_the_agent_the_configmap_configures(tmp_path):
-    proc, _ = run_configmap_config(tmp_path, todays_keys(configmap_config()))
+    proc = run_configmap_config(tmp_path, todays_keys(configmap_config()))
     try:
         c = agent()
         for probe in ("readinessProbe", "livenessProbe"):
@@ -346,14 +350,14 @@ def test_probes_answer_on_the_agent_the_configmap_configures(tmp_path):
 
 @pytest.mark.skipif(not format_key_known(), reason="logs[].format (issue 11 items 2-4) not in this checkout yet")
 def test_configmap_config_reads_a_cri_file_as_the_pod_named(tmp_path):
-    proc, pods = run_configmap_config(tmp_path, configmap_config())
+    line = "2026-11-30T10:00:00.123456789Z stderr F " + decode_line(2.5, "10:00:00")
+    proc = run_configmap_config(tmp_path, configmap_config(), {
+        "llm_sglang-0_0f1e2d3c-aaaa-bbbb-cccc-123456789abc/sglang/0.log": line,
+        "llm_router-0_0f1e2d3c-aaaa-bbbb-cccc-123456789abd/router/0.log": line,  # not an sglang-* pod
+    })
     try:
-        log = pods / "llm_sglang-0_0f1e2d3c-aaaa-bbbb-cccc-123456789abc" / "sglang" / "0.log"
-        log.parent.mkdir(parents=True)
-        log.write_text("2026-11-30T10:00:00.123456789Z stderr F " + decode_line(2.5, "10:00:00"))
-        [value] = wait_for(lambda: [v for (name, labels), v in scrape(proc.port).items()
-                                    if name == "specwatch_accept_length" and ("server", "sglang-0") in labels],
-                           timeout=20, what="accept length of server sglang-0")
-        assert value == 2.5
+        servers = wait_for(lambda: {dict(labels)["server"]: v for (name, labels), v in proc.scrape().items()
+                                    if name == "specwatch_accept_length"}, timeout=20, what="accept length")
+        assert servers == {"sglang-0": 2.5}
     finally:
         assert proc.stop() == 0, proc.output
