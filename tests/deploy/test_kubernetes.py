@@ -8,7 +8,7 @@ in the ConfigMap, which a real agent runs."""
 from __future__ import annotations
 
 import copy
-import os
+import importlib.util
 import re
 import shutil
 import subprocess
@@ -57,21 +57,14 @@ def configmap_config() -> str:
 
 def format_key_known() -> bool:
     """Whether this checkout's config knows `logs[].format` (issue 11 items 2-4)."""
-    probe = yaml.safe_dump({"logs": [{"path": "/var/log/pods/x/y/0.log", "format": "cri"}]})
-    try:
-        load_config_text(probe)
-    except ConfigError as e:
-        return not any(p.startswith("logs[0].format:") for p in e.problems)
+    with tempfile.TemporaryDirectory() as d:
+        probe = Path(d) / "c.yaml"
+        probe.write_text(yaml.safe_dump({"logs": [{"path": "/var/log/pods/x/y/0.log", "format": "cri"}]}))
+        try:
+            load_config(str(probe))
+        except ConfigError as e:
+            return not any(p.startswith("logs[0].format:") for p in e.problems)
     return True
-
-
-def load_config_text(text: str):
-    with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as f:
-        f.write(text)
-    try:
-        return load_config(f.name)
-    finally:
-        os.unlink(f.name)
 
 
 # --- schemas ------------------------------------------------------------------------------
@@ -173,7 +166,6 @@ def test_prometheusrule_is_generated_from_the_rules_file():
 
 
 def test_generator_check_fails_on_a_stale_rule(tmp_path):
-    import importlib.util
     spec = importlib.util.spec_from_file_location("k8s_generate", K8S / "generate.py")
     gen = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(gen)
@@ -251,7 +243,7 @@ def test_manifests_agree_with_the_config_and_the_image():
         assert c[probe]["httpGet"] == {"path": "/metrics", "port": port["name"]}
     # Service -> pods, ServiceMonitor -> Service port by name
     svc = docs["Service"]
-    assert svc["spec"]["selector"].items() <= spec_labels().items()
+    assert svc["spec"]["selector"].items() <= docs["DaemonSet"]["spec"]["template"]["metadata"]["labels"].items()
     [sp] = svc["spec"]["ports"]
     assert sp["targetPort"] == port["name"] and sp["port"] == port["containerPort"]
     sm = docs["ServiceMonitor"]["spec"]
@@ -278,10 +270,6 @@ def test_manifests_agree_with_the_config_and_the_image():
     [image] = yaml.safe_load((K8S / "kustomization.yaml").read_text())["images"]
     assert image["newTag"] == project_version()
     assert {x["image"] for x in spec["containers"] + spec["initContainers"]} == {f"specwatch:{project_version()}"}
-
-
-def spec_labels() -> dict:
-    return manifests()["DaemonSet"]["spec"]["template"]["metadata"]["labels"]
 
 
 # --- the ConfigMap's config, checked and run ---------------------------------------------
