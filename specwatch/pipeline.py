@@ -96,7 +96,8 @@ class Pipeline:
     another thread under `lock`.
     """
 
-    def __init__(self, config: Config, dispatcher: Dispatcher, *, diagnosis_background: bool = True):
+    def __init__(self, config: Config, dispatcher: Dispatcher, *, diagnosis_background: bool = True,
+                 extra_rules: tuple[Rule, ...] = ()):
         self.config = config
         self.dispatcher = dispatcher
         self.diagnoser = None
@@ -110,7 +111,7 @@ class Pipeline:
             for server in sorted({s.server for s in config.logs} or {config.server}):
                 self.diagnoser.ensure(server)
         ctx = RuleContext(log_paths_of(config), self.diagnoser, self._last_lines)
-        self.rules: list[Rule] = [cls.build(config, ctx) for cls in all_rules()]
+        self.rules: list[Rule] = [cls.build(config, ctx) for cls in all_rules()] + list(extra_rules)
         self.collapse: CollapseRule = next(r for r in self.rules if isinstance(r, CollapseRule))  # metrics, replay
         # Each hook calls only the rules that have it (most rules ignore most events).
         self._on_decode = [r for r in self.rules if overrides(r, "on_decode")]
