@@ -299,18 +299,19 @@ class JournalFollower:
             if msg is None:
                 continue
             text, valid = msg
-            for line in text.split("\n") if "\n" in text else (text,):
+            parts = text.split("\n") if "\n" in text else [text]
+            if len(parts) > 1 and parts[-1] == "":  # a message ending in a newline
+                parts.pop()
+            for line in parts:
                 if line.endswith("\r"):
                     line = line[:-1]
-                size = len(line.encode("utf-8", "surrogateescape")) if not line.isascii() else len(line)
+                size = len(line) if line.isascii() else len(line.encode("utf-8", "surrogatepass"))
                 if size > self.max_line_bytes:
                     self.long_lines_skipped_total += 1
                     continue
                 self.bytes_total += size + 1
                 lines.append(line)
                 ok.append(valid)
-            if text.endswith("\n") and lines and lines[-1] == "":
-                lines.pop(), ok.pop()
         if cursor is None:
             return
         if self.error is not None:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
@@ -238,3 +240,18 @@ def test_the_readme_snippet_is_a_valid_journal_source():
     cfg = build_config(yaml.safe_load(snippet), for_run=True)
     [src] = cfg.logs
     assert (src.path, src.server, src.journal.unit) == ("journal:sglang.service", "sglang-0", "sglang.service")
+
+
+def test_check_config_exits_2_naming_the_journal_key_and_warns_about_a_missing_folder(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("logs:\n  - journal: {unit: sglang.service, matches: [sglang]}\n")
+    r = subprocess.run([sys.executable, "-m", "specwatch", "check-config", str(bad)], capture_output=True,
+                       text=True, timeout=60)
+    assert r.returncode == 2
+    assert "logs[0].journal.matches[0]: 'sglang' is not a journal match; write FIELD=value" in r.stderr
+    ok = tmp_path / "ok.yaml"
+    ok.write_text("logs:\n  - journal: {unit: sglang.service, directory: nowhere}\n")
+    r = subprocess.run([sys.executable, "-m", "specwatch", "check-config", str(ok)], capture_output=True,
+                       text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert f"warning: logs[0].journal.directory: {tmp_path / 'nowhere'} is not a folder (yet)" in r.stderr
