@@ -235,7 +235,7 @@ def test_config_keys_are_validated_with_key_path_and_fix(tmp_path):
 
 def test_the_readme_snippet_is_a_valid_journal_source():
     readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-    section = readme.split("### SGLang run as a systemd service", 1)[1]
+    section = readme.split("**The journal**", 1)[1]
     snippet = section.split("```yaml\n", 1)[1].split("```", 1)[0]
     cfg = build_config(yaml.safe_load(snippet), for_run=True)
     [src] = cfg.logs
