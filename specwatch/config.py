@@ -100,12 +100,44 @@ def _default_rules() -> dict[str, Section]:
     return {attr: cls() for attr, cls in rule_sections().values()}
 
 
+_JOURNAL_FIELD = re.compile(r"[A-Z_][A-Z0-9_]{0,63}")  # a journal field name, systemd.journal-fields(7)
+
+
+class JournalConfig(Section):
+    """`logs[].journal`: entries of the systemd journal instead of a file (sources/journal.py).
+    unit: `journalctl --unit`; matches: `FIELD=value` journal matches (ANDed, the same field
+    twice ORed, as journalctl does); directory: read the journal files of this folder, not the
+    system journal."""
+
+    unit: NonEmpty | None = None
+    matches: list[NonEmpty] = msgspec.field(default_factory=list)
+    directory: FilePath | None = None
+
+    def problems(self):
+        if not self.unit and not self.matches:
+            yield "unit", "missing; give `unit: sglang.service` or `matches: [SYSLOG_IDENTIFIER=sglang]` (not the whole journal)"
+        for i, m in enumerate(self.matches):
+            field, eq, _ = m.partition("=")
+            if not eq or not _JOURNAL_FIELD.fullmatch(field):
+                yield f"matches[{i}]", (f"{_show(m)} is not a journal match; write FIELD=value with an upper-case "
+                                        "field name, e.g. _SYSTEMD_UNIT=sglang.service, SYSLOG_IDENTIFIER=sglang, "
+                                        "CONTAINER_NAME=sglang")
+
+    @property
+    def key(self) -> str:
+        """The source's name where a file source has its path (metrics' `path`, saved offsets,
+        alerts): `journal:UNIT,FIELD=value[@DIRECTORY]`."""
+        what = ",".join(([self.unit] if self.unit else []) + self.matches)
+        return f"journal:{what}" + (f"@{self.directory}" if self.directory else "")
+
+
 @dataclass
 class LogSource:
-    path: str
+    path: str  # a file, or `JournalConfig.key` for a journal source
     server: str
     container_prefix: str | None = None  # regex; None = recognise `service  | ` automatically
     timezone: str | None = None  # IANA zone of the log's timestamps; None = this host's local time
+    journal: JournalConfig | None = None  # set: the lines are this journal's entries, not a file's
 
 
 class FollowConfig(Section):
@@ -706,11 +738,13 @@ def build_config(data: dict | None, source_path: str | None = None, *, for_run: 
         if not isinstance(entry, dict):
             r.bad(p, "must be a mapping with `path:` (and optional `server:`, `container_prefix:`)")
             continue
-        r.unknown(entry, p, {"path", "server", "container_prefix", "timezone"})
-        if entry.get("path") is None:
-            r.bad(f"{p}.path", "missing; give the SGLang log file to follow")
+        r.unknown(entry, p, {"path", "journal", "server", "container_prefix", "timezone"})
+        journal = _journal(r, entry, p, source_dir)
+        if journal is None and entry.get("path") is None:
+            if "journal" not in entry:
+                r.bad(f"{p}.path", "missing; give the SGLang log file to follow (or `journal: {unit: sglang.service}`)")
             continue
-        path = r.value(entry, "path", p, FilePath, None)
+        path = journal.key if journal else r.value(entry, "path", p, FilePath, None)
         if path is None:
             continue
         prefix = r.string(entry, "container_prefix", p, None)
@@ -720,7 +754,7 @@ def build_config(data: dict | None, source_path: str | None = None, *, for_run: 
             except re.error as e:
                 r.bad(f"{p}.container_prefix", f"not a valid regular expression ({e}); e.g. '^\\S+\\s+\\| '")
                 prefix = None
-        if not os.path.isabs(path) and source_dir is not None:
+        if journal is None and not os.path.isabs(path) and source_dir is not None:
             path = os.path.normpath(os.path.join(source_dir, path))  # relative to the config file
         if path in seen_paths:
             r.bad(f"{p}.path", f"{path} is already followed by logs[{seen_paths[path]}]; list each file once")
@@ -730,7 +764,8 @@ def build_config(data: dict | None, source_path: str | None = None, *, for_run: 
         if not explicit:
             defaulted.append(i)
         cfg.logs.append(LogSource(path=path, server=r.string(entry, "server", p, default_server),
-                                  container_prefix=prefix, timezone=_timezone(r, entry, p, default_tz)))
+                                  container_prefix=prefix, timezone=_timezone(r, entry, p, default_tz),
+                                  journal=journal))
     if len(defaulted) > 1:
         # Two servers' lines under one name would merge their ranks (a collapse hidden in a mean).
         r.bad(f"logs[{defaulted[1]}].server", f"logs[{defaulted[0]}] and logs[{defaulted[1]}] both default to "
@@ -764,6 +799,25 @@ def build_config(data: dict | None, source_path: str | None = None, *, for_run: 
     if r.problems:
         raise ConfigError(r.problems)
     return cfg
+
+
+def _journal(r: _Reader, entry: dict, p: str, source_dir: str | None) -> JournalConfig | None:
+    """`logs[i].journal`, its directory relative to the config file; None when absent or invalid."""
+    if "journal" not in entry:
+        return None
+    if entry.get("path") is not None:
+        r.bad(f"{p}.journal", "give either `path:` (a file) or `journal:` in one entry; make two entries for both")
+        return None
+    if not isinstance(entry["journal"], dict):
+        r.bad(f"{p}.journal", "must be a mapping, e.g. `journal: {unit: sglang.service}`")
+        return None
+    n = len(r.problems)
+    j = r.section_of(JournalConfig, entry["journal"], f"{p}.journal")
+    if j is None or len(r.problems) > n:
+        return None
+    if j.directory and source_dir and not os.path.isabs(j.directory):
+        j = msgspec.structs.replace(j, directory=os.path.normpath(os.path.join(source_dir, j.directory)))
+    return j
 
 
 def _regex_error(pattern: str) -> str | None:
@@ -919,7 +973,11 @@ def config_warnings(cfg: Config) -> list[str]:
                 "file needs none); add `logs: [{path: /var/log/sglang/server.log}]`"]
     out = []
     for i, src in enumerate(cfg.logs):
-        if os.path.isdir(src.path):
+        if src.journal is not None:
+            from specwatch.sources.journal import journal_warnings
+
+            out += [f"logs[{i}].journal.{w}" for w in journal_warnings(src.journal)]
+        elif os.path.isdir(src.path):
             out.append(f"logs[{i}].path: {src.path} is a directory; give the log file in it")
         elif not os.path.exists(src.path):
             out.append(f"logs[{i}].path: {src.path} does not exist (yet); specwatch follows it once it "

@@ -51,7 +51,7 @@ from prometheus_client import ProcessCollector as OwnProcessCollector
 
 from specwatch import __version__
 from specwatch.alerting import build_alerting
-from specwatch.config import Config, ConfigError, ProcessTies, load_run_config
+from specwatch.config import Config, ConfigError, LogSource, ProcessTies, load_run_config
 from specwatch.metrics import FollowerCollector, PipelineCollector, SelfCollector, ServerCollector
 from specwatch.pipeline import Pipeline
 from specwatch.sdnotify import Watchdog, monotonic_usec, notify
@@ -94,8 +94,13 @@ class Daemon:
         self.last_reload_success = time.time()  # start-up counts, as for Prometheus' own metric
 
     # --- wiring ---
-    def _make_follower(self, path: str, checkpoint=None) -> Follower:
-        return Follower(path, on_lines=self._on_lines, max_line_bytes=self.config.follow.max_line_bytes,
+    def _make_follower(self, src: LogSource, checkpoint=None):
+        if src.journal is not None:  # journal entries instead of a file (sources/journal.py)
+            from specwatch.sources.journal import JournalFollower
+
+            return JournalFollower(src.journal, self._on_lines, max_line_bytes=self.config.follow.max_line_bytes,
+                                   checkpoint=checkpoint)
+        return Follower(src.path, on_lines=self._on_lines, max_line_bytes=self.config.follow.max_line_bytes,
                         checkpoint=checkpoint)
 
     def _build(self) -> None:
@@ -112,7 +117,7 @@ class Daemon:
         self.pipeline.load_state(state.get("pipeline", {}))
         offsets = state.get("offsets", {})
         self.followers = FollowerGroup(
-            [self._make_follower(s.path, offsets.get(s.path)) for s in cfg.logs],
+            [self._make_follower(s, offsets.get(s.path)) for s in cfg.logs],
             poll_interval=cfg.follow.poll_interval, use_watchdog=cfg.follow.watchdog,
             after_poll=self._after_poll,
         )
@@ -126,6 +131,8 @@ class Daemon:
         OwnProcessCollector(registry=self.registry)  # specwatch's own process_* (CPU, RSS, fds)
         self.registry.register(PipelineCollector(self.pipeline))
         self.registry.register(FollowerCollector(lambda: self.followers.followers))
+        self._journal_metrics = False
+        self._register_journal_metrics(cfg)
         self.registry.register(SelfCollector(self.pipeline, lambda: self.notifiers,
                                              reload_status=lambda: (self.reload_success, self.last_reload_success),
                                              store=self.store))
@@ -158,6 +165,14 @@ class Daemon:
                                   process_pids=self.process.pids if self.process else None)
             self.registry.register(GpuCollector(self.gpu))
 
+    def _register_journal_metrics(self, cfg: Config) -> None:
+        """specwatch_journal_* once a journal source is configured (at start or by a reload)."""
+        if not self._journal_metrics and any(s.journal for s in cfg.logs):
+            from specwatch.sources.journal import JournalCollector
+
+            self.registry.register(JournalCollector(lambda: self.followers.followers))
+            self._journal_metrics = True
+
     def _emit(self, server: str, event: object, now: float) -> None:
         self.pipeline.feed_event(server, event, now)
 
@@ -180,7 +195,7 @@ class Daemon:
         now = time.monotonic()
         after = max(2.0, 5 * self.config.follow.poll_interval)
         for path, f in self.followers.followers.items():
-            if f.is_open:
+            if f.is_open or not isinstance(f, Follower):  # a journal source says why itself
                 self._missing_since.pop(path, None)
                 continue
             since, warned = self._missing_since.setdefault(path, [now, None])
@@ -309,7 +324,8 @@ class Daemon:
             self.pipeline.reconfigure(new)  # rules and logs; the routing stays as it is
         if self.process is not None:  # the servers of the followed logs are configured servers
             self.process.tie(ProcessTies.of(new))
-        self.followers.update(add=[self._make_follower(p) for p in new_paths if p not in old_paths],
+        self._register_journal_metrics(new)
+        self.followers.update(add=[self._make_follower(s) for s in new.logs if s.path not in old_paths],
                               remove=[p for p in old_paths if p not in new_paths])
         if failed:
             self.reload_success = False

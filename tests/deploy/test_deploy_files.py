@@ -107,6 +107,8 @@ def test_unit_settings_the_daemon_relies_on():
     # NVML opens /dev/nvidiactl and /dev/nvidia<N> (major 195) read-write, under either name
     assert sorted(d["DeviceAllow"]) == ["char-nvidia rw", "char-nvidia-frontend rw"]
     assert "PrivateDevices" not in d  # it would hide /dev/nvidia*
+    # log files (adm) and the journal files for a `journal:` source (systemd-journal)
+    assert d["SupplementaryGroups"] == ["adm systemd-journal"]
     # the config's default state_dir is the StateDirectory
     example = yaml.safe_load((ROOT / "config.example.yaml").read_text())
     assert example["state_dir"] == "/var/lib/specwatch"
