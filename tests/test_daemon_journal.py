@@ -3,7 +3,9 @@ the real journalctl, a real local Slack endpoint."""
 
 from __future__ import annotations
 
+import json
 import time
+import urllib.request
 from pathlib import Path
 
 from journal_files import JournalDir
@@ -47,6 +49,9 @@ def test_collapse_in_the_journal_alerts_like_from_a_file(tmp_path, slack):
     assert m[("specwatch_acceptance_collapsed", LAB)] == 1
     assert lines_of(d, "other") == 1 and lines_of(d, "decode") == 3
     assert m[("specwatch_log_read_bytes_total", (("path", key),))] > 0
+    with urllib.request.urlopen(f"http://127.0.0.1:{d.port}/api/status", timeout=10) as r:
+        [src] = [s for s in json.load(r)["sources"] if s["kind"] == "journal"]
+    assert (src["name"], src["ok"], src["state"], src["counters"]["lines"]) == (key, True, "following", 4)
     rc, out = d.stop()
     assert rc == 0, out
 

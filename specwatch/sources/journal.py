@@ -179,6 +179,16 @@ class JournalFollower:
     def is_open(self) -> bool:
         return self._proc is not None and self.error is None
 
+    def source_status(self) -> dict[str, Any]:
+        """This source as the status page lists it (specwatch/status/view.py): kind `journal`,
+        the journalctl error when there is one."""
+        return {"kind": "journal", "name": self.path, "server": "", "ok": self.is_open,
+                "state": "following" if self.is_open else self.error or "starting",
+                "last_line_at": self.last_line_timestamp,
+                "counters": {"lines": self.lines_total, "entries": self.entries_total,
+                             "read_errors": self.read_errors_total, "long_lines_skipped": self.long_lines_skipped_total,
+                             "cursor_lost": self.cursor_lost_total}}
+
     def checkpoint(self) -> dict[str, Any]:
         """{version, journal: key, cursor: the last entry passed on (None: none yet), realtime:
         its __REALTIME_TIMESTAMP, µs}."""
