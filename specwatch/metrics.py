@@ -19,6 +19,7 @@ from typing import Callable, Iterable
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
+from prometheus_client.samples import Sample
 
 from specwatch import __version__
 from specwatch.pipeline import KINDS, Pipeline
@@ -31,6 +32,20 @@ _TOKEN_OF = {"dp_rank": "DP", "tp_rank": "TP", "pp_rank": "PP", "ep_rank": "EP"}
 
 def rank_label_values(server: str, ranks: dict[str, int]) -> list[str]:
     return [server] + [str(ranks[t]) if t in ranks else "" for t in ("DP", "TP", "PP", "EP")]
+
+
+def add_scraped(accept_length: GaugeMetricFamily, accept_rate: GaugeMetricFamily, server: str, sample) -> None:
+    """The accept length and rate of an engine's /metrics (`server_metrics`, the last scrape) as
+    series of the same families, labelled `source="server_metrics"` and `engine` beside the rank
+    labels (the log's series have neither)."""
+    if sample is None or sample.error is not None:
+        return
+    for rm in sample.ranks:
+        labels = dict(zip(RANK_LABELS, rank_label_values(server, rm.ranks)), source="server_metrics",
+                      engine=sample.engine or "")
+        for fam, v in ((accept_length, rm.accept_length), (accept_rate, rm.accept_rate)):
+            if v is not None:
+                fam.samples.append(Sample(fam.name, labels, v))
 
 
 class PipelineCollector(Collector):
@@ -87,6 +102,7 @@ class PipelineCollector(Collector):
                 if d.graph_enabled is not None:
                     graph.add_metric(lv, 1.0 if d.graph_enabled else 0.0)
             for server, st in servers:
+                add_scraped(accept_length, accept_rate, server, st.metrics)
                 for kind in KINDS:
                     lines.add_metric([server, kind], st.lines[kind])
                 for kind, n in st.errors.items():
