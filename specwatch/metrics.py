@@ -34,16 +34,20 @@ def rank_label_values(server: str, ranks: dict[str, int]) -> list[str]:
     return [server] + [str(ranks[t]) if t in ranks else "" for t in ("DP", "TP", "PP", "EP")]
 
 
-def add_scraped(accept_length: GaugeMetricFamily, accept_rate: GaugeMetricFamily, server: str, sample) -> None:
-    """The accept length and rate of an engine's /metrics (`server_metrics`, the last scrape) as
-    series of the same families, labelled `source="server_metrics"` and `engine` beside the rank
-    labels (the log's series have neither)."""
+def add_scraped(families: tuple, server: str, sample, collapsed: Callable[[str], bool] | None) -> None:
+    """The last scrape of an engine's /metrics (`server_metrics`) as series of the families
+    (accept length, accept rate, running requests, collapsed), labelled `source="server_metrics"`
+    and `engine` beside the rank labels (the log's series have neither). `collapsed`: the collapse
+    state of a rank, given only while /metrics decides it (no live log: rules/server_metrics.py)."""
     if sample is None or sample.error is not None:
         return
+    accept_length, accept_rate, running, collapsed_fam = families
     for rm in sample.ranks:
         labels = dict(zip(RANK_LABELS, rank_label_values(server, rm.ranks)), source="server_metrics",
                       engine=sample.engine or "")
-        for fam, v in ((accept_length, rm.accept_length), (accept_rate, rm.accept_rate)):
+        state = None if collapsed is None or rm.accept_length is None else float(collapsed(rm.rank))
+        for fam, v in ((accept_length, rm.accept_length), (accept_rate, rm.accept_rate),
+                       (running, rm.running_requests), (collapsed_fam, state)):
             if v is not None:
                 fam.samples.append(Sample(fam.name, labels, v))
 
@@ -102,7 +106,11 @@ class PipelineCollector(Collector):
                 if d.graph_enabled is not None:
                     graph.add_metric(lv, 1.0 if d.graph_enabled else 0.0)
             for server, st in servers:
-                add_scraped(accept_length, accept_rate, server, st.metrics)
+                if st.metrics is not None:
+                    last = st.last_line.get("decode")
+                    deciding = last is None or st.metrics.timestamp - last > p.config.windows.max_gap
+                    add_scraped((accept_length, accept_rate, running, collapsed), server, st.metrics,
+                                (lambda rank, s=server: p.collapse.collapsed(s, rank)) if deciding else None)
                 for kind in KINDS:
                     lines.add_metric([server, kind], st.lines[kind])
                 for kind, n in st.errors.items():

@@ -8,8 +8,8 @@ Two jobs:
   (fewer running requests than `rules.windows.min_running_requests`) and intervals without drafts
   say nothing and neither count nor break a run. With a log, the log decides.
 * **Cross-check** (`rules.metrics_crosscheck`): where a log and /metrics describe the same server,
-  the accept length of each fresh rank sample is compared with the log's decode lines of the same
-  rank (ranks matched by number: `DP0 TP0` in a log is `dp_rank="0", tp_rank="0"`; an absent token
+  the accept length of each fresh rank sample is compared with the log's new decode lines of the
+  same rank (ranks matched by number: `DP0 TP0` in a log is `dp_rank="0", tp_rank="0"`; an absent token
   is 0). SGLang's gauge carries the value of one decode-log interval, vLLM's counters cover the
   scrape interval: a sample disagrees when it is more than `max_difference` away from every log
   line read since the previous comparison (and the one before them, which the follower may not
@@ -129,14 +129,15 @@ class MetricsCrossCheckRule(ActiveAlertsRule):
         return out
 
     def _log_values(self, server: str, rm: RankMetrics, now: float) -> tuple[str, list[float]] | None:
-        """(log rank, the accept lens to compare with) of the log rank matching `rm`, None when
-        no fresh log line of it is there."""
+        """(log rank, the accept lens to compare with) of the log rank matching `rm`; None when
+        the log gave no line of it since the previous comparison (or its newest is older than
+        max_age)."""
         for (s, rank), lr in self._log.items():
             if s != server or not ranks_match(lr.ranks, rm.ranks) or not lr.lines:
                 continue
-            if now - lr.lines[-1][0] > self.config.max_age:
-                return None
             since = [a for t, a in lr.lines if t > lr.compared_at]
+            if not since or now - lr.lines[-1][0] > self.config.max_age:
+                return None  # no line of the log since the last comparison: nothing to compare with
             before = [a for t, a in lr.lines if t <= lr.compared_at][-1:]
             lr.compared_at = lr.lines[-1][0]
             return rank, before + since
