@@ -1,6 +1,7 @@
 """A real HTTP server on 127.0.0.1 serving /metrics like SGLang 0.5.23 or vLLM, for tests.
 
-The body is rendered by prometheus-client itself from a registry holding the engines' own
+The body is served by prometheus-client's own exposition app (`make_wsgi_app`: content
+negotiation, `?name[]=` filtering, as SGLang's and vLLM's mounted `make_asgi_app`) from a registry holding the engines' own
 families, names, label names and help texts:
 
 * SGLang: `SchedulerMetricsCollector` (sglang/srt/observability/metrics_collector.py 0.5.23):
@@ -13,16 +14,17 @@ families, names, label names and help texts:
 
 `openmetrics=True` serves the OpenMetrics rendering (prometheus-client >= 0.23 writes `sglang_x`
 sample names there), else the text format (colon names). `restart()` starts the counters from
-zero (an engine restart); `status` (e.g. 500) makes every answer fail; `close()` stops answering.
+zero (an engine restart); `status` (e.g. 500) makes every answer fail; `empty_when_filtered`
+answers a `?name[]=` request with nothing; `queries` records the query strings; `close()` stops.
 """
 
 from __future__ import annotations
 
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from socketserver import ThreadingMixIn
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
-from prometheus_client.openmetrics.exposition import CONTENT_TYPE_LATEST as OM_TYPE
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest, make_wsgi_app
 from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
 
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
@@ -37,26 +39,34 @@ class EngineMetrics:
         self.status = 200
         self.hits = 0
         self._lock = threading.Lock()
+        self.empty_when_filtered = False  # an old prometheus-client: `?name[]=` finds nothing
+        self.queries: list[str] = []
         self.restart()
         owner = self
 
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self):
-                with owner._lock:
-                    owner.hits += 1
-                    status = owner.status
-                    body = owner.body() if status == 200 else b"internal error\n"
-                ctype = OM_TYPE if owner.openmetrics else "text/plain; version=0.0.4; charset=utf-8"
-                self.send_response(status)
-                self.send_header("Content-Type", ctype)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
+        def app(environ, start_response):
+            with owner._lock:
+                owner.hits += 1
+                owner.queries.append(environ.get("QUERY_STRING", ""))
+                if owner.status != 200:
+                    start_response(f"{owner.status} Error", [("Content-Type", "text/plain")])
+                    return [b"internal error\n"]
+                if owner.empty_when_filtered and "name" in environ.get("QUERY_STRING", ""):
+                    start_response("200 OK", [("Content-Type", "text/plain; version=0.0.4; charset=utf-8")])
+                    return [b""]
+                if owner.openmetrics:  # as a scraper that asks for OpenMetrics gets it
+                    environ = dict(environ, HTTP_ACCEPT="application/openmetrics-text; version=1.0.0")
+                # prometheus-client's own exposition app, as SGLang and vLLM mount it
+                return make_wsgi_app(owner.registry)(environ, start_response)
 
+        class Server(ThreadingMixIn, WSGIServer):
+            daemon_threads = True
+
+        class Quiet(WSGIRequestHandler):
             def log_message(self, *args):
                 pass
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd = make_server("127.0.0.1", 0, app, server_class=Server, handler_class=Quiet)
         self.port = self.httpd.server_address[1]
         self.url = f"http://127.0.0.1:{self.port}/metrics"
         self._thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)

@@ -24,8 +24,10 @@ and `..._num_accepted_tokens_per_pos_total{position}`. Over one scrape interval:
 accepted / draft tokens, position p = accepted at p / drafts. A counter below its previous value
 means the engine restarted: the increase is then its value (as Prometheus' `rate()` takes it).
 
-Cost: one GET per interval; only the lines of the families read are parsed (a prefix test per
-line), so a 5 s interval stays well inside the daemon's idle budget. A failing scrape is counted
+Cost: one GET per interval on a kept-alive connection, asking only for the samples read
+(`?name[]=`, which prometheus-client's exposition honours; a server that answers that with nothing
+is then scraped whole); of a whole body only the lines of the families read are parsed (one regex
+pass), so a 5 s interval stays inside the daemon's idle budget (README "Performance"). A failing scrape is counted
 (`specwatch_server_metrics_errors_total`), logged, and backed off (interval doubled per failure,
 capped at `backoff_max`).
 """
@@ -33,6 +35,7 @@ capped at `backoff_max`).
 from __future__ import annotations
 
 import logging
+import re
 import threading
 import time
 from typing import Iterable
@@ -58,28 +61,20 @@ VL_RUNNING, VL_WAITING = "vllm:num_requests_running", "vllm:num_requests_waiting
 FAMILIES = frozenset((SGL_LENGTH, SGL_RATE, SGL_RUNNING, SGL_QUEUED, SGL_THROUGHPUT,
                       VL_DRAFTS, VL_DRAFT_TOKENS, VL_ACCEPTED, VL_PER_POS, VL_RUNNING, VL_WAITING))
 _STEMS = tuple(sorted({n.split(":", 1)[1] for n in FAMILIES}))
-# A line is kept when it starts (after `# HELP ` / `# TYPE `) with one of these, in either style.
-_PREFIXES = tuple(f"{c}{engine}{sep}{stem}" for c in ("", "# HELP ", "# TYPE ")
-                  for engine in (SGLANG, VLLM) for sep in (":", "_") for stem in _STEMS)
-
-
-_TWINS = tuple((f"{c}{engine}_", f"{c}{engine}:") for c in ("", "# HELP ", "# TYPE ") for engine in (SGLANG, VLLM))
-
-
-def _colon(line: str) -> str:
-    for twin, name in _TWINS:
-        if line.startswith(twin):
-            return name + line[len(twin):]
-    return line
+# A kept line: a sample or `# HELP` / `# TYPE` of a family read, in either name style (one regex
+# pass over the body: a line-by-line test costs several times more on a large body).
+_WANTED = re.compile(r"\n(?:# (?:HELP|TYPE) )?(?:sglang|vllm)[:_](?:%s)[^\n]*" % "|".join(_STEMS))
+_TWIN = re.compile(r"^(# (?:HELP|TYPE) )?(sglang|vllm)_")
+# Asked of the server (`?name[]=`, prometheus-client's exposition filters on sample names), so a
+# body of hundreds of families comes back as the few lines read; a server that ignores it answers whole.
+SAMPLE_NAMES = (SGL_LENGTH, SGL_RATE, SGL_RUNNING, SGL_QUEUED, SGL_THROUGHPUT, VL_RUNNING, VL_WAITING) + tuple(
+    f"{n}_total" for n in (VL_DRAFTS, VL_DRAFT_TOKENS, VL_ACCEPTED, VL_PER_POS))
 
 
 def wanted_lines(text: str) -> str:
-    """The lines of a /metrics body that belong to the families read (a cheap prefix test), their
-    names in colon style (an OpenMetrics body names its samples `sglang_x` under `# TYPE sglang:x`)."""
-    return "\n".join(_colon(line) for line in text.split("\n") if line.startswith(_PREFIXES)) + "\n"
-
-
-Series = dict[str, list[tuple[dict[str, str], float]]]
+    """The lines of a /metrics body that belong to the families read, their names in colon
+    style (an OpenMetrics body names its samples `sglang_x` under `# TYPE sglang:x`)."""
+    return "\n".join(_TWIN.sub(r"\1\2:", m.group()[1:]) for m in _WANTED.finditer("\n" + text)) + "\n"
 
 
 def read_families(text: str) -> Series:
@@ -257,6 +252,7 @@ class ServerMetricsSource(PollingSource):
         self.timeout = float(timeout)
         self.backoff_max = max(float(backoff_max), self.interval)
         self.session = session or requests.Session()
+        self.filtered = True  # ask for SAMPLE_NAMES only (see `scrape`)
         self._sglang = SGLangReader()
         self._vllm = VllmReader()
         self._failures = 0
@@ -274,10 +270,11 @@ class ServerMetricsSource(PollingSource):
     def __repr__(self) -> str:
         return f"ServerMetricsSource({self.shown!r}, server={self.server!r})"
 
-    def fetch(self) -> str:
-        """GET the /metrics body. Raises ScrapeError."""
+    def fetch(self, filtered: bool = False) -> str:
+        """GET the /metrics body (`filtered`: only SAMPLE_NAMES asked for). Raises ScrapeError."""
         try:
-            r = self.session.get(self.url, timeout=(self.timeout, self.timeout), allow_redirects=False,
+            r = self.session.get(self.url, params={"name[]": SAMPLE_NAMES} if filtered else None,
+                                 timeout=(self.timeout, self.timeout), allow_redirects=False,
                                  headers={"Accept": "text/plain;version=0.0.4"})
         except requests.exceptions.Timeout:
             raise ScrapeError("timeout") from None
@@ -292,7 +289,13 @@ class ServerMetricsSource(PollingSource):
     def scrape(self, now: float) -> MetricsSample:
         """One scrape → MetricsSample (its `error` set when it failed; never raises)."""
         try:
-            series = read_families(self.fetch())
+            series = read_families(self.fetch(self.filtered))
+            if self.filtered and engine_of(series) is None:
+                # An exposition without the filter (prometheus-client < 0.14 with multiprocess
+                # collectors answers `name[]` with nothing): ask whole from now on.
+                self.filtered = False
+                log.info("%s: no speculative metrics with ?name[]=; scraping the whole body from now on", self.shown)
+                series = read_families(self.fetch())
         except ScrapeError as e:
             return MetricsSample(now, self.shown, self.engine, error=e.kind)
         except ValueError:  # the parser's error for a body that is not the exposition format

@@ -179,9 +179,31 @@ def test_a_body_that_does_not_parse_is_a_bad_response():
     from specwatch.sources.server_metrics import ServerMetricsSource
 
     class Body(ServerMetricsSource):
-        def fetch(self):
+        def fetch(self, filtered=False):
             return 'sglang:spec_accept_length{tp_rank="0" 2.5\n'
 
     got = []
     Body(f"http://127.0.0.1:{free_port()}/metrics", lambda *a: got.append(a), server="s").poll(0.0)
     assert got[0][1].error == "bad_response"
+
+
+def test_only_the_samples_read_are_asked_for_and_an_old_exposition_is_scraped_whole(engines, caplog):
+    eng = engines("sglang")
+    eng.set_sglang(accept_length=2.5, accept_rate=0.4, running=8)
+    src, got = source(eng.url)
+    whole, asked = src.fetch(), src.fetch(filtered=True)
+    assert "sglang:e2e_request_latency_seconds_bucket" in whole and "sglang:generation_tokens_total" in whole
+    assert "e2e_request_latency" not in asked and "generation_tokens" not in asked and "sglang:spec_accept_length{" in asked
+    assert len(asked) * 3 < len(whole)
+    src.poll(0.0)
+    assert "name%5B%5D=sglang%3Aspec_accept_length" in eng.queries[-1] and src.filtered
+    assert got[-1][1].ranks[0].accept_length == 2.5
+    # prometheus-client < 0.14 with multiprocess collectors answers name[] with nothing
+    eng.empty_when_filtered = True
+    caplog.set_level(logging.INFO, "specwatch.sources.server_metrics")
+    eng.set_sglang(accept_length=2.25, accept_rate=0.3, running=8)
+    src.poll(5.0)
+    src.poll(10.0)
+    assert eng.queries[-3:] == [eng.queries[-3], "", ""] and "name" in eng.queries[-3] and not src.filtered
+    assert [e.ranks[0].accept_length for _, e, _ in got[1:]] == [2.25, 2.25]
+    assert "scraping the whole body from now on" in caplog.records[-1].getMessage()
