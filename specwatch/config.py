@@ -278,7 +278,7 @@ class ProcessTies:
     """What makes an SGLang process found on the box a configured server (process source).
 
     logs: followed log path → server (the process writes its stdout/stderr there). api_ports:
-    --port of a `server_api` URL on this host → server. configured: the names of configured
+    --port of a `server_api` or `server_metrics` URL on this host → server. configured: the names of configured
     servers: `process.servers`' names when given, else those of `logs` and `api_ports`.
     """
 
@@ -290,7 +290,7 @@ class ProcessTies:
     def of(cls, cfg: "Config") -> "ProcessTies":
         logs = {src.path: src.server for src in cfg.logs}
         ports: dict[int, str] = {}
-        for api in cfg.server_apis:
+        for api in [*cfg.server_apis, *cfg.server_metrics]:  # SGLang serves /metrics on its --port
             u = urlsplit(api.url)
             if (u.hostname or "") in LOCAL_HOSTS and u.port:
                 ports.setdefault(u.port, api.server)

@@ -97,9 +97,16 @@ class MetricsCrossCheckRule(ActiveAlertsRule):
     alert_names = (ALERT_NAME,)
     order = 110
 
+    @classmethod
+    def build(cls, config: Config, ctx) -> "MetricsCrossCheckRule":
+        rule = cls(config.metrics_crosscheck)
+        rule.watching = bool(config.server_metrics)  # restart-only: no /metrics, no log lines kept
+        return rule
+
     def __init__(self, config: MetricsCrossCheckConfig):
         super().__init__()
         self.config = config
+        self.watching = True
         self._log: dict[tuple[str, str], _LogRank] = {}  # (server, log rank) → its recent lines
         self._runs: dict[str, list] = {}  # alert key → [disagreeing in a row, agreeing in a row, since]
 
@@ -107,7 +114,7 @@ class MetricsCrossCheckRule(ActiveAlertsRule):
         self.config = config.metrics_crosscheck
 
     def on_decode(self, server: str, window: Window, now: float) -> list[Alert]:
-        if not window.acceptance_valid:
+        if not self.watching or not window.acceptance_valid:
             return []
         b = window.batch
         lr = self._log.get((server, b.rank))
