@@ -5,8 +5,10 @@ real local Slack endpoint; then the scrape failing (counted, logged, backed off)
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
+import urllib.request
 from pathlib import Path
 
 import yaml
@@ -61,6 +63,11 @@ def test_collapse_from_metrics_alone_reaches_slack(tmp_path, slack):
         assert (m[("specwatch_running_requests", rank1)], m[("specwatch_accept_rate", rank0)]) == (20, 0.5)
         # the series Prometheus' AcceptanceCollapse rule joins on (deploy/prometheus/specwatch-rules.yml)
         assert (m[("specwatch_acceptance_collapsed", rank1)], m[("specwatch_acceptance_collapsed", rank0)]) == (1, 0)
+        # the families with scraped series added still pass Prometheus' own linter
+        text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read()
+        if shutil.which("promtool"):
+            lint = subprocess.run(["promtool", "check", "metrics"], input=text, capture_output=True)
+            assert lint.returncode == 0, lint.stdout + lint.stderr
         # the endpoint fails: counted, logged (once), backed off; the daemon keeps running
         eng.status = 503
         wait_for(lambda: daemon.scrape().get(("specwatch_server_metrics_errors_total", (("error", "http_503"),) + url), 0) >= 2,

@@ -265,7 +265,6 @@ class ServerMetricsSource(PollingSource):
         self.last_duration: float | None = None
         self.up = False
         self.engine: str | None = None
-        self.last: MetricsSample | None = None
 
     def __repr__(self) -> str:
         return f"ServerMetricsSource({self.shown!r}, server={self.server!r})"
@@ -318,7 +317,6 @@ class ServerMetricsSource(PollingSource):
             if sample.error is None:
                 self.last_success = now
                 self.engine = sample.engine or self.engine
-                self.last = sample
             else:
                 self.errors_total[sample.error] = self.errors_total.get(sample.error, 0) + 1
         self._say(sample)
@@ -354,7 +352,7 @@ class ServerMetricsSource(PollingSource):
 
 
 class ServerMetricsCollector(Collector):
-    """The scrapes' health, and the per-position accept rate from the last successful scrape."""
+    """The scrapes' health (the samples themselves are rendered by metrics.PipelineCollector)."""
 
     def __init__(self, sources: list[ServerMetricsSource]):
         self.sources = sources
@@ -367,8 +365,7 @@ class ServerMetricsCollector(Collector):
         last = GaugeMetricFamily("specwatch_server_metrics_last_success_timestamp_seconds", "Wall time of the last successful scrape, seconds since the epoch.", labels=labels)
         took = GaugeMetricFamily("specwatch_server_metrics_scrape_duration_seconds", "How long the last scrape took (GET and parse), seconds.", labels=labels)
         engine = GaugeMetricFamily("specwatch_server_metrics_engine_info", "The engine told from the metric names (value 1).", labels=labels + ("engine",))
-        resets = CounterMetricFamily("specwatch_server_metrics_counter_resets", "vLLM counters that went backwards (an engine restart).", labels=labels)
-        position = GaugeMetricFamily("specwatch_position_accept_rate", "Share of drafts whose token at this draft position was accepted, over the last interval (0-1).", labels=("server", "rank", "position"))
+        resets = CounterMetricFamily("specwatch_server_metrics_resets", "vLLM counters that went backwards (an engine restart).", labels=labels)
         for src in self.sources:
             with src.lock:
                 lv = [src.server, src.shown]
@@ -384,8 +381,4 @@ class ServerMetricsCollector(Collector):
                     engine.add_metric(lv + [src.engine], 1.0)
                 if src.engine == VLLM:
                     resets.add_metric(lv, src._vllm.resets_total)
-                sample = src.last
-            for rm in sample.ranks if sample is not None else ():
-                for p, rate in enumerate(rm.position_accept_rates):
-                    position.add_metric([src.server, rm.rank, str(p)], rate)
-        yield from (up, scrapes, errors, last, took, engine, resets, position)
+        yield from (up, scrapes, errors, last, took, engine, resets)

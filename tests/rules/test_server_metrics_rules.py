@@ -15,6 +15,7 @@ from procs import decode_line  # noqa: E402
 from specwatch.alerts.dispatcher import Dispatcher  # noqa: E402
 from specwatch.config import build_config  # noqa: E402
 from specwatch.events import LogLine  # noqa: E402
+from specwatch.metrics import PipelineCollector  # noqa: E402
 from specwatch.pipeline import Pipeline  # noqa: E402
 from specwatch.sources.server_metrics import ServerMetricsSource  # noqa: E402
 
@@ -78,6 +79,13 @@ def test_vllm_collapse_from_counters_and_intervals_without_drafts_do_not_count(e
     (alert,) = p.dispatcher.history
     assert (alert.name, alert.labels["rank"], dict(alert.evidence)["accept len"]) == ("AcceptanceCollapse", "", "1.04")
     assert "(vllm)" in dict(alert.evidence)["read from"]
+    fams = {f.name: f for f in PipelineCollector(p).collect()}
+    # per position over the last interval: 3 and 1 of 100 drafts accepted at positions 0 and 1
+    assert {(s.labels["position"], s.labels["engine"], s.labels["dp_rank"]): s.value
+            for s in fams["specwatch_position_accept_rate"].samples} == {
+        ("0", "vllm", ""): 0.03, ("1", "vllm", ""): 0.01, ("2", "vllm", ""): 0.0}
+    collapsed = [s for s in fams["specwatch_acceptance_collapsed"].samples if s.labels.get("source") == "server_metrics"]
+    assert [s.value for s in collapsed] == [1.0]
 
 
 def test_with_a_live_log_the_log_decides_and_a_lasting_disagreement_is_a_warning(engine):
@@ -118,11 +126,13 @@ def test_agreeing_sources_raise_nothing_and_a_short_disagreement_is_not_sustaine
         engine.set_sglang(accept_length=v, accept_rate=0.4, running=32, throughput=400.0 + i)
         src.poll(t)
     assert transitions(p) == []
-    fams = {f.name: f for f in __import__("specwatch.metrics", fromlist=["x"]).PipelineCollector(p).collect()}
+    fams = {f.name: f for f in PipelineCollector(p).collect()}
     scraped = [s for s in fams["specwatch_accept_length"].samples if s.labels.get("source") == "server_metrics"]
     logged = [s for s in fams["specwatch_accept_length"].samples if "source" not in s.labels]
     assert [(s.labels["engine"], s.labels["server"], s.value) for s in scraped] == [("sglang", "box", 2.8)]
     assert [(s.labels["tp_rank"], s.value) for s in logged] == [("0", 2.8)]
+    # the log decides here: the scraped rank has no collapsed series of its own
+    assert [s.labels.get("source") for s in fams["specwatch_acceptance_collapsed"].samples] == [None]
 
 
 def test_a_stale_log_hands_the_collapse_to_metrics(engine):

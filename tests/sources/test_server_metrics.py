@@ -103,8 +103,7 @@ def test_vllm_counters_over_the_interval_with_a_reset(engines, openmetrics):
     assert s.resets == 1 and src._vllm.resets_total == 1
     assert (s.ranks[0].accept_length, s.ranks[0].accept_rate, s.ranks[0].position_accept_rates) == (1.0, 0.0, (0.0, 0.0, 0.0))
     fams = {f.name: f for f in ServerMetricsCollector([src]).collect()}
-    assert {s.labels["position"]: s.value for s in fams["specwatch_position_accept_rate"].samples} == {"0": 0.0, "1": 0.0, "2": 0.0}
-    assert [s.value for s in fams["specwatch_server_metrics_counter_resets"].samples if s.name.endswith("_total")] == [1]
+    assert [s.value for s in fams["specwatch_server_metrics_resets"].samples if s.name.endswith("_total")] == [1]
     assert [s.labels["engine"] for s in fams["specwatch_server_metrics_engine_info"].samples] == ["vllm"]
 
 
