@@ -24,7 +24,7 @@ from typing import Annotated, Iterator
 
 from msgspec import Meta
 
-from specwatch.alerts.model import Alert
+from specwatch.alerts.model import FIRING, Alert
 from specwatch.config import Config, Count, Seconds, Section, rule_section
 from specwatch.events import DecodeBatch, MetricsSample, RankMetrics
 from specwatch.rules.active import ActiveAlertsRule
@@ -55,7 +55,7 @@ def collapse_from_metrics(collapse, server: str, sample: MetricsSample, cfg: Win
         alert = collapse.observe(server, window)
         if alert is None:
             continue
-        if alert.status == "firing":
+        if alert.status == FIRING:
             alert.evidence.append(("read from", f"{sample.url} ({sample.engine}): no decode line from a log "
                                                 f"within {cfg.max_gap:g}s; each scrape counts as one decode batch"))
         out.append(alert)
