@@ -41,7 +41,7 @@ def cmd_check_config(args) -> int:
     print(f"{args.file}: ok ({len(cfg.logs)} log file(s), metrics on {cfg.listen_address}:{cfg.listen_port}, "
           f"slack {'configured' if cfg.slack.webhook_url else 'not configured'}, {len(cfg.webhooks)} webhook(s), "
           f"{len(cfg.alertmanager.urls)} alertmanager(s), {len(cfg.routes)} route(s), "
-          f"process watching {'on' if cfg.process.enabled else 'off'}, {len(cfg.server_apis)} server API(s))")
+          f"process watching {'on' if cfg.process.enabled else 'off'}, {len(cfg.server_apis)} server API(s), {len(cfg.server_metrics)} /metrics source(s))")
     return 0
 
 

@@ -279,6 +279,29 @@ class ServerApiConfig(Section):
                 f"api_key={'<redacted>' if self.api_key else None})")
 
 
+class ServerMetricsConfig(Section):
+    """One of `server_metrics:` (a list, or one mapping): an engine's own Prometheus endpoint
+    (SGLang with --enable-metrics, or vLLM), read by sources/server_metrics.py."""
+
+    example: ClassVar[str] = "{url: http://127.0.0.1:30000/metrics, server: sglang-0, interval: 5s}"
+    url: Annotated[str, Meta(min_length=1, description="the engine's metrics URL, e.g. "
+                                                       "`url: http://127.0.0.1:30000/metrics`")]
+    server: str | None = None  # None: the top-level `server`
+    interval: Annotated[float, Meta(ge=1.0, le=YEAR, extra=DURATION)] = 5.0
+    timeout: Seconds = 2.0
+    backoff_max: Seconds = 120.0
+
+    def problems(self):
+        if not _valid_url(self.url):
+            yield "url", f"{_show(self.url)} is not an http(s) URL; e.g. http://127.0.0.1:30000/metrics"
+        elif not urlsplit(self.url).path.rstrip("/"):
+            yield "url", f"{_show(self.url)} has no path; the engine serves its metrics at /metrics, e.g. {self.url.rstrip('/')}/metrics"
+        if self.timeout >= self.interval:
+            yield "timeout", f"must be shorter than interval ({self.interval:g}s) or scrapes pile up; e.g. 2s"
+        if self.backoff_max < self.interval:
+            yield "backoff_max", f"must be at least interval ({self.interval:g}s); e.g. 2m"
+
+
 LOCAL_HOSTS = frozenset(("127.0.0.1", "localhost", "::1", "0.0.0.0", "::"))
 
 
@@ -287,7 +310,7 @@ class ProcessTies:
     """What makes an SGLang process found on the box a configured server (process source).
 
     logs: followed log path → server (the process writes its stdout/stderr there). api_ports:
-    --port of a `server_api` URL on this host → server. configured: the names of configured
+    --port of a `server_api` or `server_metrics` URL on this host → server. configured: the names of configured
     servers: `process.servers`' names when given, else those of `logs` and `api_ports`.
     """
 
@@ -299,7 +322,7 @@ class ProcessTies:
     def of(cls, cfg: "Config") -> "ProcessTies":
         logs = {src.path: src.server for src in cfg.logs}
         ports: dict[int, str] = {}
-        for api in cfg.server_apis:
+        for api in [*cfg.server_apis, *cfg.server_metrics]:  # SGLang serves /metrics on its --port
             u = urlsplit(api.url)
             if (u.hostname or "") in LOCAL_HOSTS and u.port:
                 ports.setdefault(u.port, api.server)
@@ -351,6 +374,7 @@ class Config:
     gpu: GpuConfig = field(default_factory=GpuConfig)
     process: ProcessConfig = field(default_factory=ProcessConfig)
     server_apis: list[ServerApiConfig] = field(default_factory=list)
+    server_metrics: list[ServerMetricsConfig] = field(default_factory=list)
     diagnosis: DiagnosisConfig = field(default_factory=DiagnosisConfig)
     source_path: str | None = None
 
@@ -718,7 +742,7 @@ def build_config(data: dict | None, source_path: str | None = None, *, for_run: 
     if not isinstance(data, dict):
         raise ConfigError(["(top level): must be a mapping of keys such as `logs:`, `metrics:`, `alerts:`"])
     r.unknown(data, "", {"server", "log_timezone", "logs", "follow", "metrics", "state_dir", "rules", "alerts", "gpu",
-                         "process", "server_api", "diagnosis"})
+                         "process", "server_api", "server_metrics", "diagnosis"})
     default_server = r.string(data, "server", "", None) or socket.gethostname()
     cfg.server = default_server
     default_tz = _timezone(r, data, "", None)
@@ -776,6 +800,7 @@ def build_config(data: dict | None, source_path: str | None = None, *, for_run: 
     cfg.gpu = r.section_of(GpuConfig, data.get("gpu"), "gpu")
     cfg.process = r.section_of(ProcessConfig, data.get("process"), "process")
     cfg.server_apis = _server_api_section(r, data, default_server)
+    cfg.server_metrics = _server_metrics_section(r, data, default_server)
     dg = r.section_of(DiagnosisConfig, data.get("diagnosis"), "diagnosis")
     cfg.diagnosis = msgspec.structs.replace(dg, **{  # relative to the config file, like logs[].path
         k: os.path.normpath(os.path.join(source_dir, v))
@@ -794,8 +819,10 @@ def build_config(data: dict | None, source_path: str | None = None, *, for_run: 
         "group_by", "group_wait", "group_interval", "repeat_interval", "inhibit_rules", "runbook_url",
         "external_url", "slack", "webhooks", "alertmanager", "routes",
     }))
-    if for_run and not cfg.logs and not any(p.startswith("logs") for p in r.problems):
-        r.bad("logs", "no log file configured; add `logs: [{path: /var/log/sglang/server.log}]`")
+    if for_run and not cfg.logs and not cfg.server_metrics and not any(
+            p.startswith(("logs", "server_metrics")) for p in r.problems):
+        r.bad("logs", "no log file configured; add `logs: [{path: /var/log/sglang/server.log}]` "
+                      "(or `server_metrics: [{url: http://127.0.0.1:30000/metrics}]`)")
     if r.problems:
         raise ConfigError(r.problems)
     return cfg
@@ -846,6 +873,28 @@ def _server_api_section(r: _Reader, data: dict, default_server: str) -> list[Ser
         out.append(msgspec.structs.replace(
             api, url=api.url.rstrip("/"), server=api.server or default_server,
             api_key=_resolve_secret(r, entry, path, "api_key"), api_key_env=None, api_key_file=None))
+    return out
+
+
+def _server_metrics_section(r: _Reader, data: dict, default_server: str) -> list[ServerMetricsConfig]:
+    """`server_metrics:` is a list of mappings (or one mapping); each URL once."""
+    raw = data.get("server_metrics")
+    if raw is None:
+        return []
+    listed = isinstance(raw, list)
+    out: list[ServerMetricsConfig] = []
+    for i, entry in enumerate(raw if listed else [raw]):
+        path = f"server_metrics[{i}]" if listed else "server_metrics"
+        if not isinstance(entry, dict):
+            r.bad(path, f"must be a mapping, e.g. {ServerMetricsConfig.example}")
+            continue
+        sm = r.section_of(ServerMetricsConfig, entry, path)
+        if sm is None:
+            continue
+        if any(x.url == sm.url for x in out):
+            r.bad(f"{path}.url", f"{_show(sm.url)} is listed twice; scrape each endpoint once")
+            continue
+        out.append(msgspec.structs.replace(sm, server=sm.server or default_server))
     return out
 
 
@@ -968,7 +1017,7 @@ def load_run_config(path: str | os.PathLike) -> Config:
 def config_warnings(cfg: Config) -> list[str]:
     """What is valid but probably not meant, as `key.path: what; what specwatch does` lines: no
     log at all (fine for replay only), a log file that does not exist (yet: followed once it appears)."""
-    if not cfg.logs:
+    if not cfg.logs and not cfg.server_metrics:
         return ["logs: no log file configured; `specwatch run` refuses this file (a `replay --config` "
                 "file needs none); add `logs: [{path: /var/log/sglang/server.log}]`"]
     out = []

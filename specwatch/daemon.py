@@ -5,7 +5,7 @@ delivery thread per notifier, one thread per source (process scan, each HTTP API
 and XID events; each hands its events to the pipeline), and the main thread, which waits on an
 Event and wakes once a second to flush due alert groups and re-send to Alertmanager. Nothing spins: idle CPU is the followers' poll (one
 stat per file per poll interval), one scan of /proc every `process.interval`, one HTTP GET per
-`server_api.interval`, plus these wake-ups.
+`server_api.interval`, one per `server_metrics[].interval`, plus these wake-ups.
 
 State (`<state_dir>/state.db`, `specwatch.storage.StateStore`): file offsets, the rule/alert
 state, the line counters and each notifier's queue, committed in one transaction by the
@@ -31,7 +31,7 @@ rules, runbook and external URLs, and the notifiers (Slack, webhooks, Alertmanag
 the same on-disk queues, so nothing pending is lost. Firing alerts, the notification log and
 silences carry over: a reload re-sends nothing already sent. It logs a warning for each setting
 that needs a restart (`metrics.*`, `state_dir`, `follow.*`, `gpu.*`, `process`, `server_api`,
-`diagnosis`), which keeps its running value until then.
+`server_metrics`, `diagnosis`), which keeps its running value until then.
 """
 
 from __future__ import annotations
@@ -72,7 +72,7 @@ LOCK_WAIT = 5.0  # seconds the main loop waits for the pipeline lock before call
 STATUS_EVERY = 10.0  # seconds between STATUS= updates while nothing else changes
 # Settings read once at start; a reload that changes them warns and keeps the running value.
 RESTART_ONLY = ("listen_address", "listen_port", "state_dir", "follow", "gpu", "process", "server_apis",
-                "diagnosis")
+                "server_metrics", "diagnosis")
 # The settings `build_alerting` reads: a reload that changes any rebuilds the notifiers and routes.
 ALERTING = ("group_by", "group_wait", "group_interval", "repeat_interval", "inhibit_rules", "runbook_url",
             "external_url", "slack", "webhooks", "alertmanager", "routes")
@@ -155,6 +155,13 @@ class Daemon:
                                     backoff_max=a.backoff_max) for a in cfg.server_apis]
             self.sources += apis
             self.registry.register(ServerApiCollector(apis))
+        if cfg.server_metrics:
+            from specwatch.sources.server_metrics import ServerMetricsCollector, ServerMetricsSource
+
+            scrapes = [ServerMetricsSource(m.url, self._emit, server=m.server, interval=m.interval, timeout=m.timeout,
+                                           backoff_max=m.backoff_max) for m in cfg.server_metrics]
+            self.sources += scrapes
+            self.registry.register(ServerMetricsCollector(scrapes))
         self.gpu = None
         if cfg.gpu.enabled:
             from specwatch.sources.nvml import GpuCollector, GpuSampler

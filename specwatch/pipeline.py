@@ -28,6 +28,7 @@ from specwatch.events import (
     LogError,
     LogLine,
     MalformedLine,
+    MetricsSample,
     OtherLine,
     PrefillBatch,
     ProcessSample,
@@ -39,6 +40,7 @@ from specwatch.events import (
 )
 from specwatch.rules.base import Rule, RuleContext, all_rules, is_restart_event, log_paths_of, overrides
 from specwatch.rules.collapse import CollapseRule
+from specwatch.rules.server_metrics import collapse_from_metrics
 from specwatch.rules.windows import WindowTracker
 from specwatch.sources.filestream import LineBatch
 from specwatch.sources.log_errors import KINDS as ERROR_KINDS
@@ -86,6 +88,7 @@ class ServerStats:
     restarts: int = 0
     api: ApiSample | None = None
     info: ServerInfo | None = None
+    metrics: MetricsSample | None = None  # the last scrape of the engine's /metrics
     # Error stage: LogError events by kind; the clock of the last line of each kind (KINDS + "error").
     errors: dict[str, int] = field(default_factory=lambda: dict.fromkeys(ERROR_KINDS, 0))
     last_line: dict[str, float] = field(default_factory=dict)
@@ -342,6 +345,11 @@ class Pipeline:
                 stats.api = event
                 if event.info is not None:
                     stats.info = event.info
+            elif isinstance(event, MetricsSample):
+                stats.metrics = event
+                last = stats.last_line.get("decode")
+                if last is None or now - last > self.config.windows.max_gap:  # no log decides: /metrics alone
+                    self._handle(collapse_from_metrics(self.collapse, server, event, self.config.windows), now)
             self._apply_rules(server, event, now)
 
     @staticmethod
