@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from specwatch.alerts.dispatcher import Dispatcher
+from specwatch.alerts.model import FIRING, Alert
 from specwatch.config import Config
 from specwatch.events import (
     ApiSample,
@@ -51,6 +52,12 @@ from specwatch.status.history import AcceptHistory
 _OTHER = OtherLine()
 
 KINDS = ("decode", "prefill", "other", "malformed")
+
+
+# Alerts about one rank's acceptance that carry its trend (`Pipeline._add_trend`).
+TREND_ALERTS = frozenset({"AcceptanceCollapse", "RankDisagreement"})
+TREND_KEY = "accept_length_recent"
+TREND_POINTS = 24
 
 
 @dataclass
@@ -403,7 +410,30 @@ class Pipeline:
 
     def _handle(self, alerts: list, now: float) -> None:
         for alert in alerts:
+            if alert.name in TREND_ALERTS and alert.status == FIRING and TREND_KEY not in alert.annotations:
+                self._add_trend(alert)
             self.dispatcher.handle(alert, now)
+
+    def _add_trend(self, alert: Alert) -> None:
+        """Annotate a rank's acceptance alert, when it first fires, with the rank's recent accept
+        length (`accept_length_recent`: the status history's 10 s means and the mean since its
+        last point, oldest first, space-separated) and the server's lowest and highest rank by
+        their last decode line (`accept_length_ranks`): Slack draws them as a sparkline."""
+        server, rank = alert.labels.get("server", ""), alert.labels.get("rank", "")
+        rs = self.ranks.get((server, rank))
+        if rs is None:
+            return
+        values = [v for _, v, _ in rs.history.points]
+        pending = rs.history.pending(rs.accept_length_sum, rs.accept_length_count)
+        if pending is not None:
+            values.append(pending)
+        if values:
+            alert.annotations[TREND_KEY] = " ".join(f"{v:.2f}" for v in values[-TREND_POINTS:])
+        peers = sorted((r.last_decode.accept_length, r.rank) for r in self.ranks.values()
+                       if r.server == server and r.last_decode is not None and r.last_decode.accept_length is not None)
+        if len(peers) > 1:
+            (lo, lo_rank), (hi, hi_rank) = peers[0], peers[-1]
+            alert.annotations["accept_length_ranks"] = f"lowest {lo_rank} {lo:.2f}, highest {hi_rank} {hi:.2f}"
 
     def _rank(self, server: str, event: DecodeBatch | PrefillBatch) -> RankStats:
         key = (server, event.rank)
