@@ -106,6 +106,11 @@ class LogSource:
     server: str
     container_prefix: str | None = None  # regex; None = recognise `service  | ` automatically
     timezone: str | None = None  # IANA zone of the log's timestamps; None = this host's local time
+    # `format:` (docs/log-formats.md): the container envelope ("auto", "plain", "docker", "cri")
+    # and the line grammar (a regex; None: SGLang's own). `path` may be a glob and `server` a
+    # template ("{pod}"): `specwatch.sources.logfiles` turns them into one entry per file.
+    envelope: str = "auto"
+    grammar: str | None = None
 
 
 class FollowConfig(Section):
@@ -706,7 +711,7 @@ def build_config(data: dict | None, source_path: str | None = None, *, for_run: 
         if not isinstance(entry, dict):
             r.bad(p, "must be a mapping with `path:` (and optional `server:`, `container_prefix:`)")
             continue
-        r.unknown(entry, p, {"path", "server", "container_prefix", "timezone"})
+        r.unknown(entry, p, {"path", "server", "container_prefix", "timezone", "format"})
         if entry.get("path") is None:
             r.bad(f"{p}.path", "missing; give the SGLang log file to follow")
             continue
@@ -729,8 +734,12 @@ def build_config(data: dict | None, source_path: str | None = None, *, for_run: 
         explicit = entry.get("server") is not None
         if not explicit:
             defaulted.append(i)
-        cfg.logs.append(LogSource(path=path, server=r.string(entry, "server", p, default_server),
-                                  container_prefix=prefix, timezone=_timezone(r, entry, p, default_tz)))
+        server = r.string(entry, "server", p, default_server)
+        if server and (why := template_problem(server)):
+            r.bad(f"{p}.server", why)
+        envelope, grammar = _log_format(r, entry.get("format"), f"{p}.format")
+        cfg.logs.append(LogSource(path=path, server=server, container_prefix=prefix,
+                                  timezone=_timezone(r, entry, p, default_tz), envelope=envelope, grammar=grammar))
     if len(defaulted) > 1:
         # Two servers' lines under one name would merge their ranks (a collapse hidden in a mean).
         r.bad(f"logs[{defaulted[1]}].server", f"logs[{defaulted[0]}] and logs[{defaulted[1]}] both default to "
@@ -764,6 +773,67 @@ def build_config(data: dict | None, source_path: str | None = None, *, for_run: 
     if r.problems:
         raise ConfigError(r.problems)
     return cfg
+
+
+LOG_FORMATS = ("auto", "sglang", "docker", "cri", "python-logging")
+_FORMAT_FIX = ("use one of auto (plain, Docker json-file or Kubernetes CRI, detected per file), sglang, docker, "
+               "cri, python-logging, or {regex: '(?P<timestamp>...) ... (?P<message>.*)'}")
+
+
+def _log_format(r: _Reader, raw, path: str) -> tuple[str, str | None]:
+    """`logs[].format` → (container envelope, line grammar regex or None for SGLang's own)."""
+    from specwatch.sources import grammar
+
+    if raw is None or raw == "auto":
+        return "auto", None
+    if isinstance(raw, dict):
+        r.unknown(raw, path, {"regex"})
+        rx = raw.get("regex")
+        if not isinstance(rx, str) or not rx:
+            r.bad(f"{path}.regex", "missing; a regular expression with named groups timestamp, message "
+                  "(and optionally ranks), e.g. '(?P<timestamp>\\S+ \\S+) (?P<message>.*)'")
+        elif why := grammar.problem(rx):
+            r.bad(f"{path}.regex", f"{why}; give named groups timestamp and message (ranks optional), "
+                  "e.g. '(?P<timestamp>\\S+ \\S+) \\w+ (?P<message>.*)'")
+        else:
+            return "auto", rx
+        return "auto", None
+    if raw in ("docker", "cri"):
+        return raw, None
+    if raw == "sglang":
+        return "plain", None
+    if raw in grammar.PRESETS:
+        return "auto", grammar.PRESETS[raw]
+    r.bad(path, f"unknown format {_show(raw)}; {_FORMAT_FIX}")
+    return "auto", None
+
+
+def parse_log_format(raw) -> tuple[str, str | None]:
+    """A `format` value (`replay --format`: a name, else a regex) → (envelope, grammar).
+    Raises ConfigError saying how to fix it."""
+    r = _Reader()
+    if isinstance(raw, str) and raw not in LOG_FORMATS:
+        raw = {"regex": raw}
+    out = _log_format(r, raw, "--format")
+    if r.problems:
+        raise ConfigError(r.problems)
+    return out
+
+
+def template_problem(server: str) -> str | None:
+    """What is wrong with a `server:` template such as "{pod}" (None when fine)."""
+    from specwatch.sources.logfiles import TEMPLATE_FIELDS
+
+    import string
+    try:
+        fields = [f for _, f, _, _ in string.Formatter().parse(server) if f is not None]
+    except ValueError as e:
+        return f"not a valid template ({e}); write fields as {{pod}}, a literal brace as {{{{ or }}}}"
+    unknown = [f for f in fields if f not in TEMPLATE_FIELDS]
+    if unknown:
+        return (f"unknown field {{{unknown[0]}}}; use {', '.join('{' + f + '}' for f in TEMPLATE_FIELDS)} "
+                "(from the log file's path or its Docker config.v2.json)")
+    return None
 
 
 def _regex_error(pattern: str) -> str | None:

@@ -57,6 +57,7 @@ from specwatch.pipeline import Pipeline
 from specwatch.sdnotify import Watchdog, monotonic_usec, notify
 from specwatch.sources.filestream import Follower
 from specwatch.sources.follow import FollowerGroup
+from specwatch.sources.logfiles import RESCAN_EVERY, LogSet, stage
 from specwatch.storage import STATE_DB, StateDirLocked, StateStore, lock_state_dir, read_json
 
 log = logging.getLogger("specwatch.daemon")
@@ -99,11 +100,30 @@ class Daemon:
 
     # --- wiring ---
     def _make_follower(self, path: str, checkpoint=None) -> Follower:
-        return Follower(path, on_lines=self._on_lines, max_line_bytes=self.config.follow.max_line_bytes,
+        src = next(s for s in self.config.logs if s.path == path)
+        limit = self.config.follow.max_line_bytes
+        return Follower(path, on_lines=stage(src, self._on_lines, limit), max_line_bytes=limit,
                         checkpoint=checkpoint)
 
+    def _rescan(self) -> None:
+        """Follow the files a `logs[].path` glob matches now (pods and containers that appeared),
+        stop following those whose directory is gone (on the followers' thread)."""
+        self._last_scan = time.monotonic()
+        old, new = self.config, self.logset.apply(self.config)
+        old_paths, new_paths = {s.path for s in old.logs}, {s.path for s in new.logs}
+        if old_paths == new_paths:
+            return
+        self.config = new
+        self.pipeline.reconfigure(new)
+        if self.process is not None:
+            self.process.tie(ProcessTies.of(new))
+        self.followers.update(add=[self._make_follower(p) for p in sorted(new_paths - old_paths)],
+                              remove=sorted(old_paths - new_paths))
+
     def _build(self) -> None:
-        cfg = self.config
+        self.logset = LogSet(self.config.logs)  # globs → files (the config keeps one entry per file)
+        self._last_scan = time.monotonic()
+        cfg = self.config = self.logset.apply(self.config)
         self.state_dir.mkdir(parents=True, exist_ok=True)
         self._lock_fd = lock_state_dir(self.state_dir)  # before any read: one daemon per state_dir
         self.store = StateStore(self.state_dir)
@@ -206,6 +226,8 @@ class Daemon:
 
     def _after_poll(self) -> None:
         self._progress = time.monotonic()
+        if self.logset.patterns and time.monotonic() - self._last_scan >= RESCAN_EVERY:
+            self._rescan()
         self._warn_missing_logs()
         if self.dispatcher.paused:  # the backlog of the first poll round is read: notify from now
             with self.pipeline.lock:
@@ -297,6 +319,8 @@ class Daemon:
             notify(f"READY=1\nSTATUS=reload of {path} FAILED ({len(problems)} problem(s), see the log); "
                    "running the previous config")
             return False
+        self.logset = LogSet(new.logs)
+        new = self.logset.apply(new)
         old = self.config
         kept = {}
         for key in RESTART_ONLY:
