@@ -125,7 +125,8 @@ def test_real_writer_with_partials_and_rotations_loses_and_repeats_nothing(tmp_p
     assert rotations >= 5  # the writer did rotate, also in the middle of cut lines
     assert got == expected_lines(n)
     assert f.rotated_files_lost_total == 0
-    assert (f.recovered_lines_total > 0) == (pause > 0.1)  # the slow reader read rotated copies by name
+    if pause > 0.1:  # the slow reader found its file and the later ones among the rotated copies
+        assert f.recovered_lines_total > 0
 
 
 def test_names_of_docker_and_cri_files(tmp_path):
