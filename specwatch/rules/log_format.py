@@ -47,7 +47,7 @@ class LogFormatRule(ActiveAlertsRule):
         if type(event) is not UnrecognizedLine:
             return []
         key = f"{server}\0{event.path}"
-        self._last[key] = now
+        self._last[key] = max(now, self._last.get(key, now))  # a log's clock may step back
         self._count[key] += 1
         alert = self.active.get(key)
         if alert is not None:
