@@ -15,6 +15,7 @@ refused the same way (`safe_yaml`). The defaults are the ones documented in `con
 from __future__ import annotations
 
 import difflib
+import glob
 import ipaddress
 import math
 import os
@@ -121,6 +122,8 @@ class FollowConfig(Section):
     # a longer line is skipped; bounded: the follower holds one line in memory (the RSS budget)
     max_line_bytes: Annotated[int, Meta(ge=1024, le=16 * 1024 * 1024)] = 1_048_576
     watchdog: bool = False
+    # seconds between looks for new files matching a `logs[].path` glob (pods, containers)
+    rescan_interval: Annotated[float, Meta(ge=0.1, le=YEAR, extra=DURATION)] = 10.0
 
 
 class SlackConfig(Section):
@@ -989,7 +992,11 @@ def config_warnings(cfg: Config) -> list[str]:
                 "file needs none); add `logs: [{path: /var/log/sglang/server.log}]`"]
     out = []
     for i, src in enumerate(cfg.logs):
-        if os.path.isdir(src.path):
+        if glob.has_magic(src.path):
+            if not glob.glob(src.path):
+                out.append(f"logs[{i}].path: {src.path} matches no file (yet); specwatch follows the files "
+                           "that appear; check the pattern if the server logs elsewhere")
+        elif os.path.isdir(src.path):
             out.append(f"logs[{i}].path: {src.path} is a directory; give the log file in it")
         elif not os.path.exists(src.path):
             out.append(f"logs[{i}].path: {src.path} does not exist (yet); specwatch follows it once it "

@@ -57,7 +57,7 @@ from specwatch.pipeline import Pipeline
 from specwatch.sdnotify import Watchdog, monotonic_usec, notify
 from specwatch.sources.filestream import Follower
 from specwatch.sources.follow import FollowerGroup
-from specwatch.sources.logfiles import RESCAN_EVERY, LogSet, stage
+from specwatch.sources.logfiles import LogSet, stage
 from specwatch.storage import STATE_DB, StateDirLocked, StateStore, lock_state_dir, read_json
 
 log = logging.getLogger("specwatch.daemon")
@@ -226,7 +226,7 @@ class Daemon:
 
     def _after_poll(self) -> None:
         self._progress = time.monotonic()
-        if self.logset.patterns and time.monotonic() - self._last_scan >= RESCAN_EVERY:
+        if self.logset.patterns and time.monotonic() - self._last_scan >= self.config.follow.rescan_interval:
             self._rescan()
         self._warn_missing_logs()
         if self.dispatcher.paused:  # the backlog of the first poll round is read: notify from now

@@ -4,7 +4,7 @@ each file's lines pass on their way from the `Follower` to the pipeline.
 `logs[].path` may be a glob (`/var/log/pods/*_sglang-*/*/*.log`,
 `/var/lib/docker/containers/*/*-json.log`): `LogSet.scan` lists the files it matches now, leaving
 out compressed and temporary files and rotated copies of matched ones (`0.log.20261130-100000`,
-`-json.log.1`: the follower reads those itself). The daemon rescans every `RESCAN_EVERY` seconds,
+`-json.log.1`: the follower reads those itself). The daemon rescans every `follow.rescan_interval`,
 so pods and containers that appear later are followed, and it stops following a file whose
 directory is gone (a deleted pod or container). `server:` may name fields of the file's place
 (`TEMPLATE_FIELDS`, from `container.names`): `server: "{pod}"`.
@@ -34,7 +34,6 @@ from specwatch.sources.rotated import rotation_suffix
 log = logging.getLogger(__name__)
 
 TEMPLATE_FIELDS = ("container", "image", "id", "pod", "namespace", "uid", "file")
-RESCAN_EVERY = 10.0  # seconds between rescans of the globs (a glob costs a few listdir calls)
 
 
 def is_pattern(path: str) -> bool:
@@ -89,8 +88,8 @@ class LogSet:
             found = matches(src.path, set(self._files) | set(out))
             if not found and src.path not in self._empty_warned:
                 self._empty_warned.add(src.path)
-                log.warning("logs: %s matches no file yet; files that appear are followed within %.0fs",
-                            src.path, RESCAN_EVERY)
+                log.warning("logs: %s matches no file yet; files that appear are followed once they do "
+                            "(follow.rescan_interval)", src.path)
             for p in found:
                 out.setdefault(p, self._files.get(p) or (resolve(src, p), True))
         for p, entry in self._files.items():  # mid-rotation the live name can be briefly absent
