@@ -58,6 +58,8 @@ from specwatch.sdnotify import Watchdog, monotonic_usec, notify
 from specwatch.sources.filestream import Follower
 from specwatch.sources.follow import FollowerGroup
 from specwatch.sources.logfiles import LogSet, stage
+from specwatch.status.view import StatusView
+from specwatch.status.web import status_app
 from specwatch.storage import STATE_DB, StateDirLocked, StateStore, lock_state_dir, read_json
 
 log = logging.getLogger("specwatch.daemon")
@@ -75,12 +77,6 @@ RESTART_ONLY = ("listen_address", "listen_port", "state_dir", "follow", "gpu", "
 # The settings `build_alerting` reads: a reload that changes any rebuilds the notifiers and routes.
 ALERTING = ("group_by", "group_wait", "group_interval", "repeat_interval", "inhibit_rules", "runbook_url",
             "external_url", "slack", "webhooks", "alertmanager", "routes")
-
-_LANDING = """<!doctype html><html><head><title>specwatch</title></head><body>
-<h1>specwatch {version}</h1><p>Speculative-decoding monitor for SGLang.</p>
-<ul><li><a href="/metrics">/metrics</a></li></ul>
-<p>Following: {logs}</p><p>Firing alerts: {firing}</p></body></html>"""
-
 
 class Daemon:
     def __init__(self, config: Config):
@@ -191,20 +187,11 @@ class Daemon:
         self.pipeline.feed_batch(batch, now=time.time())
 
     def _app(self, metrics_app):
-        """The WSGI app served: a landing page at `/`, `metrics_app` (the registry) at any other path."""
-
-        def app(environ, start_response):
-            if environ.get("PATH_INFO", "/") in ("/", ""):
-                body = _LANDING.format(
-                    version=__version__,
-                    logs=", ".join(s.path for s in self.config.logs),
-                    firing=len(self.dispatcher.active),
-                ).encode()
-                start_response("200 OK", [("Content-Type", "text/html; charset=utf-8")])
-                return [body]
-            return metrics_app(environ, start_response)
-
-        return app
+        """The WSGI app served: the status page at `/` and `/api/status` (specwatch/status/),
+        `metrics_app` (the registry) at any other path."""
+        view = StatusView(self.pipeline, sources=lambda: [*self.followers.followers.values(), *self.sources],
+                          gpu=lambda: self.gpu, gpu_enabled=lambda: self.config.gpu.enabled)
+        return status_app(view, metrics_app)
 
     def _warn_missing_logs(self) -> None:
         """A followed file that stays absent or unreadable is said in the log, not only in
@@ -419,7 +406,7 @@ class Daemon:
             log.error("cannot listen on %s:%s: %s (set metrics.listen_address / metrics.listen_port)",
                       cfg.listen_address, cfg.listen_port, e.strerror or e)
             return 1
-        self.httpd.set_app(self._app(self.httpd.get_app()))  # the library's /metrics app, plus the landing page
+        self.httpd.set_app(self._app(self.httpd.get_app()))  # the library's /metrics app, plus the status page
         for n in self.notifiers.values():
             n.start()
         self._progress = time.monotonic()

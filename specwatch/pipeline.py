@@ -45,6 +45,7 @@ from specwatch.sources.filestream import LineBatch
 from specwatch.sources.log_errors import KINDS as ERROR_KINDS
 from specwatch.sources.log_errors import ErrorGrouper, maybe_error
 from specwatch.sources.sglang_log import maybe_event, parse_line, strip_container_prefix
+from specwatch.status.history import AcceptHistory
 
 _OTHER = OtherLine()
 
@@ -65,6 +66,7 @@ class RankStats:
     accept_length_count: int = 0
     accept_length_min: float = math.inf
     accept_length_max: float = -math.inf
+    history: AcceptHistory = field(default_factory=AcceptHistory, repr=False, compare=False)  # the status page's chart
 
 
 @dataclass
@@ -97,7 +99,8 @@ class Pipeline:
     another thread under `lock`.
     """
 
-    def __init__(self, config: Config, dispatcher: Dispatcher, *, diagnosis_background: bool = True):
+    def __init__(self, config: Config, dispatcher: Dispatcher, *, diagnosis_background: bool = True,
+                 extra_rules: tuple[Rule, ...] = ()):
         self.config = config
         self.dispatcher = dispatcher
         self.diagnoser = None
@@ -111,7 +114,7 @@ class Pipeline:
             for server in sorted({s.server for s in config.logs} or {config.server}):
                 self.diagnoser.ensure(server)
         ctx = RuleContext(log_paths_of(config), self.diagnoser, self._last_lines)
-        self.rules: list[Rule] = [cls.build(config, ctx) for cls in all_rules()]
+        self.rules: list[Rule] = [cls.build(config, ctx) for cls in all_rules()] + list(extra_rules)
         self.collapse: CollapseRule = next(r for r in self.rules if isinstance(r, CollapseRule))  # metrics, replay
         # Each hook calls only the rules that have it (most rules ignore most events).
         self._on_decode = [r for r in self.rules if overrides(r, "on_decode")]
@@ -284,6 +287,9 @@ class Pipeline:
                 alerts = rule.on_decode(server, window, clock)
                 if alerts:  # rarely: most calls return []
                     self._handle(alerts, clock)
+            if event.timestamp >= rs.history.due and event.accept_length is not None:  # one point per STEP s
+                rs.history.add(event.timestamp, event.accept_length, rs.accept_length_sum,
+                               rs.accept_length_count, self.collapse.collapsed(server, event.rank))
             if clock - self._last_tick >= 1.0:  # time-based rules need no finer clock
                 self.tick(clock)
         elif type(event) is PrefillBatch:
