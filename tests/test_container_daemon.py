@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import time
 from pathlib import Path
 
 from container_writer import records
@@ -78,9 +79,25 @@ def test_collapse_from_docker_and_cri_files_reaches_slack(tmp_path, slack):
         assert lines[("sglang-docker", "decode")] == 3
         assert lines[("sglang-cri-0", "decode")] == 3
         assert lines[("custom", "unrecognized")] == 3 and lines[("custom", "decode")] == 0
+
+        # a restart resumes each matched file after its last line: none read twice, none lost
+        rc, out = d.stop()
+        assert rc == 0, out
+        write(docker_log, "docker", collapsed(2))
+        write(pod_dir / "0.log", "cri", collapsed(4))
+        d.start()
+        wait_for(lambda: decode_lines(d) == {"sglang-docker": 5, "sglang-cri-0": 7, "custom": 0},
+                 timeout=20, what="the lines written while stopped, once each")
+        time.sleep(1.0)
+        assert decode_lines(d) == {"sglang-docker": 5, "sglang-cri-0": 7, "custom": 0}
     finally:
         rc, out = d.stop()
     assert rc == 0, out
     assert "Traceback" not in out
     assert "following " + str(pod_dir / "0.log") in out  # the new pod's file, logged when picked up
+
+
+def decode_lines(d) -> dict[str, float]:
+    return {dict(k)["server"]: v for (name, k), v in d.scrape().items()
+            if name == "specwatch_log_lines_total" and dict(k)["kind"] == "decode"}
 
