@@ -38,6 +38,7 @@ from specwatch.events import (
     ServerProcess,
     ServerRestarted,
     ServerStarted,
+    UnrecognizedLine,
 )
 from specwatch.rules.base import Rule, RuleContext, all_rules, is_restart_event, log_paths_of, overrides
 from specwatch.rules.collapse import CollapseRule
@@ -51,7 +52,7 @@ from specwatch.status.history import AcceptHistory
 
 _OTHER = OtherLine()
 
-KINDS = ("decode", "prefill", "other", "malformed")
+KINDS = ("decode", "prefill", "other", "malformed", "unrecognized")
 
 
 # Alerts about one rank's acceptance that carry its trend (`Pipeline._add_trend`).
@@ -138,6 +139,7 @@ class Pipeline:
         self.lock = threading.Lock()
         self._last_tick = -math.inf
         self._groupers: dict[str, ErrorGrouper] = {}  # path → its traceback grouping (error stage)
+        self._path = ""  # the file being fed
         self._map_logs(config)
 
     def _map_logs(self, config: Config) -> None:
@@ -174,6 +176,7 @@ class Pipeline:
         Returns the parsed event. Never raises on input.
         """
         server = self.server_for(line.path)
+        self._path = line.path  # names the file of an unrecognized line
         text = line.text
         prefix, tz = self._prefix.get(line.path), self._tz.get(line.path)
         event = self._parse(text, line.raw_ok, prefix, tz) if maybe_event(text) else _OTHER
@@ -190,7 +193,7 @@ class Pipeline:
     def feed_batch(self, batch: LineBatch, now: float | None = None) -> None:
         """The lines of one read (`Follower(on_lines=...)`), as `feed` would take them one by
         one, under one lock: the catch-up path of `run` and `replay`. Never raises on input."""
-        path = batch.path
+        path = self._path = batch.path
         server = self.server_for(path)
         prefix, tz = self._prefix.get(path), self._tz.get(path)
         raw_ok = batch.raw_ok
@@ -325,6 +328,10 @@ class Pipeline:
             stats.lines["malformed"] += 1
             if now is not None:
                 stats.last_line["malformed"] = now
+        elif type(event) is UnrecognizedLine:  # issue 11 item 4: counted and alerted, never "other"
+            stats.lines["unrecognized"] += 1
+            clock = now if now is not None else event.timestamp or max(self._last_tick, 0.0)
+            self._apply_rules(server, UnrecognizedLine(event.text, self._path, event.timestamp), clock)
         else:
             stats.lines["other"] += 1
 
