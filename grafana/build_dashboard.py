@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
-"""Writes grafana/specwatch.json, the importable specwatch dashboard (Grafana >= 10).
+"""Writes grafana/specwatch.json, the importable specwatch dashboard (Grafana >= 10), with Grafana's
+own dashboards-as-code SDK (PyPI `grafana-foundation-sdk`, typed builders kept by Grafana:
+https://github.com/grafana/grafana-foundation-sdk).
 
-The JSON is generated so that every panel has the same shape (datasource variable, legend,
-units) and the queries live in one readable list below. Edit here, then run
-`python grafana/build_dashboard.py`; `--check` exits 1 when the JSON is out of date (a test
-runs it).
+Every panel has the same shape (datasource variable, legend, units) and the queries live in one
+readable list below. Edit here, then run `python grafana/build_dashboard.py` (needs
+`pip install '.[grafana]'`); `--check` exits 1 when the JSON is out of date (a test runs it).
 
 Variables: datasource, instance, server, dp_rank, tp_rank (the "rank" selectors: SGLang prints a
 decode line per DP rank, each tagged with its TP rank; a single GPU has neither, and the "All"
@@ -18,8 +19,18 @@ import json
 import sys
 from pathlib import Path
 
+from grafana_foundation_sdk.builders import dashboard as gd
+from grafana_foundation_sdk.builders import prometheus, stat, statetimeline, table, timeseries
+from grafana_foundation_sdk.builders.common import ReduceDataOptions, VizLegendOptions, VizTooltipOptions
+from grafana_foundation_sdk.cog.encoder import JSONEncoder
+from grafana_foundation_sdk.models import common
+from grafana_foundation_sdk.models.dashboard import (
+    DashboardCursorSync, DataSourceRef, DataTransformerConfig, Threshold, ThresholdsMode, ValueMap, ValueMappingResult,
+    VariableRefresh, VariableSort,
+)
+
 OUT = Path(__file__).resolve().parent / "specwatch.json"
-DS = {"type": "prometheus", "uid": "${datasource}"}
+DS = DataSourceRef(type_val="prometheus", uid="${datasource}")
 
 INST = 'instance=~"$instance"'
 SRV = f'{INST},server=~"$server"'
@@ -28,53 +39,58 @@ RANK = "{{server}} DP{{dp_rank}} TP{{tp_rank}}"
 GPU = "{{instance}} GPU{{gpu}}"
 
 
-def q(expr: str, legend: str = "", instant: bool = False, fmt: str | None = None) -> dict:
-    t = {"datasource": DS, "expr": expr, "legendFormat": legend or "__auto", "range": not instant,
-         "instant": instant}
-    if fmt:
-        t["format"] = fmt
-    return t
+def q(expr: str, legend: str = "", instant: bool = False, fmt: str | None = None) -> prometheus.Dataquery:
+    t = prometheus.Dataquery().datasource(DS).expr(expr).legend_format(legend or "__auto")
+    t = t.instant() if instant else t.range()
+    return t.format(fmt) if fmt else t
 
 
-def panel(kind: str, title: str, targets: list[dict], *, unit: str = "short", desc: str = "",
-          w: int = 8, h: int = 8, **extra) -> dict:
-    p = {"type": kind, "title": title, "description": desc, "datasource": DS,
-         "targets": [dict(t, refId=chr(65 + i)) for i, t in enumerate(targets)],
-         "fieldConfig": {"defaults": {"unit": unit}, "overrides": []},
-         "options": {}, "_size": (w, h)}
+def steps(*pairs) -> gd.ThresholdsConfig:
+    return gd.ThresholdsConfig().mode(ThresholdsMode.ABSOLUTE).steps([Threshold(v, c) for v, c in pairs])
+
+
+def mapping(values: dict[str, tuple[str, str]]) -> list[ValueMap]:
+    return [ValueMap({k: ValueMappingResult(text=t, color=c, index=i)
+                      for i, (k, (t, c)) in enumerate(values.items())})]
+
+
+KINDS = {"timeseries": timeseries.Panel, "stat": stat.Panel, "state-timeline": statetimeline.Panel,
+         "table": table.Panel}
+
+
+def panel(kind: str, title: str, targets: list[prometheus.Dataquery], *, unit: str = "short", desc: str = "",
+          w: int = 8, h: int = 8, thresholds: gd.ThresholdsConfig | None = None,
+          mappings: list[ValueMap] | None = None, minmax: tuple[float, float] | None = None,
+          labels_table: bool = False):
+    """One panel of `kind`, `w` x `h` grid units, its targets lettered A, B, ..."""
+    p = KINDS[kind]().title(title).description(desc).datasource(DS).unit(unit).span(w).height(h)
+    for i, t in enumerate(targets):
+        p = p.with_target(t.ref_id(chr(65 + i)))
     if kind == "timeseries":
-        p["fieldConfig"]["defaults"]["custom"] = {"lineWidth": 1, "fillOpacity": 10, "showPoints": "never"}
-        p["options"] = {"legend": {"displayMode": "table", "placement": "bottom", "calcs": ["lastNotNull", "min", "max"]},
-                        "tooltip": {"mode": "multi", "sort": "desc"}}
+        p = (p.line_width(1).fill_opacity(10).show_points(common.VisibilityMode.NEVER)
+             .legend(VizLegendOptions().display_mode(common.LegendDisplayMode.TABLE)
+                     .placement(common.LegendPlacement.BOTTOM).show_legend(True)
+                     .calcs(["lastNotNull", "min", "max"]))
+             .tooltip(VizTooltipOptions().mode(common.TooltipDisplayMode.MULTI).sort(common.SortOrder.DESCENDING)))
     elif kind == "stat":
-        p["options"] = {"reduceOptions": {"calcs": ["lastNotNull"], "fields": "", "values": False},
-                        "colorMode": "background", "graphMode": "none", "textMode": "value_and_name"}
+        p = (p.reduce_options(ReduceDataOptions().calcs(["lastNotNull"]).fields("").values(False))
+             .color_mode(common.BigValueColorMode.BACKGROUND).graph_mode(common.BigValueGraphMode.NONE)
+             .text_mode(common.BigValueTextMode.VALUE_AND_NAME))
     elif kind == "state-timeline":
-        p["options"] = {"showValue": "never", "mergeValues": True, "rowHeight": 0.8,
-                        "legend": {"showLegend": True, "displayMode": "list", "placement": "bottom"}}
+        p = (p.show_value(common.VisibilityMode.NEVER).merge_values(True).row_height(0.8)
+             .legend(VizLegendOptions().show_legend(True).display_mode(common.LegendDisplayMode.LIST)
+                     .placement(common.LegendPlacement.BOTTOM)))
     elif kind == "table":
-        p["options"] = {"showHeader": True}
-        p["transformations"] = [{"id": "labelsToFields", "options": {}}] if extra.pop("labels_table", False) else []
-    for k, v in extra.items():
-        if k == "thresholds":
-            p["fieldConfig"]["defaults"]["thresholds"] = {"mode": "absolute", "steps": v}
-            p["fieldConfig"]["defaults"]["color"] = {"mode": "thresholds"}
-        elif k == "mappings":
-            p["fieldConfig"]["defaults"]["mappings"] = v
-        elif k == "minmax":
-            p["fieldConfig"]["defaults"]["min"], p["fieldConfig"]["defaults"]["max"] = v
-        else:
-            p[k] = v
+        p = p.show_header(True)
+        if labels_table:
+            p = p.transformations([DataTransformerConfig(id_val="labelsToFields", options={})])
+    if thresholds is not None:
+        p = p.thresholds(thresholds).color_scheme(gd.FieldColor().mode("thresholds"))
+    if mappings is not None:
+        p = p.mappings(mappings)
+    if minmax is not None:
+        p = p.min(minmax[0]).max(minmax[1])
     return p
-
-
-def steps(*pairs) -> list[dict]:
-    return [{"color": c, "value": v} for v, c in pairs]
-
-
-def mapping(values: dict[str, tuple[str, str]]) -> list[dict]:
-    return [{"type": "value", "options": {k: {"text": t, "color": c, "index": i}
-                                           for i, (k, (t, c)) in enumerate(values.items())}}]
 
 
 OK_BAD = mapping({"0": ("ok", "green"), "1": ("COLLAPSED", "red")})
@@ -197,26 +213,20 @@ ROWS: list[tuple[str, list[dict]]] = [
 ]
 
 # Every rule in specwatch-rules.yml that fires is an ALERTS series; shown as regions on all panels.
-ANNOTATIONS = [
-    {"builtIn": 1, "datasource": {"type": "grafana", "uid": "-- Grafana --"}, "enable": True, "hide": True,
-     "iconColor": "rgba(0, 211, 255, 1)", "name": "Annotations & Alerts", "type": "dashboard"},
-    {"datasource": DS, "enable": True, "iconColor": "red", "name": "Firing alerts",
-     "expr": 'ALERTS{alertstate="firing",instance=~"$instance"}', "step": "60s",
-     "titleFormat": "{{alertname}}", "textFormat": "{{severity}} {{server}} {{instance}}",
-     "tagKeys": "alertname,severity", "useValueForTime": False},
-]
+# titleFormat/textFormat/step/tagKeys are the Prometheus data source's annotation fields, which the
+# SDK's typed AnnotationQuery does not model: added to its JSON in `build`.
+FIRING = {"step": "60s", "titleFormat": "{{alertname}}", "textFormat": "{{severity}} {{server}} {{instance}}",
+          "tagKeys": "alertname,severity", "useValueForTime": False}
 
 
-def variable(name: str, label: str, query: str) -> dict:
-    return {"name": name, "label": label, "type": "query", "datasource": DS,
-            "definition": query, "query": {"query": query, "refId": name},
-            "refresh": 2, "sort": 1, "multi": True, "includeAll": True, "allValue": ".*",
-            "current": {"selected": True, "text": ["All"], "value": ["$__all"]}, "hide": 0}
+def variable(name: str, label: str, query: str) -> gd.QueryVariable:
+    return (gd.QueryVariable(name).label(label).datasource(DS).query(query)
+            .refresh(VariableRefresh.ON_TIME_RANGE_CHANGED).sort(VariableSort.ALPHABETICAL_ASC)
+            .multi(True).include_all(True).all_value(".*"))
 
 
-TEMPLATING = [
-    {"name": "datasource", "label": "Data source", "type": "datasource", "query": "prometheus",
-     "current": {}, "hide": 0, "refresh": 1, "regex": ""},
+VARIABLES = [
+    gd.DatasourceVariable("datasource").label("Data source").type("prometheus"),
     variable("instance", "Instance", "label_values(specwatch_build_info, instance)"),
     variable("server", "Server", 'label_values(specwatch_log_lines_total{instance=~"$instance"}, server)'),
     variable("dp_rank", "DP rank", 'label_values(specwatch_accept_length{instance=~"$instance",server=~"$server"}, dp_rank)'),
@@ -225,29 +235,25 @@ TEMPLATING = [
 
 
 def build() -> dict:
-    panels, y, pid = [], 0, 1
+    b = (gd.Dashboard("specwatch: speculative decoding").uid("specwatch").version(1)
+         .description("SGLang speculative decoding (EAGLE-3) per server and rank, GPUs, and the specwatch agents. "
+                      "Generated by grafana/build_dashboard.py.")
+         .tags(["specwatch", "sglang", "speculative-decoding", "gpu"])
+         .editable().tooltip(DashboardCursorSync.CROSSHAIR).time("now-6h", "now").refresh("30s").timezone("")
+         .annotation(gd.AnnotationQuery().name("Firing alerts").datasource(DS).enable(True).icon_color("red")
+                     .expr('ALERTS{alertstate="firing",instance=~"$instance"}')))
+    for v in VARIABLES:
+        b = b.with_variable(v)
     for title, row in ROWS:
-        panels.append({"type": "row", "title": title, "collapsed": False, "id": pid,
-                       "gridPos": {"h": 1, "w": 24, "x": 0, "y": y}, "panels": []})
-        pid, y, x, row_h = pid + 1, y + 1, 0, 0
+        b = b.with_row(gd.Row(title))
         for p in row:
-            w, h = p.pop("_size")
-            if x + w > 24:
-                x, y, row_h = 0, y + row_h, 0
-            p["id"], p["gridPos"] = pid, {"h": h, "w": w, "x": x, "y": y}
-            pid, x, row_h = pid + 1, x + w, max(row_h, h)
-            panels.append(p)
-        y += row_h
-    return {
-        "title": "specwatch: speculative decoding", "uid": "specwatch", "version": 1,
-        "description": "SGLang speculative decoding (EAGLE-3) per server and rank, GPUs, and the specwatch agents. "
-                       "Generated by grafana/build_dashboard.py.",
-        "tags": ["specwatch", "sglang", "speculative-decoding", "gpu"],
-        "editable": True, "graphTooltip": 1, "schemaVersion": 39, "time": {"from": "now-6h", "to": "now"},
-        "refresh": "30s", "timezone": "", "fiscalYearStartMonth": 0, "liveNow": False,
-        "links": [], "weekStart": "",
-        "annotations": {"list": ANNOTATIONS}, "templating": {"list": TEMPLATING}, "panels": panels,
-    }
+            b = b.with_panel(p)
+    d = json.loads(json.dumps(b.build(), cls=JSONEncoder))
+    for i, p in enumerate(d["panels"], 1):
+        p["id"] = i
+    for a in d["annotations"]["list"]:
+        a.update(FIRING)
+    return d
 
 
 def render() -> str:

@@ -26,7 +26,7 @@ DRY_RUN_URL = "https://dry-run.invalid/"
 
 
 def build_alerting(cfg: Config, *, state_dir: str | Path | None, replay: bool = False, notify: bool = True,
-                   slack_dry_run: TextIO | None = None, store=None) -> tuple[Dispatcher, dict[str, QueuedNotifier]]:
+                   slack_dry_run: TextIO | None = None, dry_run_json: bool = False, store=None) -> tuple[Dispatcher, dict[str, QueuedNotifier]]:
     """→ (dispatcher, every notifier by name). Notifiers are not started.
 
     state_dir: where queues and silences live (None: queues in memory, no silences).
@@ -34,7 +34,8 @@ def build_alerting(cfg: Config, *, state_dir: str | Path | None, replay: bool = 
     earlier version are migrated into it).
     notify: False builds no notifier that posts anywhere (replay without --notify).
     slack_dry_run: print each Slack payload there instead of posting it (every Slack receiver,
-    and a default one when none is configured). Raises ValueError for an unusable URL.
+    and a default one when none is configured), as the message reads, or as JSON with
+    `dry_run_json`. Raises ValueError for an unusable URL.
     """
     notifiers: dict[str, QueuedNotifier] = {}
     slacks: dict[tuple, SlackNotifier] = {}
@@ -50,7 +51,8 @@ def build_alerting(cfg: Config, *, state_dir: str | Path | None, replay: bool = 
             return slacks[(url, sc.channel)]
         n = slacks[(url, sc.channel)] = notifiers[name] = SlackNotifier(
             url, name=name, queue_path=queue(name), store=store, timeout=sc.timeout, backoff_initial=sc.backoff_initial,
-            backoff_max=sc.backoff_max, channel=sc.channel, send_resolved=sc.send_resolved, dry_run=slack_dry_run)
+            backoff_max=sc.backoff_max, channel=sc.channel, send_resolved=sc.send_resolved, dry_run=slack_dry_run,
+            dry_run_json=dry_run_json)
         return n
 
     hooks = {}

@@ -7,15 +7,17 @@ or bad config.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import io
 import json
 import logging
 import os
 import sys
+import time
 
 from specwatch import __version__
 from specwatch.config import (Config, ConfigError, LogSource, build_config, config_warnings, load_config,
-                              load_run_config)
+                              load_run_config, parse_log_format)
 
 
 def _load(path: str | None) -> Config:
@@ -40,7 +42,7 @@ def cmd_check_config(args) -> int:
     print(f"{args.file}: ok ({len(cfg.logs)} log file(s), metrics on {cfg.listen_address}:{cfg.listen_port}, "
           f"slack {'configured' if cfg.slack.webhook_url else 'not configured'}, {len(cfg.webhooks)} webhook(s), "
           f"{len(cfg.alertmanager.urls)} alertmanager(s), {len(cfg.routes)} route(s), "
-          f"process watching {'on' if cfg.process.enabled else 'off'}, {len(cfg.server_apis)} server API(s))")
+          f"process watching {'on' if cfg.process.enabled else 'off'}, {len(cfg.server_apis)} server API(s), {len(cfg.server_metrics)} /metrics source(s))")
     return 0
 
 
@@ -61,9 +63,18 @@ def cmd_replay(args) -> int:
     known = {s.path for s in cfg.logs}
     server = args.server or cfg.server
     tz = args.log_timezone or cfg.log_timezone
+    fmt = {}
+    if args.format is not None:
+        try:
+            envelope, grammar = parse_log_format(args.format)
+        except ConfigError as e:
+            print(f"specwatch replay: {e}", file=sys.stderr)
+            return 2
+        fmt = {"envelope": envelope, "grammar": grammar}
+        cfg.logs = [dataclasses.replace(s, **fmt) if s.path in args.logs else s for s in cfg.logs]
     for p in args.logs:
         if p not in known:
-            cfg.logs.append(LogSource(path=p, server=server, timezone=tz))
+            cfg.logs.append(LogSource(path=p, server=server, timezone=tz, **fmt))
 
     dry_out = io.StringIO() if args.json else sys.stdout
     if args.notify and args.slack_dry_run:
@@ -80,20 +91,40 @@ def cmd_replay(args) -> int:
         print(f"specwatch replay: notifying nobody (the config's {', '.join(receivers)} left alone; "
               "--notify sends this log's alerts there, --slack-dry-run prints them)", file=sys.stderr)
     dispatcher, notifiers = build_alerting(cfg, state_dir=None, replay=True, notify=args.notify,
-                                           slack_dry_run=dry_out if args.slack_dry_run else None)
-    pipeline = Pipeline(cfg, dispatcher, diagnosis_background=False)  # deterministic replay
+                                           slack_dry_run=dry_out if args.slack_dry_run else None,
+                                           dry_run_json=args.json)
+    recorder = None
+    if args.plot:
+        from specwatch.plot import PlotUnavailable, SeriesRecorder, check_output
+
+        try:
+            check_output(args.plot)
+        except PlotUnavailable as e:
+            print(f"specwatch replay: {e}", file=sys.stderr)
+            return 2
+        recorder = SeriesRecorder()
+    pipeline = Pipeline(cfg, dispatcher, diagnosis_background=False,  # deterministic replay
+                        extra_rules=(recorder,) if recorder else ())
     try:
         replay_files(pipeline, args.logs, cfg.follow.max_line_bytes)
     except (OSError, EOFError) as e:  # unreadable, or a corrupt/truncated gzip file
         print(f"specwatch replay: {getattr(e, 'filename', None) or 'a log'}: cannot read it ({e})", file=sys.stderr)
         return 2
     rc = 0
+    deadline = time.monotonic() + args.slack_timeout  # one wait for all receivers, not one each
     for name, n in notifiers.items():
-        if not n.drain(timeout=args.slack_timeout):
+        if not n.drain(timeout=max(0.0, deadline - time.monotonic())):
             print(f"specwatch replay: {n.queue_depth} {name} notification(s) not delivered within "
-                  f"{args.slack_timeout:.0f}s", file=sys.stderr)
+                  f"{args.slack_timeout:.0f}s and not kept (a replay has no queue): run it again with "
+                  "--notify once the receiver is up", file=sys.stderr)
             rc = 1
     doc = summary(pipeline, list(dispatcher.history))
+    if recorder is not None:
+        from specwatch.plot import render
+
+        doc["plot"] = {"path": args.plot, **render(args.plot, recorder, doc["episodes"],
+                                                   cfg.collapse.max_accept_length)}
+        print(f"specwatch replay: plot written to {args.plot}", file=sys.stderr)
     if args.json:
         if args.slack_dry_run:
             doc["slack_payloads"] = _json_stream(dry_out.getvalue())
@@ -357,13 +388,20 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument("logs", nargs="+", metavar="LOG")
     rp.add_argument("--config", help="YAML config file (rules, Slack); optional")
     rp.add_argument("--json", action="store_true", help="print the summary as JSON")
-    rp.add_argument("--slack-dry-run", action="store_true", help="print each Slack payload instead of posting it")
+    rp.add_argument("--slack-dry-run", action="store_true", help="print each Slack message as it would read instead of posting it "
+                    "(the Block Kit JSON with --json, under slack_payloads)")
     rp.add_argument("--notify", action="store_true",
                     help="send this log's alerts to the config's Slack and webhooks (default: notify nobody)")
+    rp.add_argument("--plot", metavar="OUT.svg|png",
+                    help="draw accept length per rank (threshold, alert episodes, restarts) and throughput "
+                         "over the log's time; needs pip install 'specwatch[plot]'")
     rp.add_argument("--server", help="server name for the replayed logs (default: the config's `server`, else 'replay')")
+    rp.add_argument("--format", help="the logs' format: auto (default: plain, Docker json-file or Kubernetes CRI, "
+                    "detected per file), sglang, docker, cri, python-logging, or a regex with named groups "
+                    "timestamp, message (and ranks)")
     rp.add_argument("--log-timezone", help="IANA zone of the log's timestamps (default: config's log_timezone, else local time)")
     rp.add_argument("--slack-timeout", type=float, default=60.0,
-                    help="seconds to wait for delivery to each notifier (default 60)")
+                    help="seconds to wait for delivery, all receivers together (default 60)")
     rp.set_defaults(func=cmd_replay)
 
     sil = sub.add_parser("silence", help="mute notifications of matching alerts for a while (add, list, expire)")

@@ -15,6 +15,7 @@ refused the same way (`safe_yaml`). The defaults are the ones documented in `con
 from __future__ import annotations
 
 import difflib
+import glob
 import ipaddress
 import math
 import os
@@ -100,12 +101,49 @@ def _default_rules() -> dict[str, Section]:
     return {attr: cls() for attr, cls in rule_sections().values()}
 
 
+_JOURNAL_FIELD = re.compile(r"[A-Z_][A-Z0-9_]{0,63}")  # a journal field name, systemd.journal-fields(7)
+
+
+class JournalConfig(Section):
+    """`logs[].journal`: entries of the systemd journal instead of a file (sources/journal.py).
+    unit: `journalctl --unit`; matches: `FIELD=value` journal matches (ANDed, the same field
+    twice ORed, as journalctl does); directory: read the journal files of this folder, not the
+    system journal."""
+
+    unit: NonEmpty | None = None
+    matches: list[NonEmpty] = msgspec.field(default_factory=list)
+    directory: FilePath | None = None
+
+    def problems(self):
+        if not self.unit and not self.matches:
+            yield "unit", "missing; give `unit: sglang.service` or `matches: [SYSLOG_IDENTIFIER=sglang]` (not the whole journal)"
+        for i, m in enumerate(self.matches):
+            field, eq, _ = m.partition("=")
+            if not eq or not _JOURNAL_FIELD.fullmatch(field):
+                yield f"matches[{i}]", (f"{_show(m)} is not a journal match; write FIELD=value with an upper-case "
+                                        "field name, e.g. _SYSTEMD_UNIT=sglang.service, SYSLOG_IDENTIFIER=sglang, "
+                                        "CONTAINER_NAME=sglang")
+
+    @property
+    def key(self) -> str:
+        """The source's name where a file source has its path (metrics' `path`, saved offsets,
+        alerts): `journal:UNIT,FIELD=value[@DIRECTORY]`."""
+        what = ",".join(([self.unit] if self.unit else []) + self.matches)
+        return f"journal:{what}" + (f"@{self.directory}" if self.directory else "")
+
+
 @dataclass
 class LogSource:
-    path: str
+    path: str  # a file, or `JournalConfig.key` for a journal source
     server: str
     container_prefix: str | None = None  # regex; None = recognise `service  | ` automatically
     timezone: str | None = None  # IANA zone of the log's timestamps; None = this host's local time
+    journal: JournalConfig | None = None  # set: the lines are this journal's entries, not a file's
+    # `format:` (docs/log-formats.md): the container envelope ("auto", "plain", "docker", "cri")
+    # and the line grammar (a regex; None: SGLang's own). `path` may be a glob and `server` a
+    # template ("{pod}"): `specwatch.sources.logfiles` turns them into one entry per file.
+    envelope: str = "auto"
+    grammar: str | None = None
 
 
 class FollowConfig(Section):
@@ -116,6 +154,8 @@ class FollowConfig(Section):
     # a longer line is skipped; bounded: the follower holds one line in memory (the RSS budget)
     max_line_bytes: Annotated[int, Meta(ge=1024, le=16 * 1024 * 1024)] = 1_048_576
     watchdog: bool = False
+    # seconds between looks for new files matching a `logs[].path` glob (pods, containers)
+    rescan_interval: Annotated[float, Meta(ge=0.1, le=YEAR, extra=DURATION)] = 10.0
 
 
 class SlackConfig(Section):
@@ -247,6 +287,29 @@ class ServerApiConfig(Section):
                 f"api_key={'<redacted>' if self.api_key else None})")
 
 
+class ServerMetricsConfig(Section):
+    """One of `server_metrics:` (a list, or one mapping): an engine's own Prometheus endpoint
+    (SGLang with --enable-metrics, or vLLM), read by sources/server_metrics.py."""
+
+    example: ClassVar[str] = "{url: http://127.0.0.1:30000/metrics, server: sglang-0, interval: 5s}"
+    url: Annotated[str, Meta(min_length=1, description="the engine's metrics URL, e.g. "
+                                                       "`url: http://127.0.0.1:30000/metrics`")]
+    server: str | None = None  # None: the top-level `server`
+    interval: Annotated[float, Meta(ge=1.0, le=YEAR, extra=DURATION)] = 5.0
+    timeout: Seconds = 2.0
+    backoff_max: Seconds = 120.0
+
+    def problems(self):
+        if not _valid_url(self.url):
+            yield "url", f"{_show(self.url)} is not an http(s) URL; e.g. http://127.0.0.1:30000/metrics"
+        elif not urlsplit(self.url).path.rstrip("/"):
+            yield "url", f"{_show(self.url)} has no path; the engine serves its metrics at /metrics, e.g. {self.url.rstrip('/')}/metrics"
+        if self.timeout >= self.interval:
+            yield "timeout", f"must be shorter than interval ({self.interval:g}s) or scrapes pile up; e.g. 2s"
+        if self.backoff_max < self.interval:
+            yield "backoff_max", f"must be at least interval ({self.interval:g}s); e.g. 2m"
+
+
 LOCAL_HOSTS = frozenset(("127.0.0.1", "localhost", "::1", "0.0.0.0", "::"))
 
 
@@ -255,7 +318,7 @@ class ProcessTies:
     """What makes an SGLang process found on the box a configured server (process source).
 
     logs: followed log path → server (the process writes its stdout/stderr there). api_ports:
-    --port of a `server_api` URL on this host → server. configured: the names of configured
+    --port of a `server_api` or `server_metrics` URL on this host → server. configured: the names of configured
     servers: `process.servers`' names when given, else those of `logs` and `api_ports`.
     """
 
@@ -267,7 +330,7 @@ class ProcessTies:
     def of(cls, cfg: "Config") -> "ProcessTies":
         logs = {src.path: src.server for src in cfg.logs}
         ports: dict[int, str] = {}
-        for api in cfg.server_apis:
+        for api in [*cfg.server_apis, *cfg.server_metrics]:  # SGLang serves /metrics on its --port
             u = urlsplit(api.url)
             if (u.hostname or "") in LOCAL_HOSTS and u.port:
                 ports.setdefault(u.port, api.server)
@@ -320,6 +383,7 @@ class Config:
     gpu: GpuConfig = field(default_factory=GpuConfig)
     process: ProcessConfig = field(default_factory=ProcessConfig)
     server_apis: list[ServerApiConfig] = field(default_factory=list)
+    server_metrics: list[ServerMetricsConfig] = field(default_factory=list)
     diagnosis: DiagnosisConfig = field(default_factory=DiagnosisConfig)
     source_path: str | None = None
 
@@ -690,7 +754,7 @@ def build_config(data: dict | None, source_path: str | None = None, *, for_run: 
     if not isinstance(data, dict):
         raise ConfigError(["(top level): must be a mapping of keys such as `logs:`, `metrics:`, `alerts:`"])
     r.unknown(data, "", {"server", "log_timezone", "logs", "follow", "metrics", "state_dir", "rules", "alerts", "gpu",
-                         "process", "server_api", "diagnosis"})
+                         "process", "server_api", "server_metrics", "diagnosis"})
     default_server = r.string(data, "server", "", None) or socket.gethostname()
     cfg.server = default_server
     default_tz = _timezone(r, data, "", None)
@@ -710,11 +774,13 @@ def build_config(data: dict | None, source_path: str | None = None, *, for_run: 
         if not isinstance(entry, dict):
             r.bad(p, "must be a mapping with `path:` (and optional `server:`, `container_prefix:`)")
             continue
-        r.unknown(entry, p, {"path", "server", "container_prefix", "timezone"})
-        if entry.get("path") is None:
-            r.bad(f"{p}.path", "missing; give the SGLang log file to follow")
+        r.unknown(entry, p, {"path", "journal", "server", "container_prefix", "timezone", "format"})
+        journal = _journal(r, entry, p, source_dir)
+        if journal is None and entry.get("path") is None:
+            if "journal" not in entry:
+                r.bad(f"{p}.path", "missing; give the SGLang log file to follow (or `journal: {unit: sglang.service}`)")
             continue
-        path = r.value(entry, "path", p, FilePath, None)
+        path = journal.key if journal else r.value(entry, "path", p, FilePath, None)
         if path is None:
             continue
         prefix = r.string(entry, "container_prefix", p, None)
@@ -724,7 +790,7 @@ def build_config(data: dict | None, source_path: str | None = None, *, for_run: 
             except re.error as e:
                 r.bad(f"{p}.container_prefix", f"not a valid regular expression ({e}); e.g. '^\\S+\\s+\\| '")
                 prefix = None
-        if not os.path.isabs(path) and source_dir is not None:
+        if journal is None and not os.path.isabs(path) and source_dir is not None:
             path = os.path.normpath(os.path.join(source_dir, path))  # relative to the config file
         if path in seen_paths:
             r.bad(f"{p}.path", f"{path} is already followed by logs[{seen_paths[path]}]; list each file once")
@@ -733,8 +799,15 @@ def build_config(data: dict | None, source_path: str | None = None, *, for_run: 
         explicit = entry.get("server") is not None
         if not explicit:
             defaulted.append(i)
-        cfg.logs.append(LogSource(path=path, server=r.string(entry, "server", p, default_server),
-                                  container_prefix=prefix, timezone=_timezone(r, entry, p, default_tz)))
+        server = r.string(entry, "server", p, default_server)
+        if server and (why := template_problem(server)):
+            r.bad(f"{p}.server", why)
+        envelope, grammar = _log_format(r, entry.get("format"), f"{p}.format")
+        if journal is not None and entry.get("format") is not None:
+            r.bad(f"{p}.format", "applies to files only; a journal entry's MESSAGE is the line itself")
+        cfg.logs.append(LogSource(path=path, server=server, container_prefix=prefix,
+                                  timezone=_timezone(r, entry, p, default_tz), envelope=envelope, grammar=grammar,
+                                  journal=journal))
     if len(defaulted) > 1:
         # Two servers' lines under one name would merge their ranks (a collapse hidden in a mean).
         r.bad(f"logs[{defaulted[1]}].server", f"logs[{defaulted[0]}] and logs[{defaulted[1]}] both default to "
@@ -745,6 +818,7 @@ def build_config(data: dict | None, source_path: str | None = None, *, for_run: 
     cfg.gpu = r.section_of(GpuConfig, data.get("gpu"), "gpu")
     cfg.process = r.section_of(ProcessConfig, data.get("process"), "process")
     cfg.server_apis = _server_api_section(r, data, default_server)
+    cfg.server_metrics = _server_metrics_section(r, data, default_server)
     dg = r.section_of(DiagnosisConfig, data.get("diagnosis"), "diagnosis")
     cfg.diagnosis = msgspec.structs.replace(dg, **{  # relative to the config file, like logs[].path
         k: os.path.normpath(os.path.join(source_dir, v))
@@ -763,11 +837,93 @@ def build_config(data: dict | None, source_path: str | None = None, *, for_run: 
         "group_by", "group_wait", "group_interval", "repeat_interval", "inhibit_rules", "runbook_url",
         "external_url", "slack", "webhooks", "alertmanager", "routes",
     }))
-    if for_run and not cfg.logs and not any(p.startswith("logs") for p in r.problems):
-        r.bad("logs", "no log file configured; add `logs: [{path: /var/log/sglang/server.log}]`")
+    if for_run and not cfg.logs and not cfg.server_metrics and not any(
+            p.startswith(("logs", "server_metrics")) for p in r.problems):
+        r.bad("logs", "no log file configured; add `logs: [{path: /var/log/sglang/server.log}]` "
+                      "(or `server_metrics: [{url: http://127.0.0.1:30000/metrics}]`)")
     if r.problems:
         raise ConfigError(r.problems)
     return cfg
+
+
+def _journal(r: _Reader, entry: dict, p: str, source_dir: str | None) -> JournalConfig | None:
+    """`logs[i].journal`, its directory relative to the config file; None when absent or invalid."""
+    if "journal" not in entry:
+        return None
+    if entry.get("path") is not None:
+        r.bad(f"{p}.journal", "give either `path:` (a file) or `journal:` in one entry; make two entries for both")
+        return None
+    if not isinstance(entry["journal"], dict):
+        r.bad(f"{p}.journal", "must be a mapping, e.g. `journal: {unit: sglang.service}`")
+        return None
+    n = len(r.problems)
+    j = r.section_of(JournalConfig, entry["journal"], f"{p}.journal")
+    if j is None or len(r.problems) > n:
+        return None
+    if j.directory and source_dir and not os.path.isabs(j.directory):
+        j = msgspec.structs.replace(j, directory=os.path.normpath(os.path.join(source_dir, j.directory)))
+    return j
+
+
+LOG_FORMATS = ("auto", "sglang", "docker", "cri", "python-logging")
+_FORMAT_FIX = ("use one of auto (plain, Docker json-file or Kubernetes CRI, detected per file), sglang, docker, "
+               "cri, python-logging, or {regex: '(?P<timestamp>...) ... (?P<message>.*)'}")
+
+
+def _log_format(r: _Reader, raw, path: str) -> tuple[str, str | None]:
+    """`logs[].format` → (container envelope, line grammar regex or None for SGLang's own)."""
+    from specwatch.sources import grammar
+
+    if raw is None or raw == "auto":
+        return "auto", None
+    if isinstance(raw, dict):
+        r.unknown(raw, path, {"regex"})
+        rx = raw.get("regex")
+        if not isinstance(rx, str) or not rx:
+            r.bad(f"{path}.regex", "missing; a regular expression with named groups timestamp, message "
+                  "(and optionally ranks), e.g. '(?P<timestamp>\\S+ \\S+) (?P<message>.*)'")
+        elif why := grammar.problem(rx):
+            r.bad(f"{path}.regex", f"{why}; give named groups timestamp and message (ranks optional), "
+                  "e.g. '(?P<timestamp>\\S+ \\S+) \\w+ (?P<message>.*)'")
+        else:
+            return "auto", rx
+        return "auto", None
+    if raw in ("docker", "cri"):
+        return raw, None
+    if raw == "sglang":
+        return "plain", None
+    if raw in grammar.PRESETS:
+        return "auto", grammar.PRESETS[raw]
+    r.bad(path, f"unknown format {_show(raw)}; {_FORMAT_FIX}")
+    return "auto", None
+
+
+def parse_log_format(raw) -> tuple[str, str | None]:
+    """A `format` value (`replay --format`: a name, else a regex) → (envelope, grammar).
+    Raises ConfigError saying how to fix it."""
+    r = _Reader()
+    if isinstance(raw, str) and raw not in LOG_FORMATS:
+        raw = {"regex": raw}
+    out = _log_format(r, raw, "--format")
+    if r.problems:
+        raise ConfigError(r.problems)
+    return out
+
+
+def template_problem(server: str) -> str | None:
+    """What is wrong with a `server:` template such as "{pod}" (None when fine)."""
+    from specwatch.sources.logfiles import TEMPLATE_FIELDS
+
+    import string
+    try:
+        fields = [f for _, f, _, _ in string.Formatter().parse(server) if f is not None]
+    except ValueError as e:
+        return f"not a valid template ({e}); write fields as {{pod}}, a literal brace as {{{{ or }}}}"
+    unknown = [f for f in fields if f not in TEMPLATE_FIELDS]
+    if unknown:
+        return (f"unknown field {{{unknown[0]}}}; use {', '.join('{' + f + '}' for f in TEMPLATE_FIELDS)} "
+                "(from the log file's path or its Docker config.v2.json)")
+    return None
 
 
 def _regex_error(pattern: str) -> str | None:
@@ -796,6 +952,28 @@ def _server_api_section(r: _Reader, data: dict, default_server: str) -> list[Ser
         out.append(msgspec.structs.replace(
             api, url=api.url.rstrip("/"), server=api.server or default_server,
             api_key=_resolve_secret(r, entry, path, "api_key"), api_key_env=None, api_key_file=None))
+    return out
+
+
+def _server_metrics_section(r: _Reader, data: dict, default_server: str) -> list[ServerMetricsConfig]:
+    """`server_metrics:` is a list of mappings (or one mapping); each URL once."""
+    raw = data.get("server_metrics")
+    if raw is None:
+        return []
+    listed = isinstance(raw, list)
+    out: list[ServerMetricsConfig] = []
+    for i, entry in enumerate(raw if listed else [raw]):
+        path = f"server_metrics[{i}]" if listed else "server_metrics"
+        if not isinstance(entry, dict):
+            r.bad(path, f"must be a mapping, e.g. {ServerMetricsConfig.example}")
+            continue
+        sm = r.section_of(ServerMetricsConfig, entry, path)
+        if sm is None:
+            continue
+        if any(x.url == sm.url for x in out):
+            r.bad(f"{path}.url", f"{_show(sm.url)} is listed twice; scrape each endpoint once")
+            continue
+        out.append(msgspec.structs.replace(sm, server=sm.server or default_server))
     return out
 
 
@@ -918,12 +1096,20 @@ def load_run_config(path: str | os.PathLike) -> Config:
 def config_warnings(cfg: Config) -> list[str]:
     """What is valid but probably not meant, as `key.path: what; what specwatch does` lines: no
     log at all (fine for replay only), a log file that does not exist (yet: followed once it appears)."""
-    if not cfg.logs:
+    if not cfg.logs and not cfg.server_metrics:
         return ["logs: no log file configured; `specwatch run` refuses this file (a `replay --config` "
                 "file needs none); add `logs: [{path: /var/log/sglang/server.log}]`"]
     out = []
     for i, src in enumerate(cfg.logs):
-        if os.path.isdir(src.path):
+        if src.journal is not None:
+            from specwatch.sources.journal import journal_warnings
+
+            out += [f"logs[{i}].journal.{w}" for w in journal_warnings(src.journal)]
+        elif glob.has_magic(src.path):
+            if not glob.glob(src.path):
+                out.append(f"logs[{i}].path: {src.path} matches no file (yet); specwatch follows the files "
+                           "that appear; check the pattern if the server logs elsewhere")
+        elif os.path.isdir(src.path):
             out.append(f"logs[{i}].path: {src.path} is a directory; give the log file in it")
         elif not os.path.exists(src.path):
             out.append(f"logs[{i}].path: {src.path} does not exist (yet); specwatch follows it once it "

@@ -5,7 +5,7 @@ delivery thread per notifier, one thread per source (process scan, each HTTP API
 and XID events; each hands its events to the pipeline), and the main thread, which waits on an
 Event and wakes once a second to flush due alert groups and re-send to Alertmanager. Nothing spins: idle CPU is the followers' poll (one
 stat per file per poll interval), one scan of /proc every `process.interval`, one HTTP GET per
-`server_api.interval`, plus these wake-ups.
+`server_api.interval`, one per `server_metrics[].interval`, plus these wake-ups.
 
 State (`<state_dir>/state.db`, `specwatch.storage.StateStore`): file offsets, the rule/alert
 state, the line counters and each notifier's queue, committed in one transaction by the
@@ -31,7 +31,7 @@ rules, runbook and external URLs, and the notifiers (Slack, webhooks, Alertmanag
 the same on-disk queues, so nothing pending is lost. Firing alerts, the notification log and
 silences carry over: a reload re-sends nothing already sent. It logs a warning for each setting
 that needs a restart (`metrics.*`, `state_dir`, `follow.*`, `gpu.*`, `process`, `server_api`,
-`diagnosis`), which keeps its running value until then.
+`server_metrics`, `diagnosis`), which keeps its running value until then.
 """
 
 from __future__ import annotations
@@ -51,12 +51,15 @@ from prometheus_client import ProcessCollector as OwnProcessCollector
 
 from specwatch import __version__
 from specwatch.alerting import build_alerting
-from specwatch.config import Config, ConfigError, ProcessTies, load_run_config
+from specwatch.config import Config, ConfigError, LogSource, ProcessTies, load_run_config
 from specwatch.metrics import FollowerCollector, PipelineCollector, SelfCollector, ServerCollector
 from specwatch.pipeline import Pipeline
 from specwatch.sdnotify import Watchdog, monotonic_usec, notify
 from specwatch.sources.filestream import Follower
 from specwatch.sources.follow import FollowerGroup
+from specwatch.sources.logfiles import LogSet, stage
+from specwatch.status.view import StatusView
+from specwatch.status.web import status_app
 from specwatch.storage import STATE_DB, StateDirLocked, StateStore, lock_state_dir, read_json
 
 log = logging.getLogger("specwatch.daemon")
@@ -70,16 +73,10 @@ LOCK_WAIT = 5.0  # seconds the main loop waits for the pipeline lock before call
 STATUS_EVERY = 10.0  # seconds between STATUS= updates while nothing else changes
 # Settings read once at start; a reload that changes them warns and keeps the running value.
 RESTART_ONLY = ("listen_address", "listen_port", "state_dir", "follow", "gpu", "process", "server_apis",
-                "diagnosis")
+                "server_metrics", "diagnosis")
 # The settings `build_alerting` reads: a reload that changes any rebuilds the notifiers and routes.
 ALERTING = ("group_by", "group_wait", "group_interval", "repeat_interval", "inhibit_rules", "runbook_url",
             "external_url", "slack", "webhooks", "alertmanager", "routes")
-
-_LANDING = """<!doctype html><html><head><title>specwatch</title></head><body>
-<h1>specwatch {version}</h1><p>Speculative-decoding monitor for SGLang.</p>
-<ul><li><a href="/metrics">/metrics</a></li></ul>
-<p>Following: {logs}</p><p>Firing alerts: {firing}</p></body></html>"""
-
 
 class Daemon:
     def __init__(self, config: Config):
@@ -98,12 +95,34 @@ class Daemon:
         self.last_reload_success = time.time()  # start-up counts, as for Prometheus' own metric
 
     # --- wiring ---
-    def _make_follower(self, path: str, checkpoint=None) -> Follower:
-        return Follower(path, on_lines=self._on_lines, max_line_bytes=self.config.follow.max_line_bytes,
+    def _make_follower(self, src: LogSource, checkpoint=None):
+        limit = self.config.follow.max_line_bytes
+        if src.journal is not None:  # journal entries instead of a file (sources/journal.py)
+            from specwatch.sources.journal import JournalFollower
+
+            return JournalFollower(src.journal, self._on_lines, max_line_bytes=limit, checkpoint=checkpoint)
+        return Follower(src.path, on_lines=stage(src, self._on_lines, limit), max_line_bytes=limit,
                         checkpoint=checkpoint)
 
+    def _rescan(self) -> None:
+        """Follow the files a `logs[].path` glob matches now (pods and containers that appeared),
+        stop following those whose directory is gone (on the followers' thread)."""
+        self._last_scan = time.monotonic()
+        old, new = self.config, self.logset.apply(self.config)
+        old_paths, new_paths = {s.path for s in old.logs}, {s.path for s in new.logs}
+        if old_paths == new_paths:
+            return
+        self.config = new
+        self.pipeline.reconfigure(new)
+        if self.process is not None:
+            self.process.tie(ProcessTies.of(new))
+        self.followers.update(add=[self._make_follower(s) for s in new.logs if s.path not in old_paths],
+                              remove=sorted(old_paths - new_paths))
+
     def _build(self) -> None:
-        cfg = self.config
+        self.logset = LogSet(self.config.logs)  # globs → files (the config keeps one entry per file)
+        self._last_scan = time.monotonic()
+        cfg = self.config = self.logset.apply(self.config)
         self.state_dir.mkdir(parents=True, exist_ok=True)
         self._lock_fd = lock_state_dir(self.state_dir)  # before any read: one daemon per state_dir
         self.store = StateStore(self.state_dir)
@@ -116,7 +135,7 @@ class Daemon:
         self.pipeline.load_state(state.get("pipeline", {}))
         offsets = state.get("offsets", {})
         self.followers = FollowerGroup(
-            [self._make_follower(s.path, offsets.get(s.path)) for s in cfg.logs],
+            [self._make_follower(s, offsets.get(s.path)) for s in cfg.logs],
             poll_interval=cfg.follow.poll_interval, use_watchdog=cfg.follow.watchdog,
             after_poll=self._after_poll,
         )
@@ -130,6 +149,8 @@ class Daemon:
         OwnProcessCollector(registry=self.registry)  # specwatch's own process_* (CPU, RSS, fds)
         self.registry.register(PipelineCollector(self.pipeline))
         self.registry.register(FollowerCollector(lambda: self.followers.followers))
+        self._journal_metrics = False
+        self._register_journal_metrics(cfg)
         self.registry.register(SelfCollector(self.pipeline, lambda: self.notifiers,
                                              reload_status=lambda: (self.reload_success, self.last_reload_success),
                                              store=self.store))
@@ -152,6 +173,13 @@ class Daemon:
                                     backoff_max=a.backoff_max) for a in cfg.server_apis]
             self.sources += apis
             self.registry.register(ServerApiCollector(apis))
+        if cfg.server_metrics:
+            from specwatch.sources.server_metrics import ServerMetricsCollector, ServerMetricsSource
+
+            scrapes = [ServerMetricsSource(m.url, self._emit, server=m.server, interval=m.interval, timeout=m.timeout,
+                                           backoff_max=m.backoff_max) for m in cfg.server_metrics]
+            self.sources += scrapes
+            self.registry.register(ServerMetricsCollector(scrapes))
         self.gpu = None
         if cfg.gpu.enabled:
             from specwatch.sources.nvml import GpuCollector, GpuSampler
@@ -162,6 +190,14 @@ class Daemon:
                                   process_pids=self.process.pids if self.process else None)
             self.registry.register(GpuCollector(self.gpu))
 
+    def _register_journal_metrics(self, cfg: Config) -> None:
+        """specwatch_journal_* once a journal source is configured (at start or by a reload)."""
+        if not self._journal_metrics and any(s.journal for s in cfg.logs):
+            from specwatch.sources.journal import JournalCollector
+
+            self.registry.register(JournalCollector(lambda: self.followers.followers))
+            self._journal_metrics = True
+
     def _emit(self, server: str, event: object, now: float) -> None:
         self.pipeline.feed_event(server, event, now)
 
@@ -171,20 +207,11 @@ class Daemon:
         self.pipeline.feed_batch(batch, now=time.time())
 
     def _app(self, metrics_app):
-        """The WSGI app served: a landing page at `/`, `metrics_app` (the registry) at any other path."""
-
-        def app(environ, start_response):
-            if environ.get("PATH_INFO", "/") in ("/", ""):
-                body = _LANDING.format(
-                    version=__version__,
-                    logs=", ".join(s.path for s in self.config.logs),
-                    firing=len(self.dispatcher.active),
-                ).encode()
-                start_response("200 OK", [("Content-Type", "text/html; charset=utf-8")])
-                return [body]
-            return metrics_app(environ, start_response)
-
-        return app
+        """The WSGI app served: the status page at `/` and `/api/status` (specwatch/status/),
+        `metrics_app` (the registry) at any other path."""
+        view = StatusView(self.pipeline, sources=lambda: [*self.followers.followers.values(), *self.sources],
+                          gpu=lambda: self.gpu, gpu_enabled=lambda: self.config.gpu.enabled)
+        return status_app(view, metrics_app)
 
     def _warn_missing_logs(self) -> None:
         """A followed file that stays absent or unreadable is said in the log, not only in
@@ -193,7 +220,7 @@ class Daemon:
         now = time.monotonic()
         after = max(2.0, 5 * self.config.follow.poll_interval)
         for path, f in self.followers.followers.items():
-            if f.is_open:
+            if f.is_open or not isinstance(f, Follower):  # a journal source says why itself
                 self._missing_since.pop(path, None)
                 continue
             since, warned = self._missing_since.setdefault(path, [now, None])
@@ -206,6 +233,8 @@ class Daemon:
 
     def _after_poll(self) -> None:
         self._progress = time.monotonic()
+        if self.logset.patterns and time.monotonic() - self._last_scan >= self.config.follow.rescan_interval:
+            self._rescan()
         self._warn_missing_logs()
         if self.dispatcher.paused:  # the backlog of the first poll round is read: notify from now
             with self.pipeline.lock:
@@ -297,6 +326,8 @@ class Daemon:
             notify(f"READY=1\nSTATUS=reload of {path} FAILED ({len(problems)} problem(s), see the log); "
                    "running the previous config")
             return False
+        self.logset = LogSet(new.logs)
+        new = self.logset.apply(new)
         old = self.config
         kept = {}
         for key in RESTART_ONLY:
@@ -322,7 +353,8 @@ class Daemon:
             self.pipeline.reconfigure(new)  # rules and logs; the routing stays as it is
         if self.process is not None:  # the servers of the followed logs are configured servers
             self.process.tie(ProcessTies.of(new))
-        self.followers.update(add=[self._make_follower(p) for p in new_paths if p not in old_paths],
+        self._register_journal_metrics(new)
+        self.followers.update(add=[self._make_follower(s) for s in new.logs if s.path not in old_paths],
                               remove=[p for p in old_paths if p not in new_paths])
         if failed:
             self.reload_success = False
@@ -395,7 +427,7 @@ class Daemon:
             log.error("cannot listen on %s:%s: %s (set metrics.listen_address / metrics.listen_port)",
                       cfg.listen_address, cfg.listen_port, e.strerror or e)
             return 1
-        self.httpd.set_app(self._app(self.httpd.get_app()))  # the library's /metrics app, plus the landing page
+        self.httpd.set_app(self._app(self.httpd.get_app()))  # the library's /metrics app, plus the status page
         for n in self.notifiers.values():
             n.start()
         self._progress = time.monotonic()

@@ -107,6 +107,18 @@ class OtherLine:
 
 
 @dataclass(frozen=True, slots=True)
+class UnrecognizedLine:
+    """A line that mentions `Decode batch` but does not start like a record of the log's grammar:
+    most likely decode lines in a format specwatch is not told about (a custom logging config).
+    `text`: the line (cut to 500 characters); `path`: the file it came from ("" when unknown);
+    `timestamp`: seconds since the epoch of a `YYYY-MM-DD HH:MM:SS` it starts with, else None."""
+
+    text: str
+    path: str = ""
+    timestamp: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class MalformedLine:
     """A line that starts like a batch line but cannot be read. `reason` says why."""
 
@@ -336,4 +348,53 @@ class GpuSample:
     duration_seconds: float | None = None
 
 
-ParsedLine = DecodeBatch | PrefillBatch | ServerArgs | OtherLine | MalformedLine
+ParsedLine = DecodeBatch | PrefillBatch | ServerArgs | OtherLine | MalformedLine | UnrecognizedLine
+
+
+# --- events from an engine's own Prometheus endpoint (sources/server_metrics.py) ---
+
+
+@dataclass(frozen=True, slots=True)
+class RankMetrics:
+    """What one label set of the engine's /metrics said about one rank over one scrape interval.
+
+    rank / ranks: rank tokens built like the log's prefix ("DP1", "" on one GPU) and their numbers
+    (`DP`, `TP`, `PP`; absent = 0). accept_length: tokens per verify round, >= 1.0; None when the
+    interval had no drafts (nothing to judge). accept_rate: accepted ÷ proposed draft tokens, 0-1.
+    running_requests: the engine's running-requests gauge (None: not exported). fresh: the values
+    describe decoding since the previous scrape (an SGLang gauge that did not move is stale).
+    drafts / draft_tokens / accepted_tokens: counter increases over the interval (vLLM; None for
+    SGLang's gauges). position_accept_rates: accepted ÷ drafts per draft position 0, 1, ... (vLLM).
+    """
+
+    rank: str
+    ranks: dict[str, int]
+    accept_length: float | None
+    accept_rate: float | None = None
+    running_requests: int | None = None
+    queued_requests: int | None = None
+    gen_throughput: float | None = None
+    fresh: bool = True
+    drafts: float | None = None
+    draft_tokens: float | None = None
+    accepted_tokens: float | None = None
+    position_accept_rates: tuple[float, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class MetricsSample:
+    """One scrape of an engine's /metrics (`server_metrics[]`).
+
+    timestamp: wall time of the scrape, seconds since the epoch. engine: "sglang" or "vllm", told
+    from the metric names (None: neither's speculative families were found). error: why the scrape
+    failed (`connection_error`, `timeout`, `http_<status>`, `bad_response`), None on success.
+    ranks: one entry per label set. resets: counters that went backwards in this interval (the
+    engine restarted; vLLM).
+    """
+
+    timestamp: float
+    url: str
+    engine: str | None
+    error: str | None = None
+    ranks: tuple[RankMetrics, ...] = ()
+    resets: int = 0

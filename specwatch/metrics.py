@@ -20,6 +20,7 @@ from typing import Callable, Iterable
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
+from prometheus_client.samples import Sample
 
 from specwatch import __version__
 from specwatch.pipeline import KINDS, Pipeline
@@ -33,6 +34,27 @@ _TOKEN_OF = {"dp_rank": "DP", "tp_rank": "TP", "pp_rank": "PP", "ep_rank": "EP"}
 def rank_label_values(server: str, ranks: dict[str, int], engine: str = "sglang") -> list[str]:
     """`engine`: the server's engine ("sglang", "vllm": `DecodeBatch.engine`)."""
     return [server] + [str(ranks[t]) if t in ranks else "" for t in ("DP", "TP", "PP", "EP")] + [engine]
+
+
+def add_scraped(families: tuple, server: str, sample, collapsed: Callable[[str], bool] | None) -> None:
+    """The last scrape of an engine's /metrics (`server_metrics`) as series of the families
+    (accept length, accept rate, running requests, collapsed, per-position accept rate), labelled
+    `source="server_metrics"` and `engine` beside the rank labels (the log's series have neither).
+    `collapsed`: the collapse state of a rank, given only while /metrics decides it (no live log:
+    rules/server_metrics.py)."""
+    if sample is None or sample.error is not None:
+        return
+    accept_length, accept_rate, running, collapsed_fam, positions = families
+    for rm in sample.ranks:
+        labels = dict(zip(RANK_LABELS, rank_label_values(server, rm.ranks)), source="server_metrics",
+                      engine=sample.engine or "")
+        state = None if collapsed is None or rm.accept_length is None else float(collapsed(rm.rank))
+        for fam, v in ((accept_length, rm.accept_length), (accept_rate, rm.accept_rate),
+                       (running, rm.running_requests), (collapsed_fam, state)):
+            if v is not None:
+                fam.samples.append(Sample(fam.name, labels, v))
+        for p, rate in enumerate(rm.position_accept_rates):
+            positions.samples.append(Sample(positions.name, dict(labels, position=str(p)), rate))
 
 
 class PipelineCollector(Collector):
@@ -53,8 +75,8 @@ class PipelineCollector(Collector):
         tokens = g("specwatch_kv_tokens", "KV cache tokens in use (#token) in the last decode batch line.")
         graph = g("specwatch_cuda_graph_enabled", "1 when the last decode batch ran with a CUDA (or cpu/npu/musa) graph, else 0.")
         last_ts = g("specwatch_last_decode_batch_timestamp_seconds", "Log timestamp of the last decode batch line, seconds since the epoch.")
-        positions = GaugeMetricFamily("specwatch_position_accept_rate", "Acceptance rate of each draft position (0 = the first drafted token) in the last decode batch line: drafts whose first position+1 tokens were accepted ÷ drafts (vLLM `Per-position acceptance rate`).", labels=RANK_LABELS + ("position",))
         collapsed = g("specwatch_acceptance_collapsed", "1 while the acceptance-collapse rule fires for this rank, else 0.")
+        positions = GaugeMetricFamily("specwatch_position_accept_rate", "Share of drafts whose token at this draft position (0 = the first drafted token) was accepted, over the last interval (0-1): vLLM's `Per-position acceptance rate` log field or its /metrics.", labels=RANK_LABELS + ("position",))
         decode_total = CounterMetricFamily("specwatch_decode_batches", "Decode batch lines read.", labels=RANK_LABELS)
         prefill_total = CounterMetricFamily("specwatch_prefill_batches", "Prefill batch lines read.", labels=RANK_LABELS)
         lines = CounterMetricFamily("specwatch_log_lines", "Log lines read, by kind (decode, prefill, other, malformed).", labels=("server", "kind"))
@@ -92,6 +114,11 @@ class PipelineCollector(Collector):
                 if d.graph_enabled is not None:
                     graph.add_metric(lv, 1.0 if d.graph_enabled else 0.0)
             for server, st in servers:
+                if st.metrics is not None:
+                    last = st.last_line.get("decode")
+                    deciding = last is None or st.metrics.timestamp - last > p.config.windows.max_gap
+                    add_scraped((accept_length, accept_rate, running, collapsed, positions), server, st.metrics,
+                                (lambda rank, s=server: p.collapse.collapsed(s, rank)) if deciding else None)
                 for kind in KINDS:
                     lines.add_metric([server, kind], st.lines[kind])
                 for kind, n in st.errors.items():
@@ -108,7 +135,7 @@ class PipelineCollector(Collector):
                     if (top := accept_length_ceiling(a)) is not None:
                         ceiling.add_metric([server], top[0])
         yield from (accept_length, accept_rate, throughput, running, queued, usage, tokens, graph,
-                    last_ts, positions, collapsed, decode_total, prefill_total, lines, errors, last_line, spec, ceiling)
+                    last_ts, collapsed, positions, decode_total, prefill_total, lines, errors, last_line, spec, ceiling)
 
 
 class ServerCollector(Collector):

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from specwatch.alerts.dispatcher import Dispatcher
+from specwatch.alerts.model import FIRING, Alert
 from specwatch.config import Config
 from specwatch.events import (
     ApiSample,
@@ -28,6 +29,7 @@ from specwatch.events import (
     LogError,
     LogLine,
     MalformedLine,
+    MetricsSample,
     OtherLine,
     PrefillBatch,
     ProcessSample,
@@ -36,9 +38,11 @@ from specwatch.events import (
     ServerProcess,
     ServerRestarted,
     ServerStarted,
+    UnrecognizedLine,
 )
 from specwatch.rules.base import Rule, RuleContext, all_rules, is_restart_event, log_paths_of, overrides
 from specwatch.rules.collapse import CollapseRule
+from specwatch.rules.server_metrics import collapse_from_metrics
 from specwatch.rules.windows import WindowTracker
 from specwatch.sources.filestream import LineBatch
 from specwatch.sources.log_errors import KINDS as ERROR_KINDS
@@ -46,10 +50,17 @@ from specwatch.sources.log_errors import ErrorGrouper, maybe_error
 from specwatch.sources.engines import maybe_event, parse_line
 from specwatch.sources.sglang_log import strip_container_prefix
 from specwatch.sources.vllm_log import VllmAssembler, VllmLine
+from specwatch.status.history import AcceptHistory
 
 _OTHER = OtherLine()
 
-KINDS = ("decode", "prefill", "other", "malformed")
+KINDS = ("decode", "prefill", "other", "malformed", "unrecognized")
+
+
+# Alerts about one rank's acceptance that carry its trend (`Pipeline._add_trend`).
+TREND_ALERTS = frozenset({"AcceptanceCollapse", "RankDisagreement"})
+TREND_KEY = "accept_length_recent"
+TREND_POINTS = 24
 
 
 @dataclass
@@ -66,6 +77,7 @@ class RankStats:
     accept_length_count: int = 0
     accept_length_min: float = math.inf
     accept_length_max: float = -math.inf
+    history: AcceptHistory = field(default_factory=AcceptHistory, repr=False, compare=False)  # the status page's chart
 
 
 @dataclass
@@ -86,6 +98,7 @@ class ServerStats:
     restarts: int = 0
     api: ApiSample | None = None
     info: ServerInfo | None = None
+    metrics: MetricsSample | None = None  # the last scrape of the engine's /metrics
     # Error stage: LogError events by kind; the clock of the last line of each kind (KINDS + "error").
     errors: dict[str, int] = field(default_factory=lambda: dict.fromkeys(ERROR_KINDS, 0))
     last_line: dict[str, float] = field(default_factory=dict)
@@ -98,7 +111,8 @@ class Pipeline:
     another thread under `lock`.
     """
 
-    def __init__(self, config: Config, dispatcher: Dispatcher, *, diagnosis_background: bool = True):
+    def __init__(self, config: Config, dispatcher: Dispatcher, *, diagnosis_background: bool = True,
+                 extra_rules: tuple[Rule, ...] = ()):
         self.config = config
         self.dispatcher = dispatcher
         self.diagnoser = None
@@ -112,7 +126,7 @@ class Pipeline:
             for server in sorted({s.server for s in config.logs} or {config.server}):
                 self.diagnoser.ensure(server)
         ctx = RuleContext(log_paths_of(config), self.diagnoser, self._last_lines)
-        self.rules: list[Rule] = [cls.build(config, ctx) for cls in all_rules()]
+        self.rules: list[Rule] = [cls.build(config, ctx) for cls in all_rules()] + list(extra_rules)
         self.collapse: CollapseRule = next(r for r in self.rules if isinstance(r, CollapseRule))  # metrics, replay
         # Each hook calls only the rules that have it (most rules ignore most events).
         self._on_decode = [r for r in self.rules if overrides(r, "on_decode")]
@@ -128,6 +142,7 @@ class Pipeline:
         self._last_tick = -math.inf
         self._groupers: dict[str, ErrorGrouper] = {}  # path → its traceback grouping (error stage)
         self._vllm: dict[str, VllmAssembler] = {}  # server → its vLLM lines into decode batches
+        self._path = ""  # the file being fed
         self._map_logs(config)
 
     def _map_logs(self, config: Config) -> None:
@@ -164,6 +179,7 @@ class Pipeline:
         Returns the parsed event. Never raises on input.
         """
         server = self.server_for(line.path)
+        self._path = line.path  # names the file of an unrecognized line
         text = line.text
         prefix, tz = self._prefix.get(line.path), self._tz.get(line.path)
         event = self._parse(text, line.raw_ok, prefix, tz) if maybe_event(text) else _OTHER
@@ -180,7 +196,7 @@ class Pipeline:
     def feed_batch(self, batch: LineBatch, now: float | None = None) -> None:
         """The lines of one read (`Follower(on_lines=...)`), as `feed` would take them one by
         one, under one lock: the catch-up path of `run` and `replay`. Never raises on input."""
-        path = batch.path
+        path = self._path = batch.path
         server = self.server_for(path)
         prefix, tz = self._prefix.get(path), self._tz.get(path)
         raw_ok = batch.raw_ok
@@ -284,6 +300,9 @@ class Pipeline:
                 alerts = rule.on_decode(server, window, clock)
                 if alerts:  # rarely: most calls return []
                     self._handle(alerts, clock)
+            if event.timestamp >= rs.history.due and event.accept_length is not None:  # one point per STEP s
+                rs.history.add(event.timestamp, event.accept_length, rs.accept_length_sum,
+                               rs.accept_length_count, self.collapse.collapsed(server, event.rank))
             if clock - self._last_tick >= 1.0:  # time-based rules need no finer clock
                 self.tick(clock)
         elif type(event) is PrefillBatch:
@@ -312,6 +331,10 @@ class Pipeline:
             stats.lines["malformed"] += 1
             if now is not None:
                 stats.last_line["malformed"] = now
+        elif type(event) is UnrecognizedLine:  # issue 11 item 4: counted and alerted, never "other"
+            stats.lines["unrecognized"] += 1
+            clock = now if now is not None else event.timestamp or max(self._last_tick, 0.0)
+            self._apply_rules(server, UnrecognizedLine(event.text, self._path, event.timestamp), clock)
         elif isinstance(event, VllmLine):  # vLLM: the assembler pairs stats and spec lines into decode batches
             out = self._vllm.setdefault(server, VllmAssembler()).take(event)
             if not out:
@@ -345,6 +368,11 @@ class Pipeline:
                 stats.api = event
                 if event.info is not None:
                     stats.info = event.info
+            elif isinstance(event, MetricsSample):
+                stats.metrics = event
+                last = stats.last_line.get("decode")
+                if last is None or now - last > self.config.windows.max_gap:  # no log decides: /metrics alone
+                    self._handle(collapse_from_metrics(self.collapse, server, event, self.config.windows), now)
             self._apply_rules(server, event, now)
 
     @staticmethod
@@ -398,7 +426,30 @@ class Pipeline:
 
     def _handle(self, alerts: list, now: float) -> None:
         for alert in alerts:
+            if alert.name in TREND_ALERTS and alert.status == FIRING and TREND_KEY not in alert.annotations:
+                self._add_trend(alert)
             self.dispatcher.handle(alert, now)
+
+    def _add_trend(self, alert: Alert) -> None:
+        """Annotate a rank's acceptance alert, when it first fires, with the rank's recent accept
+        length (`accept_length_recent`: the status history's 10 s means and the mean since its
+        last point, oldest first, space-separated) and the server's lowest and highest rank by
+        their last decode line (`accept_length_ranks`): Slack draws them as a sparkline."""
+        server, rank = alert.labels.get("server", ""), alert.labels.get("rank", "")
+        rs = self.ranks.get((server, rank))
+        if rs is None:
+            return
+        values = [v for _, v, _ in rs.history.points]
+        pending = rs.history.pending(rs.accept_length_sum, rs.accept_length_count)
+        if pending is not None:
+            values.append(pending)
+        if values:
+            alert.annotations[TREND_KEY] = " ".join(f"{v:.2f}" for v in values[-TREND_POINTS:])
+        peers = sorted((r.last_decode.accept_length, r.rank) for r in self.ranks.values()
+                       if r.server == server and r.last_decode is not None and r.last_decode.accept_length is not None)
+        if len(peers) > 1:
+            (lo, lo_rank), (hi, hi_rank) = peers[0], peers[-1]
+            alert.annotations["accept_length_ranks"] = f"lowest {lo_rank} {lo:.2f}, highest {hi_rank} {hi:.2f}"
 
     def _rank(self, server: str, event: DecodeBatch | PrefillBatch) -> RankStats:
         key = (server, event.rank)

@@ -14,9 +14,10 @@ import shutil
 import tempfile
 from typing import Iterable, Iterator
 
-from specwatch.alerts.model import Alert, iso8601
+from specwatch.alerts.model import RESOLVED, Alert, iso8601
 from specwatch.pipeline import KINDS, Pipeline
 from specwatch.sources.filestream import Follower
+from specwatch.sources.logfiles import stage
 
 
 def replay_files(pipeline: Pipeline, paths: Iterable[str], max_line_bytes: int) -> None:
@@ -29,7 +30,9 @@ def replay_files(pipeline: Pipeline, paths: Iterable[str], max_line_bytes: int) 
                 batch.path = _path  # the name the config maps to a server, not the temp copy
                 pipeline.feed_batch(batch)
 
-            follower = Follower(readable, on_lines=feed, max_line_bytes=max_line_bytes, read_chunk_bytes=1 << 20)
+            src = next((s for s in pipeline.config.logs if s.path == path), None)
+            on_lines = feed if src is None else stage(src, feed, max_line_bytes)  # envelope, grammar
+            follower = Follower(readable, on_lines=on_lines, max_line_bytes=max_line_bytes, read_chunk_bytes=1 << 20)
             while follower.poll():
                 pass
             follower.finish()  # a last line without a newline still counts in a recorded log
@@ -90,22 +93,44 @@ def summary(pipeline: Pipeline, alerts: list[Alert]) -> dict:
     return {
         "lines": {"total": sum(lines.values()), **lines},
         "ranks": ranks,
-        "alerts": [
-            {
-                "name": a.name,
-                "status": a.status,
-                "server": a.labels.get("server", ""),
-                "rank": a.labels.get("rank", ""),
-                "starts_at": iso8601(a.starts_at),
-                "ends_at": iso8601(a.ends_at),
-                "summary": a.annotations.get("summary", ""),
-                "evidence": dict(a.evidence),
-                "fixes": list(a.fixes),
-            }
-            for a in alerts
-        ],
+        "episodes": episodes(alerts),
+        "alerts": [_entry(a) for a in alerts],
         "servers": servers,
     }
+
+
+def _entry(a: Alert) -> dict:
+    return {
+        "name": a.name,
+        "status": a.status,
+        "server": a.labels.get("server", ""),
+        "rank": a.labels.get("rank", ""),
+        "starts_at": iso8601(a.starts_at),
+        "ends_at": iso8601(a.ends_at),
+        "summary": a.annotations.get("summary", ""),
+        "evidence": dict(a.evidence),
+        "fixes": list(a.fixes),
+    }
+
+
+def episodes(alerts: list[Alert]) -> list[dict]:
+    """One entry per alert episode (same labels, same start), in the order they began: what it
+    said when it fired (summary, evidence, fixes: the latest firing or update), its final status
+    (`firing` only when still firing at the end of the log), `ends_at`, why it resolved
+    (`resolved_evidence`), and how many transitions were sent (`notifications`)."""
+    out: dict[tuple[str, float], dict] = {}
+    for a in alerts:
+        key = (a.fingerprint, a.starts_at)
+        ep = out.get(key)
+        if ep is None:
+            ep = out[key] = {**_entry(a), "resolved_evidence": {}, "notifications": 0}
+        ep["notifications"] += 1
+        if a.status == RESOLVED:
+            ep["status"], ep["ends_at"] = RESOLVED, iso8601(a.ends_at)
+            ep["resolved_evidence"] = dict(a.evidence)
+        else:
+            ep.update(summary=a.annotations.get("summary", ""), evidence=dict(a.evidence), fixes=list(a.fixes))
+    return list(out.values())
 
 
 def format_text(doc: dict) -> str:
@@ -113,7 +138,8 @@ def format_text(doc: dict) -> str:
     out = []
     ln = doc["lines"]
     out.append(f"lines: {ln['total']} (decode {ln['decode']}, prefill {ln['prefill']}, "
-               f"other {ln['other']}, malformed {ln['malformed']})")
+               f"other {ln['other']}, malformed {ln['malformed']}"
+               + (f", unrecognized {ln['unrecognized']}" if ln.get("unrecognized") else "") + ")")
     for rank, r in doc["ranks"].items():
         al = r["accept_length"]
         state = "COLLAPSED" if r["collapsed"] else "ok"
@@ -123,14 +149,21 @@ def format_text(doc: dict) -> str:
             f"{fmt(al['last'])} mean {fmt(al['mean'])} min {fmt(al['min'])} max {fmt(al['max'])}, "
             f"accept rate {fmt(r['accept_rate_last'])}, {fmt(r['gen_throughput_last'])} token/s  [{state}]"
         )
-    if not doc["alerts"]:
+    if not doc["episodes"]:
         out.append("alerts: none")
-    for a in doc["alerts"]:
+    shown: dict[str, list[str]] = {}  # alert name -> fixes last printed
+    for a in doc["episodes"]:
         out.append("")
-        out.append(f"ALERT {a['name']} {a['status'].upper()} since {a['starts_at']}"
-                   + (f" until {a['ends_at']}" if a["ends_at"] else ""))
+        where = " ".join(p for p in (a["server"], a["rank"]) if p)
+        if a["status"] == RESOLVED:
+            out.append(f"ALERT {a['name']} on {where}: {a['starts_at']} → {a['ends_at']} (resolved)")
+        else:
+            out.append(f"ALERT {a['name']} on {where}: FIRING since {a['starts_at']} (at the end of the log)")
         out.append(f"  {a['summary']}")
-        if a["status"] == "firing":
+        if a["fixes"] and shown.get(a["name"]) == a["fixes"]:
+            out.append("  what to check: as above")
+        elif a["fixes"]:
+            shown[a["name"]] = a["fixes"]
             out.append("  what to check:")
             for i, fix in enumerate(a["fixes"], 1):
                 out.append(f"   {i}. {fix}")

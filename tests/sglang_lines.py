@@ -12,6 +12,8 @@ tests/sources/test_sglang_log_formats.py.
 
 from __future__ import annotations
 
+import math
+
 import argparse
 import json
 import os
@@ -730,3 +732,22 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+def three_rank_collapse_log(path) -> None:
+    """Two minutes of an SGLang 0.5.23 server with 3 DP ranks, one decode line per rank a second:
+    DP1's draft collapses from 10:00:40 to 10:01:19 (40 lines at accept len 1.02), and the server
+    restarts (a `server_args` line) at 10:01:40. For `replay --plot` (tests, docs/make_pictures.py)."""
+    lines = [server_args_line(ts="2026-03-01 09:59:00", speculative_algorithm="EAGLE3",
+                              speculative_draft_model_path="/models/llama-3.1-8b-eagle3")[0]]
+    for i in range(120):
+        ts = f"2026-03-01 10:{i // 60:02d}:{i % 60:02d}"
+        for r in range(3):
+            collapsed = r == 1 and 40 <= i < 80
+            a = 1.02 if collapsed else 2.6 + 0.3 * math.sin(i / 7 + r)
+            tp = 560.0 if collapsed else 900.0 + 50 * r + 20 * math.sin(i / 5)
+            lines.append(decode_line("0.5.23", ts=ts, rank={"DP": r, "TP": r}, accept_len=a, throughput=tp)[0])
+        if i == 100:
+            lines.append(server_args_line(ts=ts, speculative_algorithm="EAGLE3",
+                                          speculative_draft_model_path="/models/llama-3.1-8b-eagle3")[0])
+    path.write_text("\n".join(lines) + "\n")

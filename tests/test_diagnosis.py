@@ -71,8 +71,8 @@ def test_a_missing_sglang_root_says_how_to_get_it(tmp_path):
 
 
 def test_the_readme_example_prints_what_the_readme_shows(sglang_roots):
-    """README.md § Diagnosis: its command, run from the checkout, prints its block line for line."""
-    text = (ROOT / "README.md").read_text()
+    """docs/diagnosis.md: its command, run from the checkout, prints its block line for line."""
+    text = (ROOT / "docs" / "diagnosis.md").read_text()
     block = re.search(r"```console\n\$ (specwatch diagnose [^\n]+)\n(.*?)```", text, re.S)
     cmd, shown = block.group(1), block.group(2)
     assert "--sglang-root .cache/sglang-0.5.11" in cmd and sglang_roots["0.5.11"] == ROOT / ".cache/sglang-0.5.11"

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from sglang_lines import decode_line, malformed_lines, other_lines, prefill_line, server_args_line
+from specwatch.notifiers.slack import payload_text
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "logs" / "kimi-k25-eagle3-collapse.log"
@@ -22,7 +23,7 @@ def test_bundled_example_json_summary():
     r = replay(str(EXAMPLE), "--config", "examples/kimi-k25.yaml", "--json")
     assert r.returncode == 0, r.stderr
     doc = json.loads(r.stdout)
-    assert doc["lines"] == {"total": 2, "decode": 2, "prefill": 0, "other": 0, "malformed": 0}
+    assert doc["lines"] == {"total": 2, "decode": 2, "prefill": 0, "other": 0, "malformed": 0, "unrecognized": 0}
     assert list(doc["ranks"]) == ["TP0"]
     tp0 = doc["ranks"]["TP0"]
     assert tp0["decode_batches"] == 2
@@ -51,15 +52,22 @@ def test_bundled_example_default_rules_need_a_third_batch():
 
 
 def test_readme_command_prints_payload_and_alert():
-    """The README's first command (after install): payload first, then the report."""
+    """The README's first command (after install): the Slack message as it reads first (no raw
+    JSON), then the report; `--json` carries the Block Kit payload the text was rendered from."""
     r = replay(str(EXAMPLE), "--config", "examples/kimi-k25.yaml", "--slack-dry-run")
     assert r.returncode == 0, r.stderr
     assert "Slack dry run: printed AcceptanceCollapse firing" in r.stderr and "delivered" not in r.stderr
-    payload_text, report = r.stdout.split("\nlines: ", 1)
-    payload = json.loads(payload_text)
-    assert payload["text"] == "[FIRING] AcceptanceCollapse on kimi-k25-tp8 TP0: accept len 1.06"
-    assert "ALERT AcceptanceCollapse FIRING" in report
+    message, report = r.stdout.split("\nlines: ", 1)
+    assert message.splitlines()[:6] == [
+        ":rotating_light: AcceptanceCollapse", "=" * 35, "", "Server: kimi-k25-tp8", "Rank: TP0", "accept len: 1.06"]
+    assert '"blocks"' not in message and "&lt;" not in message
+    assert "`specwatch diagnose --draft <draft dir> --target <target dir>`" in message
+    assert "ALERT AcceptanceCollapse on kimi-k25-tp8 TP0: FIRING since 2026-02-23T16:32:38Z (at the end of the log)" in report
     assert "[COLLAPSED]" in report
+    j = replay(str(EXAMPLE), "--config", "examples/kimi-k25.yaml", "--slack-dry-run", "--json")
+    [payload] = json.loads(j.stdout)["slack_payloads"]
+    assert payload["text"] == "[FIRING] AcceptanceCollapse on kimi-k25-tp8 TP0: accept len 1.06"
+    assert payload_text(payload) == message + "\n"
 
 
 def test_multi_rank_log_with_injection_and_malformed_lines(tmp_path):
@@ -87,7 +95,7 @@ def test_multi_rank_log_with_injection_and_malformed_lines(tmp_path):
     assert r.returncode == 0, r.stderr
     doc = json.loads(r.stdout)
     assert doc["lines"] == {"total": len(lines), "decode": 16, "prefill": 1,
-                            "other": n_other + 1, "malformed": len(bad)}
+                            "other": n_other + 1, "malformed": len(bad), "unrecognized": 0}
     assert set(doc["ranks"]) == {"DP0 TP0", "DP1 TP1"}
     dp0, dp1 = doc["ranks"]["DP0 TP0"], doc["ranks"]["DP1 TP1"]
     assert dp0["decode_batches"] == 8 and dp1["decode_batches"] == 8
@@ -109,6 +117,14 @@ def test_multi_rank_log_with_injection_and_malformed_lines(tmp_path):
     assert any("/models/draft-eagle3" in f for f in firing["fixes"])
     assert doc["alerts"][1]["evidence"]["mean accept len DP1 TP1"] == "2.50"
     assert doc["servers"]["box"]["server_args"]["speculative_algorithm"] == "EAGLE3"
+    # one episode per alert, with its final state: nothing is left "firing" once it resolved
+    eps = [(e["name"], e["status"], e["starts_at"], e["ends_at"], e["notifications"])
+           for e in doc["episodes"] if e["name"] != "SGLangLogError"]
+    assert eps == [("AcceptanceCollapse", "resolved", "2026-03-01T10:00:11Z", "2026-03-01T10:00:17Z", 2),
+                   ("RankDisagreement", "resolved", "2026-03-01T10:00:11Z", "2026-03-01T10:00:17Z", 2)]
+    collapse = doc["episodes"][[e["name"] for e in doc["episodes"]].index("AcceptanceCollapse")]
+    assert collapse["evidence"] == firing["evidence"] and collapse["fixes"] == firing["fixes"]
+    assert collapse["resolved_evidence"]["recovered accept len"] == "2.80"  # the third healthy batch
     # replay sends each change at once; one group per alert name and server (the default)
     texts = [p["text"] for p in doc["slack_payloads"] if "SGLangLogError" not in p["text"]]
     assert texts == [
@@ -167,9 +183,31 @@ def test_a_gzipped_log_is_read_decompressed(tmp_path):
     r = replay(str(gz), "--config", "examples/kimi-k25.yaml", "--json")
     assert r.returncode == 0, r.stderr
     doc = json.loads(r.stdout)
-    assert doc["lines"] == plain["lines"] == {"total": 2, "decode": 2, "prefill": 0, "other": 0, "malformed": 0}
+    assert doc["lines"] == plain["lines"] == {"total": 2, "decode": 2, "prefill": 0, "other": 0, "malformed": 0, "unrecognized": 0}
     assert doc["alerts"] == plain["alerts"] and doc["alerts"][0]["status"] == "firing"
     bad = tmp_path / "cut.log.gz"
     bad.write_bytes(gz.read_bytes()[:30])
     r = replay(str(bad), "--json")
     assert r.returncode == 2 and "cannot read it" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_notify_to_a_receiver_that_is_down_waits_once_and_says_nothing_is_kept(tmp_path):
+    """`--slack-timeout` bounds the whole wait (two dead receivers: one timeout, not two), and
+    the message says the undelivered notifications are not kept."""
+    import time
+
+    import yaml
+
+    from procs import free_port
+
+    dead = f"http://127.0.0.1:{free_port()}/"
+    cfg = tmp_path / "config.yaml"
+    cfg.write_text(yaml.safe_dump({"server": "kimi-k25-tp8", "rules": {"collapse": {"min_batches": 2}}, "alerts": {
+        "slack": {"webhook_url": dead + "slack"}, "webhooks": [{"name": "ops", "url": dead + "hook"}]}}))
+    t0 = time.monotonic()
+    r = replay(str(EXAMPLE), "--config", str(cfg), "--notify", "--slack-timeout", "4")
+    took = time.monotonic() - t0
+    assert r.returncode == 1, r.stderr
+    assert "1 slack notification(s) not delivered within 4s and not kept" in r.stderr
+    assert "1 webhook/ops notification(s) not delivered within 4s and not kept" in r.stderr
+    assert took < 7.5  # one shared 4 s wait plus start-up; one wait per receiver would be >= 8 s

@@ -4,7 +4,6 @@ vLLM-specific fixes from `specwatch replay` (the daemon's pipeline) over a vLLM 
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 import sys
@@ -31,18 +30,13 @@ def test_readme_vllm_config_gets_a_vllm_collapse_alert(tmp_path):
         lines.append(g.spec_line("0.33.0", accepted=round(sum(pos) * 200), drafted=600, positions=pos, ts=stamp))
     log = tmp_path / "vllm.log"
     log.write_text("\n".join(lines) + "\n")
-    env = dict(os.environ, SPECWATCH_SLACK_WEBHOOK_URL="http://127.0.0.1:9/hook")
-    check = subprocess.run([sys.executable, "-m", "specwatch", "check-config", str(cfg)], capture_output=True,
-                           text=True, timeout=60, cwd=ROOT, env=env)
-    assert check.returncode == 0, check.stdout + check.stderr
-    r = subprocess.run([sys.executable, "-m", "specwatch", "replay", str(log), "--config", str(cfg), "--json",
-                        "--slack-dry-run"], capture_output=True, text=True, timeout=60, cwd=ROOT, env=env)
+    r = subprocess.run([sys.executable, "-m", "specwatch", "replay", str(log), "--config", str(cfg), "--json"],
+                       capture_output=True, text=True, timeout=60, cwd=ROOT)
     assert r.returncode == 0, r.stderr
     doc = json.loads(r.stdout)
     assert doc["lines"]["decode"] == 6
     [alert] = doc["alerts"]
-    assert (alert["name"], alert["status"], alert["server"], alert["rank"]) == ("AcceptanceCollapse", "firing", "vllm-0", "DP0")
+    assert (alert["name"], alert["status"], alert["server"], alert["rank"]) == ("AcceptanceCollapse", "firing", "vllm-0", "")
     assert "specwatch diagnose --engine vllm --draft /models/qwen3-8b-eagle3 --target /models/qwen3-8b" in alert["fixes"][0]
     assert "vLLM 0.33.0" in alert["fixes"][0]
     assert any("eagle_aux_hidden_state_layer_ids" in f for f in alert["fixes"])
-    assert "Slack dry run: printed AcceptanceCollapse firing" in r.stderr

@@ -59,8 +59,9 @@ class QueuedNotifier:
     timeout: seconds per attempt. backoff_initial / backoff_max: seconds; the n-th consecutive
         transient failure waits min(backoff_max, backoff_initial × 2^n) minus up to 10 % jitter.
         A wait the receiver asks for (Retry-After) is used instead and leaves the backoff alone.
-    dry_run: a text stream; when set each payload is printed there as indented JSON and nothing
-        is sent (counted as sent).
+    dry_run: a text stream; when set each payload is printed there (`dry_run_text`: indented JSON
+        unless a notifier renders it for people) and nothing is sent (counted as sent).
+    dry_run_json: print the payloads as JSON even where a notifier has a readable rendering.
     send_resolved: whether the dispatcher sends this receiver notifications of resolved alerts.
 
     Counters (read by the metrics layer): `sent_total`, `failed_total` {"permanent": dropped
@@ -84,6 +85,7 @@ class QueuedNotifier:
         backoff_initial: float = 1.0,
         backoff_max: float = 300.0,
         dry_run: TextIO | None = None,
+        dry_run_json: bool = False,
         send_resolved: bool = True,
         logger: logging.Logger | None = None,
     ) -> None:
@@ -97,6 +99,7 @@ class QueuedNotifier:
         self.send_resolved = send_resolved
         self.log = logger or logging.getLogger(f"specwatch.notifiers.{self.kind.lower()}")
         self._dry_run = dry_run
+        self._dry_run_json = dry_run_json
 
         self.sent_total = 0
         self.failed_total: dict[str, int] = {PERMANENT: 0, RETRY: 0}
@@ -127,6 +130,11 @@ class QueuedNotifier:
     def render(self, data: dict) -> object:
         """Queued item → payload (JSON-able). Raising drops the item as permanently broken."""
         raise NotImplementedError
+
+    def dry_run_text(self, payload: object) -> str:
+        """What a dry run prints for `payload`: indented JSON (a notifier may show it as people
+        would read it)."""
+        return json.dumps(payload, indent=2, ensure_ascii=False) + "\n"
 
     def send(self, payload: object, timeout: float) -> Attempt:
         """One delivery attempt of `payload`, at most `timeout` seconds. Must not raise."""
@@ -426,7 +434,8 @@ class QueuedNotifier:
             return None
         if self._dry_run is not None:
             try:
-                self._dry_run.write(json.dumps(payload, indent=2, ensure_ascii=False) + "\n")
+                self._dry_run.write(json.dumps(payload, indent=2, ensure_ascii=False) + "\n" if self._dry_run_json
+                                    else self.dry_run_text(payload))
                 self._dry_run.flush()
             except (OSError, ValueError) as exc:  # closed or full stream: keep it queued
                 self.failed_total[RETRY] += 1

@@ -165,6 +165,37 @@ def _fallback_text(alert: Alert) -> str:
     return _truncate(escape_mrkdwn(_one_line(line)), MAX_FALLBACK_TEXT)
 
 
+SPARK = "▁▂▃▄▅▆▇█"
+
+
+def sparkline(values: list[float], floor: float = 1.0) -> str:
+    """Unicode bars, one per value, from `floor` (the lowest bar: accept len 1.0, nothing
+    accepted) to the largest value (the highest bar); all at the floor → all lowest bars."""
+    top = max(values, default=floor)
+    span = top - floor
+    if span <= 0:
+        return SPARK[0] * len(values)
+    last = len(SPARK) - 1
+    return "".join(SPARK[min(last, max(0, round((v - floor) / span * last)))] for v in values)
+
+
+def _trend(alert: Alert) -> str | None:
+    """The `accept_length_recent` annotation (the rank's recent accept length, oldest first,
+    space-separated: 10 s means, see `Pipeline._add_trend`) as a sparkline with first → last
+    values, and the `accept_length_ranks` annotation (the server's lowest and highest rank)."""
+    raw = alert.annotations.get("accept_length_recent", "")
+    try:
+        values = [float(v) for v in raw.split()]
+    except ValueError:
+        return None
+    if not values:
+        return None
+    text = (f"*accept len, recent trend*\n"
+            f"`{sparkline(values)}` {values[0]:.2f} → {values[-1]:.2f}")
+    ranks = alert.annotations.get("accept_length_ranks", "")
+    return text + (f"\n{escape_mrkdwn(_one_line(ranks))}" if ranks else "")
+
+
 def _field(name: str, value: str) -> dict:
     # Name and value both come from the alert (evidence names may be log-derived too).
     text = f"*{escape_mrkdwn(_one_line(name))}*\n{escape_mrkdwn(value)}"
@@ -219,6 +250,9 @@ def build_payload(alert: Alert, *, channel: str | None = None) -> dict:
     if not resolved:
         if alert.annotations.get("update"):
             tail.append(_section(f"*Update:* {mrkdwn(alert.annotations['update'])}"))
+        trend = _trend(alert)
+        if trend:
+            tail.append(_section(trend))
         description = alert.annotations.get("description", "") or alert.annotations.get("summary", "")
         if description:
             tail.append(_section(mrkdwn(description)))
@@ -261,7 +295,8 @@ def _alert_line(alert: Alert) -> str:
     if alert.annotations.get("update"):
         line += f" _(update)_\n*Update:* {mrkdwn(alert.annotations['update'])}"
     summary = alert.annotations.get("summary", "")
-    return line + (f"\n{mrkdwn(summary, one_line=True)}" if summary else "")
+    trend = _trend(alert)
+    return line + (f"\n{mrkdwn(summary, one_line=True)}" if summary else "") + (f"\n{trend}" if trend else "")
 
 
 def build_notification_payload(notification: Notification, *, channel: str | None = None) -> dict:
@@ -315,6 +350,36 @@ def build_notification_payload(notification: Notification, *, channel: str | Non
     return payload
 
 
+def payload_text(payload: dict) -> str:
+    """A Block Kit payload as the message reads: the header, each section's mrkdwn, fields as
+    `name: value` lines, context lines, with `&lt;`-style entities shown as their characters
+    (what Slack displays). For `replay --slack-dry-run`; the payload itself is unchanged."""
+    out = []
+    for block in payload.get("blocks") or []:
+        kind = block.get("type")
+        if kind == "header":
+            title = (block.get("text") or {}).get("text", "")
+            out += [title, "=" * min(len(title), 60)]
+        elif kind == "section":
+            if block.get("text"):
+                out.append(_unescape(block["text"].get("text", "")))
+            for f in block.get("fields") or []:
+                name, _, value = f.get("text", "").partition("\n")
+                out.append(f"{_unescape(name.strip('*'))}: {_unescape(value)}")
+        elif kind == "context":
+            out += [_unescape(e.get("text", "")) for e in block.get("elements") or []]
+        elif kind == "divider":
+            out.append("-" * 40)
+        out.append("")
+    if not out:
+        out = [_unescape(payload.get("text", "")), ""]
+    return "\n".join(out) + "\n"
+
+
+def _unescape(text: str) -> str:
+    return text.replace("&lt;", "<").replace("&gt;", ">").replace("&amp;", "&")
+
+
 # --------------------------------------------------------------------------------------------
 # Notifier
 
@@ -366,6 +431,9 @@ class SlackNotifier(QueuedNotifier):
 
     def render(self, data: dict) -> dict:
         return build_notification_payload(Notification.from_dict(data), channel=self.channel)
+
+    def dry_run_text(self, payload: object) -> str:
+        return payload_text(payload) if isinstance(payload, dict) else super().dry_run_text(payload)
 
     def send(self, payload: object, timeout: float) -> Attempt:
         if self._session is None:

@@ -401,7 +401,9 @@ class VllmAssembler:
     line (same engine, within `PAIR_SECONDS`); a stats line that none follows is a decode batch
     without acceptance (no drafts that interval) when the next stats line of that engine arrives.
     A spec line with no stats line before it (a grep'd log) counts one running request: vLLM
-    prints it only when drafts were made.
+    prints it only when drafts were made. rank: `DP<k>` for `Engine 00k` when the server runs
+    several engines (`data_parallel_size` > 1 in its engine-config line, or an engine above 0
+    seen), else "" (one engine, as a single GPU; the same ranks as `server_metrics` gives vLLM).
 
     accept_length: V1 the printed mean acceptance length, +1 for the 0.8.5 form (recognised as
     `sum(positions)` instead of `1 + sum(positions)`); 0.8.3-0.8.4 `1 + k * accepted / drafted`
@@ -416,10 +418,12 @@ class VllmAssembler:
     last: VllmStats | None = None
     k: int | None = None
     v0: VllmV0Spec | None = None
+    several: bool = False  # data_parallel_size > 1, or an engine index above 0 was seen
 
     def take(self, event: object) -> list[object]:
         """One parsed line → the events for the pipeline (DecodeBatch, ServerArgs), maybe none."""
         if isinstance(event, VllmStats):
+            self.several = self.several or bool(event.engine)
             out = [self._batch(p) for p in self._stale(event)]
             self.pending[event.engine] = event
             self.last = event
@@ -429,8 +433,9 @@ class VllmAssembler:
         if isinstance(event, VllmV0Spec):
             return self._v0(event)
         if isinstance(event, VllmConfig):
-            k = event.args.get("num_speculative_tokens")
+            k, dp = event.args.get("num_speculative_tokens"), event.args.get("dp_size")
             self.k = k if isinstance(k, int) and k > 0 else None
+            self.several = isinstance(dp, int) and dp > 1
             self.v0 = None  # a new engine: counters start again
             return [ServerArgs(event.timestamp, dict(event.args), "log")]
         return []
@@ -450,7 +455,7 @@ class VllmAssembler:
 
     def _batch(self, s: VllmStats | None, ts: float | None = None, fields: dict | None = None,
                running: int | None = None, **acceptance) -> DecodeBatch:
-        if s is not None and s.engine is not None:
+        if s is not None and s.engine is not None and self.several:
             rank, ranks = f"DP{s.engine}", {"DP": s.engine}
         else:
             rank, ranks = "", {}

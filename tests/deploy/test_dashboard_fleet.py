@@ -166,7 +166,7 @@ def variable_values(p: prom.Prometheus, d: dict, chosen: dict[str, str]) -> dict
     for v in d["templating"]["list"]:
         if v["type"] != "query":
             continue
-        m = re.fullmatch(r"label_values\((.*), (\w+)\)", v["definition"])
+        m = re.fullmatch(r"label_values\((.*), (\w+)\)", v["query"])
         out[v["name"]] = p.label_values(m.group(2), fill(m.group(1), chosen))
     return out
 
@@ -227,7 +227,7 @@ def _exported(fleet) -> dict[str, float]:
 
 def test_every_metric_the_dashboard_names_exists(fleet):
     d = dashboard()
-    exprs = [e for _, e in targets(d)] + [v["definition"] for v in d["templating"]["list"] if v["type"] == "query"]
+    exprs = [e for _, e in targets(d)] + [v["query"] for v in d["templating"]["list"] if v["type"] == "query"]
     exprs += [a["expr"] for a in d["annotations"]["list"] if "expr" in a]
     names = {n for e in exprs for n in NAME.findall(e)}
     exported = set(_exported(fleet))

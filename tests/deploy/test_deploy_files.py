@@ -74,8 +74,9 @@ def test_unit_exposure_is_ok_and_documented(tmp_path):
     sa = tool("systemd-analyze", "systemd")
     level, verdict, rc = exposure(sa, unit_for(tmp_path, sys.executable))
     assert level <= MAX_EXPOSURE and verdict == "OK" and rc == 0, (level, verdict)
-    # README states the figure this test measures
-    assert f"exposure {level:.1f} (\"OK\")" in (ROOT / "README.md").read_text()
+    # docs/deploy.md states the figure this test measures
+    assert f"exposure {level:.1f} (\"OK\")" in (ROOT / "docs" / "deploy.md").read_text()
+    assert f"exposure {level:.1f}, \"OK\"" in (ROOT / "README.md").read_text()
 
 
 def test_exposure_check_fails_an_unhardened_unit(tmp_path):
@@ -106,6 +107,8 @@ def test_unit_settings_the_daemon_relies_on():
     # NVML opens /dev/nvidiactl and /dev/nvidia<N> (major 195) read-write, under either name
     assert sorted(d["DeviceAllow"]) == ["char-nvidia rw", "char-nvidia-frontend rw"]
     assert "PrivateDevices" not in d  # it would hide /dev/nvidia*
+    # log files (adm) and the journal files for a `journal:` source (systemd-journal)
+    assert d["SupplementaryGroups"] == ["adm systemd-journal"]
     # the config's default state_dir is the StateDirectory
     example = yaml.safe_load((ROOT / "config.example.yaml").read_text())
     assert example["state_dir"] == "/var/lib/specwatch"

@@ -325,7 +325,7 @@ def test_corrupt_queue_file_is_moved_aside(tmp_path, caplog):
 
 def test_dry_run_prints_json_and_sends_nothing(slack):
     out = io.StringIO()
-    n = notifier(slack.url, dry_run=out)
+    n = notifier(slack.url, dry_run=out, dry_run_json=True)
     n.notify(make_alert(1))
     assert n.drain(2) is True
     text = out.getvalue()
@@ -333,6 +333,23 @@ def test_dry_run_prints_json_and_sends_nothing(slack):
     assert json.loads(text) == build_payload(make_alert(1))
     assert slack.received == []
     assert n.sent_total == 1
+
+
+def test_dry_run_prints_the_message_as_it_reads(slack):
+    """Without dry_run_json: header, fields as `name: value`, sections, context; entities shown
+    as characters, mrkdwn (code spans, look-alikes) as Slack receives it."""
+    out = io.StringIO()
+    alert = make_alert(1)
+    alert.fixes = ["Check `<draft dir>/config.json` & the `d2t` map"]
+    n = notifier(slack.url, dry_run=out)
+    n.notify(alert)
+    assert n.drain(2) is True
+    lines = out.getvalue().splitlines()
+    assert lines[:5] == [":rotating_light: AcceptanceCollapse", "=" * 35, "", "Server: sglang-1", "Rank: DP0 TP0"]
+    assert "accept len: 1.05" in lines
+    assert "1. Check `<draft dir>/config.json` & the `d2t` map" in lines
+    assert lines[-2].startswith("started 2026-02-23T16:32:42Z · severity critical · fingerprint ")
+    assert slack.received == [] and n.sent_total == 1
 
 
 # -- group notifications ---------------------------------------------------------------------
@@ -385,3 +402,33 @@ def test_unbounded_retry_after_is_capped():
 
     assert retry_after("inf") == RETRY_AFTER_MAX and retry_after("1e12") == RETRY_AFTER_MAX
     assert retry_after("nan") is None and retry_after("2") == 2.0 and retry_after("-5") == 0.0
+
+
+def test_collapse_message_carries_the_ranks_sparkline():
+    """Issue 12 item 3: the rank's last accept lengths as a sparkline from the 1.0 floor, first →
+    last, and the server's lowest/highest rank; a rank name from a log stays literal."""
+    from specwatch.notifiers.slack import sparkline
+
+    assert sparkline([2.9, 2.8, 2.85, 2.5, 1.6, 1.05, 1.02, 1.0]) == "███▇▃▁▁▁"
+    assert sparkline([1.0, 1.0, 1.0]) == "▁▁▁" and sparkline([]) == ""
+    assert sparkline([1.0, 2.0, 3.0, 4.0, 5.0]) == "▁▃▅▆█"
+    alert = make_alert(1, annotations={
+        "summary": "accept len 1.05", "description": "rejected",
+        "accept_length_recent": "2.90 2.80 2.85 2.50 1.60 1.05 1.02 1.00",
+        "accept_length_ranks": "lowest DP0 TP0 1.00, highest DP1 TP1 <b>2.95</b>"})
+    p = build_payload(alert)
+    [trend] = [b["text"]["text"] for b in p["blocks"] if b["type"] == "section" and "text" in b
+               and b["text"]["text"].startswith("*accept len, recent")]
+    assert trend == ("*accept len, recent trend*\n`███▇▃▁▁▁` 2.90 → 1.00\n"
+                     "lowest DP0 TP0 1.00, highest DP1 TP1 &lt;b&gt;2.95&lt;/b&gt;")
+    assert [b["type"] for b in p["blocks"]][:3] == ["header", "section", "section"]  # fields, then the trend
+    # a group notification shows it under the alert's line; no annotation, no trend
+    from specwatch.alerts.model import Notification
+    from specwatch.notifiers.slack import build_notification_payload
+
+    g = build_notification_payload(Notification(receiver="slack", group_key="k", group_labels={},
+                                                alerts=[alert, make_alert(2)]))
+    texts = [b["text"]["text"] for b in g["blocks"] if b["type"] == "section" and "text" in b]
+    assert sum("`███▇▃▁▁▁` 2.90 → 1.00" in t for t in texts) == 1
+    assert not any("accept len, recent" in b["text"]["text"] for b in build_payload(make_alert(2))["blocks"]
+                   if b["type"] == "section" and "text" in b)

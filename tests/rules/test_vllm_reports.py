@@ -80,7 +80,7 @@ def test_br07_near_zero_is_neither_long_draft_nor_yet_a_collapse():
     assert run(sample("BR-07.log")) == []
     third = [line.replace("06:11:33", "06:11:43") for line in sample("BR-07.log")[-2:]]
     t = run(sample("BR-07.log") + third)
-    assert names(t) == [("AcceptanceCollapse", "firing", "DP0")]
+    assert names(t) == [("AcceptanceCollapse", "firing", "")]
     assert "MTP drafts with a head inside the target checkpoint" in t[0].fixes[0]
 
 
@@ -90,7 +90,7 @@ def test_generated_vllm_server_collapses_and_recovers_with_its_settings_in_the_a
     log.interval(5, positions=[0.0, 0.0, 0.0])
     log.interval(5, positions=[0.8, 0.6, 0.4])
     t = run(log.lines)
-    assert names(t) == [("AcceptanceCollapse", "firing", "DP0"), ("AcceptanceCollapse", "resolved", "DP0")]
+    assert names(t) == [("AcceptanceCollapse", "firing", ""), ("AcceptanceCollapse", "resolved", "")]
     fixes = "\n".join(t[0].fixes)
     assert "specwatch diagnose --engine vllm --draft /models/llama-eagle3 --target /models/llama" in fixes
     assert "vLLM 0.33.0" in fixes
@@ -104,7 +104,7 @@ def test_draft_too_long_resolves_after_a_restart_with_fewer_tokens():
     log.lines.append(g.config_line("0.33.0", ts=log.stamp, k=3))
     log.interval(10, positions=[0.7, 0.4, 0.1])
     t = run(log.lines)
-    assert names(t) == [("DraftTooLong", "firing", "DP0"), ("DraftTooLong", "resolved", "DP0")]
+    assert names(t) == [("DraftTooLong", "firing", ""), ("DraftTooLong", "resolved", "")]
     assert "`--speculative-config '{\"method\": \"eagle3\", \"model\": \"/models/draft\", \"num_speculative_tokens\": 3}'`" in t[0].fixes[0]
 
 
@@ -126,13 +126,13 @@ def test_position_metric_and_engine_label():
     reg.register(PipelineCollector(p))
     got = {(s.name, tuple(sorted(s.labels.items()))): s.value
            for fam in text_string_to_metric_families(generate_latest(reg).decode()) for s in fam.samples}
-    lab = {"server": "box", "dp_rank": "0", "tp_rank": "", "pp_rank": "", "ep_rank": "", "engine": "vllm"}
+    lab = {"server": "box", "dp_rank": "", "tp_rank": "", "pp_rank": "", "ep_rank": "", "engine": "vllm"}
     key = lambda name, **extra: (name, tuple(sorted({**lab, **extra}.items())))  # noqa: E731
     assert got[key("specwatch_accept_length")] == 2.5
     assert [got[key("specwatch_position_accept_rate", position=str(i))] for i in range(3)] == [0.9, 0.5, 0.1]
     assert got[key("specwatch_running_requests")] == 8
     assert got[key("specwatch_decode_batches_total")] == 2
-    assert p.servers["box"].lines == {"decode": 2, "prefill": 0, "other": 3, "malformed": 0}
+    assert p.servers["box"].lines == {"decode": 2, "prefill": 0, "other": 3, "malformed": 0, "unrecognized": 0}
 
 
 def test_collapse_alert_carries_the_vllm_diagnosis(vllm_facts, tmp_path):
@@ -148,7 +148,7 @@ def test_collapse_alert_carries_the_vllm_diagnosis(vllm_facts, tmp_path):
                         "diagnosis": {"vllm_root": str(vllm_facts["0.33.0"].root)}})
     p = Pipeline(cfg, Dispatcher([], group_wait=0, group_interval=0, keep_history=True), diagnosis_background=False)
     t = feed(p, log.lines)  # inline, as replay runs it
-    assert names(t) == [("AcceptanceCollapse", "firing", "DP0")]
+    assert names(t) == [("AcceptanceCollapse", "firing", "")]
     assert dict(t[0].evidence)["diagnosis"] == "1 error(s), 0 warning(s) on vLLM 0.33.0"
     assert t[0].fixes[0].startswith("[error] vllm_weights: 2 parameter(s) of the draft get no weights")
     assert "specwatch diagnose --engine vllm" in t[0].fixes[1]

@@ -81,7 +81,7 @@ def test_br07_mtp_config_stats_and_spec_lines():
     assert type(out[0]) is ServerArgs and out[0].args["speculative_algorithm"] == "MTP"
     d1, d2 = out[1:]
     assert (d1.rank, d1.ranks, d1.running_requests, d1.queued_requests, d1.gen_throughput, d1.accept_length) == (
-        "DP0", {"DP": 0}, 3, 0, 93.9, 1.03)
+        "", {}, 3, 0, 93.9, 1.03)  # one engine (data_parallel_size=1): no rank, as a single GPU
     assert (d1.accepted_tokens, d1.draft_tokens, d1.position_accept_rates, d1.accept_rate) == (
         25, 3652, (0.027, 0.0, 0.0, 0.0), pytest.approx(0.007))
     assert (d2.timestamp, d2.gen_throughput, d2.token_usage, d2.accept_length, d2.accepted_tokens, d2.draft_tokens) == (
@@ -199,15 +199,18 @@ def test_v0_counters_start_again_after_a_restart():
 
 def test_aggregated_and_dp_engines():
     v = "0.17.1"
-    lines = [g.stats_line(v, running=3, waiting=0, gen=10.0, kv=1.0, engine=0),
+    lines = [g.config_line(v, dp=2),
+             g.stats_line(v, running=3, waiting=0, gen=10.0, kv=1.0, engine=0),
              g.spec_line(v, accepted=10, drafted=30, positions=[0.5, 0.3, 0.2]),
              g.stats_line(v, running=4, waiting=1, gen=20.0, kv=2.0, engine=1),
              g.spec_line(v, accepted=20, drafted=30, positions=[0.9, 0.6, 0.5]),
              g.stats_line(v, running=7, waiting=1, gen=30.0, kv=3.0, aggregated=2, ts="03-01 10:00:20"),
              g.spec_line(v, accepted=30, drafted=60, positions=[0.7, 0.5, 0.3], ts="03-01 10:00:20")]
-    out = assemble(lines)
+    out = assemble(lines)[1:]
     assert [(d.rank, d.running_requests, d.accept_length) for d in out] == [
         ("DP0", 3, 2.0), ("DP1", 4, 3.0), ("", 7, 2.5)]
+    # without the engine-config line, engine 0 is a rank once another engine shows up
+    assert [d.rank for d in assemble(lines[1:] + lines[1:3])] == ["", "DP1", "", "DP0"]
 
 
 def test_stats_without_a_spec_line_is_a_batch_without_acceptance():

@@ -1,0 +1,119 @@
+"""`specwatch replay --plot` (issue 12 item 2): the SVG's series and spans match the replay."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+from sglang_lines import three_rank_collapse_log
+
+pytest.importorskip("matplotlib")  # the `plot` extra; in the `test` extra, so CI has it
+
+ROOT = Path(__file__).resolve().parents[1]
+SVG = "{http://www.w3.org/2000/svg}"
+
+
+def replay(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "specwatch", "replay", *args], capture_output=True, text=True,
+                          timeout=120, cwd=ROOT)
+
+
+def vertices(root: ET.Element, gid: str) -> list[tuple[float, float]]:
+    [g] = [e for e in root.iter(f"{SVG}g") if e.get("id") == gid]
+    d = next(g.iter(f"{SVG}path")).get("d")
+    return [(float(x), float(y)) for x, y in re.findall(r"[ML] ([-\d.]+) ([-\d.]+)", d)]
+
+
+def test_plot_of_a_three_rank_episode_matches_the_summary(tmp_path):
+    log, out = tmp_path / "three.log", tmp_path / "three.svg"
+    three_rank_collapse_log(log)
+    r = replay(str(log), "--plot", str(out), "--json")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["plot"]["ranks"] == {"DP0 TP0": 120, "DP1 TP1": 120, "DP2 TP2": 120}
+    assert {k: v["decode_batches"] for k, v in doc["ranks"].items()} == doc["plot"]["ranks"]
+    root = ET.parse(out).getroot()
+    for rank in ("DP0_TP0", "DP1_TP1", "DP2_TP2"):
+        assert len(vertices(root, f"accept-length-{rank}")) == 120
+        assert len(vertices(root, f"throughput-{rank}")) == 120
+    # the collapse episode's shading starts at DP1's 41st point (10:00:40), its lowest values
+    [collapse] = [e for e in doc["episodes"] if e["name"] == "AcceptanceCollapse"]
+    assert (collapse["rank"], collapse["starts_at"], collapse["status"]) == ("DP1 TP1", "2026-03-01T10:00:40Z", "resolved")
+    names = [e["name"] for e in doc["episodes"]]
+    span = vertices(root, f"episode-{names.index('AcceptanceCollapse')}")
+    dp1 = vertices(root, "accept-length-DP1_TP1")
+    left, right = min(x for x, _ in span), max(x for x, _ in span)
+    assert left == pytest.approx(dp1[40][0], abs=0.01)
+    ends = collapse["ends_at"]  # resolved at the min_batches-th healthy line after 10:01:19
+    assert ends == "2026-03-01T10:01:22Z" and right == pytest.approx(dp1[82][0], abs=0.01)
+    low = [y for x, y in dp1 if left - 0.01 <= x <= dp1[79][0] + 0.01]
+    assert len(low) == 40 and len(set(low)) == 1  # 40 collapsed points, all at 1.02 (SVG y grows down)
+    assert max(y for _, y in dp1) == low[0]
+    # the restart at 10:01:40 is marked on both panels, at DP0's 101st point
+    assert doc["plot"]["restarts"] == 1
+    restart_x = vertices(root, "restart-0-0")[0][0]
+    assert restart_x == pytest.approx(vertices(root, "accept-length-DP0_TP0")[100][0], abs=0.01)
+    assert vertices(root, "restart-0-1")[0][0] == pytest.approx(restart_x, abs=0.01)
+    threshold_y = vertices(root, "threshold")[0][1]
+    assert all(y > threshold_y for y in low)  # below the threshold line
+
+
+def test_plot_of_the_bundled_example_as_png(tmp_path):
+    out = tmp_path / "kimi.png"
+    r = replay("examples/logs/kimi-k25-eagle3-collapse.log", "--config", "examples/kimi-k25.yaml",
+               "--plot", str(out), "--json")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["plot"]["ranks"] == {"TP0": 2} and len(doc["plot"]["episodes"]) == 1
+    data = out.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 20_000
+    assert "plot written to" in r.stderr
+
+
+def test_plot_refuses_another_suffix_before_reading():
+    r = replay("examples/logs/kimi-k25-eagle3-collapse.log", "--plot", "out.pdf")
+    assert r.returncode == 2 and "give a file ending in .svg or .png" in r.stderr
+
+
+def test_without_matplotlib_the_error_names_the_extra(tmp_path):
+    """As on an install without the `plot` extra: matplotlib cannot be imported."""
+    block = ("import sys\n"
+             "class NoMatplotlib:\n"
+             "    def find_spec(self, name, path=None, target=None):\n"
+             "        if name.split('.')[0] == 'matplotlib':\n"
+             "            raise ImportError('No module named matplotlib')\n"
+             "sys.meta_path.insert(0, NoMatplotlib())\n"
+             "from specwatch.cli import main\n"
+             "sys.exit(main(sys.argv[1:]))\n")
+    r = subprocess.run([sys.executable, "-c", block, "replay", "examples/logs/kimi-k25-eagle3-collapse.log",
+                        "--plot", str(tmp_path / "x.svg")], capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert r.returncode == 2
+    assert "--plot needs matplotlib, which is not installed: pip install 'specwatch[plot]'" in r.stderr
+    assert not (tmp_path / "x.svg").exists()
+
+
+def test_collapse_message_carries_the_ranks_trend(tmp_path):
+    """Issue 12 item 3, end to end: the collapse alert of DP1 (fires at 10:00:42, its 3rd line at
+    1.02) carries DP1's 10 s means since 10:00:00 (5 points) and the mean since the last point,
+    drawn as a sparkline that ends at the floor, and the server's lowest/highest rank."""
+    import re
+
+    log = tmp_path / "three.log"
+    three_rank_collapse_log(log)
+    doc = json.loads(replay(str(log), "--slack-dry-run", "--json").stdout)
+    [payload] = [p for p in doc["slack_payloads"] if p["text"].startswith("[FIRING] AcceptanceCollapse")]
+    [trend] = [b["text"]["text"] for b in payload["blocks"]
+               if b["type"] == "section" and "text" in b and b["text"]["text"].startswith("*accept len, recent trend*")]
+    title, spark, ranks = trend.split("\n")
+    bars, first, arrow, last = spark.split(" ")
+    assert len(bars) == 2 + 6 and bars[-2] == "▁" and bars[1] == "█" and (arrow, last) == ("→", "1.02")
+    assert 2.3 <= float(first) <= 2.9  # DP1's healthy accept length before the collapse
+    assert re.fullmatch(r"lowest DP1 TP1 1\.02, highest DP[02] TP[02] 2\.\d\d", ranks)
+    [firing] = [a for a in doc["alerts"] if a["name"] == "AcceptanceCollapse" and a["status"] == "firing"]
+    assert firing["starts_at"] == "2026-03-01T10:00:40Z"

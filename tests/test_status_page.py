@@ -1,0 +1,171 @@
+"""The status page at `/` and `/api/status` of a live `specwatch run` (real daemon, real log
+file, real HTTP), and the page in headless Chromium."""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+import urllib.request
+from html.parser import HTMLParser
+
+import pytest
+
+import chromium
+from procs import decode_line, wait_for
+from specwatch_daemon import SpecwatchDaemon
+from status_log import HOSTILE_DRAFT, HOSTILE_MODEL, args_line, episode_log, stamp
+
+
+def get(port: int, path: str) -> tuple[dict, bytes]:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=10) as r:
+        return dict(r.headers), r.read()
+
+
+def status(port: int) -> dict:
+    return json.loads(get(port, "/api/status")[1])
+
+
+def test_api_status_values(tmp_path):
+    """Points are one per 10 s of log time, each the mean of the lines since the previous one;
+    the rank that collapsed has its episode from the alert's start; thresholds from the config."""
+    log = tmp_path / "sglang.log"
+    t0 = int(time.time()) - 120
+    lines = [args_line(t0 - 5, model_path="/models/target", speculative_draft_model_path="/models/draft")]
+    for dt, (a0, a1) in enumerate([(3.0, 1.02), (2.0, 1.04), (1.0, 1.0), (2.5, 1.06)]):
+        day, clock = stamp(t0 + 5 * dt)
+        lines += [decode_line(a0, clock, rank="TP0", day=day, running=10 + dt),
+                  decode_line(a1, clock, rank="TP1", day=day, thr=120.0)]
+    log.write_text("".join(lines))
+    started = time.time()
+    d = SpecwatchDaemon(tmp_path, log, rules={"collapse": {"max_accept_length": 1.2, "recover_accept_length": 1.6}})
+    d.start()
+    try:
+        s = wait_for(lambda: (x := status(d.port)) and [v for v in x["servers"] if v["lines"].get("decode") == 8] and x,
+                     what="the log read, in /api/status")
+    finally:
+        d.stop()
+    assert s["thresholds"] == {"collapse_accept_length": 1.2, "recover_accept_length": 1.6}
+    assert s["window"]["clock"] == "wall" and s["window"]["end"] - s["window"]["start"] == 3600
+    # the process scan may find other SGLang servers on this machine: only ours is asserted
+    (server,) = [x for x in s["servers"] if x["server"] == "gpu-box-1"]
+    assert (server["server"], server["model"], server["draft_model"], server["algorithm"]) == (
+        "gpu-box-1", "/models/target", "/models/draft", "EAGLE3")
+    assert server["accept_length_ceiling"] == 4  # speculative_num_steps 3 + 1
+    assert server["lines"] == {"decode": 8, "prefill": 0, "other": 1, "malformed": 0, "unrecognized": 0}
+    tp0, tp1 = server["ranks"]
+    assert tp0["rank"] == "TP0" and tp1["rank"] == "TP1"
+    # TP0: 3.0 at t0; at t0+10 the mean of 2.0 and 1.0; the line at t0+15 is the live tail.
+    assert tp0["accept_length_history"] == [[t0, 3.0], [t0 + 10, 1.5], [t0 + 15, 2.5]]
+    assert (tp0["accept_length"], tp0["running_requests"], tp0["queued_requests"], tp0["decode_batches"]) == (2.5, 13, 0, 4)
+    assert (tp0["collapsed"], tp0["collapse_episodes"], tp0["last_decode_at"]) == (False, [], t0 + 15)
+    assert tp1["accept_length_history"] == [[t0, 1.02], [t0 + 10, 1.02], [t0 + 15, 1.06]]
+    assert (tp1["collapsed"], tp1["gen_throughput"], tp1["accept_rate"]) == (True, 120.0, 0.21)
+    assert tp1["collapse_episodes"] == [[t0, None]]  # from the first low line (the alert's start)
+    collapse = [a for a in s["alerts"] if a["alertname"] == "AcceptanceCollapse"]
+    assert [(a["server"], a["rank"], a["severity"], a["starts_at"]) for a in collapse] == [
+        ("gpu-box-1", "TP1", "critical", t0)]
+    assert ["accept len", "1.06"] in collapse[0]["evidence"] and collapse[0]["fixes"]
+    (src,) = [x for x in s["sources"] if x["kind"] == "file"]
+    assert [x["kind"] for x in s["sources"]] == ["file", "process"]  # followers first, then the /proc scan
+    assert (src["kind"], src["name"], src["server"], src["ok"], src["state"]) == ("file", str(log), "gpu-box-1", True, "open")
+    assert src["counters"]["lines"] == 9 and started <= src["last_line_at"] <= time.time()
+    assert s["gpus"] == {"enabled": False, "up": None, "sampled_at": None, "driver": None, "devices": []}
+
+
+class Dom(HTMLParser):
+    """Elements of a page: every (tag, attrs), the text, and per chart (svg data-rank) its
+    polyline coordinates, dots, episode rectangles and threshold lines."""
+
+    def __init__(self, text: str):
+        super().__init__()
+        self.elements: list[tuple[str, dict]] = []
+        self.text: list[str] = []
+        self.charts: dict[str, dict] = {}
+        self._chart = None
+        self.feed(text)
+
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        self.elements.append((tag, a))
+        if tag == "svg" and "chart" in a.get("class", ""):
+            self._chart = self.charts.setdefault(a["data-rank"], {"points": 0, "episodes": 0, "threshold": 0})
+        elif self._chart is not None:
+            cls = a.get("class", "")
+            if tag == "polyline":
+                self._chart["points"] += len(a["points"].split())
+            elif tag == "circle" and cls == "dot":
+                self._chart["points"] += 1
+            elif tag == "rect" and cls == "episode":
+                self._chart["episodes"] += 1
+            elif tag == "line" and cls == "threshold":
+                self._chart["threshold"] += 1
+
+    def handle_endtag(self, tag):
+        if tag == "svg":
+            self._chart = None
+
+    def handle_data(self, data):
+        self.text.append(data)
+
+
+URL_ATTRS = {"src", "href", "srcset", "action", "formaction", "poster", "data", "xlink:href", "background", "ping"}
+
+
+def external_urls(dom: Dom, raw: str) -> list[str]:
+    """URLs that would make a browser reach another host: absolute or protocol-relative URL
+    attributes, and `url(...)` / `@import` in styles."""
+    found = [v for _, a in dom.elements for k, v in a.items()
+             if k in URL_ATTRS and v and re.match(r"\s*([a-z][a-z0-9+.-]*:|//)", v, re.I)]
+    return found + re.findall(r"url\s*\(|@import", raw, re.I)
+
+
+@pytest.mark.skipif(chromium.BINARY is None, reason="chromium not installed (.ci/run installs it)")
+def test_status_page_in_headless_chromium(tmp_path):
+    """A live daemon fed two collapses on TP1 (one over, one firing) and one on TP0: the page
+    renders, each rank's chart has all its points and shaded episodes, the alert is listed, the
+    page reaches no other host and markup in model paths is text."""
+    from PIL import Image
+
+    log = tmp_path / "sglang.log"
+    episode_log(log, end=time.time(), ranks={"TP0": [(600, 780)], "TP1": [(600, 900), (1500, 1800)]})
+    d = SpecwatchDaemon(tmp_path, log, extra={"process": {"enabled": False}})  # only this server
+    d.start()
+    try:
+        s = wait_for(lambda: (x := status(d.port))["servers"] and x["servers"][0]["lines"]["decode"] == 720
+                     and x["alerts"] and x, what="the log read and the alert firing")
+        headers, raw = get(d.port, "/")
+        raw = raw.decode()
+        dom = Dom(chromium.dump_dom(f"http://127.0.0.1:{d.port}/"))
+        png = chromium.screenshot(f"http://127.0.0.1:{d.port}/", tmp_path / "status.png")
+    finally:
+        d.stop()
+
+    ranks = {r["rank"]: r for r in s["servers"][0]["ranks"]}
+    assert set(ranks) == {"TP0", "TP1"} == set(dom.charts)
+    for name, r in ranks.items():
+        assert len(r["accept_length_history"]) >= 170  # 30 min at one point per 10 s
+        assert dom.charts[name] == {"points": len(r["accept_length_history"]),
+                                    "episodes": len(r["collapse_episodes"]), "threshold": 1}, name
+    assert [len(ranks["TP0"]["collapse_episodes"]), len(ranks["TP1"]["collapse_episodes"])] == [1, 2]
+    assert ranks["TP1"]["collapse_episodes"][-1][1] is None  # still firing
+
+    text = " ".join(" ".join(dom.text).split())
+    assert "AcceptanceCollapse critical · gpu-box-1 TP1" in text
+    assert "Speculative decoding collapsed on gpu-box-1 TP1: accept len 1.02" in text
+    # Hostile paths: shown as text, never parsed as markup or run.
+    assert HOSTILE_MODEL in text and HOSTILE_DRAFT in text
+    assert not [t for t, _ in dom.elements if t in ("script", "img", "iframe", "object", "embed")]
+    assert not [a for t, a in dom.elements if t == "body" and "data-pwned" in a]
+    assert "pwned" not in re.search(r"<title>(.*?)</title>", raw).group(1)
+    assert external_urls(dom, raw) == [] and external_urls(Dom(raw), raw) == []
+    assert headers["Content-Security-Policy"].startswith("default-src 'none'")
+
+    im = Image.open(png).convert("RGB")
+    assert im.size == (1280, 1600)
+    colors = im.getcolors(maxcolors=1 << 20)
+    background = max(colors)[0]
+    assert len(colors) > 100 and background < 0.97 * im.width * im.height  # not blank
+    # The shaded episodes are on screen: #e5484d at 18 % over the plot's #fbfbfd.
+    shade = sum(n for n, (r, g, b) in colors if abs(r - 247) <= 4 and abs(g - 219) <= 4 and abs(b - 221) <= 4)
+    assert shade > 500
