@@ -7,6 +7,7 @@ or bad config.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import io
 import json
 import logging
@@ -16,7 +17,7 @@ import time
 
 from specwatch import __version__
 from specwatch.config import (Config, ConfigError, LogSource, build_config, config_warnings, load_config,
-                              load_run_config)
+                              load_run_config, parse_log_format)
 
 
 def _load(path: str | None) -> Config:
@@ -62,9 +63,18 @@ def cmd_replay(args) -> int:
     known = {s.path for s in cfg.logs}
     server = args.server or cfg.server
     tz = args.log_timezone or cfg.log_timezone
+    fmt = {}
+    if args.format is not None:
+        try:
+            envelope, grammar = parse_log_format(args.format)
+        except ConfigError as e:
+            print(f"specwatch replay: {e}", file=sys.stderr)
+            return 2
+        fmt = {"envelope": envelope, "grammar": grammar}
+        cfg.logs = [dataclasses.replace(s, **fmt) if s.path in args.logs else s for s in cfg.logs]
     for p in args.logs:
         if p not in known:
-            cfg.logs.append(LogSource(path=p, server=server, timezone=tz))
+            cfg.logs.append(LogSource(path=p, server=server, timezone=tz, **fmt))
 
     dry_out = io.StringIO() if args.json else sys.stdout
     if args.notify and args.slack_dry_run:
@@ -367,6 +377,9 @@ def build_parser() -> argparse.ArgumentParser:
                     help="draw accept length per rank (threshold, alert episodes, restarts) and throughput "
                          "over the log's time; needs pip install 'specwatch[plot]'")
     rp.add_argument("--server", help="server name for the replayed logs (default: the config's `server`, else 'replay')")
+    rp.add_argument("--format", help="the logs' format: auto (default: plain, Docker json-file or Kubernetes CRI, "
+                    "detected per file), sglang, docker, cri, python-logging, or a regex with named groups "
+                    "timestamp, message (and ranks)")
     rp.add_argument("--log-timezone", help="IANA zone of the log's timestamps (default: config's log_timezone, else local time)")
     rp.add_argument("--slack-timeout", type=float, default=60.0,
                     help="seconds to wait for delivery, all receivers together (default 60)")

@@ -15,6 +15,7 @@ refused the same way (`safe_yaml`). The defaults are the ones documented in `con
 from __future__ import annotations
 
 import difflib
+import glob
 import ipaddress
 import math
 import os
@@ -138,6 +139,11 @@ class LogSource:
     container_prefix: str | None = None  # regex; None = recognise `service  | ` automatically
     timezone: str | None = None  # IANA zone of the log's timestamps; None = this host's local time
     journal: JournalConfig | None = None  # set: the lines are this journal's entries, not a file's
+    # `format:` (docs/log-formats.md): the container envelope ("auto", "plain", "docker", "cri")
+    # and the line grammar (a regex; None: SGLang's own). `path` may be a glob and `server` a
+    # template ("{pod}"): `specwatch.sources.logfiles` turns them into one entry per file.
+    envelope: str = "auto"
+    grammar: str | None = None
 
 
 class FollowConfig(Section):
@@ -148,6 +154,8 @@ class FollowConfig(Section):
     # a longer line is skipped; bounded: the follower holds one line in memory (the RSS budget)
     max_line_bytes: Annotated[int, Meta(ge=1024, le=16 * 1024 * 1024)] = 1_048_576
     watchdog: bool = False
+    # seconds between looks for new files matching a `logs[].path` glob (pods, containers)
+    rescan_interval: Annotated[float, Meta(ge=0.1, le=YEAR, extra=DURATION)] = 10.0
 
 
 class SlackConfig(Section):
@@ -762,7 +770,7 @@ def build_config(data: dict | None, source_path: str | None = None, *, for_run: 
         if not isinstance(entry, dict):
             r.bad(p, "must be a mapping with `path:` (and optional `server:`, `container_prefix:`)")
             continue
-        r.unknown(entry, p, {"path", "journal", "server", "container_prefix", "timezone"})
+        r.unknown(entry, p, {"path", "journal", "server", "container_prefix", "timezone", "format"})
         journal = _journal(r, entry, p, source_dir)
         if journal is None and entry.get("path") is None:
             if "journal" not in entry:
@@ -787,8 +795,14 @@ def build_config(data: dict | None, source_path: str | None = None, *, for_run: 
         explicit = entry.get("server") is not None
         if not explicit:
             defaulted.append(i)
-        cfg.logs.append(LogSource(path=path, server=r.string(entry, "server", p, default_server),
-                                  container_prefix=prefix, timezone=_timezone(r, entry, p, default_tz),
+        server = r.string(entry, "server", p, default_server)
+        if server and (why := template_problem(server)):
+            r.bad(f"{p}.server", why)
+        envelope, grammar = _log_format(r, entry.get("format"), f"{p}.format")
+        if journal is not None and entry.get("format") is not None:
+            r.bad(f"{p}.format", "applies to files only; a journal entry's MESSAGE is the line itself")
+        cfg.logs.append(LogSource(path=path, server=server, container_prefix=prefix,
+                                  timezone=_timezone(r, entry, p, default_tz), envelope=envelope, grammar=grammar,
                                   journal=journal))
     if len(defaulted) > 1:
         # Two servers' lines under one name would merge their ranks (a collapse hidden in a mean).
@@ -845,6 +859,67 @@ def _journal(r: _Reader, entry: dict, p: str, source_dir: str | None) -> Journal
     if j.directory and source_dir and not os.path.isabs(j.directory):
         j = msgspec.structs.replace(j, directory=os.path.normpath(os.path.join(source_dir, j.directory)))
     return j
+
+
+LOG_FORMATS = ("auto", "sglang", "docker", "cri", "python-logging")
+_FORMAT_FIX = ("use one of auto (plain, Docker json-file or Kubernetes CRI, detected per file), sglang, docker, "
+               "cri, python-logging, or {regex: '(?P<timestamp>...) ... (?P<message>.*)'}")
+
+
+def _log_format(r: _Reader, raw, path: str) -> tuple[str, str | None]:
+    """`logs[].format` → (container envelope, line grammar regex or None for SGLang's own)."""
+    from specwatch.sources import grammar
+
+    if raw is None or raw == "auto":
+        return "auto", None
+    if isinstance(raw, dict):
+        r.unknown(raw, path, {"regex"})
+        rx = raw.get("regex")
+        if not isinstance(rx, str) or not rx:
+            r.bad(f"{path}.regex", "missing; a regular expression with named groups timestamp, message "
+                  "(and optionally ranks), e.g. '(?P<timestamp>\\S+ \\S+) (?P<message>.*)'")
+        elif why := grammar.problem(rx):
+            r.bad(f"{path}.regex", f"{why}; give named groups timestamp and message (ranks optional), "
+                  "e.g. '(?P<timestamp>\\S+ \\S+) \\w+ (?P<message>.*)'")
+        else:
+            return "auto", rx
+        return "auto", None
+    if raw in ("docker", "cri"):
+        return raw, None
+    if raw == "sglang":
+        return "plain", None
+    if raw in grammar.PRESETS:
+        return "auto", grammar.PRESETS[raw]
+    r.bad(path, f"unknown format {_show(raw)}; {_FORMAT_FIX}")
+    return "auto", None
+
+
+def parse_log_format(raw) -> tuple[str, str | None]:
+    """A `format` value (`replay --format`: a name, else a regex) → (envelope, grammar).
+    Raises ConfigError saying how to fix it."""
+    r = _Reader()
+    if isinstance(raw, str) and raw not in LOG_FORMATS:
+        raw = {"regex": raw}
+    out = _log_format(r, raw, "--format")
+    if r.problems:
+        raise ConfigError(r.problems)
+    return out
+
+
+def template_problem(server: str) -> str | None:
+    """What is wrong with a `server:` template such as "{pod}" (None when fine)."""
+    from specwatch.sources.logfiles import TEMPLATE_FIELDS
+
+    import string
+    try:
+        fields = [f for _, f, _, _ in string.Formatter().parse(server) if f is not None]
+    except ValueError as e:
+        return f"not a valid template ({e}); write fields as {{pod}}, a literal brace as {{{{ or }}}}"
+    unknown = [f for f in fields if f not in TEMPLATE_FIELDS]
+    if unknown:
+        return (f"unknown field {{{unknown[0]}}}; use {', '.join('{' + f + '}' for f in TEMPLATE_FIELDS)} "
+                "(from the log file's path or its Docker config.v2.json)")
+    return None
 
 
 def _regex_error(pattern: str) -> str | None:
@@ -1026,6 +1101,10 @@ def config_warnings(cfg: Config) -> list[str]:
             from specwatch.sources.journal import journal_warnings
 
             out += [f"logs[{i}].journal.{w}" for w in journal_warnings(src.journal)]
+        elif glob.has_magic(src.path):
+            if not glob.glob(src.path):
+                out.append(f"logs[{i}].path: {src.path} matches no file (yet); specwatch follows the files "
+                           "that appear; check the pattern if the server logs elsewhere")
         elif os.path.isdir(src.path):
             out.append(f"logs[{i}].path: {src.path} is a directory; give the log file in it")
         elif not os.path.exists(src.path):

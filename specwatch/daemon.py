@@ -57,6 +57,7 @@ from specwatch.pipeline import Pipeline
 from specwatch.sdnotify import Watchdog, monotonic_usec, notify
 from specwatch.sources.filestream import Follower
 from specwatch.sources.follow import FollowerGroup
+from specwatch.sources.logfiles import LogSet, stage
 from specwatch.status.view import StatusView
 from specwatch.status.web import status_app
 from specwatch.storage import STATE_DB, StateDirLocked, StateStore, lock_state_dir, read_json
@@ -95,16 +96,33 @@ class Daemon:
 
     # --- wiring ---
     def _make_follower(self, src: LogSource, checkpoint=None):
+        limit = self.config.follow.max_line_bytes
         if src.journal is not None:  # journal entries instead of a file (sources/journal.py)
             from specwatch.sources.journal import JournalFollower
 
-            return JournalFollower(src.journal, self._on_lines, max_line_bytes=self.config.follow.max_line_bytes,
-                                   checkpoint=checkpoint)
-        return Follower(src.path, on_lines=self._on_lines, max_line_bytes=self.config.follow.max_line_bytes,
+            return JournalFollower(src.journal, self._on_lines, max_line_bytes=limit, checkpoint=checkpoint)
+        return Follower(src.path, on_lines=stage(src, self._on_lines, limit), max_line_bytes=limit,
                         checkpoint=checkpoint)
 
+    def _rescan(self) -> None:
+        """Follow the files a `logs[].path` glob matches now (pods and containers that appeared),
+        stop following those whose directory is gone (on the followers' thread)."""
+        self._last_scan = time.monotonic()
+        old, new = self.config, self.logset.apply(self.config)
+        old_paths, new_paths = {s.path for s in old.logs}, {s.path for s in new.logs}
+        if old_paths == new_paths:
+            return
+        self.config = new
+        self.pipeline.reconfigure(new)
+        if self.process is not None:
+            self.process.tie(ProcessTies.of(new))
+        self.followers.update(add=[self._make_follower(s) for s in new.logs if s.path not in old_paths],
+                              remove=sorted(old_paths - new_paths))
+
     def _build(self) -> None:
-        cfg = self.config
+        self.logset = LogSet(self.config.logs)  # globs → files (the config keeps one entry per file)
+        self._last_scan = time.monotonic()
+        cfg = self.config = self.logset.apply(self.config)
         self.state_dir.mkdir(parents=True, exist_ok=True)
         self._lock_fd = lock_state_dir(self.state_dir)  # before any read: one daemon per state_dir
         self.store = StateStore(self.state_dir)
@@ -215,6 +233,8 @@ class Daemon:
 
     def _after_poll(self) -> None:
         self._progress = time.monotonic()
+        if self.logset.patterns and time.monotonic() - self._last_scan >= self.config.follow.rescan_interval:
+            self._rescan()
         self._warn_missing_logs()
         if self.dispatcher.paused:  # the backlog of the first poll round is read: notify from now
             with self.pipeline.lock:
@@ -306,6 +326,8 @@ class Daemon:
             notify(f"READY=1\nSTATUS=reload of {path} FAILED ({len(problems)} problem(s), see the log); "
                    "running the previous config")
             return False
+        self.logset = LogSet(new.logs)
+        new = self.logset.apply(new)
         old = self.config
         kept = {}
         for key in RESTART_ONLY:

@@ -100,6 +100,18 @@ class OtherLine:
 
 
 @dataclass(frozen=True, slots=True)
+class UnrecognizedLine:
+    """A line that mentions `Decode batch` but does not start like a record of the log's grammar:
+    most likely decode lines in a format specwatch is not told about (a custom logging config).
+    `text`: the line (cut to 500 characters); `path`: the file it came from ("" when unknown);
+    `timestamp`: seconds since the epoch of a `YYYY-MM-DD HH:MM:SS` it starts with, else None."""
+
+    text: str
+    path: str = ""
+    timestamp: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class MalformedLine:
     """A line that starts like a batch line but cannot be read. `reason` says why."""
 
@@ -326,7 +338,7 @@ class GpuSample:
     duration_seconds: float | None = None
 
 
-ParsedLine = DecodeBatch | PrefillBatch | ServerArgs | OtherLine | MalformedLine
+ParsedLine = DecodeBatch | PrefillBatch | ServerArgs | OtherLine | MalformedLine | UnrecognizedLine
 
 
 # --- events from an engine's own Prometheus endpoint (sources/server_metrics.py) ---

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from specwatch.alerts.dispatcher import Dispatcher
+from specwatch.alerts.model import FIRING, Alert
 from specwatch.config import Config
 from specwatch.events import (
     ApiSample,
@@ -37,6 +38,7 @@ from specwatch.events import (
     ServerProcess,
     ServerRestarted,
     ServerStarted,
+    UnrecognizedLine,
 )
 from specwatch.rules.base import Rule, RuleContext, all_rules, is_restart_event, log_paths_of, overrides
 from specwatch.rules.collapse import CollapseRule
@@ -50,7 +52,13 @@ from specwatch.status.history import AcceptHistory
 
 _OTHER = OtherLine()
 
-KINDS = ("decode", "prefill", "other", "malformed")
+KINDS = ("decode", "prefill", "other", "malformed", "unrecognized")
+
+
+# Alerts about one rank's acceptance that carry its trend (`Pipeline._add_trend`).
+TREND_ALERTS = frozenset({"AcceptanceCollapse", "RankDisagreement"})
+TREND_KEY = "accept_length_recent"
+TREND_POINTS = 24
 
 
 @dataclass
@@ -131,6 +139,7 @@ class Pipeline:
         self.lock = threading.Lock()
         self._last_tick = -math.inf
         self._groupers: dict[str, ErrorGrouper] = {}  # path → its traceback grouping (error stage)
+        self._path = ""  # the file being fed
         self._map_logs(config)
 
     def _map_logs(self, config: Config) -> None:
@@ -167,6 +176,7 @@ class Pipeline:
         Returns the parsed event. Never raises on input.
         """
         server = self.server_for(line.path)
+        self._path = line.path  # names the file of an unrecognized line
         text = line.text
         prefix, tz = self._prefix.get(line.path), self._tz.get(line.path)
         event = self._parse(text, line.raw_ok, prefix, tz) if maybe_event(text) else _OTHER
@@ -183,7 +193,7 @@ class Pipeline:
     def feed_batch(self, batch: LineBatch, now: float | None = None) -> None:
         """The lines of one read (`Follower(on_lines=...)`), as `feed` would take them one by
         one, under one lock: the catch-up path of `run` and `replay`. Never raises on input."""
-        path = batch.path
+        path = self._path = batch.path
         server = self.server_for(path)
         prefix, tz = self._prefix.get(path), self._tz.get(path)
         raw_ok = batch.raw_ok
@@ -318,6 +328,10 @@ class Pipeline:
             stats.lines["malformed"] += 1
             if now is not None:
                 stats.last_line["malformed"] = now
+        elif type(event) is UnrecognizedLine:  # issue 11 item 4: counted and alerted, never "other"
+            stats.lines["unrecognized"] += 1
+            clock = now if now is not None else event.timestamp or max(self._last_tick, 0.0)
+            self._apply_rules(server, UnrecognizedLine(event.text, self._path, event.timestamp), clock)
         else:
             stats.lines["other"] += 1
 
@@ -403,7 +417,30 @@ class Pipeline:
 
     def _handle(self, alerts: list, now: float) -> None:
         for alert in alerts:
+            if alert.name in TREND_ALERTS and alert.status == FIRING and TREND_KEY not in alert.annotations:
+                self._add_trend(alert)
             self.dispatcher.handle(alert, now)
+
+    def _add_trend(self, alert: Alert) -> None:
+        """Annotate a rank's acceptance alert, when it first fires, with the rank's recent accept
+        length (`accept_length_recent`: the status history's 10 s means and the mean since its
+        last point, oldest first, space-separated) and the server's lowest and highest rank by
+        their last decode line (`accept_length_ranks`): Slack draws them as a sparkline."""
+        server, rank = alert.labels.get("server", ""), alert.labels.get("rank", "")
+        rs = self.ranks.get((server, rank))
+        if rs is None:
+            return
+        values = [v for _, v, _ in rs.history.points]
+        pending = rs.history.pending(rs.accept_length_sum, rs.accept_length_count)
+        if pending is not None:
+            values.append(pending)
+        if values:
+            alert.annotations[TREND_KEY] = " ".join(f"{v:.2f}" for v in values[-TREND_POINTS:])
+        peers = sorted((r.last_decode.accept_length, r.rank) for r in self.ranks.values()
+                       if r.server == server and r.last_decode is not None and r.last_decode.accept_length is not None)
+        if len(peers) > 1:
+            (lo, lo_rank), (hi, hi_rank) = peers[0], peers[-1]
+            alert.annotations["accept_length_ranks"] = f"lowest {lo_rank} {lo:.2f}, highest {hi_rank} {hi:.2f}"
 
     def _rank(self, server: str, event: DecodeBatch | PrefillBatch) -> RankStats:
         key = (server, event.rank)

@@ -17,6 +17,7 @@ from typing import Iterable, Iterator
 from specwatch.alerts.model import RESOLVED, Alert, iso8601
 from specwatch.pipeline import KINDS, Pipeline
 from specwatch.sources.filestream import Follower
+from specwatch.sources.logfiles import stage
 
 
 def replay_files(pipeline: Pipeline, paths: Iterable[str], max_line_bytes: int) -> None:
@@ -29,7 +30,9 @@ def replay_files(pipeline: Pipeline, paths: Iterable[str], max_line_bytes: int) 
                 batch.path = _path  # the name the config maps to a server, not the temp copy
                 pipeline.feed_batch(batch)
 
-            follower = Follower(readable, on_lines=feed, max_line_bytes=max_line_bytes, read_chunk_bytes=1 << 20)
+            src = next((s for s in pipeline.config.logs if s.path == path), None)
+            on_lines = feed if src is None else stage(src, feed, max_line_bytes)  # envelope, grammar
+            follower = Follower(readable, on_lines=on_lines, max_line_bytes=max_line_bytes, read_chunk_bytes=1 << 20)
             while follower.poll():
                 pass
             follower.finish()  # a last line without a newline still counts in a recorded log
@@ -135,7 +138,8 @@ def format_text(doc: dict) -> str:
     out = []
     ln = doc["lines"]
     out.append(f"lines: {ln['total']} (decode {ln['decode']}, prefill {ln['prefill']}, "
-               f"other {ln['other']}, malformed {ln['malformed']})")
+               f"other {ln['other']}, malformed {ln['malformed']}"
+               + (f", unrecognized {ln['unrecognized']}" if ln.get("unrecognized") else "") + ")")
     for rank, r in doc["ranks"].items():
         al = r["accept_length"]
         state = "COLLAPSED" if r["collapsed"] else "ok"

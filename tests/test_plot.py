@@ -96,3 +96,24 @@ def test_without_matplotlib_the_error_names_the_extra(tmp_path):
     assert r.returncode == 2
     assert "--plot needs matplotlib, which is not installed: pip install 'specwatch[plot]'" in r.stderr
     assert not (tmp_path / "x.svg").exists()
+
+
+def test_collapse_message_carries_the_ranks_trend(tmp_path):
+    """Issue 12 item 3, end to end: the collapse alert of DP1 (fires at 10:00:42, its 3rd line at
+    1.02) carries DP1's 10 s means since 10:00:00 (5 points) and the mean since the last point,
+    drawn as a sparkline that ends at the floor, and the server's lowest/highest rank."""
+    import re
+
+    log = tmp_path / "three.log"
+    three_rank_collapse_log(log)
+    doc = json.loads(replay(str(log), "--slack-dry-run", "--json").stdout)
+    [payload] = [p for p in doc["slack_payloads"] if p["text"].startswith("[FIRING] AcceptanceCollapse")]
+    [trend] = [b["text"]["text"] for b in payload["blocks"]
+               if b["type"] == "section" and "text" in b and b["text"]["text"].startswith("*accept len, recent trend*")]
+    title, spark, ranks = trend.split("\n")
+    bars, first, arrow, last = spark.split(" ")
+    assert len(bars) == 2 + 6 and bars[-2] == "▁" and bars[1] == "█" and (arrow, last) == ("→", "1.02")
+    assert 2.3 <= float(first) <= 2.9  # DP1's healthy accept length before the collapse
+    assert re.fullmatch(r"lowest DP1 TP1 1\.02, highest DP[02] TP[02] 2\.\d\d", ranks)
+    [firing] = [a for a in doc["alerts"] if a["name"] == "AcceptanceCollapse" and a["status"] == "firing"]
+    assert firing["starts_at"] == "2026-03-01T10:00:40Z"

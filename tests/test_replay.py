@@ -23,7 +23,7 @@ def test_bundled_example_json_summary():
     r = replay(str(EXAMPLE), "--config", "examples/kimi-k25.yaml", "--json")
     assert r.returncode == 0, r.stderr
     doc = json.loads(r.stdout)
-    assert doc["lines"] == {"total": 2, "decode": 2, "prefill": 0, "other": 0, "malformed": 0}
+    assert doc["lines"] == {"total": 2, "decode": 2, "prefill": 0, "other": 0, "malformed": 0, "unrecognized": 0}
     assert list(doc["ranks"]) == ["TP0"]
     tp0 = doc["ranks"]["TP0"]
     assert tp0["decode_batches"] == 2
@@ -95,7 +95,7 @@ def test_multi_rank_log_with_injection_and_malformed_lines(tmp_path):
     assert r.returncode == 0, r.stderr
     doc = json.loads(r.stdout)
     assert doc["lines"] == {"total": len(lines), "decode": 16, "prefill": 1,
-                            "other": n_other + 1, "malformed": len(bad)}
+                            "other": n_other + 1, "malformed": len(bad), "unrecognized": 0}
     assert set(doc["ranks"]) == {"DP0 TP0", "DP1 TP1"}
     dp0, dp1 = doc["ranks"]["DP0 TP0"], doc["ranks"]["DP1 TP1"]
     assert dp0["decode_batches"] == 8 and dp1["decode_batches"] == 8
@@ -183,7 +183,7 @@ def test_a_gzipped_log_is_read_decompressed(tmp_path):
     r = replay(str(gz), "--config", "examples/kimi-k25.yaml", "--json")
     assert r.returncode == 0, r.stderr
     doc = json.loads(r.stdout)
-    assert doc["lines"] == plain["lines"] == {"total": 2, "decode": 2, "prefill": 0, "other": 0, "malformed": 0}
+    assert doc["lines"] == plain["lines"] == {"total": 2, "decode": 2, "prefill": 0, "other": 0, "malformed": 0, "unrecognized": 0}
     assert doc["alerts"] == plain["alerts"] and doc["alerts"][0]["status"] == "firing"
     bad = tmp_path / "cut.log.gz"
     bad.write_bytes(gz.read_bytes()[:30])

@@ -52,7 +52,7 @@ def test_api_status_values(tmp_path):
     assert (server["server"], server["model"], server["draft_model"], server["algorithm"]) == (
         "gpu-box-1", "/models/target", "/models/draft", "EAGLE3")
     assert server["accept_length_ceiling"] == 4  # speculative_num_steps 3 + 1
-    assert server["lines"] == {"decode": 8, "prefill": 0, "other": 1, "malformed": 0}
+    assert server["lines"] == {"decode": 8, "prefill": 0, "other": 1, "malformed": 0, "unrecognized": 0}
     tp0, tp1 = server["ranks"]
     assert tp0["rank"] == "TP0" and tp1["rank"] == "TP1"
     # TP0: 3.0 at t0; at t0+10 the mean of 2.0 and 1.0; the line at t0+15 is the live tail.

@@ -180,9 +180,9 @@ def sparkline(values: list[float], floor: float = 1.0) -> str:
 
 
 def _trend(alert: Alert) -> str | None:
-    """The `accept_length_recent` annotation (accept lengths of the rank's last decode batches,
-    oldest first, space-separated) as a sparkline with first → last values, and the
-    `accept_length_ranks` annotation (the server's lowest and highest rank) under it."""
+    """The `accept_length_recent` annotation (the rank's recent accept length, oldest first,
+    space-separated: 10 s means, see `Pipeline._add_trend`) as a sparkline with first → last
+    values, and the `accept_length_ranks` annotation (the server's lowest and highest rank)."""
     raw = alert.annotations.get("accept_length_recent", "")
     try:
         values = [float(v) for v in raw.split()]
@@ -190,7 +190,7 @@ def _trend(alert: Alert) -> str | None:
         return None
     if not values:
         return None
-    text = (f"*accept len, last {len(values)} decode batches*\n"
+    text = (f"*accept len, recent trend*\n"
             f"`{sparkline(values)}` {values[0]:.2f} → {values[-1]:.2f}")
     ranks = alert.annotations.get("accept_length_ranks", "")
     return text + (f"\n{escape_mrkdwn(_one_line(ranks))}" if ranks else "")

@@ -127,6 +127,12 @@ def rotated_files(path: str) -> list[RotatedFile]:
     return [rf for _, rf in keyed]
 
 
+def rotation_suffix(rest: str) -> bool:
+    """True when `rest` (what follows a file's name) is one a rotated copy adds: `.1`, `.2.gz`,
+    `-20261130`, `.20261130-100000` (kubelet), ... as `rotated_files` reads them."""
+    return bool(_NUMBERED.fullmatch(rest) or _DATED.fullmatch(rest))
+
+
 def newest_fingerprint(files: list[RotatedFile], head_bytes: int) -> Fingerprint | None:
     """The newest non-empty file's fingerprint (an empty one cannot be told apart once compressed)."""
     for rf in reversed(files):

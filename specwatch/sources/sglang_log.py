@@ -37,7 +37,9 @@ from specwatch.events import (
     ParsedLine,
     PrefillBatch,
     ServerArgs,
+    UnrecognizedLine,
 )
+from specwatch.sources.container import strip_container_prefix
 
 _OTHER = OtherLine()
 
@@ -47,8 +49,6 @@ _PREFIX = re.compile(
 )
 # "(SchedulerActor pid=123, ip=10.0.0.1) " — Ray actor prefix (debug_utils/log_parser.py@0.5.23).
 _RAY = re.compile(r"\([\w.-]+ pid=\d+(?:, ip=[\w.:]+)?\) ")
-# Compose-style collector prefix "service  | " (recognised when none is configured).
-_COMPOSE = re.compile(r"[\w.@-]+\s*\| ")
 _RANK = re.compile(r"([A-Z][A-Z_]*?)(\d+)")
 # The common case in one match: the bracket prefix followed by a batch-line start.
 _BATCH = re.compile(
@@ -300,18 +300,6 @@ def parse_server_args(text: str) -> dict[str, object]:
     return args
 
 
-def strip_container_prefix(text: str, container_prefix: re.Pattern | None) -> str:
-    """Remove a collector prefix: the configured pattern, else a recognised `service  | `."""
-    if container_prefix is not None:
-        m = container_prefix.match(text)
-        return text[m.end():] if m else text
-    if text[:1] not in ("[", "(") and "| " in text[:80]:
-        m = _COMPOSE.match(text)
-        if m:
-            return text[m.end():]
-    return text
-
-
 def _canonical_decode(m: re.Match, tz: tzinfo | None) -> DecodeBatch | None:
     """A `_CANONICAL_DECODE` match → DecodeBatch, the same one the general path builds."""
     stamp, frac, rank, running, tokens, usage, al, ar, graph, thr, queued = m.groups()
@@ -358,6 +346,28 @@ def maybe_event(text: str) -> bool:
     return "batch" in text or "server_args=" in text
 
 
+# What stands before `Decode batch` in a record of another format: a time of day, and no quote,
+# `=`, `(` or `{` (those open a value holding user text).
+_PLAIN_LEAD = re.compile(r"[^\"'=({]*\d:\d\d[^\"'=({]*")
+_LEADING_TIME = re.compile(r"\W{0,2}(\d{4}-\d\d-\d\d)[ T](\d\d:\d\d:\d\d)")
+
+
+def _other(text: str, tz: tzinfo | None) -> ParsedLine:
+    """A line that starts no record: one with `Decode batch` in its first 200 characters after a
+    time of day, not in a quoted or structured value, is a decode line in a format not read
+    (issue 11 item 4: never silently "other"), with the time it starts with, if any. A bare
+    `Decode batch` line (a `%(message)s` format) cannot be told from a prompt's continuation line."""
+    at = text.find("Decode batch")
+    if not 0 <= at <= 200 or not _PLAIN_LEAD.fullmatch(text, 0, at):
+        return _OTHER  # none, or inside a quoted or structured value: user text (a request log)
+    m = _LEADING_TIME.match(text)
+    try:
+        ts = None if m is None else _timestamp(f"{m.group(1)} {m.group(2)}", None, tz)
+    except ValueError:
+        ts = None
+    return UnrecognizedLine(text[:500], "", ts)
+
+
 def parse_line(text: str, *, container_prefix: re.Pattern | None = None, tz: tzinfo | None = None) -> ParsedLine:
     """Classify and read one log line (no trailing newline). `tz`: the zone of the log's naive
     timestamps (None: this host's local time).
@@ -382,7 +392,7 @@ def parse_line(text: str, *, container_prefix: re.Pattern | None = None, tz: tzi
         if text[:1] == "(":
             m = _RAY.match(text)
             if not m:
-                return _OTHER
+                return _other(text, tz)
             text = text[m.end():]
     m = _BATCH.match(text)
     if m is not None:
@@ -394,7 +404,7 @@ def parse_line(text: str, *, container_prefix: re.Pattern | None = None, tz: tzi
         return _parse_batch(m.group(4), m.group(5), ts, rank, text[m.end():].rstrip(", \r"))
     m = _PREFIX.match(text)
     if m is None:
-        return _OTHER
+        return _other(text, tz)
     msg = text[m.end():]
     if msg.startswith(("Decode batch", "Prefill batch")):
         return MalformedLine("unknown batch line start", None, m.group(3).strip())

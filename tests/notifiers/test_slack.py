@@ -418,8 +418,8 @@ def test_collapse_message_carries_the_ranks_sparkline():
         "accept_length_ranks": "lowest DP0 TP0 1.00, highest DP1 TP1 <b>2.95</b>"})
     p = build_payload(alert)
     [trend] = [b["text"]["text"] for b in p["blocks"] if b["type"] == "section" and "text" in b
-               and b["text"]["text"].startswith("*accept len, last")]
-    assert trend == ("*accept len, last 8 decode batches*\n`███▇▃▁▁▁` 2.90 → 1.00\n"
+               and b["text"]["text"].startswith("*accept len, recent")]
+    assert trend == ("*accept len, recent trend*\n`███▇▃▁▁▁` 2.90 → 1.00\n"
                      "lowest DP0 TP0 1.00, highest DP1 TP1 &lt;b&gt;2.95&lt;/b&gt;")
     assert [b["type"] for b in p["blocks"]][:3] == ["header", "section", "section"]  # fields, then the trend
     # a group notification shows it under the alert's line; no annotation, no trend
@@ -430,5 +430,5 @@ def test_collapse_message_carries_the_ranks_sparkline():
                                                 alerts=[alert, make_alert(2)]))
     texts = [b["text"]["text"] for b in g["blocks"] if b["type"] == "section" and "text" in b]
     assert sum("`███▇▃▁▁▁` 2.90 → 1.00" in t for t in texts) == 1
-    assert not any("accept len, last" in b["text"]["text"] for b in build_payload(make_alert(2))["blocks"]
+    assert not any("accept len, recent" in b["text"]["text"] for b in build_payload(make_alert(2))["blocks"]
                    if b["type"] == "section" and "text" in b)
