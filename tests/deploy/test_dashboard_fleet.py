@@ -378,6 +378,8 @@ def test_panels_show_the_agents_values(fleet):
     pos = series_by(p.query(panel_query("Per-position accept rate now")), "server", "position")
     assert pos == {("v", str(i)): n / 10 for i, n in enumerate(POSITIONS)}
     # sources' health
+    kinds = series_by(p.query(panel_query("Lines not understood (last hour)")), "server", "kind")
+    assert {k[1] for k in kinds} == {"malformed", "unrecognized"} and kinds[("b", "malformed")] > 0
     sglang_url, vllm_url = fleet["urls"]
     up = series_by(p.query(panel_query("Engine /metrics scrapes")), "server", "url")
     assert up == {("a", sglang_url): 1, ("v", vllm_url): 1}
