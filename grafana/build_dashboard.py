@@ -7,10 +7,16 @@ Every panel has the same shape (datasource variable, legend, units) and the quer
 readable list below. Edit here, then run `python grafana/build_dashboard.py` (needs
 `pip install '.[grafana]'`); `--check` exits 1 when the JSON is out of date (a test runs it).
 
-Variables: datasource, instance, server, dp_rank, tp_rank (the "rank" selectors: SGLang prints a
-decode line per DP rank, each tagged with its TP rank; a single GPU has neither, and the "All"
-value `.*` also matches the empty label). Panels that aggregate the fleet (model pair, tokens
-per second per server) read the recording rules of deploy/prometheus/specwatch-rules.yml.
+Variables: datasource, instance, server, engine (sglang, vllm), dp_rank, tp_rank (the "rank"
+selectors: SGLang prints a decode line per DP rank, each tagged with its TP rank; a single GPU has
+neither; a series without the label, e.g. one from a log without an engine label, shows under
+"All": its value `.*` also matches the empty label). Panels that aggregate the fleet (model
+pair, tokens per second per server) read the recording rules of deploy/prometheus/specwatch-rules.yml.
+
+An agent with `server_metrics` exports the engine's /metrics beside the log's series, labelled
+`source="server_metrics"` (docs/server-metrics.md). Per-rank panels show one line per rank
+(`preferred`: the log's, the /metrics one for a server without a log), as the recording rules
+do; "Accept length: log vs /metrics" shows both.
 """
 
 from __future__ import annotations
@@ -20,7 +26,7 @@ import sys
 from pathlib import Path
 
 from grafana_foundation_sdk.builders import dashboard as gd
-from grafana_foundation_sdk.builders import prometheus, stat, statetimeline, table, timeseries
+from grafana_foundation_sdk.builders import bargauge, prometheus, stat, statetimeline, table, timeseries
 from grafana_foundation_sdk.builders.common import ReduceDataOptions, VizLegendOptions, VizTooltipOptions
 from grafana_foundation_sdk.cog.encoder import JSONEncoder
 from grafana_foundation_sdk.models import common
@@ -34,8 +40,15 @@ DS = DataSourceRef(type_val="prometheus", uid="${datasource}")
 
 INST = 'instance=~"$instance"'
 SRV = f'{INST},server=~"$server"'
-RK = f'{SRV},dp_rank=~"$dp_rank",tp_rank=~"$tp_rank"'
+RK = f'{SRV},engine=~"$engine",dp_rank=~"$dp_rank",tp_rank=~"$tp_rank"'
 RANK = "{{server}} DP{{dp_rank}} TP{{tp_rank}}"
+LOG, METRICS = 'source!="server_metrics"', 'source="server_metrics"'
+
+
+def preferred(metric: str, sel: str = RK) -> str:
+    """`metric`'s per-rank series from the log, or from the engine's /metrics for a server whose
+    logs give none: one series per rank (deploy/prometheus/specwatch-rules.yml does the same)."""
+    return f"{metric}{{{sel},{LOG}}} or on (instance, server) {metric}{{{sel},{METRICS}}}"
 GPU = "{{instance}} GPU{{gpu}}"
 
 
@@ -55,7 +68,7 @@ def mapping(values: dict[str, tuple[str, str]]) -> list[ValueMap]:
 
 
 KINDS = {"timeseries": timeseries.Panel, "stat": stat.Panel, "state-timeline": statetimeline.Panel,
-         "table": table.Panel}
+         "table": table.Panel, "bargauge": bargauge.Panel}
 
 
 def panel(kind: str, title: str, targets: list[prometheus.Dataquery], *, unit: str = "short", desc: str = "",
@@ -80,6 +93,9 @@ def panel(kind: str, title: str, targets: list[prometheus.Dataquery], *, unit: s
         p = (p.show_value(common.VisibilityMode.NEVER).merge_values(True).row_height(0.8)
              .legend(VizLegendOptions().show_legend(True).display_mode(common.LegendDisplayMode.LIST)
                      .placement(common.LegendPlacement.BOTTOM)))
+    elif kind == "bargauge":
+        p = (p.reduce_options(ReduceDataOptions().calcs(["lastNotNull"]).fields("").values(False))
+             .orientation(common.VizOrientation.HORIZONTAL).display_mode(common.BarGaugeDisplayMode.GRADIENT))
     elif kind == "table":
         p = p.show_header(True)
         if labels_table:
@@ -98,22 +114,43 @@ UP_DOWN = mapping({"0": ("down", "red"), "1": ("up", "green")})
 
 ROWS: list[tuple[str, list[dict]]] = [
     ("Speculative decoding", [
-        panel("timeseries", "Accept length per rank", [q(f"specwatch_accept_length{{{RK}}}", RANK)],
+        panel("timeseries", "Accept length per rank", [q(preferred("specwatch_accept_length"), RANK)],
               unit="none", desc="Tokens per request per verify round from the last decode line; 1.0 = no draft token accepted (collapse threshold 1.10).",
               thresholds=steps((None, "red"), (1.1, "orange"), (1.5, "green"))),
-        panel("timeseries", "Accept rate per rank", [q(f"specwatch_accept_rate{{{RK}}}", RANK)],
+        panel("timeseries", "Accept rate per rank", [q(preferred("specwatch_accept_rate"), RANK)],
               unit="percentunit", desc="As SGLang printed it: its formula changed in 0.5.6 and 0.5.11, so compare a server with itself, and decide collapse from accept length."),
-        panel("state-timeline", "Collapse state per rank", [q(f"specwatch_acceptance_collapsed{{{RK}}}", RANK)],
+        panel("state-timeline", "Collapse state per rank", [q(preferred("specwatch_acceptance_collapsed"), RANK)],
               desc="The daemon's collapse rule: COLLAPSED after min_batches consecutive decode batches at or below max_accept_length with requests running.",
               mappings=OK_BAD, thresholds=steps((None, "green"), (1, "red"))),
         panel("timeseries", "Accept length per model pair (fleet)",
               [q("model_pair:specwatch_accept_length:avg", "mean {{model}} + {{draft_model}}"),
                q("model_pair:specwatch_accept_length:min", "worst rank {{model}} + {{draft_model}}")],
               unit="none", desc="Across every server running the same target and draft (recording rules model_pair:*; load deploy/prometheus/specwatch-rules.yml)."),
-        panel("stat", "Collapsed ranks", [q(f"sum by (server) (specwatch_acceptance_collapsed{{{SRV}}})", "{{server}}", instant=True)],
+        panel("stat", "Collapsed ranks", [q(f"sum by (server) ({preferred('specwatch_acceptance_collapsed', SRV)})", "{{server}}", instant=True)],
               thresholds=steps((None, "green"), (1, "red"))),
         panel("table", "Speculative settings", [q(f"specwatch_speculative_info{{{SRV}}}", instant=True, fmt="table")],
               desc="From each server's server_args line: algorithm, target and draft, steps, topk, draft tokens."),
+    ]),
+    ("Per-position acceptance and the engine's /metrics", [
+        panel("timeseries", "Per-position accept rate", [q(f"specwatch_position_accept_rate{{{RK}}}", RANK + " pos {{position}} {{source}}")],
+              unit="percentunit", minmax=(0, 1),
+              desc="Share of drafts whose token at this draft position (0 = the first drafted token) was accepted, over the last interval. "
+                   "Positions past k that accept almost nothing: the draft is longer than what it learned (a smaller num_speculative_tokens)."),
+        panel("bargauge", "Per-position accept rate now", [q(f"specwatch_position_accept_rate{{{RK}}}", RANK + " pos {{position}}", instant=True)],
+              unit="percentunit", minmax=(0, 1), thresholds=steps((None, "red"), (0.2, "orange"), (0.5, "green")),
+              desc="The last interval's rate per rank and position: a falling staircase is normal, a cliff after position k is not."),
+        panel("timeseries", "Accept length: log vs /metrics",
+              [q(f"specwatch_accept_length{{{RK},{LOG}}}", "log " + RANK),
+               q(f"specwatch_accept_length{{{RK},{METRICS}}}", "/metrics {{server}} DP{{dp_rank}} TP{{tp_rank}} {{engine}}")],
+              unit="none", desc="The log's decode lines against the engine's own /metrics (server_metrics): for the same server the lines overlap "
+                                "(SGLang's gauge holds the last decode-log interval, vLLM's counters give the scrape interval's mean). "
+                                "/metrics leaves TP0 and DP0 of a single engine unlabelled."),
+        panel("state-timeline", "MetricsLogDisagreement",
+              [q(f'specwatch_alerts_firing{{{INST},alertname="MetricsLogDisagreement"}}', "{{instance}}")],
+              desc="The agent's cross-check (rules.metrics_crosscheck): the log and /metrics of one server disagreed on accept length for several scrapes, "
+                   "so one of them is another server's.",
+              mappings=mapping({"0": ("agree", "green"), "1": ("DISAGREE", "orange")}), thresholds=steps((None, "green"), (1, "orange")),
+              w=24, h=5),
     ]),
     ("Throughput and load", [
         panel("timeseries", "Generated tokens per second per rank",
@@ -123,7 +160,7 @@ ROWS: list[tuple[str, list[dict]]] = [
               [q('server:specwatch_gen_throughput_tokens_per_second:sum{server=~"$server"}', "{{server}}")],
               unit="short", desc="Sum over the ranks that printed a decode line in the last 5 minutes (recording rule; an idle server is 0)."),
         panel("timeseries", "Running and queued requests",
-              [q(f"specwatch_running_requests{{{RK}}}", "running " + RANK),
+              [q(preferred("specwatch_running_requests"), "running " + RANK),
                q(f"specwatch_queued_requests{{{RK}}}", "queued " + RANK)], unit="short"),
         panel("timeseries", "KV cache token usage", [q(f"specwatch_token_usage_ratio{{{RK}}}", RANK)],
               unit="percentunit", minmax=(0, 1)),
@@ -174,14 +211,14 @@ ROWS: list[tuple[str, list[dict]]] = [
         panel("timeseries", "Server restarts", [q(f"increase(specwatch_server_restarts_total{{{SRV}}}[1h])", "{{server}}")],
               unit="short", desc="Restarts in the last hour (a new pid or start time of the SGLang server)."),
     ]),
-    ("specwatch", [
-        panel("stat", "Agents up", [q(f'up{{job="specwatch",{INST}}}', "{{instance}}", instant=True)],
-              mappings=UP_DOWN, thresholds=steps((None, "red"), (1, "green"))),
+    ("Sources: followed files, journal, engine /metrics", [
         panel("timeseries", "Log lines read per second",
-              [q(f"rate(specwatch_log_lines_total{{{SRV}}}[$__rate_interval])", "{{server}} {{kind}}")], unit="short"),
-        panel("timeseries", "Malformed lines (last hour)",
-              [q(f'increase(specwatch_log_lines_total{{{SRV},kind="malformed"}}[1h])', "{{server}}")], unit="short",
-              desc="Batch lines specwatch could not read: a new SGLang format, or garbage in the log."),
+              [q(f"rate(specwatch_log_lines_total{{{SRV}}}[$__rate_interval])", "{{server}} {{kind}}")], unit="short",
+              desc="Per server, from every log source (files, container logs, journal), by kind."),
+        panel("timeseries", "Lines not understood (last hour)",
+              [q(f'increase(specwatch_log_lines_total{{{SRV},kind=~"malformed|unrecognized"}}[1h])', "{{server}} {{kind}}")], unit="short",
+              desc="malformed: batch lines specwatch could not read (a new SGLang format, or garbage in the log); "
+                   "unrecognized: lines the source's log format (logs[].format) did not match."),
         panel("timeseries", "Log file events",
               [q(f"increase(specwatch_log_rotations_total{{{INST}}}[1h])", "rotations {{path}}"),
                q(f"increase(specwatch_log_truncations_total{{{INST}}}[1h])", "truncations {{path}}"),
@@ -190,11 +227,38 @@ ROWS: list[tuple[str, list[dict]]] = [
                q(f"increase(specwatch_log_recovered_lines_total{{{INST}}}[1h])", "recovered lines {{path}}")],
               unit="short", desc="Per followed file, in the last hour."),
         panel("timeseries", "Log bytes read per second",
-              [q(f"rate(specwatch_log_read_bytes_total{{{INST}}}[$__rate_interval])", "{{instance}} {{path}}")], unit="Bps"),
+              [q(f"rate(specwatch_log_read_bytes_total{{{INST}}}[$__rate_interval])", "{{instance}} {{path}}")], unit="Bps",
+              desc="Per source: a file's path, or journal:UNIT[@DIRECTORY]."),
         panel("timeseries", "Age of the last log line",
               [q(f"time() - specwatch_log_last_line_timestamp_seconds{{{INST}}}", "{{instance}} {{path}}")], unit="s"),
         panel("stat", "Log files open", [q(f"specwatch_log_file_open{{{INST}}}", "{{path}}", instant=True)],
               mappings=mapping({"0": ("missing", "red"), "1": ("open", "green")})),
+        panel("stat", "Journal sources", [q(f"specwatch_journal_up{{{INST}}}", "{{instance}} {{path}}", instant=True)],
+              mappings=UP_DOWN, thresholds=steps((None, "red"), (1, "green")),
+              desc="logs[].journal: up while journalctl runs and reports no problem; down: the agent's log has an ERROR line saying what to fix "
+                   "(no journal files, no permission: the systemd-journal group)."),
+        panel("timeseries", "Journal cursor lost (last hour)",
+              [q(f"increase(specwatch_journal_cursor_lost_total{{{INST}}}[1h])", "{{instance}} {{path}}")], unit="short",
+              desc="Restarts whose saved cursor was rotated and vacuumed away: reading resumed at the oldest entry after its time, lines in between are lost."),
+        panel("stat", "Engine /metrics scrapes", [q(f"specwatch_server_metrics_up{{{SRV}}}", "{{server}} {{url}}", instant=True)],
+              mappings=UP_DOWN, thresholds=steps((None, "red"), (1, "green")),
+              desc="server_metrics[]: up when the last scrape of the engine's /metrics succeeded."),
+        panel("timeseries", "Engine /metrics scrape errors (last hour)",
+              [q(f"increase(specwatch_server_metrics_errors_total{{{SRV}}}[1h])", "{{server}} {{error}}")], unit="short",
+              desc="By error: connection_error, timeout, http_<status>, bad_response. A failing scrape is retried with backoff."),
+        panel("timeseries", "Engine /metrics scrape duration",
+              [q(f"specwatch_server_metrics_scrape_duration_seconds{{{SRV}}}", "{{server}} {{url}}"),
+               q(f"time() - specwatch_server_metrics_last_success_timestamp_seconds{{{SRV}}}", "since the last good scrape {{server}}")],
+              unit="s", desc="GET and parse of the last scrape, and the age of the last successful one."),
+        panel("timeseries", "vLLM counter resets (last hour)",
+              [q(f"increase(specwatch_server_metrics_resets_total{{{SRV}}}[1h])", "{{server}} {{url}}")], unit="short",
+              desc="vLLM's spec-decode counters went backwards: the engine restarted. That interval is read from zero."),
+        panel("table", "Engines", [q(f"specwatch_server_metrics_engine_info{{{SRV}}}", instant=True, fmt="table")],
+              desc="The engine behind each /metrics URL, told from its metric names."),
+    ]),
+    ("specwatch", [
+        panel("stat", "Agents up", [q(f'up{{job="specwatch",{INST}}}', "{{instance}}", instant=True)],
+              mappings=UP_DOWN, thresholds=steps((None, "red"), (1, "green"))),
         panel("stat", "Alerts firing (agent)", [q(f"sum by (alertname) (specwatch_alerts_firing{{{INST}}})", "{{alertname}}", instant=True)],
               thresholds=steps((None, "green"), (1, "red"))),
         panel("timeseries", "Alert delivery",
@@ -229,16 +293,17 @@ VARIABLES = [
     gd.DatasourceVariable("datasource").label("Data source").type("prometheus"),
     variable("instance", "Instance", "label_values(specwatch_build_info, instance)"),
     variable("server", "Server", 'label_values(specwatch_log_lines_total{instance=~"$instance"}, server)'),
-    variable("dp_rank", "DP rank", 'label_values(specwatch_accept_length{instance=~"$instance",server=~"$server"}, dp_rank)'),
-    variable("tp_rank", "TP rank", 'label_values(specwatch_accept_length{instance=~"$instance",server=~"$server"}, tp_rank)'),
+    variable("engine", "Engine", 'label_values(specwatch_accept_length{instance=~"$instance",server=~"$server"}, engine)'),
+    variable("dp_rank", "DP rank", 'label_values(specwatch_accept_length{instance=~"$instance",server=~"$server",engine=~"$engine"}, dp_rank)'),
+    variable("tp_rank", "TP rank", 'label_values(specwatch_accept_length{instance=~"$instance",server=~"$server",engine=~"$engine"}, tp_rank)'),
 ]
 
 
 def build() -> dict:
     b = (gd.Dashboard("specwatch: speculative decoding").uid("specwatch").version(1)
-         .description("SGLang speculative decoding (EAGLE-3) per server and rank, GPUs, and the specwatch agents. "
+         .description("SGLang and vLLM speculative decoding (EAGLE-3) per server and rank, GPUs, log and /metrics sources, and the specwatch agents. "
                       "Generated by grafana/build_dashboard.py.")
-         .tags(["specwatch", "sglang", "speculative-decoding", "gpu"])
+         .tags(["specwatch", "sglang", "vllm", "speculative-decoding", "gpu"])
          .editable().tooltip(DashboardCursorSync.CROSSHAIR).time("now-6h", "now").refresh("30s").timezone("")
          .annotation(gd.AnnotationQuery().name("Firing alerts").datasource(DS).enable(True).icon_color("red")
                      .expr('ALERTS{alertstate="firing",instance=~"$instance"}')))

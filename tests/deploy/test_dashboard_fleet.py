@@ -4,9 +4,14 @@ with deploy/prometheus/prometheus.yml's relabelling and specwatch-rules.yml load
 
 Agent "a" (127.0.0.1) follows generated SGLang 0.5.23 lines (two DP ranks, collapsing half-way)
 and has NVML answered by tests/fake_pynvml.py (two H200s, an XID 79), so every GPU panel has
-data on this GPU-less machine. Agent "b" (localhost) follows generated 0.5.6 lines (no rank
-tokens) followed by the real Kimi-K2.5 sample, with the real NVML, which finds no driver here
-(specwatch_gpu_up 0). Every panel query is run
+data on this GPU-less machine. It also follows a real journal (systemd-journal-remote files)
+and scrapes a real HTTP server serving SGLang 0.5.23-shaped /metrics for the same server,
+whose accept length (4.5) is not the log's: MetricsLogDisagreement fires. Agent "b"
+(localhost) follows generated 0.5.6 lines (no rank tokens) followed by the real Kimi-K2.5
+sample, with the real NVML, which finds no driver here (specwatch_gpu_up 0), a journal folder
+that does not exist (specwatch_journal_up 0), and scrapes a vLLM-shaped /metrics of a second
+server "v" that has no log (per-position acceptance, one engine restart). Both /metrics
+servers answer 503 until each agent has counted a failed scrape. Every panel query is run
 through the Prometheus HTTP API with its variables filled in as Grafana would.
 """
 
@@ -24,6 +29,8 @@ import pytest
 import yaml
 
 import prom
+from engine_metrics import EngineMetrics
+from journal_files import JournalDir, need_tools
 from procs import SAMPLES, SpecwatchProcess, decode_line, free_port, scrape, wait_for
 from slack_endpoint import SlackEndpoint
 
@@ -37,6 +44,13 @@ PENDING = {"specwatch_server_up", "specwatch_server_restarts_total"}
 RATE_INTERVAL = "5s"  # Grafana: max(4 x scrape interval, ...), scrape interval 1s here
 # metric names in a query: specwatch_*, recording rules (level:metric:op), up{...}, ALERTS{...}
 NAME = re.compile(r"\b(specwatch_[a-z0-9_]+|(?:model_pair|server):[a-z0-9_:]+|up(?=\{)|ALERTS(?=\{))")
+
+# Only agent b's vLLM /metrics gives these (SGLang's /metrics and logs have no positions, no
+# counters to reset): empty when agent a alone is selected.
+VLLM_ONLY = {"specwatch_position_accept_rate", "specwatch_server_metrics_resets_total"}
+A_METRICS = 4.5  # a's /metrics accept length, far from every accept len of its log
+POSITIONS = [8, 5, 2]  # v's accepted tokens per position per 10 drafts: rates 0.8, 0.5, 0.2; accept length 2.5
+JOURNAL_LINES = ["INFO:     Started server process [4242]", "INFO:     Application startup complete."]
 
 pytestmark = pytest.mark.skipif(not prom.available(), reason=f"{prom.PROMETHEUS} not installed "
                                 "(Debian package prometheus; .ci/run installs it)")
@@ -59,9 +73,10 @@ def fill(expr: str, values: dict[str, str]) -> str:
     return expr
 
 
-def regex_value(v: str) -> str:
-    """A single selected value as Grafana writes it into =~"...": regex-escaped."""
-    return re.escape(v).replace("\\", "\\\\")
+def regex_value(*values: str) -> str:
+    """Selected values as Grafana writes them into =~"...": regex-escaped, several as (a|b)."""
+    escaped = [re.escape(v).replace("\\", "\\\\") for v in values]
+    return escaped[0] if len(escaped) == 1 else "(" + "|".join(escaped) + ")"
 
 
 def write_slowly(path: Path, lines: list[str], chunks: int, pause: float) -> threading.Thread:
@@ -90,9 +105,15 @@ def lines_read(port: int, server: str) -> float:
                if name == "specwatch_log_lines_total" and ("server", server) in labels)
 
 
-def agent_config(path: Path, port: int, server: str, log: Path, state: Path, gpu: bool, slack: str) -> Path:
+def agent_config(path: Path, port: int, server: str, log: Path, state: Path, gpu: bool, slack: str,
+                 journal: Path, metrics: dict) -> Path:
     path.write_text(yaml.safe_dump({
-        "server": server, "logs": [{"path": str(log)}], "follow": {"poll_interval": "0.2s"},
+        "server": server, "follow": {"poll_interval": "0.2s"},
+        # the server's log file and its unit's journal: one SGLang server, both named
+        "logs": [{"path": str(log), "server": server},
+                 {"journal": {"unit": "sglang.service", "directory": str(journal)}, "server": server}],
+        "server_metrics": [dict(metrics, interval="1s", timeout="500ms", backoff_max="1s")],
+        "rules": {"metrics_crosscheck": {"intervals": 1}},
         "metrics": {"listen_port": port}, "state_dir": str(state),
         "gpu": {"enabled": gpu, "interval": "0.5s"},
         # Watch one SGLang port no process here uses: the server panels get deterministic data
@@ -101,6 +122,25 @@ def agent_config(path: Path, port: int, server: str, log: Path, state: Path, gpu
         "alerts": {"slack": {"webhook_url": slack, "backoff_initial": "0.1s"}},
     }))
     return path
+
+
+class Traffic:
+    """The engines serving requests: every 0.2 s a new decode-log interval in SGLang's gauges
+    (each scrape sees fresh values) and 10 more drafts in vLLM's counters."""
+
+    def __init__(self, sglang: EngineMetrics, vllm: EngineMetrics):
+        self.sglang, self.vllm = sglang, vllm
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self.run, daemon=True)
+        self.thread.start()
+
+    def run(self):
+        i = 0
+        while not self.stop.wait(0.2):
+            i += 1
+            for dp in (0, 1):
+                self.sglang.set_sglang(dp, accept_length=A_METRICS + 0.01 * (i % 2), accept_rate=0.9, running=40)
+            self.vllm.advance_vllm(drafts=10, accepted_per_pos=POSITIONS, running=16)
 
 
 def scrape_job(ports: tuple[int, int], sd_file: Path) -> dict:
@@ -117,21 +157,29 @@ def fleet(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("fleet")
     slack = SlackEndpoint()
     log_a, log_b = tmp / "a.log", tmp / "b.log"
+    need_tools()  # systemd-journal-remote and journalctl
     lines_a = generated("0.5.23", 1200, 2, collapse_after=600)
     # b ends on the real collapse sample plus a third low batch (the daemon's rule needs three)
     # and one malformed batch line.
     lines_b = (generated("0.5.6", 300, 1) + (SAMPLES / "kimi-k25-eagle3-collapse.log").read_text().splitlines(True)
                + [decode_line(1.04, "16:32:46"), "[2026-02-23 16:33:00 TP0] Decode batch, #running-req: 3, accept len: banana\n"])
+    journal_a, journal_b = JournalDir(tmp / "journal-a"), tmp / "journal-b"
+    journal_a.append(JOURNAL_LINES)
+    sglang, vllm = EngineMetrics("sglang", dp_size=2), EngineMetrics("vllm", num_spec_tokens=len(POSITIONS))
+    sglang.status = vllm.status = 503
     ports = free_port(), free_port()
-    a = SpecwatchProcess(agent_config(tmp / "a.yaml", ports[0], "a", log_a, tmp / "sa", True, slack.url), ports[0],
+    a = SpecwatchProcess(agent_config(tmp / "a.yaml", ports[0], "a", log_a, tmp / "sa", True, slack.url,
+                                      journal_a.path, {"url": sglang.url, "server": "a"}), ports[0],
                          argv=[sys.executable, str(TESTS / "fake_gpu_specwatch.py"), "run", "--config", str(tmp / "a.yaml")])
-    b = SpecwatchProcess(agent_config(tmp / "b.yaml", ports[1], "b", log_b, tmp / "sb", True, slack.url), ports[1])
+    b = SpecwatchProcess(agent_config(tmp / "b.yaml", ports[1], "b", log_b, tmp / "sb", True, slack.url,
+                                      journal_b, {"url": vllm.url, "server": "v"}), ports[1])
     sd = tmp / "targets.yml"
     # a bare host name (gets :9849) and an opted-out one, as in targets/specwatch-example.yml
     sd.write_text(yaml.safe_dump([{"targets": ["127.0.0.2"]}, {"targets": ["127.0.0.3"], "labels": {"specwatch": "off"}}]))
     # Alerts fire at once here (for: 0s) so the ALERTS annotation has data within the test.
     p = prom.Prometheus(tmp / "prometheus", [scrape_job(ports, sd)], [prom.rules_firing_at_once()])
     procs = [a, b]
+    traffic = None
     try:
         for x in procs:
             x.start(wait=False)
@@ -142,21 +190,46 @@ def fleet(tmp_path_factory):
         # logs are written once both agents are scraped, so counters grow under its eyes.
         wait_for(lambda: sum(t["health"] == "up" for t in p.targets()["activeTargets"]) == 2,
                  timeout=30, what="both agents scraped", interval=0.2)
+        for port, eng in ((ports[0], sglang), (ports[1], vllm)):
+            wait_for(lambda: any(n == "specwatch_server_metrics_errors_total" for n, _ in scrape(port)),
+                     timeout=20, what=f"a failed scrape of {eng.url} counted")
+            eng.status = 200
+        traffic = Traffic(sglang, vllm)
         writers = [write_slowly(log_a, lines_a, 8, 0.4), write_slowly(log_b, lines_b, 8, 0.4)]
         for w in writers:
             w.join(30)
-        for port, server, lines in ((ports[0], "a", lines_a), (ports[1], "b", lines_b)):
-            wait_for(lambda: lines_read(port, server) == len(lines), what=f"agent {server} read every line")
+        for port, server, n in ((ports[0], "a", len(lines_a) + len(JOURNAL_LINES)), (ports[1], "b", len(lines_b))):
+            wait_for(lambda: lines_read(port, server) == n, what=f"agent {server} read every line")
         assert scrape(ports[1])[("specwatch_log_lines_total", (("kind", "malformed"), ("server", "b")))] == 1
+        # v's engine restarts: its counters start from zero, the agent counts a reset
+        wait_for(lambda: accept_length_of(ports[1], "v") == 2.5, what="v's accept length from /metrics")
+        vllm.restart()
+        wait_for(lambda: scrape(ports[1]).get(("specwatch_server_metrics_resets_total", (("server", "v"), ("url", vllm.url)))) == 1,
+                 what="v's counter reset")
+        wait_for(lambda: alert_firing(ports[0], "MetricsLogDisagreement"), what="a's log and /metrics disagree")
         time.sleep(1.5)  # one more evaluation of the recording rules after the last scrape
         prom.wait_scraped(p)
-        yield {"prom": p, "a": a, "b": b, "ports": ports, "slack": slack}
+        yield {"prom": p, "a": a, "b": b, "ports": ports, "slack": slack, "urls": (sglang.url, vllm.url)}
     finally:
+        if traffic is not None:
+            traffic.stop.set()
+            traffic.thread.join(5)
         p.stop()
         for x in procs:
             if x.proc is not None:
                 x.stop()
         slack.close()
+        sglang.close()
+        vllm.close()
+
+
+def accept_length_of(port: int, server: str) -> float | None:
+    return next((v for (name, labels), v in scrape(port).items()
+                 if name == "specwatch_accept_length" and ("server", server) in labels), None)
+
+
+def alert_firing(port: int, alertname: str) -> bool:
+    return scrape(port).get(("specwatch_alerts_firing", (("alertname", alertname),))) == 1
 
 
 def variable_values(p: prom.Prometheus, d: dict, chosen: dict[str, str]) -> dict[str, list[str]]:
@@ -171,26 +244,43 @@ def variable_values(p: prom.Prometheus, d: dict, chosen: dict[str, str]) -> dict
     return out
 
 
+ALL = {"instance": ".*", "server": ".*", "engine": ".*", "dp_rank": ".*", "tp_rank": ".*"}
+
+
 def test_variables_list_both_agents_and_their_ranks(fleet):
     p, d = fleet["prom"], dashboard()
-    all_ = {"instance": ".*", "server": ".*", "dp_rank": ".*", "tp_rank": ".*"}
-    vals = variable_values(p, d, all_)
+    vals = variable_values(p, d, ALL)
     assert vals["instance"] == ["127.0.0.1", "localhost"]
-    assert vals["server"] == ["a", "b"]
+    assert vals["server"] == ["a", "b", "v"]
+    assert vals["engine"] == ["sglang", "vllm"]  # a's /metrics (and the logs' series where they carry it), v's
     assert vals["dp_rank"] == ["0", "1"] and vals["tp_rank"] == ["0", "1"]
-    only_b = variable_values(p, d, dict(all_, instance=regex_value("localhost")))
-    assert only_b["server"] == ["b"] and only_b["dp_rank"] == [] and only_b["tp_rank"] == ["0"]
+    only_b = variable_values(p, d, dict(ALL, instance=regex_value("localhost")))
+    assert only_b["server"] == ["b", "v"] and only_b["engine"][-1:] == ["vllm"]
+    assert only_b["dp_rank"] == [] and only_b["tp_rank"] == ["0"]
+
+
+def test_engine_variable_filters_the_rank_panels(fleet):
+    p, d = fleet["prom"], dashboard()
+    [expr] = [e for title, e in targets(d) if title == "Accept length per rank"]
+    shown = lambda engine: series_by(p.query(fill(expr, dict(ALL, engine=engine))), "server", "dp_rank", "tp_rank")  # noqa: E731
+    # All: the log's series (no engine label) and v's from /metrics; a's /metrics not beside its log
+    assert set(shown(".*")) == {("a", "0", "0"), ("a", "1", "1"), ("b", "", ""), ("b", "", "0"), ("v", "", "")}
+    assert shown(regex_value("vllm")) == {("v", "", ""): 2.5}
+    sglang = {k[0] for k in shown(regex_value("sglang"))}
+    assert "a" in sglang and "v" not in sglang
 
 
 def fillings(p, d):
-    """All, then each agent on its own with its first rank values (or All where it has none)."""
-    yield "All", {"instance": ".*", "server": ".*", "dp_rank": ".*", "tp_rank": ".*"}
-    for inst, server in (("127.0.0.1", "a"), ("localhost", "b")):
-        chosen = {"instance": regex_value(inst), "server": regex_value(server), "dp_rank": ".*", "tp_rank": ".*"}
+    """All, then each agent on its own with all its servers and its first DP rank (or All where
+    it has none). TP stays All: SGLang's /metrics leaves TP0 unlabelled, so a TP filter hides
+    the /metrics series of the rank it selects."""
+    yield "All", ALL
+    for inst in ("127.0.0.1", "localhost"):
+        chosen = dict(ALL, instance=regex_value(inst))
         vals = variable_values(p, d, chosen)
-        for rank in ("dp_rank", "tp_rank"):
-            if vals[rank]:
-                chosen[rank] = regex_value(vals[rank][0])
+        chosen["server"] = regex_value(*vals["server"])
+        if vals["dp_rank"]:
+            chosen["dp_rank"] = regex_value(vals["dp_rank"][0])
         yield inst, chosen
 
 
@@ -212,6 +302,8 @@ def test_every_panel_query_returns_data(fleet):
                 assert result == [], (title, q)  # not exported yet: nothing to show
             elif label == "localhost" and gpu_only(expr):
                 assert result == [], (title, q)  # agent b has no GPU (specwatch_gpu_up 0 only)
+            elif label == "127.0.0.1" and set(NAME.findall(expr)) <= VLLM_ONLY:
+                assert result == [], (title, q)
             elif not result:
                 empty.append(f"{label}: {title}: {q}")
     assert not empty, "panels without data:\n" + "\n".join(empty)
@@ -245,22 +337,59 @@ def series_by(results, *labels):
     return {tuple(r["metric"].get(x, "") for x in labels): r["value"] for r in results}
 
 
-def test_panels_show_the_agents_values(fleet):
-    p = fleet["prom"]
-    expected = {}
+def agents_series(fleet, metric: str) -> dict[tuple[str, str, str, str], float]:
+    """{(source, server, dp_rank, tp_rank): value} of `metric` on both agents' /metrics."""
+    out = {}
     for port in fleet["ports"]:
         for (name, labels), v in scrape(port).items():
-            if name == "specwatch_accept_length":
+            if name == metric:
                 lab = dict(labels)
-                expected[(lab["server"], lab["dp_rank"], lab["tp_rank"])] = v
+                out[(lab.get("source", ""), lab["server"], lab["dp_rank"], lab["tp_rank"])] = v
+    return out
+
+
+def panel_query(title: str, ref: str = "A", values: dict[str, str] = ALL) -> str:
+    [expr] = [t["expr"] for p in dashboard()["panels"] if p["title"] == title for t in p["targets"] if t["refId"] == ref]
+    return fill(expr, values)
+
+
+def test_panels_show_the_agents_values(fleet):
+    p = fleet["prom"]
+    exported = agents_series(fleet, "specwatch_accept_length")
+    log = {k[1:]: v for k, v in exported.items() if k[0] == ""}
+    metrics = {k[1:]: v for k, v in exported.items() if k[0] == "server_metrics"}
     # a: DP0/TP0 and DP1/TP1; b: no rank tokens (0.5.6 lines) and TP0 (the Kimi sample)
-    assert set(expected) == {("a", "0", "0"), ("a", "1", "1"), ("b", "", ""), ("b", "", "0")}
-    got = series_by(p.query('specwatch_accept_length{instance=~".*",server=~".*",dp_rank=~".*",tp_rank=~".*"}'),
-                    "server", "dp_rank", "tp_rank")
-    assert got == expected
-    assert expected[("b", "", "0")] == 1.04  # the sample's 1.05, 1.06, then 1.04
-    collapsed = series_by(p.query("specwatch_acceptance_collapsed"), "server", "dp_rank", "tp_rank")
-    assert collapsed == {("a", "0", "0"): 1, ("a", "1", "1"): 1, ("b", "", ""): 0, ("b", "", "0"): 1}
+    assert set(log) == {("a", "0", "0"), ("a", "1", "1"), ("b", "", ""), ("b", "", "0")}
+    assert log[("b", "", "0")] == 1.04  # the sample's 1.05, 1.06, then 1.04
+    # /metrics: a's DP ranks (TP0 unlabelled), v's one vLLM engine: 1 + 15 accepted / 10 drafts
+    assert set(metrics) == {("a", "0", ""), ("a", "1", ""), ("v", "", "")} and metrics[("v", "", "")] == 2.5
+    assert {metrics[("a", dp, "")] for dp in "01"} <= {A_METRICS, A_METRICS + 0.01}
+    # one line per rank: the log's, /metrics only for v (no log)
+    assert series_by(p.query(panel_query("Accept length per rank")), "server", "dp_rank", "tp_rank") == \
+        log | {("v", "", ""): 2.5}
+    # both, side by side
+    assert series_by(p.query(panel_query("Accept length: log vs /metrics", "A")), "server", "dp_rank", "tp_rank") == log
+    shown = series_by(p.query(panel_query("Accept length: log vs /metrics", "B")), "server", "dp_rank", "tp_rank")
+    assert set(shown) == set(metrics) and shown[("v", "", "")] == 2.5  # a's alternate between scrapes
+    collapsed = series_by(p.query(panel_query("Collapse state per rank")), "server", "dp_rank", "tp_rank")
+    assert collapsed == {("a", "0", "0"): 1, ("a", "1", "1"): 1, ("b", "", ""): 0, ("b", "", "0"): 1, ("v", "", ""): 0}
+    assert series_by(p.query(panel_query("Collapsed ranks")), "server") == {("a",): 2, ("b",): 1, ("v",): 0}
+    # per-position acceptance from v's vLLM counters
+    pos = series_by(p.query(panel_query("Per-position accept rate now")), "server", "position")
+    assert pos == {("v", str(i)): n / 10 for i, n in enumerate(POSITIONS)}
+    # sources' health
+    kinds = series_by(p.query(panel_query("Lines not understood (last hour)")), "server", "kind")
+    assert {k[1] for k in kinds} == {"malformed", "unrecognized"} and kinds[("b", "malformed")] > 0
+    sglang_url, vllm_url = fleet["urls"]
+    up = series_by(p.query(panel_query("Engine /metrics scrapes")), "server", "url")
+    assert up == {("a", sglang_url): 1, ("v", vllm_url): 1}
+    errors = series_by(p.query("specwatch_server_metrics_errors_total"), "server", "error")
+    assert set(errors) == {("a", "http_503"), ("v", "http_503")} and min(errors.values()) >= 1
+    assert series_by(p.query("specwatch_server_metrics_resets_total"), "server") == {("v",): 1}
+    assert series_by(p.query(panel_query("Engines")), "server", "engine") == {("a", "sglang"): 1, ("v", "vllm"): 1}
+    journal = series_by(p.query(panel_query("Journal sources")), "instance")
+    assert journal == {("127.0.0.1",): 1, ("localhost",): 0}  # b's folder does not exist
+    assert series_by(p.query(panel_query("MetricsLogDisagreement")), "instance") == {("127.0.0.1",): 1, ("localhost",): 0}
     # GPU panels show the fake H200s' readings
     util = series_by(p.query('specwatch_gpu_utilization_ratio{instance=~".*"}'), "instance", "gpu")
     assert util == {("127.0.0.1", "0"): 0.87, ("127.0.0.1", "1"): 0.05}
@@ -272,8 +401,10 @@ def test_panels_show_the_agents_values(fleet):
 
 def test_fleet_recording_rules_show_both_servers(fleet):
     p = fleet["prom"]
-    acc = {k: v for k, v in series_by(p.query("specwatch_accept_length"), "server", "dp_rank", "tp_rank").items()}
+    # the log's series; a's /metrics beside its log is not counted, v (no log) is
+    acc = series_by(p.query('specwatch_accept_length{source=""}'), "server", "dp_rank", "tp_rank")
     per_server = series_by(p.query("server:specwatch_accept_length:avg"), "server")
+    assert set(per_server) == {("a",), ("b",), ("v",)} and per_server[("v",)] == 2.5
     for s in ("a", "b"):
         vals = [v for k, v in acc.items() if k[0] == s]
         assert per_server[(s,)] == pytest.approx(sum(vals) / len(vals))
@@ -281,7 +412,7 @@ def test_fleet_recording_rules_show_both_servers(fleet):
     assert [r["metric"] for r in pair] == [{"__name__": "model_pair:specwatch_accept_length:avg", "algorithm": "EAGLE3",
                                             "model": "moonshotai/Kimi-K2.5",
                                             "draft_model": "/models/kimi-k25-eagle3-1.2b"}]
-    assert pair[0]["value"] == pytest.approx(sum(acc.values()) / len(acc))  # both servers, every rank
+    assert pair[0]["value"] == pytest.approx(sum(acc.values()) / len(acc))  # both servers, every rank (v has no settings)
     worst = p.query("model_pair:specwatch_accept_length:min")[0]["value"]
     assert worst == min(acc.values())
     assert p.query("model_pair:specwatch_acceptance_collapsed:sum")[0]["value"] == 3  # a's two ranks, b's TP0

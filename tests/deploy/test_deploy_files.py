@@ -328,7 +328,9 @@ def test_dashboard_json_is_generated_and_importable():
     d = json.loads((ROOT / "grafana" / "specwatch.json").read_text())
     assert d["uid"] == "specwatch" and "id" not in d  # importable anywhere
     names = [v["name"] for v in d["templating"]["list"]]
-    assert names == ["datasource", "instance", "server", "dp_rank", "tp_rank"]
+    assert names == ["datasource", "instance", "server", "engine", "dp_rank", "tp_rank"]
+    # "All" is `.*`, which also matches a series without the label (issue 13: engine)
+    assert all(v["allValue"] == ".*" for v in d["templating"]["list"] if v["type"] == "query")
     ids, titles = set(), set()
     for p in d["panels"]:
         assert p["id"] not in ids
@@ -347,7 +349,10 @@ def test_dashboard_json_is_generated_and_importable():
                  "Generated tokens per second per server", "Running and queued requests", "KV cache token usage",
                  "GPU utilisation", "GPU memory used", "GPU power", "GPU temperature", "Clock throttle reasons",
                  "XID errors since specwatch started", "ECC errors (volatile)", "Server restarts",
-                 "Log lines read per second", "Malformed lines (last hour)", "Log file events", "Alert delivery"):
+                 "Log lines read per second", "Lines not understood (last hour)", "Log file events", "Alert delivery",
+                 # issue 12 item 5, issue 13 item 6: sources' health, per-position acceptance, log vs /metrics
+                 "Journal sources", "Engine /metrics scrapes", "Engine /metrics scrape errors (last hour)",
+                 "Per-position accept rate", "Accept length: log vs /metrics", "MetricsLogDisagreement"):
         assert want in titles, want
     [alerts] = [a for a in d["annotations"]["list"] if a.get("expr")]
     assert alerts["expr"].startswith('ALERTS{alertstate="firing"')
