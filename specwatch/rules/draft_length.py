@@ -3,7 +3,9 @@
 Each drafted token past the last useful position costs draft compute and verify width and saves
 nothing. vLLM prints the acceptance rate of every draft position (`Per-position acceptance rate`:
 drafts whose first i+1 tokens were accepted ÷ drafts, `vllm/v1/spec_decode/metrics.py` 0.8.5-0.33.0;
-`DecodeBatch.position_accept_rates`), so the useful length can be read off directly: BR-16
+`DecodeBatch.position_accept_rates`), and so does its /metrics
+(`vllm:spec_decode_num_accepted_tokens_per_pos_total`, `RankMetrics.position_accept_rates` per
+scrape interval: used for a server whose log gives none), so the useful length can be read off directly: BR-16
 (docs/bugreports.md) accepts 0.600, 0.385, 0.215, 0.108, 0.062 at positions 1-5 and 0.000 at the
 ten after them.
 
@@ -23,7 +25,7 @@ from collections import deque
 
 from specwatch.alerts.model import Alert, code
 from specwatch.config import Config, Count, Ratio, Seconds, Section, rule_section
-from specwatch.events import ServerArgs
+from specwatch.events import MetricsSample, ServerArgs
 from specwatch.rules.active import ActiveAlerts
 from specwatch.rules.base import Rule, ServerArgsMemory, alert_key, new_alert, register
 from specwatch.rules.windows import Window
@@ -98,6 +100,7 @@ class DraftLengthRule(Rule):
         self.collapse_accept_length = collapse_accept_length  # at or below: the collapse rule's case
         self.args = ServerArgsMemory()
         self._ranks: dict[tuple[str, str], _Positions] = {}
+        self._from_log: set[str] = set()  # servers whose log gives the positions: /metrics not used
         self.active = ActiveAlerts()
 
     def reconfigure(self, config: Config) -> None:
@@ -107,10 +110,20 @@ class DraftLengthRule(Rule):
     def on_event(self, server: str, event: object, now: float) -> list[Alert]:
         if isinstance(event, ServerArgs):
             self.args.observe(server, event)
+        elif isinstance(event, MetricsSample) and server not in self._from_log and self.config.enabled:
+            # vLLM's /metrics (`vllm:spec_decode_num_accepted_tokens_per_pos_total`): each rank's
+            # per-position rates over the scrape interval, weighted by its drafts
+            out = []
+            for r in event.ranks:
+                if r.fresh and r.drafts and r.position_accept_rates:
+                    out += self._observe(server, r.rank, event.timestamp, tuple(r.position_accept_rates),
+                                         r.drafts, event.engine)
+            return out
         return []
 
     def on_restart(self, server: str, at: float, why: str) -> list[Alert]:
         out = []
+        self._from_log.discard(server)
         for key in [k for k in self._ranks if k[0] == server]:
             del self._ranks[key]
             out += self.active.resolve(alert_key(*key), at, ("resolved because", why))
@@ -121,12 +134,18 @@ class DraftLengthRule(Rule):
         rates = b.position_accept_rates
         if not rates or not self.config.enabled or not window.acceptance_valid:
             return []
-        k, key = len(rates), (server, b.rank)
+        self._from_log.add(server)
+        drafts = b.draft_tokens / len(rates) if b.draft_tokens else 1.0
+        return self._observe(server, b.rank, b.timestamp, tuple(rates), drafts, b.engine)
+
+    def _observe(self, server: str, rank: str, ts: float, rates: tuple[float, ...], drafts: float,
+                 engine: str | None) -> list[Alert]:
+        """One interval's per-position accept rates of a rank (`drafts` drafts made in it)."""
+        k, key = len(rates), (server, rank)
         pos = self._ranks.get(key)
         if pos is None or len(pos.accepted) != k:  # a new draft length: start again
             pos = self._ranks[key] = _Positions(k)
-        drafts = b.draft_tokens / k if b.draft_tokens else 1.0
-        pos.add(b.timestamp, drafts, tuple(rates), self.config.window)
+        pos.add(ts, drafts, rates, self.config.window)
         if pos.drafts < self.config.min_drafts:
             return []
         avg = pos.rates()
@@ -134,12 +153,12 @@ class DraftLengthRule(Rule):
         useful = next((i for i, r in enumerate(avg) if r < thr), k)
         akey = alert_key(*key)
         if useful == k:
-            return self.active.resolve(akey, b.timestamp, ("every position accepts at least", f"{thr:.3f}"))
+            return self.active.resolve(akey, ts, ("every position accepts at least", f"{thr:.3f}"))
         if useful == 0 or akey in self.active or 1 + sum(avg) <= self.collapse_accept_length:
             return []  # (almost) nothing accepted at all: a collapse, not a long draft
         args = dict(self.args.get(server) or {})
-        args.setdefault("engine", b.engine)
-        return self.active.fire(akey, self._alert(server, b.rank, b.timestamp, k, useful, avg, pos.drafts, args))
+        args.setdefault("engine", engine)
+        return self.active.fire(akey, self._alert(server, rank, ts, k, useful, avg, pos.drafts, args))
 
     def _alert(self, server: str, rank: str, ts: float, k: int, useful: int, avg: list[float],
                drafts: float, args: dict[str, object]) -> Alert:

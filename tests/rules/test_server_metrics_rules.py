@@ -150,3 +150,24 @@ def test_a_stale_log_hands_the_collapse_to_metrics(engine):
     engine.set_sglang(accept_length=1.0, accept_rate=0.0, running=32, throughput=360.0)
     src.poll(t + 10)
     assert transitions(p) == [("AcceptanceCollapse", "firing", "")]
+
+
+@pytest.mark.parametrize("engine", ["vllm"], indirect=True)
+def test_vllm_draft_too_long_from_metrics_alone(engine):
+    """BR-16's shape from vLLM's per-position counters: positions 1-3 accept, 4-5 almost never
+    (issue 13 items 2-3): DraftTooLong with the useful length, not a collapse."""
+    p, src = setup(engine.url, logs=False, rules={"draft_length": {"min_drafts": 50}})
+    src.poll(0.0)  # the baseline
+    t = 0.0
+    engine.advance_vllm(drafts=40, accepted_per_pos=[24, 15, 8, 0, 0])
+    src.poll(t := t + 5)
+    assert p.dispatcher.history == []  # 40 drafts: fewer than min_drafts, not judged yet
+    for _ in range(3):  # then 100 drafts an interval: 60, 38, 21, 1 and 0 accepted at positions 0-4
+        engine.advance_vllm(drafts=100, accepted_per_pos=[60, 38, 21, 1, 0])
+        src.poll(t := t + 5)
+    (alert,) = p.dispatcher.history  # fired once, at 140 drafts
+    assert (alert.name, alert.status, alert.labels["server"]) == ("DraftTooLong", "firing", "box")
+    ev = dict(alert.evidence)
+    assert ev["per-position acceptance rate"] == "0.600, 0.379, 0.207, 0.007, 0.000"  # (24+60)/140, ...
+    assert (ev["useful positions"], ev["draft positions"], ev["drafts in window"]) == ("3", "5", "140")
+    assert "num_speculative_tokens" in alert.fixes[0] and ": 3" in alert.fixes[0]
