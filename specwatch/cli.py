@@ -48,6 +48,7 @@ def cmd_check_config(args) -> int:
 
 def cmd_replay(args) -> int:
     from specwatch.alerting import build_alerting
+    from specwatch.notifiers.http import PERMANENT
     from specwatch.pipeline import Pipeline
     from specwatch.replay import format_text, replay_files, summary
 
@@ -117,6 +118,12 @@ def cmd_replay(args) -> int:
             print(f"specwatch replay: {n.queue_depth} {name} notification(s) not delivered within "
                   f"{args.slack_timeout:.0f}s and not kept (a replay has no queue): run it again with "
                   "--notify once the receiver is up", file=sys.stderr)
+            rc = 1
+        dropped = n.failed_total[PERMANENT]
+        if dropped:
+            print(f"specwatch replay: {dropped} {name} notification(s) rejected by the receiver and dropped "
+                  "(its answer is logged above): fix the receiver's URL or token and run it again with --notify",
+                  file=sys.stderr)
             rc = 1
     doc = summary(pipeline, list(dispatcher.history))
     if recorder is not None:

@@ -211,3 +211,27 @@ def test_notify_to_a_receiver_that_is_down_waits_once_and_says_nothing_is_kept(t
     assert "1 slack notification(s) not delivered within 4s and not kept" in r.stderr
     assert "1 webhook/ops notification(s) not delivered within 4s and not kept" in r.stderr
     assert took < 7.5  # one shared 4 s wait plus start-up; one wait per receiver would be >= 8 s
+
+
+def test_notify_to_a_receiver_that_rejects_it_fails_and_says_so(tmp_path, slack):
+    """A receiver that rejects a notification for good (Slack 403 `invalid_token`, a webhook's
+    404) makes the replay fail with one summary line per receiver, like an undelivered one."""
+    import yaml
+
+    from slack_endpoint import SlackEndpoint
+
+    hook = SlackEndpoint()
+    try:
+        slack.script.append((403, {}, "invalid_token"))
+        hook.script.append((404, {}, "no such hook"))
+        cfg = tmp_path / "config.yaml"
+        cfg.write_text(yaml.safe_dump({"server": "kimi-k25-tp8", "rules": {"collapse": {"min_batches": 2}}, "alerts": {
+            "slack": {"webhook_url": slack.url}, "webhooks": [{"name": "ops", "url": hook.url}]}}))
+        r = replay(str(EXAMPLE), "--config", str(cfg), "--notify", "--slack-timeout", "10")
+    finally:
+        hook.close()
+    assert (len(slack.received), len(hook.received)) == (1, 1)
+    assert r.returncode == 1, r.stderr
+    assert "1 slack notification(s) rejected by the receiver and dropped" in r.stderr
+    assert "1 webhook/ops notification(s) rejected by the receiver and dropped" in r.stderr
+    assert "AcceptanceCollapse" in r.stdout  # the report is still printed
