@@ -126,18 +126,24 @@ def cmd_replay(args) -> int:
                   file=sys.stderr)
             rc = 1
     doc = summary(pipeline, list(dispatcher.history))
+    if not args.json:
+        print(format_text(doc), flush=True)  # before the plot: a rendering error loses no report
     if recorder is not None:
         from specwatch.plot import render
 
-        doc["plot"] = {"path": args.plot, **render(args.plot, recorder, doc["episodes"],
-                                                   cfg.collapse.max_accept_length)}
-        print(f"specwatch replay: plot written to {args.plot}", file=sys.stderr)
+        doc["plot"] = {"path": args.plot}
+        try:
+            doc["plot"].update(render(args.plot, recorder, doc["episodes"], cfg.collapse.max_accept_length))
+            print(f"specwatch replay: plot written to {args.plot}", file=sys.stderr)
+        except Exception as e:  # noqa: BLE001 — whatever matplotlib raises, the report stands
+            doc["plot"]["error"] = f"{type(e).__name__}: {e}"
+            print(f"specwatch replay: --plot {args.plot}: could not draw the plot ({doc['plot']['error']})",
+                  file=sys.stderr)
+            rc = 1
     if args.json:
         if args.slack_dry_run:
             doc["slack_payloads"] = _json_stream(dry_out.getvalue())
         print(json.dumps(doc, indent=2))
-    else:
-        print(format_text(doc))
     return rc
 
 
@@ -382,7 +388,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help="send this log's alerts to the config's Slack and webhooks (default: notify nobody)")
     rp.add_argument("--plot", metavar="OUT.svg|png",
                     help="draw accept length per rank (threshold, alert episodes, restarts) and throughput "
-                         "over the log's time; needs pip install 'specwatch[plot]'")
+                         "over the log's time; needs pip install 'specwatch[plot]' (from a checkout: pip install '.[plot]')")
     rp.add_argument("--server", help="server name for the replayed logs (default: the config's `server`, else 'replay')")
     rp.add_argument("--format", help="the logs' format: auto (default: plain, Docker json-file or Kubernetes CRI, "
                     "detected per file), sglang, docker, cri, python-logging, or a regex with named groups "

@@ -11,6 +11,7 @@ display). SVG elements carry ids (`accept-length-<rank>`, `throughput-<rank>`, `
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -18,7 +19,7 @@ from pathlib import Path
 
 from specwatch.rules.base import Rule
 
-EXTRA_HINT = "pip install 'specwatch[plot]'"
+EXTRA_HINT = "pip install 'specwatch[plot]' (from a checkout: pip install '.[plot]')"
 
 
 class PlotUnavailable(RuntimeError):
@@ -61,9 +62,19 @@ class SeriesRecorder(Rule):
 
 
 def check_output(path: str) -> None:
-    """Raises PlotUnavailable before a replay starts: a suffix other than .svg/.png, or no matplotlib."""
-    if Path(path).suffix.lower() not in (".svg", ".png"):
+    """Raises PlotUnavailable before a replay starts: a suffix other than .svg/.png, a folder that
+    does not exist or cannot be written, a path that is a folder, or no matplotlib."""
+    out = Path(path)
+    if out.suffix.lower() not in (".svg", ".png"):
         raise PlotUnavailable(f"--plot {path}: give a file ending in .svg or .png")
+    folder = out.parent
+    if not folder.is_dir():
+        why = "is not a folder" if folder.exists() else "does not exist"
+        raise PlotUnavailable(f"--plot {path}: the folder {folder} {why}")
+    if out.is_dir():
+        raise PlotUnavailable(f"--plot {path}: is a folder; give a file ending in .svg or .png")
+    if not os.access(folder, os.W_OK | os.X_OK) or (out.exists() and not os.access(out, os.W_OK)):
+        raise PlotUnavailable(f"--plot {path}: cannot write to {out if out.exists() else folder} (permission denied)")
     try:
         import matplotlib  # noqa: F401
     except ImportError:

@@ -81,6 +81,33 @@ def test_plot_refuses_another_suffix_before_reading():
     assert r.returncode == 2 and "give a file ending in .svg or .png" in r.stderr
 
 
+def test_plot_into_a_missing_or_unusable_folder_is_refused_before_reading(tmp_path):
+    (tmp_path / "notes.txt").write_text("x")
+    (tmp_path / "dir.png").mkdir()
+    for out, says in ((tmp_path / "no" / "such" / "x.png", f"the folder {tmp_path / 'no' / 'such'} does not exist"),
+                      (tmp_path / "notes.txt" / "x.png", f"the folder {tmp_path / 'notes.txt'} is not a folder"),
+                      (tmp_path / "dir.png", "is a folder")):
+        r = replay("examples/logs/kimi-k25-eagle3-collapse.log", "--plot", str(out))
+        assert (r.returncode, r.stdout) == (2, ""), r.stderr
+        assert says in r.stderr and "Traceback" not in r.stderr
+
+
+def test_a_plot_that_cannot_be_written_keeps_the_report(tmp_path):
+    """The folder is fine but the write fails (a full disk: a link to /dev/full): the report
+    is printed first, the error is one line, the exit status 1; with --json the report says why."""
+    out = tmp_path / "full.png"
+    out.symlink_to("/dev/full")
+    r = replay("examples/logs/kimi-k25-eagle3-collapse.log", "--config", "examples/kimi-k25.yaml", "--plot", str(out))
+    assert r.returncode == 1
+    assert "AcceptanceCollapse" in r.stdout and r.stdout.startswith("lines: ")
+    [err] = [ln for ln in r.stderr.splitlines() if "--plot" in ln]
+    assert err.startswith(f"specwatch replay: --plot {out}: could not draw the plot (OSError: ") and "Traceback" not in r.stderr
+    r = replay("examples/logs/kimi-k25-eagle3-collapse.log", "--config", "examples/kimi-k25.yaml", "--plot", str(out), "--json")
+    doc = json.loads(r.stdout)
+    assert r.returncode == 1 and doc["alerts"][0]["name"] == "AcceptanceCollapse"
+    assert doc["plot"]["path"] == str(out) and doc["plot"]["error"].startswith("OSError: ")
+
+
 def test_without_matplotlib_the_error_names_the_extra(tmp_path):
     """As on an install without the `plot` extra: matplotlib cannot be imported."""
     block = ("import sys\n"
@@ -94,7 +121,8 @@ def test_without_matplotlib_the_error_names_the_extra(tmp_path):
     r = subprocess.run([sys.executable, "-c", block, "replay", "examples/logs/kimi-k25-eagle3-collapse.log",
                         "--plot", str(tmp_path / "x.svg")], capture_output=True, text=True, cwd=ROOT, timeout=60)
     assert r.returncode == 2
-    assert "--plot needs matplotlib, which is not installed: pip install 'specwatch[plot]'" in r.stderr
+    assert ("--plot needs matplotlib, which is not installed: pip install 'specwatch[plot]' "
+            "(from a checkout: pip install '.[plot]')") in r.stderr
     assert not (tmp_path / "x.svg").exists()
 
 
