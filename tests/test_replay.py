@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from sglang_lines import decode_line, malformed_lines, other_lines, prefill_line, server_args_line
+from sglang_lines import decode_line, eight_rank_two_collapses_log, malformed_lines, other_lines, prefill_line, server_args_line
 from specwatch.notifiers.slack import payload_text
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -235,3 +235,25 @@ def test_notify_to_a_receiver_that_rejects_it_fails_and_says_so(tmp_path, slack)
     assert "1 slack notification(s) rejected by the receiver and dropped" in r.stderr
     assert "1 webhook/ops notification(s) rejected by the receiver and dropped" in r.stderr
     assert "AcceptanceCollapse" in r.stdout  # the report is still printed
+
+
+def test_report_prints_each_fix_once(tmp_path):
+    """Two ranks collapse (8 ranks): the second rank's episodes repeat only the fixes that differ
+    (the rank-disagreement grep names its rank); the others are `(as above: name)`."""
+    log = tmp_path / "eight.log"
+    eight_rank_two_collapses_log(log)
+    r = replay(str(log))
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(replay(str(log), "--json").stdout)
+    blocks = {b.split(":", 1)[0]: b for b in r.stdout.rstrip().split("\n\nALERT ")[1:]}
+    assert set(blocks) == {f"{name} on replay {rank}" for name in ("AcceptanceCollapse", "RankDisagreement")
+                           for rank in ("DP3 TP3", "DP5 TP5")}
+    assert blocks["AcceptanceCollapse on replay DP5 TP5"].endswith("what to check: as above")
+    [dp3, dp5] = [e["fixes"] for e in doc["episodes"] if e["name"] == "RankDisagreement"]
+    assert dp3[0] != dp5[0] and dp3[1:] == dp5[1:] and len(dp5) == 4
+    assert f"   1. {dp5[0]}" in blocks["RankDisagreement on replay DP5 TP5"]
+    assert blocks["RankDisagreement on replay DP5 TP5"].endswith(
+        "   2. (as above: Check the GPU of this rank)\n   3. (as above: PD disaggregation / transfer)\n"
+        "   4. (as above: Routing)")
+    for fix in {f for e in doc["episodes"] for f in e["fixes"]}:
+        assert r.stdout.count(fix) == 1
