@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from sglang_lines import decode_line, eight_rank_two_collapses_log, malformed_lines, other_lines, prefill_line, server_args_line
+from sglang_lines import decode_line, eight_rank_two_collapses_log, three_rank_collapse_log, malformed_lines, other_lines, prefill_line, server_args_line
 from specwatch.notifiers.slack import payload_text
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -257,3 +257,27 @@ def test_report_prints_each_fix_once(tmp_path):
         "   4. (as above: Routing)")
     for fix in {f for e in doc["episodes"] for f in e["fixes"]}:
         assert r.stdout.count(fix) == 1
+
+
+def test_resolved_slack_message_shows_why_not_the_firing_evidence(tmp_path, slack):
+    """DP1 recovers (3-rank log): Slack's resolved message has server, rank and `recovered
+    accept len` as fields and the firing evidence only on its "At firing" line; the webhook's
+    resolved alert still carries all the evidence, the reason first."""
+    import yaml
+
+    log = tmp_path / "three.log"
+    three_rank_collapse_log(log)
+    doc = json.loads(replay(str(log), "--slack-dry-run", "--json").stdout)
+    [resolved] = [p for p in doc["slack_payloads"] if p["text"].startswith("[RESOLVED] AcceptanceCollapse")]
+    [fields] = [b["fields"] for b in resolved["blocks"] if "fields" in b]
+    assert [f["text"] for f in fields] == ["*Server*\nreplay", "*Rank*\nDP1 TP1", "*recovered accept len*\n2.64"]
+    [at_firing] = [e["text"] for b in resolved["blocks"] if b["type"] == "context" for e in b["elements"]
+                   if e["text"].startswith("*At firing:*")]
+    assert at_firing.startswith("*At firing:* accept len: 1.02 · accept rate: ")
+    cfg = tmp_path / "config.yaml"
+    cfg.write_text(yaml.safe_dump({"alerts": {"webhooks": [{"name": "ops", "url": slack.url}]}}))
+    assert replay(str(log), "--config", str(cfg), "--notify", "--slack-timeout", "10").returncode == 0
+    [hook] = [b for b in slack.received if b["status"] == "resolved" and
+              b["alerts"][0]["labels"]["alertname"] == "AcceptanceCollapse"]
+    evidence = hook["alerts"][0]["annotations"]["evidence"].splitlines()
+    assert evidence[:2] == ["recovered accept len: 2.64", "accept len: 1.02"]
