@@ -39,7 +39,9 @@ def cmd_check_config(args) -> int:
         return _print_problems(args.file, e)
     for w in config_warnings(cfg):
         print(f"{args.file}: warning: {w}", file=sys.stderr)
-    print(f"{args.file}: ok ({len(cfg.logs)} log file(s), metrics on {cfg.listen_address}:{cfg.listen_port}, "
+    journals = sum(1 for s in cfg.logs if s.journal is not None)
+    print(f"{args.file}: ok ({len(cfg.logs) - journals} log file(s), "
+          + (f"{journals} journal source(s), " if journals else "") + f"metrics on {cfg.listen_address}:{cfg.listen_port}, "
           f"slack {'configured' if cfg.slack.webhook_url else 'not configured'}, {len(cfg.webhooks)} webhook(s), "
           f"{len(cfg.alertmanager.urls)} alertmanager(s), {len(cfg.routes)} route(s), "
           f"process watching {'on' if cfg.process.enabled else 'off'}, {len(cfg.server_apis)} server API(s), {len(cfg.server_metrics)} /metrics source(s))")
