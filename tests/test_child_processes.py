@@ -12,7 +12,7 @@ from pathlib import Path
 import psutil
 
 from journal_files import JournalDir
-from procs import wait_for
+from procs import popen, wait_for
 from specwatch_daemon import SpecwatchDaemon
 
 TESTS = Path(__file__).resolve().parent
@@ -39,8 +39,7 @@ def gone(pid: int) -> bool:
 
 
 def test_a_killed_test_run_takes_its_daemon_with_it(tmp_path):
-    starter = subprocess.Popen([sys.executable, "-c", STARTER, str(TESTS), str(tmp_path)], stdout=subprocess.PIPE,
-                               text=True)
+    starter = popen([sys.executable, "-c", STARTER, str(TESTS), str(tmp_path)], stdout=subprocess.PIPE, text=True)
     try:
         daemon = int(starter.stdout.readline())
         assert psutil.Process(daemon).cmdline()[1:4] == ["-m", "specwatch", "run"]
@@ -70,8 +69,7 @@ def test_a_killed_daemon_leaves_no_journalctl_even_one_that_ignores_the_closed_p
     stub = tmp_path / "journalctl"
     stub.write_text("#!/bin/sh\nexec sleep 300\n")
     stub.chmod(0o755)
-    daemon = subprocess.Popen([sys.executable, "-c", FOLLOWER, str(stub)], stdout=subprocess.PIPE, text=True,
-                              cwd=TESTS.parent)
+    daemon = popen([sys.executable, "-c", FOLLOWER, str(stub)], stdout=subprocess.PIPE, text=True, cwd=TESTS.parent)
     try:
         journalctl = int(daemon.stdout.readline())
         assert psutil.Process(journalctl).ppid() == daemon.pid
