@@ -49,6 +49,8 @@ def test_a_killed_test_run_takes_its_daemon_with_it(tmp_path):
     finally:
         starter.kill()
         starter.wait()
+        if "daemon" in locals() and not gone(daemon):
+            os.kill(daemon, signal.SIGKILL)
 
 
 # A daemon's journal source, its process killed: the follower starts `journalctl` (argv[1]) and
