@@ -39,7 +39,9 @@ def cmd_check_config(args) -> int:
         return _print_problems(args.file, e)
     for w in config_warnings(cfg):
         print(f"{args.file}: warning: {w}", file=sys.stderr)
-    print(f"{args.file}: ok ({len(cfg.logs)} log file(s), metrics on {cfg.listen_address}:{cfg.listen_port}, "
+    journals = sum(1 for s in cfg.logs if s.journal is not None)
+    print(f"{args.file}: ok ({len(cfg.logs) - journals} log file(s), "
+          + (f"{journals} journal source(s), " if journals else "") + f"metrics on {cfg.listen_address}:{cfg.listen_port}, "
           f"slack {'configured' if cfg.slack.webhook_url else 'not configured'}, {len(cfg.webhooks)} webhook(s), "
           f"{len(cfg.alertmanager.urls)} alertmanager(s), {len(cfg.routes)} route(s), "
           f"process watching {'on' if cfg.process.enabled else 'off'}, {len(cfg.server_apis)} server API(s), {len(cfg.server_metrics)} /metrics source(s))")
@@ -48,6 +50,7 @@ def cmd_check_config(args) -> int:
 
 def cmd_replay(args) -> int:
     from specwatch.alerting import build_alerting
+    from specwatch.notifiers.http import PERMANENT
     from specwatch.pipeline import Pipeline
     from specwatch.replay import format_text, replay_files, summary
 
@@ -118,19 +121,31 @@ def cmd_replay(args) -> int:
                   f"{args.slack_timeout:.0f}s and not kept (a replay has no queue): run it again with "
                   "--notify once the receiver is up", file=sys.stderr)
             rc = 1
+        dropped = n.failed_total[PERMANENT]
+        if dropped:
+            print(f"specwatch replay: {dropped} {name} notification(s) rejected by the receiver and dropped "
+                  "(its answer is logged above): fix the receiver's URL or token and run it again with --notify",
+                  file=sys.stderr)
+            rc = 1
     doc = summary(pipeline, list(dispatcher.history))
+    if not args.json:
+        print(format_text(doc), flush=True)  # before the plot: a rendering error loses no report
     if recorder is not None:
         from specwatch.plot import render
 
-        doc["plot"] = {"path": args.plot, **render(args.plot, recorder, doc["episodes"],
-                                                   cfg.collapse.max_accept_length)}
-        print(f"specwatch replay: plot written to {args.plot}", file=sys.stderr)
+        doc["plot"] = {"path": args.plot}
+        try:
+            doc["plot"].update(render(args.plot, recorder, doc["episodes"], cfg.collapse.max_accept_length))
+            print(f"specwatch replay: plot written to {args.plot}", file=sys.stderr)
+        except Exception as e:  # noqa: BLE001 — whatever matplotlib raises, the report stands
+            doc["plot"]["error"] = f"{type(e).__name__}: {e}"
+            print(f"specwatch replay: --plot {args.plot}: could not draw the plot ({doc['plot']['error']})",
+                  file=sys.stderr)
+            rc = 1
     if args.json:
         if args.slack_dry_run:
             doc["slack_payloads"] = _json_stream(dry_out.getvalue())
         print(json.dumps(doc, indent=2))
-    else:
-        print(format_text(doc))
     return rc
 
 
@@ -394,7 +409,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help="send this log's alerts to the config's Slack and webhooks (default: notify nobody)")
     rp.add_argument("--plot", metavar="OUT.svg|png",
                     help="draw accept length per rank (threshold, alert episodes, restarts) and throughput "
-                         "over the log's time; needs pip install 'specwatch[plot]'")
+                         "over the log's time; needs pip install 'specwatch[plot]' (from a checkout: pip install '.[plot]')")
     rp.add_argument("--server", help="server name for the replayed logs (default: the config's `server`, else 'replay')")
     rp.add_argument("--format", help="the logs' format: auto (default: plain, Docker json-file or Kubernetes CRI, "
                     "detected per file), sglang, docker, cri, python-logging, or a regex with named groups "

@@ -110,7 +110,7 @@ class JournalConfig(Section):
     twice ORed, as journalctl does); directory: read the journal files of this folder, not the
     system journal."""
 
-    unit: NonEmpty | None = None
+    unit: UnitName | None = None
     matches: list[NonEmpty] = msgspec.field(default_factory=list)
     directory: FilePath | None = None
 
@@ -426,6 +426,8 @@ def _show(value, limit: int = 60) -> str:
 NonEmpty = Annotated[str, Meta(min_length=1)]
 Secret = Annotated[str, Meta(extra={"secret": True})]  # a message never shows it
 FilePath = Annotated[str, Meta(min_length=1, extra={"path": True})]  # a string, never a number
+UnitName = Annotated[str, Meta(min_length=1, description="a non-empty string, e.g. `sglang.service`",
+                               extra={"string": True})]  # a systemd unit: never a number
 _KINDS = {bool: "true or false", int: "an integer", float: "a number", str: "a string"}
 _PLURAL = {int: "integers", float: "numbers", str: "strings"}
 
@@ -485,7 +487,7 @@ def _convert(raw, t, key: str, default):
             raise _Bad(f"must be {what}, got {_show(raw)}")
         return raw
     if base is str:
-        if isinstance(raw, int) and not isinstance(raw, bool) and not extra.get("path"):
+        if isinstance(raw, int) and not isinstance(raw, bool) and not (extra.get("path") or extra.get("string")):
             raw = str(raw)  # `server: 1`
         if not isinstance(raw, str):
             raise _Bad(f"must be {what}, got {_show(raw)}")
@@ -552,7 +554,7 @@ class _Reader:
             data = {}
         fields = msgspec.structs.fields(cls)
         self.unknown(data, path, [f.encode_name for f in fields])
-        values, complete = {}, True
+        values, complete, wrong = {}, True, set()
         for f in fields:
             raw, full = data.get(f.encode_name), _join(path, f.encode_name)
             t, meta = _unwrap(f.type)
@@ -574,12 +576,14 @@ class _Reader:
                 values[f.name] = _convert(raw, f.type, f.encode_name, getattr(base, f.name, default))
             except _Bad as e:
                 self.bad(full, str(e))
+                wrong.add(f.encode_name)
                 complete = complete and not f.required
         if not complete:
             return None
         obj = msgspec.structs.replace(base, **values) if base is not None else cls(**values)
         for key, msg in obj.problems():
-            self.bad(_join(path, key), msg)
+            if re.split(r"[.\[]", key, maxsplit=1)[0] not in wrong:  # said already, as a wrong value
+                self.bad(_join(path, key), msg)
         return obj
 
     def mapping(self, raw, path: str, t) -> dict:

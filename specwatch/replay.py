@@ -151,7 +151,7 @@ def format_text(doc: dict) -> str:
         )
     if not doc["episodes"]:
         out.append("alerts: none")
-    shown: dict[str, list[str]] = {}  # alert name -> fixes last printed
+    shown: set[str] = set()  # fix texts printed already
     for a in doc["episodes"]:
         out.append("")
         where = " ".join(p for p in (a["server"], a["rank"]) if p)
@@ -160,11 +160,17 @@ def format_text(doc: dict) -> str:
         else:
             out.append(f"ALERT {a['name']} on {where}: FIRING since {a['starts_at']} (at the end of the log)")
         out.append(f"  {a['summary']}")
-        if a["fixes"] and shown.get(a["name"]) == a["fixes"]:
+        if a["fixes"] and shown.issuperset(a["fixes"]):
             out.append("  what to check: as above")
         elif a["fixes"]:
-            shown[a["name"]] = a["fixes"]
             out.append("  what to check:")
             for i, fix in enumerate(a["fixes"], 1):
-                out.append(f"   {i}. {fix}")
+                out.append(f"   {i}. (as above: {_head(fix)})" if fix in shown else f"   {i}. {fix}")
+            shown.update(a["fixes"])
     return "\n".join(out)
+
+
+def _head(fix: str, most: int = 60) -> str:
+    """A fix's name: its text before the first ": " (`fc bypass`), else its start."""
+    head = fix.split(": ", 1)[0]
+    return head if len(head) <= most else fix[:most - 1].rstrip() + "…"

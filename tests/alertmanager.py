@@ -20,7 +20,7 @@ from pathlib import Path
 import requests
 import yaml
 
-from procs import free_port, terminate
+from procs import free_port, popen, terminate
 
 BINARY = shutil.which("prometheus-alertmanager") or shutil.which("alertmanager")
 
@@ -55,7 +55,7 @@ class Alertmanager:
         for attempt in range(3):  # a free port can be taken before we bind it: retry
             self.port = port or free_port()
             self.url = f"http://127.0.0.1:{self.port}"
-            self.proc = subprocess.Popen(
+            self.proc = popen(
                 [BINARY, f"--config.file={self.dir / 'alertmanager.yml'}", f"--storage.path={self.dir / 'data'}",
                  f"--web.listen-address=127.0.0.1:{self.port}", "--cluster.listen-address=", "--log.level=warn"],
                 stdout=subprocess.DEVNULL, stderr=open(self.dir / "stderr.log", "wb"))

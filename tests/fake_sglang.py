@@ -23,8 +23,10 @@ from pathlib import Path
 
 import psutil
 
+from procs import popen
+
 LAUNCH_SERVER = r'''
-import os, signal, subprocess, sys, time
+import ctypes, os, signal, subprocess, sys, time
 
 argv = sys.argv[1:]
 
@@ -36,9 +38,10 @@ def flag(name, default=None):
             return tok.split("=", 1)[1]
     return default
 
+die = lambda: ctypes.CDLL(None).prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG: end with the launcher
 kids = [
-    subprocess.Popen(["sglang::scheduler_TP0", "-c", "import time; time.sleep(3600)"], executable=sys.executable),
-    subprocess.Popen(["sglang::detokenizer", "-c", "import time; time.sleep(3600)"], executable=sys.executable),
+    subprocess.Popen(["sglang::scheduler_TP0", "-c", "import time; time.sleep(3600)"], executable=sys.executable, preexec_fn=die),
+    subprocess.Popen(["sglang::detokenizer", "-c", "import time; time.sleep(3600)"], executable=sys.executable, preexec_fn=die),
 ]
 
 def bye(*_):
@@ -101,8 +104,8 @@ def make_install(root: Path, version: str = "0.5.6.post2") -> Path:
 def launch(argv: list[str], *, stdout=None, env: dict | None = None) -> subprocess.Popen:
     """Start a launcher in its own session (so `stop` can end it and its children)."""
     env = dict(os.environ, FAKE_SGLANG_TESTS=str(Path(__file__).resolve().parent), **(env or {}))
-    return subprocess.Popen(argv, stdout=stdout or subprocess.DEVNULL, stderr=subprocess.STDOUT,
-                            start_new_session=True, env=env)
+    return popen(argv, stdout=stdout or subprocess.DEVNULL, stderr=subprocess.STDOUT, start_new_session=True,
+                 env=env)
 
 
 def wait_children(proc: subprocess.Popen, n: int = 2, timeout: float = 10.0) -> list[psutil.Process]:

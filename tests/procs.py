@@ -15,6 +15,8 @@ from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from specwatch.childproc import die_with_parent
+
 SAMPLES = Path(__file__).resolve().parent / "data" / "samples"
 
 
@@ -41,6 +43,17 @@ def release_ports(keep: int = 0) -> None:
     """Close the reservations of `free_port()` but the first `keep` (conftest: after each test)."""
     while len(_reserved) > keep:
         _reserved.pop().close()
+
+
+def popen(argv, **kw) -> subprocess.Popen:
+    """`subprocess.Popen` of a child that is SIGKILLed when the test process (the calling thread)
+    ends, however it ends: a killed or timed-out test run leaves no daemon behind."""
+    return subprocess.Popen(argv, preexec_fn=die_with_parent(signal.SIGKILL), **kw)
+
+
+def run(argv, **kw) -> subprocess.CompletedProcess:
+    """`subprocess.run` whose child dies with the test process (see `popen`)."""
+    return subprocess.run(argv, preexec_fn=die_with_parent(signal.SIGKILL), **kw)
 
 
 def wait_for(pred, timeout=15.0, what="condition", interval=0.05):
@@ -99,7 +112,7 @@ class SpecwatchProcess:
 
     def start(self, wait: bool = True) -> "SpecwatchProcess":
         out = open(self.out_path, "a")
-        self.proc = subprocess.Popen(self.argv, env=self.env, stdout=out, stderr=subprocess.STDOUT, text=True)
+        self.proc = popen(self.argv, env=self.env, stdout=out, stderr=subprocess.STDOUT, text=True)
         out.close()
         if wait:
             wait_for(self._up, what=f"/metrics on port {self.port}")

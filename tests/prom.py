@@ -21,7 +21,7 @@ from pathlib import Path
 
 import yaml
 
-from procs import free_port, terminate, wait_for
+from procs import free_port, popen, terminate, wait_for
 
 PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"
 PROMTOOL = shutil.which("promtool") or "/usr/bin/promtool"
@@ -63,7 +63,7 @@ class Prometheus:
 
     def start(self) -> "Prometheus":
         with open(self.log, "w") as out:
-            self.proc = subprocess.Popen(
+            self.proc = popen(
                 [PROMETHEUS, f"--config.file={self.dir / 'prometheus.yml'}",
                  f"--storage.tsdb.path={self.dir / 'data'}", f"--web.listen-address=127.0.0.1:{self.port}",
                  "--log.level=warn"],

@@ -734,20 +734,33 @@ if __name__ == "__main__":
     sys.exit(main())
 
 
-def three_rank_collapse_log(path) -> None:
-    """Two minutes of an SGLang 0.5.23 server with 3 DP ranks, one decode line per rank a second:
-    DP1's draft collapses from 10:00:40 to 10:01:19 (40 lines at accept len 1.02), and the server
-    restarts (a `server_args` line) at 10:01:40. For `replay --plot` (tests, docs/make_pictures.py)."""
-    lines = [server_args_line(ts="2026-03-01 09:59:00", speculative_algorithm="EAGLE3",
-                              speculative_draft_model_path="/models/llama-3.1-8b-eagle3")[0]]
+def collapse_log(path, ranks: int, collapses: dict[int, tuple[int, int]], restart_at: int | None = None) -> None:
+    """Two minutes of an SGLang 0.5.23 server with `ranks` DP ranks, one decode line per rank a
+    second from 10:00:00: DP r's draft collapses (accept len 1.02) for the seconds
+    collapses[r] = (first, end); a `server_args` line (a restart) follows second `restart_at`."""
+    draft = {"speculative_algorithm": "EAGLE3", "speculative_draft_model_path": "/models/llama-3.1-8b-eagle3"}
+    lines = [server_args_line(ts="2026-03-01 09:59:00", **draft)[0]]
     for i in range(120):
         ts = f"2026-03-01 10:{i // 60:02d}:{i % 60:02d}"
-        for r in range(3):
-            collapsed = r == 1 and 40 <= i < 80
+        for r in range(ranks):
+            first, stop = collapses.get(r, (0, 0))
+            collapsed = first <= i < stop
             a = 1.02 if collapsed else 2.6 + 0.3 * math.sin(i / 7 + r)
             tp = 560.0 if collapsed else 900.0 + 50 * r + 20 * math.sin(i / 5)
             lines.append(decode_line("0.5.23", ts=ts, rank={"DP": r, "TP": r}, accept_len=a, throughput=tp)[0])
-        if i == 100:
-            lines.append(server_args_line(ts=ts, speculative_algorithm="EAGLE3",
-                                          speculative_draft_model_path="/models/llama-3.1-8b-eagle3")[0])
+        if i == restart_at:
+            lines.append(server_args_line(ts=ts, **draft)[0])
     path.write_text("\n".join(lines) + "\n")
+
+
+def three_rank_collapse_log(path) -> None:
+    """3 DP ranks: DP1's draft collapses from 10:00:40 to 10:01:19 (40 lines at accept len 1.02),
+    and the server restarts (a `server_args` line) at 10:01:40. For `replay --plot` (tests,
+    docs/make_pictures.py)."""
+    collapse_log(path, 3, {1: (40, 80)}, restart_at=100)
+
+
+def eight_rank_two_collapses_log(path) -> None:
+    """8 DP ranks: DP3 collapses from 10:00:40 to 10:01:19 and DP5 from 10:00:45 to 10:01:24, so
+    their episodes overlap. For `replay --plot` and the rank-disagreement wording."""
+    collapse_log(path, 8, {3: (40, 80), 5: (45, 85)})

@@ -322,6 +322,22 @@ def test_check_config_warns_about_a_missing_log_and_names_the_file_it_cannot_rea
     assert "--config" not in r.stderr
 
 
+def test_journal_unit_problems_are_one_each_and_the_summary_counts_sources(tmp_path):
+    """`unit: ""` is one problem (not also "missing"); `unit: 5` is refused (a unit is a
+    string); check-config counts a journal as a journal source, not a log file."""
+    assert problems({"logs": [{"journal": {"unit": ""}, "server": "a"}, {"journal": {"unit": 5}, "server": "b"}]}) == [
+        "logs[0].journal.unit: must be a non-empty string, e.g. `sglang.service`, got ''",
+        "logs[1].journal.unit: must be a non-empty string, e.g. `sglang.service`, got 5"]
+    assert problems({"logs": [{"journal": {}}]})[0].startswith("logs[0].journal.unit: missing; give `unit: ")
+    log = tmp_path / "server.log"
+    log.write_text("")
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(f"logs:\n  - journal: {{unit: sglang.service}}\n    server: a\n  - path: {log}\n    server: b\n")
+    r = subprocess.run([sys.executable, "-m", "specwatch", "check-config", str(cfg)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert f"{cfg}: ok (1 log file(s), 1 journal source(s), metrics on " in r.stdout
+
+
 def test_a_rule_section_declared_in_its_own_file_is_read_without_editing_config_py():
     """Issue #9 items 3-4: `rules:` is composed from the registered sections."""
     @rule_section("test_only_rule")

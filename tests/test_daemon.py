@@ -12,6 +12,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+import procs
 from procs import SAMPLES, decode_line, free_port, rank_labels, scrape, wait_for
 from specwatch_daemon import SpecwatchDaemon
 
@@ -101,8 +102,8 @@ def test_run_scrape_alert_resolve_restart(tmp_path, slack, log):
 def test_bad_config_exits_2_naming_the_key(tmp_path):
     cfg = tmp_path / "c.yaml"
     cfg.write_text("logs:\n  - path: /tmp/x.log\nrules:\n  collapse:\n    min_batches: zero\n")
-    r = subprocess.run([sys.executable, "-m", "specwatch", "run", "--config", str(cfg)],
-                       capture_output=True, text=True, timeout=30)
+    r = procs.run([sys.executable, "-m", "specwatch", "run", "--config", str(cfg)],
+                  capture_output=True, text=True, timeout=30)
     assert r.returncode == 2
     assert "rules.collapse.min_batches: must be an integer" in r.stderr
 
@@ -169,8 +170,8 @@ def test_missing_log_is_warned_about_and_bad_state_dir_is_a_clean_error(tmp_path
     (tmp_path / "afile").write_text("x")
     cfg.write_text(f"logs:\n  - path: {log}\nstate_dir: {tmp_path / 'afile' / 'state'}\n"
                    f"metrics:\n  listen_port: {free_port()}\ngpu:\n  enabled: false\n")
-    r = subprocess.run([sys.executable, "-m", "specwatch", "run", "--config", str(cfg)],
-                       capture_output=True, text=True, timeout=30)
+    r = procs.run([sys.executable, "-m", "specwatch", "run", "--config", str(cfg)],
+                  capture_output=True, text=True, timeout=30)
     assert r.returncode == 1
     assert "cannot start" in r.stderr and "Traceback" not in r.stderr
 
@@ -238,8 +239,8 @@ def test_own_process_metrics_landing_page_and_taken_port(tmp_path, log):
         # a second daemon on the same port (its own state_dir): a clear error, exit 1
         other = tmp_path / "other.yaml"
         other.write_text(d.cfg.read_text().replace(str(d.state), str(tmp_path / "other-state")))
-        r = subprocess.run([sys.executable, "-m", "specwatch", "run", "--config", str(other)],
-                           capture_output=True, text=True, timeout=30)
+        r = procs.run([sys.executable, "-m", "specwatch", "run", "--config", str(other)],
+                      capture_output=True, text=True, timeout=30)
         assert r.returncode == 1
         assert f"cannot listen on 127.0.0.1:{d.port}: Address already in use" in r.stderr
         assert "Traceback" not in r.stderr

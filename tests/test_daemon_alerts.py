@@ -9,7 +9,8 @@ import time
 
 import yaml
 
-from procs import decode_line, free_port, rank_labels, wait_for
+import procs
+from procs import decode_line, free_port, popen, rank_labels, wait_for
 from specwatch.alerts.model import Alert
 from specwatch_daemon import SpecwatchDaemon
 
@@ -22,8 +23,8 @@ def test_second_daemon_on_one_state_dir_exits_1_naming_the_holder(tmp_path):
     doc["metrics"]["listen_port"] = free_port()  # only the state_dir is shared
     second_cfg = tmp_path / "second.yaml"
     second_cfg.write_text(yaml.safe_dump(doc))
-    r = subprocess.run([sys.executable, "-m", "specwatch", "run", "--config", str(second_cfg)],
-                       capture_output=True, text=True, timeout=30)
+    r = procs.run([sys.executable, "-m", "specwatch", "run", "--config", str(second_cfg)],
+                  capture_output=True, text=True, timeout=30)
     assert r.returncode == 1, r.stderr
     assert f"state directory {first.state} is in use by pid {first.proc.pid}" in r.stderr
     assert "Traceback" not in r.stderr
@@ -33,7 +34,7 @@ def test_second_daemon_on_one_state_dir_exits_1_naming_the_holder(tmp_path):
     # kill -9 leaves the file but not the lock: the next daemon starts
     first.proc.kill()
     first.proc.wait()
-    again = subprocess.Popen([sys.executable, "-m", "specwatch", "run", "--config", str(second_cfg)],
+    again = popen([sys.executable, "-m", "specwatch", "run", "--config", str(second_cfg)],
                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         wait_for(lambda: (first.state / "specwatch.lock").read_text() == f"{again.pid}\n" or again.poll() is not None,

@@ -17,7 +17,7 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from fake_sglang import stop  # noqa: E402
-from procs import decode_line, free_port  # noqa: E402
+from procs import decode_line, free_port, popen  # noqa: E402
 from test_daemon import delivered, scrape, wait_for  # noqa: E402
 
 
@@ -55,7 +55,7 @@ def test_daemon_watches_process_and_api(tmp_path, slack, sglang_install, sglang_
         f"alerts:\n  group_by: ['...']\n  group_wait: 0s\n  group_interval: 0s\n"
         f"  slack:\n    webhook_url_env: SW_TEST_HOOK\n    backoff_initial: 0.1s\n"
     )
-    daemon = subprocess.Popen([sys.executable, "-m", "specwatch", "run", "--config", str(cfg)],
+    daemon = popen([sys.executable, "-m", "specwatch", "run", "--config", str(cfg)],
                               env=dict(os.environ, SW_TEST_HOOK=slack.url, PYTHONUNBUFFERED="1"),
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from sglang_lines import three_rank_collapse_log
+from sglang_lines import eight_rank_two_collapses_log, server_args_line, three_rank_collapse_log
 
 pytest.importorskip("matplotlib")  # the `plot` extra; in the `test` extra, so CI has it
 
@@ -76,9 +76,105 @@ def test_plot_of_the_bundled_example_as_png(tmp_path):
     assert "plot written to" in r.stderr
 
 
+def box(root: ET.Element, gid: str) -> tuple[float, float, float, float]:
+    """(left, top, right, bottom) of the SVG element `gid`'s paths (y grows down)."""
+    [g] = [e for e in root.iter() if e.get("id") == gid]
+    pts = [(float(x), float(y)) for p in g.iter(f"{SVG}path") for x, y in re.findall(r"[ML] ([-\d.]+) ([-\d.]+)", p.get("d"))]
+    xs, ys = [x for x, _ in pts], [y for _, y in pts]
+    return min(xs), min(ys), max(xs), max(ys)
+
+
+def labels(root: ET.Element) -> dict[str, tuple[float, float]]:
+    """Episode label text → (x, y) of its start (SVG text is kept as text)."""
+    out = {}
+    for g in root.iter(f"{SVG}g"):
+        if re.fullmatch(r"episode-\d+-label", g.get("id") or ""):
+            t = next(g.iter(f"{SVG}text"))
+            out[t.text.strip()] = (float(t.get("x")), float(t.get("y")))
+    return out
+
+
+def test_overlapping_episodes_of_eight_ranks_are_labelled_apart_above_the_data(tmp_path):
+    """8 ranks, DP3's and DP5's episodes overlap: each label sits in a lane of its own above the
+    accept length panel (none on the data or the threshold), starts at its episode, and the
+    legend is below the panels, not over the data."""
+    log, out = tmp_path / "eight.log", tmp_path / "eight.svg"
+    eight_rank_two_collapses_log(log)
+    r = replay(str(log), "--plot", str(out), "--json")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert len(doc["plot"]["ranks"]) == 8
+    root = ET.parse(out).getroot()
+    left, top, right, bottom = box(root, "accept-length-axes")
+    found = labels(root)
+    want = {f"{e['name']} {e['rank']}" for e in doc["episodes"]}
+    assert set(found) == want and {"AcceptanceCollapse DP3 TP3", "AcceptanceCollapse DP5 TP5"} <= want
+    assert all(y < top for _, y in found.values())  # above the data panel
+    assert len({y for _, y in found.values()}) == len(found)  # all four overlap in time: four lanes
+    for i, e in enumerate(doc["episodes"]):  # each label starts where its shading starts
+        assert found[f"{e['name']} {e['rank']}"][0] == pytest.approx(box(root, f"episode-{i}")[0], abs=1)
+    legend = box(root, "legend")
+    assert legend[1] > box(root, "throughput-axes")[3]  # below the lowest panel
+
+
+def test_threshold_and_label_of_the_bundled_example_are_apart(tmp_path):
+    """The example's threshold (1.10) is above all its points: it is drawn inside the panel, not
+    on its frame, and the episode label is not on it."""
+    out = tmp_path / "kimi.svg"
+    r = replay("examples/logs/kimi-k25-eagle3-collapse.log", "--config", "examples/kimi-k25.yaml", "--plot", str(out))
+    assert r.returncode == 0, r.stderr
+    root = ET.parse(out).getroot()
+    _, top, _, bottom = box(root, "accept-length-axes")
+    threshold_y = vertices(root, "threshold")[0][1]
+    assert top + 5 < threshold_y < bottom
+    [(_, label_y)] = labels(root).values()
+    assert label_y < top
+
+
+def test_a_log_without_decode_lines_draws_only_a_message(tmp_path):
+    """No decode lines: no axes (no 1970 time axis), a message saying why."""
+    log, out = tmp_path / "start.log", tmp_path / "empty.svg"
+    log.write_text(server_args_line(ts="2026-03-01 09:59:00", speculative_algorithm="EAGLE3")[0] + "\n")
+    r = replay(str(log), "--plot", str(out), "--json")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["plot"] == {"path": str(out), "ranks": {}, "episodes": [], "restarts": 0}
+    svg = out.read_text()
+    root = ET.fromstring(svg)
+    [message] = [e for e in root.iter() if e.get("id") == "no-data"]
+    assert "no decode lines under load" in "".join(message.itertext())
+    assert "1970" not in svg and "log time" not in svg and not any(e.get("id", "").startswith("axes") for e in root.iter())
+
+
 def test_plot_refuses_another_suffix_before_reading():
     r = replay("examples/logs/kimi-k25-eagle3-collapse.log", "--plot", "out.pdf")
     assert r.returncode == 2 and "give a file ending in .svg or .png" in r.stderr
+
+
+def test_plot_into_a_missing_or_unusable_folder_is_refused_before_reading(tmp_path):
+    (tmp_path / "notes.txt").write_text("x")
+    (tmp_path / "dir.png").mkdir()
+    for out, says in ((tmp_path / "no" / "such" / "x.png", f"the folder {tmp_path / 'no' / 'such'} does not exist"),
+                      (tmp_path / "notes.txt" / "x.png", f"the folder {tmp_path / 'notes.txt'} is not a folder"),
+                      (tmp_path / "dir.png", "is a folder")):
+        r = replay("examples/logs/kimi-k25-eagle3-collapse.log", "--plot", str(out))
+        assert (r.returncode, r.stdout) == (2, ""), r.stderr
+        assert says in r.stderr and "Traceback" not in r.stderr
+
+
+def test_a_plot_that_cannot_be_written_keeps_the_report(tmp_path):
+    """The folder is fine but the write fails (a full disk: a link to /dev/full): the report
+    is printed first, the error is one line, the exit status 1; with --json the report says why."""
+    out = tmp_path / "full.png"
+    out.symlink_to("/dev/full")
+    r = replay("examples/logs/kimi-k25-eagle3-collapse.log", "--config", "examples/kimi-k25.yaml", "--plot", str(out))
+    assert r.returncode == 1
+    assert "AcceptanceCollapse" in r.stdout and r.stdout.startswith("lines: ")
+    [err] = [ln for ln in r.stderr.splitlines() if "--plot" in ln]
+    assert err.startswith(f"specwatch replay: --plot {out}: could not draw the plot (OSError: ") and "Traceback" not in r.stderr
+    r = replay("examples/logs/kimi-k25-eagle3-collapse.log", "--config", "examples/kimi-k25.yaml", "--plot", str(out), "--json")
+    doc = json.loads(r.stdout)
+    assert r.returncode == 1 and doc["alerts"][0]["name"] == "AcceptanceCollapse"
+    assert doc["plot"]["path"] == str(out) and doc["plot"]["error"].startswith("OSError: ")
 
 
 def test_without_matplotlib_the_error_names_the_extra(tmp_path):
@@ -94,7 +190,8 @@ def test_without_matplotlib_the_error_names_the_extra(tmp_path):
     r = subprocess.run([sys.executable, "-c", block, "replay", "examples/logs/kimi-k25-eagle3-collapse.log",
                         "--plot", str(tmp_path / "x.svg")], capture_output=True, text=True, cwd=ROOT, timeout=60)
     assert r.returncode == 2
-    assert "--plot needs matplotlib, which is not installed: pip install 'specwatch[plot]'" in r.stderr
+    assert ("--plot needs matplotlib, which is not installed: pip install 'specwatch[plot]' "
+            "(from a checkout: pip install '.[plot]')") in r.stderr
     assert not (tmp_path / "x.svg").exists()
 
 

@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from sglang_lines import decode_line, malformed_lines, other_lines, prefill_line, server_args_line
+from sglang_lines import decode_line, eight_rank_two_collapses_log, three_rank_collapse_log, malformed_lines, other_lines, prefill_line, server_args_line
 from specwatch.notifiers.slack import payload_text
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -211,3 +211,73 @@ def test_notify_to_a_receiver_that_is_down_waits_once_and_says_nothing_is_kept(t
     assert "1 slack notification(s) not delivered within 4s and not kept" in r.stderr
     assert "1 webhook/ops notification(s) not delivered within 4s and not kept" in r.stderr
     assert took < 7.5  # one shared 4 s wait plus start-up; one wait per receiver would be >= 8 s
+
+
+def test_notify_to_a_receiver_that_rejects_it_fails_and_says_so(tmp_path, slack):
+    """A receiver that rejects a notification for good (Slack 403 `invalid_token`, a webhook's
+    404) makes the replay fail with one summary line per receiver, like an undelivered one."""
+    import yaml
+
+    from slack_endpoint import SlackEndpoint
+
+    hook = SlackEndpoint()
+    try:
+        slack.script.append((403, {}, "invalid_token"))
+        hook.script.append((404, {}, "no such hook"))
+        cfg = tmp_path / "config.yaml"
+        cfg.write_text(yaml.safe_dump({"server": "kimi-k25-tp8", "rules": {"collapse": {"min_batches": 2}}, "alerts": {
+            "slack": {"webhook_url": slack.url}, "webhooks": [{"name": "ops", "url": hook.url}]}}))
+        r = replay(str(EXAMPLE), "--config", str(cfg), "--notify", "--slack-timeout", "10")
+    finally:
+        hook.close()
+    assert (len(slack.received), len(hook.received)) == (1, 1)
+    assert r.returncode == 1, r.stderr
+    assert "1 slack notification(s) rejected by the receiver and dropped" in r.stderr
+    assert "1 webhook/ops notification(s) rejected by the receiver and dropped" in r.stderr
+    assert "AcceptanceCollapse" in r.stdout  # the report is still printed
+
+
+def test_report_prints_each_fix_once(tmp_path):
+    """Two ranks collapse (8 ranks): the second rank's episodes repeat only the fixes that differ
+    (the rank-disagreement grep names its rank); the others are `(as above: name)`."""
+    log = tmp_path / "eight.log"
+    eight_rank_two_collapses_log(log)
+    r = replay(str(log))
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(replay(str(log), "--json").stdout)
+    blocks = {b.split(":", 1)[0]: b for b in r.stdout.rstrip().split("\n\nALERT ")[1:]}
+    assert set(blocks) == {f"{name} on replay {rank}" for name in ("AcceptanceCollapse", "RankDisagreement")
+                           for rank in ("DP3 TP3", "DP5 TP5")}
+    assert blocks["AcceptanceCollapse on replay DP5 TP5"].endswith("what to check: as above")
+    [dp3, dp5] = [e["fixes"] for e in doc["episodes"] if e["name"] == "RankDisagreement"]
+    assert dp3[0] != dp5[0] and dp3[1:] == dp5[1:] and len(dp5) == 4
+    assert f"   1. {dp5[0]}" in blocks["RankDisagreement on replay DP5 TP5"]
+    assert blocks["RankDisagreement on replay DP5 TP5"].endswith(
+        "   2. (as above: Check the GPU of this rank)\n   3. (as above: PD disaggregation / transfer)\n"
+        "   4. (as above: Routing)")
+    for fix in {f for e in doc["episodes"] for f in e["fixes"]}:
+        assert r.stdout.count(fix) == 1
+
+
+def test_resolved_slack_message_shows_why_not_the_firing_evidence(tmp_path, slack):
+    """DP1 recovers (3-rank log): Slack's resolved message has server, rank and `recovered
+    accept len` as fields and the firing evidence only on its "At firing" line; the webhook's
+    resolved alert still carries all the evidence, the reason first."""
+    import yaml
+
+    log = tmp_path / "three.log"
+    three_rank_collapse_log(log)
+    doc = json.loads(replay(str(log), "--slack-dry-run", "--json").stdout)
+    [resolved] = [p for p in doc["slack_payloads"] if p["text"].startswith("[RESOLVED] AcceptanceCollapse")]
+    [fields] = [b["fields"] for b in resolved["blocks"] if "fields" in b]
+    assert [f["text"] for f in fields] == ["*Server*\nreplay", "*Rank*\nDP1 TP1", "*recovered accept len*\n2.64"]
+    [at_firing] = [e["text"] for b in resolved["blocks"] if b["type"] == "context" for e in b["elements"]
+                   if e["text"].startswith("*At firing:*")]
+    assert at_firing.startswith("*At firing:* accept len: 1.02 · accept rate: ")
+    cfg = tmp_path / "config.yaml"
+    cfg.write_text(yaml.safe_dump({"alerts": {"webhooks": [{"name": "ops", "url": slack.url}]}}))
+    assert replay(str(log), "--config", str(cfg), "--notify", "--slack-timeout", "10").returncode == 0
+    [hook] = [b for b in slack.received if b["status"] == "resolved" and
+              b["alerts"][0]["labels"]["alertname"] == "AcceptanceCollapse"]
+    evidence = hook["alerts"][0]["annotations"]["evidence"].splitlines()
+    assert evidence[:2] == ["recovered accept len: 2.64", "accept len: 1.02"]

@@ -35,6 +35,8 @@ class Alert:
         (taken from logs: notifiers must escape them).
     fixes: concrete things to check or change, most likely first.
     starts_at / ends_at: seconds since the epoch; ends_at is None while firing.
+    why_resolved: indices into `evidence` of the pairs the rule added when it resolved the alert
+        (why it resolved, e.g. `recovered accept len`); the others are as they were at firing.
     """
 
     labels: dict[str, str]
@@ -44,6 +46,17 @@ class Alert:
     fixes: list[str] = field(default_factory=list)
     ends_at: float | None = None
     status: str = FIRING
+    why_resolved: list[int] = field(default_factory=list)
+
+    def resolved_with(self, *evidence: tuple[str, str], first: bool = False) -> None:
+        """Add the pairs that say why the alert resolved (at the end, or before the others when
+        `first`) and note them in `why_resolved`. Does not change `status`."""
+        if first:
+            self.evidence[:0] = evidence
+            self.why_resolved = list(range(len(evidence)))
+        else:
+            self.why_resolved = list(range(len(self.evidence), len(self.evidence) + len(evidence)))
+            self.evidence.extend(evidence)
 
     @property
     def name(self) -> str:

@@ -32,6 +32,7 @@ MAX_FIELDS_PER_SECTION = 10
 MAX_HEADER_TEXT = 150
 # `text` is the notification fallback: one line, kept short enough for a phone banner.
 MAX_FALLBACK_TEXT = 300
+AT_FIRING_SHOWN = 4  # a resolved alert's firing evidence: its first pairs, on one context line
 
 # Body strings Slack returns for a request that will never succeed as sent (Slack changelog above).
 # Keyed on the body, not the status, because the status of the newer ones was not verified.
@@ -212,7 +213,9 @@ def build_payload(alert: Alert, *, channel: str | None = None) -> dict:
     Firing: header (emoji + alert name), fields (server, rank — "" shown as "(single rank)" —
     then each evidence pair in order), the description, "What to check" with `alert.fixes`
     numbered, and a context line (start time, severity, fingerprint). Resolved: header, a
-    "Resolved after <ends_at - starts_at>" section, and the same fields; no description or fixes.
+    "Resolved after <ends_at - starts_at>" section, server, rank and the evidence of why it
+    resolved (`Alert.why_resolved`) as fields, the first 4 pairs it fired with on an "At
+    firing:" context line; no description or fixes.
     `text` is a one-line fallback, e.g. `[FIRING] AcceptanceCollapse on sglang-0 DP0 TP0: accept
     len 1.05`. An update of a firing alert (`annotations["update"]`, e.g. diagnosis findings that
     arrived after it fired) says `[UPDATE]`, "(update)" in the header and the note first. All alert text is escaped (see `escape_mrkdwn`); sections are cut at 3,000
@@ -244,9 +247,15 @@ def build_payload(alert: Alert, *, channel: str | None = None) -> dict:
         _field("Server", alert.labels.get("server", "") or "(unknown)"),
         _field("Rank", alert.labels.get("rank", "") or "(single rank)"),
     ]
-    fields += [_field(str(n), str(v)) for n, v in alert.evidence]
+    now, before = _evidence_now(alert)
+    fields += [_field(str(n), str(v)) for n, v in now]
 
     tail: list[dict] = []
+    if before:  # a resolved alert's firing evidence: history, not the current state
+        line = " · ".join(f"{escape_mrkdwn(_one_line(str(n)))}: {escape_mrkdwn(_one_line(str(v)))}"
+                          for n, v in before[:AT_FIRING_SHOWN]) + (" · …" if len(before) > AT_FIRING_SHOWN else "")
+        tail.append({"type": "context", "elements": [
+            {"type": "mrkdwn", "text": _truncate(f"*At firing:* {line}", MAX_SECTION_TEXT)}]})
     if not resolved:
         if alert.annotations.get("update"):
             tail.append(_section(f"*Update:* {mrkdwn(alert.annotations['update'])}"))
@@ -282,6 +291,15 @@ def build_payload(alert: Alert, *, channel: str | None = None) -> dict:
     return payload
 
 
+def _evidence_now(alert: Alert) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
+    """(pairs that hold now, pairs from when it fired): a firing alert's evidence is all current;
+    a resolved one's current pairs are those its rule added on resolving (`Alert.why_resolved`)."""
+    if alert.status != RESOLVED:
+        return list(alert.evidence), []
+    why = set(alert.why_resolved)
+    return ([p for i, p in enumerate(alert.evidence) if i in why],
+            [p for i, p in enumerate(alert.evidence) if i not in why])
+
 
 def _alert_line(alert: Alert) -> str:
     where = _where(alert)
@@ -304,7 +322,7 @@ def build_notification_payload(notification: Notification, *, channel: str | Non
 
     One alert: exactly `build_payload(alert)`. Several: a header counting firing and resolved
     alerts, then per alert (firing first) a divider, a line with its name, where and summary,
-    up to 10 evidence fields and, while firing, its numbered fixes. Alerts that would pass
+    up to 10 evidence fields (a resolved alert: why it resolved) and, while firing, its numbered fixes. Alerts that would pass
     Slack's 50-block cap are counted in a last "N more alerts not shown" line. `text`, the
     fallback, reads e.g. `[FIRING:2] AcceptanceCollapse, ThroughputDrop on sglang-0`, with
     `; resolved: <names>` when the group also holds resolved alerts. An update (a firing alert
@@ -331,7 +349,7 @@ def build_notification_payload(notification: Notification, *, channel: str | Non
     shown = 0
     for a in firing + resolved:
         part: list[dict] = [{"type": "divider"}, _section(_alert_line(a))]
-        fields = [_field(str(n), str(v)) for n, v in a.evidence[:MAX_FIELDS_PER_SECTION]]
+        fields = [_field(str(n), str(v)) for n, v in _evidence_now(a)[0][:MAX_FIELDS_PER_SECTION]]
         if fields:
             part.append({"type": "section", "fields": fields})
         if a.status == FIRING and a.fixes:

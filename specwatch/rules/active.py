@@ -43,7 +43,7 @@ class ActiveAlerts:
             return []
         alert.status = RESOLVED
         alert.ends_at = now
-        alert.evidence.extend(evidence)
+        alert.resolved_with(*evidence)
         return [alert]
 
     def to_state(self) -> dict:

@@ -385,7 +385,7 @@ class CollapseRule(Rule):
             if st.collapsed and st.alert is not None:
                 st.alert.status = RESOLVED
                 st.alert.ends_at = now
-                st.alert.evidence.insert(0, ("resolved because", why))
+                st.alert.resolved_with(("resolved because", why), first=True)
                 out.append(st.alert)
         return out
 
@@ -450,7 +450,7 @@ class CollapseRule(Rule):
                 if alert is not None:
                     alert.status = RESOLVED
                     alert.ends_at = batch.timestamp
-                    alert.evidence.insert(0, ("recovered accept len", fmt(batch.accept_length)))
+                    alert.resolved_with(("recovered accept len", fmt(batch.accept_length)), first=True)
                     return alert
         else:
             st.low_run = st.high_run = 0

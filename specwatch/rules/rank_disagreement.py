@@ -13,12 +13,13 @@ is left (then it is a whole-server collapse, which the collapse rule reports).
 
 from __future__ import annotations
 
+import shlex
 from collections import deque
 
 from specwatch.alerts.model import Alert
 from specwatch.config import AcceptLength, Config, Count, Seconds, Section, rule_section
 from specwatch.rules.active import ActiveAlerts
-from specwatch.rules.base import Rule, alert_key, fmt, new_alert, register
+from specwatch.rules.base import Rule, RuleContext, alert_key, fmt, log_paths_of, new_alert, register
 from specwatch.rules.windows import Window
 
 
@@ -39,6 +40,7 @@ ALERT_NAME = "RankDisagreement"
 
 
 _COLLAPSED, _HEALTHY, _BETWEEN = "collapsed", "healthy", "between"
+NAMED_MAX = 3  # other collapsed ranks named in a summary
 
 
 @register
@@ -47,8 +49,14 @@ class RankDisagreementRule(Rule):
     alert_names = (ALERT_NAME,)
     order = 100
 
-    def __init__(self, config: RankDisagreementConfig):
+    @classmethod
+    def build(cls, config: Config, ctx: RuleContext) -> "RankDisagreementRule":
+        return cls(config.rank_disagreement, ctx.log_paths)
+
+    def __init__(self, config: RankDisagreementConfig, log_paths: dict[str, list[str]] | None = None):
+        """log_paths: server → followed log files (journal sources aside), named in the fix."""
         self.config = config
+        self.log_paths = log_paths or {}
         # server → rank → last min_batches valid lines (timestamp, accept len)
         self._recent: dict[str, dict[str, deque[tuple[float, float]]]] = {}
         # server → rank → what its lines in `_recent` say, ages aside (`_kind`): recomputed only
@@ -59,6 +67,7 @@ class RankDisagreementRule(Rule):
 
     def reconfigure(self, config: Config) -> None:
         self.config = config.rank_disagreement
+        self.log_paths = log_paths_of(config)
         for ranks in self._recent.values():  # keep the newest min_batches lines of each rank
             for r, lines in ranks.items():
                 ranks[r] = deque(lines, maxlen=self.config.min_batches)
@@ -115,23 +124,34 @@ class RankDisagreementRule(Rule):
         for rank, s in sorted(states.items()):
             key = alert_key(server, rank)
             if s == _COLLAPSED and healthy and key not in self.active:
-                out += self.active.fire(key, self._alert(server, rank, healthy))
+                collapsed = [r for r, k in sorted(states.items()) if k == _COLLAPSED and r != rank]
+                out += self.active.fire(key, self._alert(server, rank, healthy, collapsed))
             elif key in self.active and (s == _HEALTHY or not healthy):
                 why = ("rank recovered", fmt(ranks[rank][-1][1])) if s == _HEALTHY else \
                       ("other ranks", "no healthy rank left: see AcceptanceCollapse")
                 out += self.active.resolve(key, newest, why)
         return out
 
-    def _alert(self, server: str, rank: str, healthy: list[str]) -> Alert:
+    def _alert(self, server: str, rank: str, healthy: list[str], collapsed: list[str]) -> Alert:
+        """The alert of `rank`, collapsed while the `healthy` ranks are not; `collapsed`: the
+        server's other collapsed ranks (named in the summary and evidence)."""
         cfg = self.config
         ranks = self._recent[server]
         mine = [a for _, a in ranks[rank]]
         others = {r: sum(a for _, a in ranks[r]) / len(ranks[r]) for r in healthy}
         where = f"{server} {rank}".strip()
+        if collapsed:
+            named = ", ".join(collapsed[:NAMED_MAX]) + (f" and {len(collapsed) - NAMED_MAX} more"
+                                                         if len(collapsed) > NAMED_MAX else "")
+            who = f"{where} collapsed (so did {named}):"
+        else:
+            who = f"Only {where} collapsed:"
+        files = [p for p in self.log_paths.get(server, []) if not p.startswith("journal:")]
+        log = " ".join(shlex.quote(p) for p in files) if files else "<log>"
         return new_alert(
             ALERT_NAME, "warning", server, rank,
-            summary=f"Only {where} collapsed: accept len {mine[-1]:.2f} while {len(healthy)} other rank(s) "
-                    f"reach {min(others.values()):.2f}+",
+            summary=f"{who} accept len {mine[-1]:.2f} while {len(healthy)} {'healthy' if collapsed else 'other'} "
+                    f"rank(s) reach {min(others.values()):.2f}+",
             description=(
                 f"The last {cfg.min_batches} decode lines of {rank or 'this rank'} show accept len at or below "
                 f"{cfg.max_accept_length:.2f} while other ranks of the same server, with the same draft, stay at "
@@ -140,9 +160,10 @@ class RankDisagreementRule(Rule):
             ),
             starts_at=ranks[rank][0][0],
             evidence=[("accept len, this rank", " ".join(fmt(a) for a in mine))]
+                     + ([("other collapsed ranks", ", ".join(collapsed))] if collapsed else [])
                      + [(f"mean accept len {r}", fmt(v)) for r, v in sorted(others.items())],
             fixes=[
-                f"Compare how each rank built its drafter: `grep -n -E '{rank.split()[0] if rank else 'TP0'} ' <log> "
+                f"Compare how each rank built its drafter: `grep -n -E '{rank.split()[0] if rank else 'TP0'} ' {log} "
                 "| grep -i -E 'draft|eagle|load weight|embed|lm_head'` against a healthy rank; ranks that "
                 "disagree on weight sharing or loading build different drafters (BR-05).",
                 "Check the GPU of this rank: `nvidia-smi -q -d ECC,PERFORMANCE` and "

@@ -6,7 +6,8 @@ cannot be imported; PyPI `systemd-python` builds from source (libsystemd-dev and
 every box); `cysystemd` ships wheels but loads libsystemd into the daemon. journalctl is on
 every systemd host, needs no build, adds no RSS to the daemon (the child holds ~8 MB of its
 own) and idles on inotify: 0 CPU ticks in 10 s measured with journalctl 252. The daemon side
-is one non-blocking read(2) of the pipe per poll round of the followers' thread.
+is one non-blocking read(2) of the pipe per poll round of the followers' thread, which starts
+journalctl with a parent-death signal (`specwatch.childproc`): a killed daemon leaves none behind.
 
 `JournalFollower` has `Follower`'s shape (`path`, `poll()`, `checkpoint()`, `close()`,
 `is_open`, the counters), so `FollowerGroup` runs it beside the files and its cursor is saved
@@ -36,6 +37,7 @@ import logging
 import os
 import select
 import shutil
+import signal
 import subprocess
 import time
 from collections.abc import Callable
@@ -46,6 +48,7 @@ import msgspec
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from specwatch.childproc import die_with_parent
 from specwatch.config import JournalConfig
 from specwatch.sources.filestream import LineBatch
 
@@ -255,6 +258,7 @@ class JournalFollower:
             self._proc = subprocess.Popen(
                 argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                 start_new_session=True,  # a Ctrl-C of the daemon's terminal is the daemon's to handle
+                preexec_fn=die_with_parent(signal.SIGTERM),  # ends with the followers' thread, even on SIGKILL
                 env={**os.environ, "SYSTEMD_COLORS": "0", "SYSTEMD_PAGER": "", "LC_ALL": "C.UTF-8"})
         except OSError as e:
             what = ("journalctl not found" if e.errno == errno.ENOENT else f"cannot run journalctl: {e}")

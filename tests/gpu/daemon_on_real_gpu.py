@@ -22,6 +22,9 @@ from pathlib import Path
 import psutil
 
 ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+from specwatch.childproc import die_with_parent  # noqa: E402  (the daemon dies with this script)
+
 SAMPLE = ROOT / "tests" / "data" / "samples" / "kimi-k25-eagle3-collapse.log"
 GPU_FAMILIES = ("specwatch_gpu_utilization_ratio", "specwatch_gpu_memory_used_bytes", "specwatch_gpu_power_watts",
                 "specwatch_gpu_temperature_celsius", "specwatch_gpu_sm_clock_hertz",
@@ -55,7 +58,8 @@ def main() -> int:
                    f"state_dir: {tmp / 'state'}\ngpu:\n  interval: 1s\nrules:\n  collapse:\n    min_batches: 2\n")
     env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     proc = subprocess.Popen([sys.executable, "-m", "specwatch", "run", "--config", str(cfg)], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            preexec_fn=die_with_parent(signal.SIGKILL))
     problems = []
     try:
         text = ""

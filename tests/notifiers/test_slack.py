@@ -80,18 +80,32 @@ def test_firing_payload_structure():
 
 
 def test_resolved_payload_and_single_rank():
+    """A resolved alert shows why it resolved as fields; what it fired with is history, on an
+    "At firing" line (its first 4 pairs)."""
     a = make_alert(0, status=RESOLVED, ends_at=T0 + 312)
+    a.evidence.append(("decode batches at or below threshold", "48"))
+    a.resolved_with(("recovered accept len", "2.88"), first=True)
     a.labels["rank"] = ""
     p = build_payload(a)
     assert p["text"] == "[RESOLVED] AcceptanceCollapse on sglang-0: resolved after 5m 12s"
     blocks = p["blocks"]
-    assert [b["type"] for b in blocks] == ["header", "section", "section", "context"]
+    assert [b["type"] for b in blocks] == ["header", "section", "section", "context", "context"]
     assert blocks[0]["text"]["text"] == ":white_check_mark: AcceptanceCollapse resolved"
     assert blocks[1]["text"]["text"] == (
         "Resolved after *5m 12s* (firing since 2026-02-23T16:32:42Z, ended 2026-02-23T16:37:54Z)."
     )
-    assert blocks[2]["fields"][1]["text"] == "*Rank*\n(single rank)"
+    assert [f["text"] for f in blocks[2]["fields"]] == ["*Server*\nsglang-0", "*Rank*\n(single rank)",
+                                                         "*recovered accept len*\n2.88"]
+    assert blocks[3]["elements"][0]["text"] == (
+        "*At firing:* accept len: 1.05 · accept rate: 0.01 · running requests: 12 · since: 16:32:42 · …")
     assert "What to check" not in json.dumps(p)
+    # in a group, a resolved alert shows only why it resolved
+    group = build_notification_payload(Notification("slack", "k", {}, [make_alert(1), a]))
+    fields = [[f["text"] for f in b["fields"]] for b in group["blocks"] if "fields" in b]
+    assert fields[1] == ["*recovered accept len*\n2.88"] and len(fields[0]) == 4
+    # resolved by an older version (no `why_resolved`): all of it is history
+    old = Alert.from_dict({k: v for k, v in a.to_dict().items() if k != "why_resolved"})
+    assert [f["text"] for f in build_payload(old)["blocks"][2]["fields"]] == ["*Server*\nsglang-0", "*Rank*\n(single rank)"]
 
 
 def test_update_payload_says_so():
@@ -362,6 +376,7 @@ def test_group_payload_lists_firing_then_resolved():
     fired = make_alert(1)
     done = make_alert(2, status=RESOLVED, ends_at=T0 + 312)
     done.labels["alertname"] = "ThroughputDrop"
+    done.resolved_with(("recovered to baseline", "98%"))
     p = build_notification_payload(Notification("slack", "k", {}, [done, fired]), channel="#gpu")
     assert p["text"] == "[FIRING:1] AcceptanceCollapse; resolved: ThroughputDrop"
     assert p["channel"] == "#gpu"
@@ -372,6 +387,7 @@ def test_group_payload_lists_firing_then_resolved():
                                     "accept len 1.05 on sglang-0 DP0 TP0")
     assert b[4]["text"]["text"].startswith("*What to check*\n1. Check that the draft model matches")
     assert b[6]["text"]["text"] == ":white_check_mark: *ThroughputDrop* on sglang-2 DP0 TP0: resolved after 5m 12s"
+    assert [f["text"] for f in b[7]["fields"]] == ["*recovered to baseline*\n98%"]  # not its firing evidence
     # one alert: exactly the single-alert layout
     assert build_notification_payload(Notification("slack", "k", {}, [fired])) == build_payload(fired)
 

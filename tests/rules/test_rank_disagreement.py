@@ -82,3 +82,23 @@ def test_a_reload_reclassifies_ranks_that_print_nothing_new():
                                 "rules": {"rank_disagreement": {"healthy_accept_length": 1.25}}}))
     more = Timeline(start="2026-03-01 10:00:30", spec=None).decode(accept=1.0, ranks=[DP1])  # DP1 only
     assert only(feed(p, more.lines)) == [("RankDisagreement", "firing", "DP1 TP1")]
+
+
+def test_a_second_collapsed_rank_names_the_first_and_the_fix_names_the_log():
+    """DP0 collapses, then DP1 while DP2 stays healthy: DP1's alert does not say "Only" and names
+    DP0; the grep of the fix reads the followed log, not a `<log>` placeholder."""
+    log = Timeline()
+    log.decode(n=4, accept=2.8, ranks=[DP0, DP1, DP2])
+    log.decode(n=4, accept=1.02, ranks=[DP0])
+    for _ in range(4):
+        log.decode(accept=1.03, ranks=[DP0, DP1])
+        log.decode(every=0, accept=2.8, ranks=[DP2])
+    t = run(log.lines, {"logs": [{"path": "/var/log/sglang/my server.log"}]})
+    assert only(t) == [("RankDisagreement", "firing", "DP0 TP0"), ("RankDisagreement", "firing", "DP1 TP1")]
+    first, second = [a for a in t if a.name == "RankDisagreement"]
+    assert first.annotations["summary"].startswith("Only box DP0 TP0 collapsed: accept len 1.02 while 2 other rank(s)")
+    assert second.annotations["summary"] == \
+        "box DP1 TP1 collapsed (so did DP0 TP0): accept len 1.03 while 1 healthy rank(s) reach 2.80+"
+    assert dict(second.evidence)["other collapsed ranks"] == "DP0 TP0"
+    assert "grep -n -E 'DP1 ' '/var/log/sglang/my server.log' | grep -i" in second.fixes[0]
+    assert "<log>" not in second.fixes[0]

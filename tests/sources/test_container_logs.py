@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from container_writer import SPLIT, expected_lines, records
+from procs import popen
 from specwatch.config import LogSource
 from specwatch.sources.container import CRI, DOCKER, PLAIN, Unwrap, detect, names
 from specwatch.sources.filestream import Follower, LineBatch
@@ -94,7 +95,7 @@ def follow_writer(tmp_path: Path, fmt: str, mode: str, n: int, path: Path,
                  read_chunk_bytes=4096)
     path.touch()  # the runtime creates the file before the container writes
     f.poll()
-    proc = subprocess.Popen([sys.executable, str(WRITER), fmt, str(path), str(n), "20000", mode],
+    proc = popen([sys.executable, str(WRITER), fmt, str(path), str(n), "20000", mode],
                             stdout=subprocess.PIPE, text=True)
     while proc.poll() is None:
         f.poll()

@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry
 
+from procs import popen
 from specwatch.events import LogLine
 from specwatch.metrics import FollowerCollector
 from specwatch.sources.filestream import HEAD_BYTES, Follower, LineBatch
@@ -60,7 +61,7 @@ os.close(fd)
 class Writer:
     def __init__(self, path: Path, count: int, *, start: int = 0, rate: float = 2000.0):
         self.path = path
-        self.proc = subprocess.Popen(
+        self.proc = popen(
             [sys.executable, "-c", WRITER, str(path), str(start), str(count), str(rate)]
         )
 

@@ -3,7 +3,6 @@ users launch SGLang, found through psutil, restarted, killed."""
 
 from __future__ import annotations
 
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -13,7 +12,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/ has no __init__.py
 from fake_sglang import stop  # noqa: E402
-from procs import free_port  # noqa: E402
+from procs import free_port, popen  # noqa: E402
 
 from specwatch.events import (  # noqa: E402
     ProcessSample,
@@ -336,7 +335,7 @@ def test_a_process_that_execs_into_sglang_later_is_found(sglang_install, sglang_
 def test_steady_scans_read_only_new_processes(sglang_install, sglang_procs):
     port = free_port()
     sglang_procs.start(server_argv(sglang_install, port))
-    sleeps = [subprocess.Popen(["sleep", "60"]) for _ in range(40)]
+    sleeps = [popen(["sleep", "60"]) for _ in range(40)]
     try:
         src = ProcessSource(Recorder(), server="box", interval=5, servers={port: "s"})
         src.poll(time.time())
