@@ -65,10 +65,12 @@ class VllmHTTP:
 
 
 API_SERVER = r'''
-import os, signal, subprocess, sys, time
+import ctypes, os, signal, subprocess, sys, time
 
 argv = sys.argv[1:]
-kid = subprocess.Popen(["VLLM::EngineCore_DP0", "-c", "import time; time.sleep(3600)"], executable=sys.executable)
+die = lambda: ctypes.CDLL(None).prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG: end with the API server
+kid = subprocess.Popen(["VLLM::EngineCore_DP0", "-c", "import time; time.sleep(3600)"], executable=sys.executable,
+                       preexec_fn=die)
 
 def bye(*_):
     kid.kill()
