@@ -158,9 +158,14 @@ def test_a_log_rank_hides_the_same_rank_read_from_metrics():
 
     p = pipeline({"diagnosis": {"enabled": False}, "server_metrics": [{"url": URL, "server": "box"}]})
     feed(p, Timeline().decode(n=3, every=5, ranks=[{"TP": 0}]).lines)
-    p.feed_event("box", MetricsSample(T0 + 20, URL, "sglang", ranks=(RankMetrics("", {}, 2.8, running_requests=9),)), T0 + 20)
+    sample = lambda t: MetricsSample(t, URL, "sglang", ranks=(RankMetrics("", {}, 2.8, running_requests=9),))  # noqa: E731
+    p.feed_event("box", sample(T0 + 20), T0 + 20)
     (server,) = StatusView(p).snapshot(now=T0)["servers"]
     assert [(r["rank"], r["source"]) for r in server["ranks"]] == [("TP0", "log")]
+    # the log falls silent for longer than windows.max_gap: /metrics judges, its rank is listed too
+    p.feed_event("box", sample(T0 + 200), T0 + 200)
+    (server,) = StatusView(p).snapshot(now=T0)["servers"]
+    assert [(r["rank"], r["source"]) for r in server["ranks"]] == [("TP0", "log"), ("", "server_metrics")]
 
 
 def test_server_settings_come_back_after_a_restart_of_specwatch():

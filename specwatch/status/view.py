@@ -38,7 +38,8 @@ API or /metrics answer); GPU samples, named after the default server, add none. 
 from the pipeline (the server_args line, /server_info, the command line) and, after a restart of
 specwatch before any of those is read again, from the collapse rule's persisted copy. Ranks:
 the log's; a rank read from /metrics (`source` "server_metrics", `url` the scrape) is listed
-when no log rank of the server has the same numbers (`rules.server_metrics.ranks_match`).
+when no log rank of the server has the same numbers (`rules.server_metrics.ranks_match`), or
+while /metrics judges the server (its log gave no decode line within `rules.windows.max_gap`).
 
 Sources: any object with a `source_status()` method returning {"kind", "name", "ok", "state",
 "last_line_at", "counters"} describes itself (the way for new kinds of source: journal,
@@ -87,7 +88,8 @@ class StatusView:
             ranks = [_rank(p, rs) for rs in p.ranks.values()]
             logged = [(rs.server, rs.ranks) for rs in p.ranks.values()]
             ranks += [_rank(p, rs, _metrics_url(p.servers.get(rs.server))) for rs in p.scraped.values()
-                      if not any(s == rs.server and ranks_match(n, rs.ranks) for s, n in logged)]
+                      if _metrics_decide(p, rs.server)
+                      or not any(s == rs.server and ranks_match(n, rs.ranks) for s, n in logged)]
             configured = _configured(p.config)
             servers = {name: _server(name, p.servers.get(name), p.collapse.settings(name))
                        for name in sorted(configured | p.servers.keys() | {r["server"] for r in ranks})}
@@ -133,6 +135,16 @@ def _configured(config) -> set[str]:
     """The servers the config names (each log's, server_api's, server_metrics', process.servers)."""
     return ({s.server for s in config.logs} | {a.server for a in config.server_apis}
             | {m.server for m in config.server_metrics} | set(config.process.servers.values()))
+
+
+def _metrics_decide(p, server: str) -> bool:
+    """/metrics judges the server's collapse: no decode line from its log within max_gap of the
+    last scrape (as `Pipeline.feed_event`)."""
+    st = p.servers.get(server)
+    if st is None or st.metrics is None:
+        return False
+    last = st.last_line.get("decode")
+    return last is None or st.metrics.timestamp - last > p.config.windows.max_gap
 
 
 def _metrics_url(st) -> str | None:
