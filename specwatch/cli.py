@@ -286,15 +286,34 @@ def _facts(args):
     return facts_for(root, args.sglang_version)
 
 
+def _vllm_facts(args, found: dict):
+    """VllmFacts for `diagnose`, or None for an SGLang server: `--engine vllm`, or (auto) a
+    server whose settings (`--pid`, `--server-info`) say vLLM. Raises FileNotFoundError when no
+    vLLM source is found."""
+    from specwatch.probes.vllm_source import VllmFacts, find_vllm_root, vllm_root_of_process
+
+    if args.engine == "sglang" or (args.engine == "auto" and found.get("engine") != "vllm"):
+        return None
+    root = args.vllm_root or (vllm_root_of_process(args.pid) if args.pid else None) or find_vllm_root()
+    if root is None:
+        raise FileNotFoundError("no vLLM source found: pass --vllm-root DIR (the folder holding vllm/; "
+                                "`pip install --no-deps --no-compile --target DIR vllm==VERSION` fills one)")
+    return VllmFacts(root)
+
+
 def cmd_diagnose(args) -> int:
     from specwatch.diagnosis import diagnose
     from specwatch.probes.checkpoint import CheckpointError
+    from specwatch.probes.vllm_probes import diagnose_vllm
 
     try:
         settings, found = _settings(args)
-        facts = _facts(args)
         target = args.target or (found.get("model_path") if found and os.path.exists(str(found.get("model_path"))) else None)
-        report = diagnose(args.draft, target, facts=facts, settings=settings)
+        vllm = _vllm_facts(args, found)
+        if vllm is not None:
+            report = diagnose_vllm(args.draft, target, vllm)
+        else:
+            report = diagnose(args.draft, target, facts=_facts(args), settings=settings)
     except (CheckpointError, FileNotFoundError, OSError) as e:
         print(f"specwatch diagnose: {e}", file=sys.stderr)
         return 2
@@ -413,6 +432,10 @@ def build_parser() -> argparse.ArgumentParser:
     dg = sub.add_parser("diagnose", parents=[common], help="check a draft checkpoint against the target and the installed SGLang "
                                          "(exit 1 on any error finding)")
     _diagnosis_args(dg)
+    dg.add_argument("--engine", choices=["auto", "sglang", "vllm"], default="auto",
+                    help="the server's engine (auto: vLLM when --pid or --server-info shows a vLLM server, else SGLang)")
+    dg.add_argument("--vllm-root", metavar="DIR", help="folder containing the vllm package the server runs "
+                                                       "(default: the server process's with --pid, else the importable one)")
     dg.add_argument("--verbose", action="store_true", help="show the evidence of info findings too")
     dg.set_defaults(func=cmd_diagnose)
 

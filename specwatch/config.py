@@ -351,6 +351,7 @@ class DiagnosisConfig(Section):
     draft: str | None = None
     target: str | None = None
     sglang_root: str | None = None
+    vllm_root: str | None = None  # the folder containing the `vllm` package a vLLM server runs (docs/vllm.md)
     timeout: Seconds = 60.0
 
 
@@ -701,6 +702,9 @@ def _check_diagnosis_paths(r: _Reader, d: DiagnosisConfig) -> None:
                                           or _is(Path.is_file, os.path.join(d.sglang_root, "__init__.py"))):
         r.bad("diagnosis.sglang_root", f"no sglang package in {d.sglang_root}; give the folder that contains sglang/ "
               "(e.g. the server's site-packages), or remove the key to find it automatically")
+    if d.vllm_root is not None and not _is(Path.is_file, os.path.join(d.vllm_root, "vllm", "__init__.py")):
+        r.bad("diagnosis.vllm_root", f"no vllm package in {d.vllm_root}; give the folder that contains vllm/ "
+              "(e.g. the server's site-packages), or remove the key to find it automatically")
 
 
 def _timezone(r: _Reader, data: dict, path: str, default: str | None) -> str | None:
@@ -818,7 +822,7 @@ def build_config(data: dict | None, source_path: str | None = None, *, for_run: 
     dg = r.section_of(DiagnosisConfig, data.get("diagnosis"), "diagnosis")
     cfg.diagnosis = msgspec.structs.replace(dg, **{  # relative to the config file, like logs[].path
         k: os.path.normpath(os.path.join(source_dir, v))
-        for k in ("draft", "target", "sglang_root") if (v := getattr(dg, k)) and source_dir})
+        for k in ("draft", "target", "sglang_root", "vllm_root") if (v := getattr(dg, k)) and source_dir})
     _check_diagnosis_paths(r, cfg.diagnosis)
 
     m = r.section_of(MetricsSection, data.get("metrics"), "metrics")

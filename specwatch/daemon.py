@@ -134,6 +134,11 @@ class Daemon:
             state = read_json(self.state_path, {})
         self.pipeline.load_state(state.get("pipeline", {}))
         offsets = state.get("offsets", {})
+        # A log read from its first line (first start, or a file new to the config) holds history,
+        # not news: its episodes that ended before the end of that backlog are not notified. A log
+        # resumed from its saved offset holds only what came after: every episode there is news
+        # (the daemon was down or killed meanwhile), and goes out.
+        self._fresh_backlog = any(offsets.get(s.path) is None for s in cfg.logs)
         self.followers = FollowerGroup(
             [self._make_follower(s, offsets.get(s.path)) for s in cfg.logs],
             poll_interval=cfg.follow.poll_interval, use_watchdog=cfg.follow.watchdog,
@@ -431,7 +436,7 @@ class Daemon:
         for n in self.notifiers.values():
             n.start()
         self._progress = time.monotonic()
-        self.dispatcher.paused = True  # until the first poll round has read the backlog
+        self.dispatcher.paused = self._fresh_backlog  # until the first poll round has read the backlog
         self.followers.start()
         for src in self.sources:
             src.start()

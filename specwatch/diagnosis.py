@@ -33,6 +33,7 @@ class Report:
     target: str | None
     findings: list[Finding] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    engine: str = "sglang"  # "vllm": `sglang_version` / `sglang` then describe the vLLM read (probes/vllm_probes.py)
 
     @property
     def has_errors(self) -> bool:
@@ -43,12 +44,12 @@ class Report:
         return [f for f in self.findings if f.severity in (ERROR, WARNING)]
 
     def to_dict(self) -> dict:
-        return {"sglang_version": self.sglang_version, "sglang": self.sglang, "draft": self.draft,
+        return {"engine": self.engine, "sglang_version": self.sglang_version, "sglang": self.sglang, "draft": self.draft,
                 "target": self.target, "notes": self.notes, "findings": [f.to_dict() for f in self.findings]}
 
     def format_text(self, *, verbose: bool = False) -> str:
         """Readable report grouped by severity; infos are summarised unless `verbose`."""
-        lines = [f"draft:  {self.draft}", f"target: {self.target or '(not given)'}", f"sglang: {self.sglang}"]
+        lines = [f"draft:  {self.draft}", f"target: {self.target or '(not given)'}", f"{self.engine}: {self.sglang}"]
         lines += [f"note:   {n}" for n in self.notes]
         counts = {s: sum(f.severity == s for f in self.findings) for s in SEVERITIES}
         lines.append(f"result: {counts[ERROR]} error(s), {counts[WARNING]} warning(s), {counts['info']} info")
@@ -127,6 +128,7 @@ class Inputs:
     sglang_root: str | None
     settings: ServerSettings
     stamp: tuple = ()
+    engine: str = "sglang"  # "vllm": sglang_root is the folder holding vllm/ (probes/vllm_probes.py)
 
 
 def _stamp(path: str) -> tuple:
@@ -151,8 +153,9 @@ class Diagnoser:
     """
 
     def __init__(self, *, draft: str | None = None, target: str | None = None, sglang_root: str | None = None,
-                 timeout: float = 60.0, background: bool = True):
+                 timeout: float = 60.0, background: bool = True, vllm_root: str | None = None):
         self.draft, self.target, self.sglang_root = draft, target, sglang_root
+        self.vllm_root = vllm_root
         self.timeout = timeout
         self.background = background
         self._lock = threading.Lock()
@@ -169,8 +172,10 @@ class Diagnoser:
         target = self.target or server_args.get("model_path")
         if not draft:
             return None
-        return Inputs(str(draft), str(target) if target else None, self.sglang_root or sglang_root,
-                      ServerSettings.from_server_args(server_args), _stamp(str(draft)))
+        engine = "vllm" if server_args.get("engine") == "vllm" else "sglang"
+        root = (self.vllm_root if engine == "vllm" else self.sglang_root) or sglang_root
+        return Inputs(str(draft), str(target) if target else None, root,
+                      ServerSettings.from_server_args(server_args), _stamp(str(draft)), engine)
 
     def observe(self, server: str, server_args: dict) -> None:
         with self._lock:
@@ -237,11 +242,26 @@ class Diagnoser:
             return None
         target = resolve_model_dir(inputs.target) if inputs.target else None
         try:
+            if inputs.engine == "vllm":
+                return _diagnose_vllm(draft, target, inputs.sglang_root)
             facts = facts_for(inputs.sglang_root) if inputs.sglang_root else _discover_facts()
             return diagnose(draft, target, facts=facts, settings=inputs.settings)
         except Exception as e:  # bad paths, unreadable target: the alert keeps its generic causes
             log.warning("diagnosis of draft %s failed: %s", inputs.draft, e)
             return None
+
+
+def _diagnose_vllm(draft: Path, target: Path | None, root: str | None) -> Report | None:
+    """The vLLM probes against `root` (the server process's vllm, or `diagnosis.vllm_root`), else
+    the importable vllm; None when no vLLM source is on this host."""
+    from specwatch.probes.vllm_probes import diagnose_vllm
+    from specwatch.probes.vllm_source import VllmFacts, find_vllm_root
+
+    root = root or find_vllm_root()
+    if root is None:
+        log.info("vLLM diagnosis skipped: no vllm package found (set diagnosis.vllm_root)")
+        return None
+    return diagnose_vllm(draft, target, VllmFacts(root))
 
 
 def _discover_facts():

@@ -6,7 +6,8 @@ Prometheus conventions (base units, `_total` counters, `_ratio`, `_timestamp_sec
 in README.md "Metrics" lists each one; keep the two in sync.
 
 Rank labels: `dp_rank`, `tp_rank`, `pp_rank`, `ep_rank` from the line's prefix tokens (empty
-when the line has none, e.g. a single-GPU server). SGLang prints stats only from attention-CP
+when the line has none, e.g. a single-GPU server; vLLM: `dp_rank` = its `Engine 00k` index), and
+`engine` (`sglang`, `vllm`). SGLang prints stats only from attention-CP
 rank 0 (0.5.23), so ATTN_CP/MOE_DP tokens are not labels; the full token string is in `rank`
 of the JSON summary.
 """
@@ -26,12 +27,13 @@ from specwatch.pipeline import KINDS, Pipeline
 from specwatch.rules.acceptance_ceiling import accept_length_ceiling
 from specwatch.rules.base import alert_names_of
 
-RANK_LABELS = ("server", "dp_rank", "tp_rank", "pp_rank", "ep_rank")
+RANK_LABELS = ("server", "dp_rank", "tp_rank", "pp_rank", "ep_rank", "engine")
 _TOKEN_OF = {"dp_rank": "DP", "tp_rank": "TP", "pp_rank": "PP", "ep_rank": "EP"}
 
 
-def rank_label_values(server: str, ranks: dict[str, int]) -> list[str]:
-    return [server] + [str(ranks[t]) if t in ranks else "" for t in ("DP", "TP", "PP", "EP")]
+def rank_label_values(server: str, ranks: dict[str, int], engine: str = "sglang") -> list[str]:
+    """`engine`: the server's engine ("sglang", "vllm": `DecodeBatch.engine`)."""
+    return [server] + [str(ranks[t]) if t in ranks else "" for t in ("DP", "TP", "PP", "EP")] + [engine]
 
 
 def add_scraped(families: tuple, server: str, sample, collapsed: Callable[[str], bool] | None) -> None:
@@ -74,7 +76,7 @@ class PipelineCollector(Collector):
         graph = g("specwatch_cuda_graph_enabled", "1 when the last decode batch ran with a CUDA (or cpu/npu/musa) graph, else 0.")
         last_ts = g("specwatch_last_decode_batch_timestamp_seconds", "Log timestamp of the last decode batch line, seconds since the epoch.")
         collapsed = g("specwatch_acceptance_collapsed", "1 while the acceptance-collapse rule fires for this rank, else 0.")
-        positions = GaugeMetricFamily("specwatch_position_accept_rate", "Share of drafts whose token at this draft position (0 = the first drafted token) was accepted, over the last interval (0-1).", labels=RANK_LABELS + ("position",))
+        positions = GaugeMetricFamily("specwatch_position_accept_rate", "Share of drafts whose token at this draft position (0 = the first drafted token) was accepted, over the last interval (0-1): vLLM's `Per-position acceptance rate` log field or its /metrics.", labels=RANK_LABELS + ("position",))
         decode_total = CounterMetricFamily("specwatch_decode_batches", "Decode batch lines read.", labels=RANK_LABELS)
         prefill_total = CounterMetricFamily("specwatch_prefill_batches", "Prefill batch lines read.", labels=RANK_LABELS)
         lines = CounterMetricFamily("specwatch_log_lines", "Log lines read, by kind (decode, prefill, other, malformed).", labels=("server", "kind"))
@@ -93,12 +95,14 @@ class PipelineCollector(Collector):
             ranks = list(p.ranks.values())
             servers = list(p.servers.items())
             for rs in ranks:
-                lv = rank_label_values(rs.server, rs.ranks)
+                d = rs.last_decode
+                lv = rank_label_values(rs.server, rs.ranks, "sglang" if d is None else d.engine)
                 decode_total.add_metric(lv, rs.decode_batches)
                 prefill_total.add_metric(lv, rs.prefill_batches)
-                d = rs.last_decode
                 if d is None:
                     continue
+                for i, rate in enumerate(d.position_accept_rates or ()):
+                    positions.add_metric(lv + [str(i)], rate)
                 collapsed.add_metric(lv, 1.0 if p.collapse.collapsed(rs.server, rs.rank) else 0.0)
                 last_ts.add_metric(lv, d.timestamp)
                 running.add_metric(lv, d.running_requests)

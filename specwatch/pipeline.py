@@ -47,7 +47,9 @@ from specwatch.rules.windows import WindowTracker
 from specwatch.sources.filestream import LineBatch
 from specwatch.sources.log_errors import KINDS as ERROR_KINDS
 from specwatch.sources.log_errors import ErrorGrouper, maybe_error
-from specwatch.sources.sglang_log import maybe_event, parse_line, strip_container_prefix
+from specwatch.sources.engines import maybe_event, parse_line
+from specwatch.sources.sglang_log import strip_container_prefix
+from specwatch.sources.vllm_log import VllmAssembler, VllmLine
 from specwatch.status.history import AcceptHistory, AlertState
 
 _OTHER = OtherLine()
@@ -118,7 +120,7 @@ class Pipeline:
         if d.enabled:
             from specwatch.diagnosis import Diagnoser
 
-            self.diagnoser = Diagnoser(draft=d.draft, target=d.target, sglang_root=d.sglang_root,
+            self.diagnoser = Diagnoser(draft=d.draft, target=d.target, sglang_root=d.sglang_root, vllm_root=d.vllm_root,
                                        timeout=d.timeout, background=diagnosis_background)
         if self.diagnoser is not None and d.draft:  # paths from the config: diagnose now
             for server in sorted({s.server for s in config.logs} or {config.server}):
@@ -141,6 +143,7 @@ class Pipeline:
         self.lock = threading.Lock()
         self._last_tick = -math.inf
         self._groupers: dict[str, ErrorGrouper] = {}  # path → its traceback grouping (error stage)
+        self._vllm: dict[str, VllmAssembler] = {}  # server → its vLLM lines into decode batches
         self._path = ""  # the file being fed
         self._map_logs(config)
 
@@ -334,6 +337,12 @@ class Pipeline:
             stats.lines["unrecognized"] += 1
             clock = now if now is not None else event.timestamp or max(self._last_tick, 0.0)
             self._apply_rules(server, UnrecognizedLine(event.text, self._path, event.timestamp), clock)
+        elif isinstance(event, VllmLine):  # vLLM: the assembler pairs stats and spec lines into decode batches
+            out = self._vllm.setdefault(server, VllmAssembler()).take(event)
+            if not out:
+                stats.lines["other"] += 1
+            for e in out:
+                self._take(server, stats, e, now)
         else:
             stats.lines["other"] += 1
 

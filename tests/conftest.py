@@ -104,6 +104,41 @@ def facts(sglang_roots):
     return {v: SourceFacts(root) for v, root in sglang_roots.items()}
 
 
+# The real vLLM sources the vLLM probes read (never imported): `.ci/run` unpacks the Python files
+# of each wheel into .cache/vllm-<version> (the wheels are 330 MB, the sources 12 and 57 MB).
+VLLM_VERSIONS = ("0.8.5.post1", "0.33.0")
+
+
+def vllm_root(version: str) -> Path:
+    """`.cache/vllm-<version>`, unpacked from the PyPI wheel (its .py files only) if missing."""
+    import tempfile
+    import zipfile
+
+    root = SGLANG_CACHE / f"vllm-{version}"
+    if (root / "vllm" / "_version.py").is_file():
+        return root
+    with tempfile.TemporaryDirectory() as tmp:
+        r = subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary", ":all:",
+                            "-d", tmp, f"vllm=={version}"], capture_output=True, text=True)
+        if r.returncode != 0:
+            pytest.fail(f"cannot download the vllm=={version} wheel for {root}: {r.stderr[-2000:]}")
+        partial = SGLANG_CACHE / f".vllm-{version}.partial"
+        shutil.rmtree(partial, ignore_errors=True)
+        with zipfile.ZipFile(next(Path(tmp).glob("vllm-*.whl"))) as z:
+            z.extractall(partial, [n for n in z.namelist() if n.endswith(".py")])
+    shutil.rmtree(root, ignore_errors=True)
+    partial.rename(root)
+    return root
+
+
+@pytest.fixture(scope="session")
+def vllm_facts():
+    """VllmFacts per version (tests/probes/test_vllm_probes.py)."""
+    from specwatch.probes.vllm_source import VllmFacts
+
+    return {v: VllmFacts(vllm_root(v)) for v in VLLM_VERSIONS}
+
+
 @pytest.fixture
 def prometheus(tmp_path):
     """Start real Prometheus servers: `prometheus(scrape_configs, rule_files=())` → prom.Prometheus

@@ -75,7 +75,7 @@ def terminate(proc: subprocess.Popen | None, timeout: float = 10) -> None:
 
 
 def rank_labels(server="gpu-box-1", tp="0", dp=""):
-    return tuple(sorted({"server": server, "dp_rank": dp, "tp_rank": tp, "pp_rank": "", "ep_rank": ""}.items()))
+    return tuple(sorted({"server": server, "dp_rank": dp, "tp_rank": tp, "pp_rank": "", "ep_rank": "", "engine": "sglang"}.items()))
 
 
 def decode_line(accept: float, ts: str, rank: str = "TP0", running: int = 32, thr: float = 400.57,

@@ -210,7 +210,7 @@ def test_diagnosis_section(tmp_path):
     assert build_config({}).diagnosis.timeout == 60.0
     got = problems({"diagnosis": {"enabled": "yes", "draft": str(tmp_path / "nope"), "sglang_root": str(tmp_path),
                                   "timeout": "soon", "bogus": 1}})
-    assert "diagnosis.bogus: unknown key; known keys here: draft, enabled, sglang_root, target, timeout" in got
+    assert "diagnosis.bogus: unknown key; known keys here: draft, enabled, sglang_root, target, timeout, vllm_root" in got
     assert "diagnosis.enabled: must be true or false, got 'yes'" in got
     assert any(p.startswith("diagnosis.draft: ") and "is not a directory" in p for p in got)
     assert any(p.startswith("diagnosis.sglang_root: no sglang package in") for p in got)

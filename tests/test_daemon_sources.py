@@ -109,7 +109,7 @@ def test_daemon_watches_process_and_api(tmp_path, slack, sglang_install, sglang_
         assert "3 → 5" in str(restart["blocks"])  # speculative_num_steps old → new
         assert any(t.startswith("[RESOLVED] SGLangServerDown") for t in texts(slack))
         m = wait_for(lambda: (x := _scrape(port)).get(("specwatch_decode_batches_total",
-                     (("dp_rank", ""), ("ep_rank", ""), ("pp_rank", ""), ("server", "sglang-a"), ("tp_rank", "")))) and x,
+                     (("dp_rank", ""), ("engine", "sglang"), ("ep_rank", ""), ("pp_rank", ""), ("server", "sglang-a"), ("tp_rank", "")))) and x,
                      what="decode lines from the restarted server")
         assert m[("specwatch_server_restarts_total", srv)] == 1
         assert m[("specwatch_server_up", srv)] == 1

@@ -76,7 +76,7 @@ def test_outage_and_restart_deliver_everything_exactly_once_in_order(tmp_path):
         d.start()  # a third run: nothing is sent again
         write(log, [decode("16:34:00", "TP0", 3.0)])
         wait_for(lambda: metric(d, "specwatch_decode_batches_total", server="gpu-box-1", dp_rank="", tp_rank="0",
-                                pp_rank="", ep_rank="") == 7, what="the new line (after the 6 counted before)")
+                                pp_rank="", ep_rank="", engine="sglang") == 7, what="the new line (after the 6 counted before)")
         time.sleep(1.5)  # two dispatcher ticks
         assert len(slack.received) == 2 and len(hook.received) == 2
     finally:

@@ -26,6 +26,7 @@ from specwatch.alerts.model import RESOLVED, Alert, code
 from specwatch.config import AcceptLength, Config, Count, Section, rule_section
 from specwatch.events import DecodeBatch, ServerArgs
 from specwatch.rules.base import Rule, RuleContext, args_evidence, fmt, new_alert, register
+from specwatch.rules.collapse_vllm import vllm_causes
 from specwatch.rules.windows import Window
 
 
@@ -76,7 +77,8 @@ class _History:
 def _summary(report) -> str:
     errors = sum(f.severity == "error" for f in report.findings)
     warnings = sum(f.severity == "warning" for f in report.findings)
-    return f"{errors} error(s), {warnings} warning(s) on SGLang {report.sglang_version or '?'}"
+    engine = "vLLM" if getattr(report, "engine", "sglang") == "vllm" else "SGLang"
+    return f"{errors} error(s), {warnings} warning(s) on {engine} {report.sglang_version or '?'}"
 
 
 EAGLE, MTP, DRAFT, NGRAM = "eagle", "mtp", "draft", "ngram"
@@ -141,6 +143,8 @@ def known_causes(args: dict[str, object] | None) -> list[str]:
     """
     args = args or {}
     kind = draft_kind(args)
+    if args.get("engine") == "vllm":
+        return vllm_causes(args, kind)
     if kind == MTP:
         return _mtp_causes(args)
     if kind == DRAFT:
@@ -471,6 +475,10 @@ class CollapseRule(Rule):
             ("running requests", str(batch.running_requests)),
             ("queued requests", str(batch.queued_requests)),
         ]
+        if batch.draft_tokens is not None:  # vLLM: the interval's counts and per-position rates
+            out.append(("accepted / drafted tokens", f"{batch.accepted_tokens} / {batch.draft_tokens}"))
+        if batch.position_accept_rates:
+            out.append(("per-position acceptance rate", ", ".join(f"{r:.3f}" for r in batch.position_accept_rates)))
         limit = batch_limit(args)
         if limit is not None:
             full = " (full)" if batch.running_requests >= limit else ""
@@ -485,6 +493,8 @@ class CollapseRule(Rule):
 
     def _alert(self, server: str, batch: DecodeBatch, st: _RankState) -> Alert:
         args = self._server_args.get(server, {})
+        if batch.engine != "sglang" and "engine" not in args:  # a vLLM log without its engine-config line
+            args = {**args, "engine": batch.engine}
         hist = self._history.get(server) or _History()
         runtime = runtime_causes(args, batch, hist.recovered, hist.last_recovered, self._changed(server))
         causes = known_causes(args)
@@ -505,7 +515,7 @@ class CollapseRule(Rule):
             evidence=self._evidence(server, batch, st),
             fixes=runtime + causes if hist.recovered else causes + runtime,
         )
-        if self.diagnoser is not None and kind in (EAGLE, None):  # the probes read EAGLE drafts
+        if self.diagnoser is not None and kind in (EAGLE, None):  # the probes read EAGLE drafts (SGLang or vLLM)
             self.diagnoser.ensure(server)  # once per episode: re-runs only if the inputs changed
             report = self.diagnoser.report(server)
             if report is not None and report.actionable():

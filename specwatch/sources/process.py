@@ -49,6 +49,7 @@ from specwatch.events import (
     ServerStarted,
 )
 from specwatch.sources.base import Emit, PollingSource
+from specwatch.sources import vllm_settings
 from specwatch.sources.server_settings import launcher_args, parse_server_argv
 
 log = logging.getLogger("specwatch.sources.process")
@@ -85,9 +86,19 @@ def redact_argv(argv: Iterable[str]) -> tuple[str, ...]:
     return tuple(out)
 
 
+# vLLM's setproctitle names (`VLLM::EngineCore_DP0`, `VLLM::Worker_TP0`, `VLLM::DPCoordinator`,
+# `VLLM::APIServer_1`: vllm/utils/system_utils.py `set_process_title`, 0.10.1.1-0.33.0) → roles.
+_VLLM_ROLES = {"EngineCore": "engine_core", "DPEngineCore": "engine_core", "Worker": "worker",
+               "DPCoordinator": "dp_coordinator", "APIServer": "api_server"}
+
+
 def role_of(argv: list[str] | tuple[str, ...]) -> str:
-    """`sglang::scheduler_DP0_TP0` → `scheduler`; anything not renamed by SGLang → `other`."""
+    """`sglang::scheduler_DP0_TP0` → `scheduler`, `VLLM::EngineCore_DP0` → `engine_core`;
+    anything not renamed by SGLang or vLLM → `other`."""
     first = argv[0].strip() if argv else ""
+    if first.startswith("VLLM::"):
+        name = first[6:].split()[0] if first[6:].strip() else ""
+        return _VLLM_ROLES.get(re.sub(r"(?:_[A-Z]*\d+)+$", "", name), "other")
     if not first.startswith("sglang::"):
         return "other"
     name = first[len("sglang::"):].split()[0] if first[len("sglang::"):].strip() else ""
@@ -177,8 +188,8 @@ def _host(fs_root: str):
 _VERSION_PY = re.compile(r"""^__version__\s*=\s*['"]([^'"]+)['"]""", re.M)
 
 
-def find_sglang(interpreter: str, fs_root: str = "/", environ: dict[str, str] | None = None
-                ) -> tuple[str | None, str | None]:
+def find_sglang(interpreter: str, fs_root: str = "/", environ: dict[str, str] | None = None,
+                package: str = "sglang") -> tuple[str | None, str | None]:
     """(version, site directory) of the `sglang` package that interpreter imports first.
 
     Read from `sglang-*.dist-info` / `.egg-info` metadata (pip, uv, conda, editable installs),
@@ -190,12 +201,12 @@ def find_sglang(interpreter: str, fs_root: str = "/", environ: dict[str, str] | 
         hd = host(d)
         if not os.path.isdir(hd):
             continue
-        for dist in importlib.metadata.distributions(name="sglang", path=[hd]):
+        for dist in importlib.metadata.distributions(name=package, path=[hd]):
             version = dist.version
             if version:
                 return version, d
         try:
-            with open(os.path.join(hd, "sglang", "version.py"), encoding="utf-8") as f:
+            with open(os.path.join(hd, package, "version.py" if package == "sglang" else "_version.py"), encoding="utf-8") as f:
                 m = _VERSION_PY.search(f.read(4096))
             if m:
                 return m.group(1), d
@@ -363,6 +374,8 @@ class ProcessSource(PollingSource):
     # --- the scan ---
     def _args_of(self, cmdline: tuple[str, ...]) -> list[str] | None:
         args = launcher_args(cmdline)
+        if args is None:
+            args = vllm_settings.launcher_args(cmdline)
         if args is None and self.match is not None and cmdline and self.match.search(" ".join(cmdline)):
             args = list(cmdline[1:])
         return args
@@ -490,7 +503,8 @@ class ProcessSource(PollingSource):
                         outputs.append(target)
         if "main" not in roles:
             return None  # the launcher itself exited during the scan
-        parsed = parse_server_argv(args)
+        engine = "vllm" if isinstance(args, vllm_settings.VllmArgv) else "sglang"
+        parsed = vllm_settings.parse_argv(args) if engine == "vllm" else parse_server_argv(args)
         key = (pid, create_time)
         cached = self._install_cache.get(key)
         if cached is None:
@@ -502,7 +516,7 @@ class ProcessSource(PollingSource):
                     environ = members[pid].environ()
                 except (psutil.Error, OSError):
                     environ = {}
-                version, location = find_sglang(interp, fs_root, environ)
+                version, location = find_sglang(interp, fs_root, environ, engine)
             cached = (interp, version, location, fs_root)
             if len(self._install_cache) > 64:
                 self._install_cache.clear()
@@ -522,6 +536,7 @@ class ProcessSource(PollingSource):
             pids=tuple(sorted(tree)),
             roles={r: RoleUsage(int(a[0]), float(a[1]), int(a[2])) for r, a in roles.items()},
             output_paths=tuple(outputs),
+            engine=engine,
         )
 
     def poll(self, now: float) -> float:

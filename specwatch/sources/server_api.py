@@ -38,6 +38,7 @@ from prometheus_client.registry import Collector
 from specwatch.events import ApiSample, DpState, ServerArgs, ServerInfo
 from specwatch.sources.base import Emit, PollingSource
 from specwatch.sources.sglang_log import SERVER_ARG_KEYS
+from specwatch.sources.vllm_api import MODELS_PATH, VERSION_PATH, is_vllm_server_info, parse_vllm_info
 
 log = logging.getLogger("specwatch.sources.server_api")
 
@@ -149,6 +150,7 @@ class ServerApiSource(PollingSource):
         self.session = session or requests.Session()
         self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._info_path: str | None = None  # the endpoint that answered; None: probe again
+        self._vllm = False  # a vLLM server: /version and /v1/models instead (sources/vllm_api.py)
         self._model_path: str | None = None
         self._architectures: tuple[str, ...] | None = None
         self._last_args: dict | None = None
@@ -219,8 +221,23 @@ class ServerApiSource(PollingSource):
         return self._json(old, r), old
 
     def server_info(self) -> ServerInfo:
-        """`/server_info` (or `/get_server_info`) and `/model_info`, parsed. Raises ApiError."""
-        doc, path = self._fetch(INFO_PATHS, self._info_path)
+        """`/server_info` (or `/get_server_info`) and `/model_info`, parsed; on a vLLM server
+        `/version` and `/v1/models`. Raises ApiError."""
+        if self._vllm:
+            return self._vllm_info()
+        try:
+            doc, path = self._fetch(INFO_PATHS, self._info_path)
+        except ApiError as e:
+            if e.status != 404:
+                raise
+            try:
+                return self._vllm_info()  # neither endpoint: a vLLM server?
+            except ApiError as not_vllm:
+                if not_vllm.status == 404:
+                    raise e from None  # neither engine: say what SGLang's endpoint answered
+                raise
+        if is_vllm_server_info(doc):
+            return self._vllm_info()
         info = parse_server_info(doc, path)
         if path != INFO_PATHS[0] and version_tuple(info.version) >= NEW_ENDPOINTS_SINCE:
             path = None  # upgraded in place: use /server_info from the next poll on
@@ -272,9 +289,23 @@ class ServerApiSource(PollingSource):
             return self.interval
         return min(self.backoff_max, self.interval * 2 ** (self._failures - 1))
 
+    def _vllm_info(self) -> ServerInfo:
+        doc = self._json(VERSION_PATH, self._get(VERSION_PATH))
+        try:
+            models = self._json(MODELS_PATH, self._get(MODELS_PATH))
+        except ApiError:
+            models = None
+        try:
+            info = parse_vllm_info(doc, models)
+        except ValueError:
+            raise self._error(VERSION_PATH, "bad_response", 200) from None
+        self._vllm = True
+        return info
+
     def _forget_instance(self) -> None:
         # the server went away: the one that comes back may be another version or model
         self._info_path = None
+        self._vllm = False
         self._model_path = None
         self._architectures = None
         self._last_args = None

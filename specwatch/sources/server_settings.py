@@ -53,6 +53,32 @@ FLAGS: dict[str, tuple[str, object, str]] = {
 }
 
 
+def python_program(argv: list[str] | tuple[str, ...]) -> tuple[str, str, list[str]] | None:
+    """What a Python command line runs: ("module", name, the arguments after it) for `-m name`
+    (or `-mname`), ("script", path, the arguments after it) for a file; None for `-c`, stdin, or
+    a program that is not a Python interpreter. The interpreter's own options are skipped."""
+    if not argv or not PurePosixPath(argv[0]).name.startswith(("python", "pypy")):
+        return None
+    argv = list(argv)
+    i = 1
+    while i < len(argv):
+        tok = argv[i]
+        if tok == "-m" or (tok.startswith("-m") and not tok.startswith("--")):
+            if tok == "-m":
+                return ("module", argv[i + 1], argv[i + 2:]) if i + 1 < len(argv) else None
+            return "module", tok[2:], argv[i + 1:]
+        if tok in ("-X", "-W", "--check-hash-based-pycs"):
+            i += 2  # an interpreter option with a separate argument
+            continue
+        if tok.startswith("-c") or tok == "-":
+            return None  # a -c program or stdin
+        if tok.startswith("-"):
+            i += 1
+            continue
+        return "script", tok, argv[i + 1:]
+    return None
+
+
 def launcher_args(argv: list[str] | tuple[str, ...]) -> list[str] | None:
     """The server arguments of an SGLang launcher command line, or None if it is not one.
 
@@ -64,38 +90,20 @@ def launcher_args(argv: list[str] | tuple[str, ...]) -> list[str] | None:
     """
     if not argv:
         return None
-    argv = list(argv)
-    prog = PurePosixPath(argv[0]).name
-    if prog == "sglang":
-        return list(argv[2:]) if argv[1:2] == ["serve"] else None
-    if not prog.startswith(("python", "pypy")):
+    if PurePosixPath(argv[0]).name == "sglang":
+        return list(argv[2:]) if list(argv[1:2]) == ["serve"] else None
+    target = python_program(argv)
+    if target is None:
         return None
-    i = 1
-    while i < len(argv):
-        tok = argv[i]
-        if tok == "-m" or (tok.startswith("-m") and not tok.startswith("--")):
-            mod = argv[i + 1] if tok == "-m" and i + 1 < len(argv) else tok[2:]
-            rest = list(argv[i + 2:] if tok == "-m" else argv[i + 1:])
-            if mod == "sglang.launch_server":
-                return rest
-            if mod == "sglang" and rest[:1] == ["serve"]:
-                return rest[1:]
-            return None
-        if tok in ("-X", "-W", "--check-hash-based-pycs"):
-            i += 2  # an interpreter option with a separate argument
-            continue
-        if tok.startswith("-c") or tok == "-":
-            return None  # a -c program or stdin
-        if tok.startswith("-"):
-            i += 1
-            continue
-        path = PurePosixPath(tok)
-        if path.name == "launch_server.py" and path.parent.name == "sglang":
-            return list(argv[i + 1:])
-        if path.name == "sglang" and argv[i + 1:i + 2] == ["serve"]:
-            return list(argv[i + 2:])
-        return None
-    return None
+    kind, name, rest = target
+    if kind == "module":
+        if name == "sglang.launch_server":
+            return rest
+        return rest[1:] if name == "sglang" and rest[:1] == ["serve"] else None
+    path = PurePosixPath(name)
+    if path.name == "launch_server.py" and path.parent.name == "sglang":
+        return rest
+    return rest[1:] if path.name == "sglang" and rest[:1] == ["serve"] else None
 
 
 def resolve_flag(name: str) -> tuple[str, object] | None:
@@ -149,6 +157,12 @@ def from_cmdline(argv: list[str] | tuple[str, ...]) -> dict[str, object]:
     """Server args from a launch command line (`python -m sglang.launch_server ...`, `sglang
     serve ...`), or from the server flags alone."""
     args = launcher_args(argv)
+    if args is None:
+        from specwatch.sources import vllm_settings
+
+        vargs = vllm_settings.launcher_args(argv)
+        if vargs is not None:
+            return vllm_settings.parse_argv(vargs)
     return parse_server_argv(argv if args is None else args)
 
 

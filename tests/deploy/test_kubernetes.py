@@ -8,6 +8,7 @@ in the ConfigMap, which a real agent runs."""
 from __future__ import annotations
 
 import copy
+import os
 import importlib.util
 import re
 import shutil
@@ -210,8 +211,24 @@ def test_daemonset_is_hardened():
     isc = init["securityContext"]
     assert isc["capabilities"] == {"drop": ["ALL"], "add": ["CHOWN"]}
     assert isc["allowPrivilegeEscalation"] is False and isc["readOnlyRootFilesystem"] is True
-    assert f"chown {pod['runAsUser']}:{pod['runAsGroup']} /var/lib/specwatch" in init["command"][-1]
+    assert f"chown {pod['runAsUser']}:{pod['runAsGroup']} \"$d\"" in init["command"][-1] and "d=/var/lib/specwatch;" in init["command"][-1]
     assert [m["mountPath"] for m in init["volumeMounts"]] == ["/var/lib/specwatch"]
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("setpriv"), reason="needs root and setpriv (util-linux)")
+def test_init_container_command_succeeds_on_every_start(tmp_path):
+    """The init command as the pod runs it (root with CAP_CHOWN alone), on a fresh root-owned
+    directory, then again on the directory it handed over (a restart): both exit 0, 0700, agent's."""
+    [init] = pod_spec()["initContainers"]
+    state = tmp_path / "state"
+    state.mkdir(mode=0o755)
+    script = init["command"][-1].replace("/var/lib/specwatch", str(state))
+    caps = ["setpriv", "--inh-caps=-all,+chown", "--ambient-caps=-all", "--bounding-set=-all,+chown", "--"]
+    for start in ("first start", "restart"):
+        r = subprocess.run([*caps, *init["command"][:-1], script], capture_output=True, text=True, timeout=30)
+        assert r.returncode == 0, (start, r.stderr)
+        st = state.stat()
+        assert (st.st_uid, st.st_gid, st.st_mode & 0o777) == (65532, 65532, 0o700), start
 
 
 def test_daemonset_gets_nvml_without_taking_a_gpu():

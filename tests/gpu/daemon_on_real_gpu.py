@@ -78,7 +78,7 @@ def main() -> int:
         for fam in GPU_FAMILIES:
             if f"\n{fam}{{" not in text:
                 problems.append(f"no series of {fam}")
-        if 'specwatch_acceptance_collapsed{dp_rank="",ep_rank="",pp_rank="",server="h200",tp_rank="0"} 1.0' not in text:
+        if 'specwatch_acceptance_collapsed{dp_rank="",engine="sglang",ep_rank="",pp_rank="",server="h200",tp_rank="0"} 1.0' not in text:
             problems.append("the collapse from the log is not in the same exposition")
         if rss > 60 * 2**20:
             problems.append(f"RSS {rss / 2**20:.1f} MB over the 60 MB budget")

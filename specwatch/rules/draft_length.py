@@ -1,0 +1,175 @@
+"""Draft too long: the first positions of each draft are accepted, the later ones (almost) never.
+
+Each drafted token past the last useful position costs draft compute and verify width and saves
+nothing. vLLM prints the acceptance rate of every draft position (`Per-position acceptance rate`:
+drafts whose first i+1 tokens were accepted ÷ drafts, `vllm/v1/spec_decode/metrics.py` 0.8.5-0.33.0;
+`DecodeBatch.position_accept_rates`), so the useful length can be read off directly: BR-16
+(docs/bugreports.md) accepts 0.600, 0.385, 0.215, 0.108, 0.062 at positions 1-5 and 0.000 at the
+ten after them.
+
+Per (server, rank), over the last `window` seconds of loaded decode lines, the rates are averaged
+weighted by drafts (draft tokens ÷ positions). Once `min_drafts` drafts are in, the useful length
+j is the number of leading positions that accept at least `max_position_rate`; it fires when
+0 < j < k and the window's accept length (1 + the sum of the rates) is above the collapse
+threshold (below it, BR-07's 0.027 at position 1, the collapse rule speaks: rules/collapse.py) and resolves when every position is useful
+again, or the server restarts.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from collections import deque
+
+from specwatch.alerts.model import Alert, code
+from specwatch.config import Config, Count, Ratio, Seconds, Section, rule_section
+from specwatch.events import ServerArgs
+from specwatch.rules.active import ActiveAlerts
+from specwatch.rules.base import Rule, ServerArgsMemory, alert_key, new_alert, register
+from specwatch.rules.windows import Window
+
+
+@rule_section("draft_length")
+class DraftLengthConfig(Section):
+    """rules.draft_length: a position below max_position_rate accepts almost nothing; judged over
+    `window` seconds once min_drafts drafts were made."""
+
+    enabled: bool = True
+    max_position_rate: Ratio = 0.02
+    min_drafts: Count = 50
+    window: Seconds = 600.0
+
+
+ALERT_NAME = "DraftTooLong"
+
+
+class _Positions:
+    """Draft-weighted per-position rates of one rank over a time window."""
+
+    __slots__ = ("samples", "drafts", "accepted")
+
+    def __init__(self, k: int):
+        self.samples: deque[tuple[float, float, tuple[float, ...]]] = deque()
+        self.drafts = 0.0
+        self.accepted = [0.0] * k
+
+    def add(self, t: float, drafts: float, rates: tuple[float, ...], span: float) -> None:
+        self.samples.append((t, drafts, rates))
+        self._apply(drafts, rates, 1)
+        while self.samples and self.samples[0][0] <= t - span:
+            _, d, r = self.samples.popleft()
+            self._apply(d, r, -1)
+
+    def _apply(self, drafts: float, rates: tuple[float, ...], sign: int) -> None:
+        self.drafts += sign * drafts
+        for i, r in enumerate(rates):
+            self.accepted[i] += sign * r * drafts
+
+    def rates(self) -> list[float]:
+        return [max(0.0, a / self.drafts) for a in self.accepted] if self.drafts > 0 else []
+
+
+def suggestion(args: dict[str, object], useful: int) -> str:
+    """The setting to change, as a command-line fragment for the server's engine (vLLM when
+    `args["engine"]` says so); a vLLM method that is not known is left to the reader."""
+    if args.get("engine") == "vllm":
+        if not args.get("speculative_method"):
+            return f'`"num_speculative_tokens": {useful}` in `--speculative-config` (keep its method and model)'
+        spec = {"method": args["speculative_method"]}
+        if args.get("speculative_draft_model_path"):
+            spec["model"] = args["speculative_draft_model_path"]
+        spec["num_speculative_tokens"] = useful
+        return code("--speculative-config " + shlex.quote(json.dumps(spec)))
+    return code(f"--speculative-num-steps {useful} --speculative-num-draft-tokens {useful + 1}")
+
+
+@register
+class DraftLengthRule(Rule):
+    name = "draft_length"
+    alert_names = (ALERT_NAME,)
+    order = 60
+
+    @classmethod
+    def build(cls, config: Config, ctx) -> "DraftLengthRule":
+        return cls(config.draft_length, config.collapse.max_accept_length)
+
+    def __init__(self, config: DraftLengthConfig, collapse_accept_length: float = 1.10):
+        self.config = config
+        self.collapse_accept_length = collapse_accept_length  # at or below: the collapse rule's case
+        self.args = ServerArgsMemory()
+        self._ranks: dict[tuple[str, str], _Positions] = {}
+        self.active = ActiveAlerts()
+
+    def reconfigure(self, config: Config) -> None:
+        self.config = config.draft_length
+        self.collapse_accept_length = config.collapse.max_accept_length
+
+    def on_event(self, server: str, event: object, now: float) -> list[Alert]:
+        if isinstance(event, ServerArgs):
+            self.args.observe(server, event)
+        return []
+
+    def on_restart(self, server: str, at: float, why: str) -> list[Alert]:
+        out = []
+        for key in [k for k in self._ranks if k[0] == server]:
+            del self._ranks[key]
+            out += self.active.resolve(alert_key(*key), at, ("resolved because", why))
+        return out
+
+    def on_decode(self, server: str, window: Window, now: float) -> list[Alert]:
+        b = window.batch
+        rates = b.position_accept_rates
+        if not rates or not self.config.enabled or not window.acceptance_valid:
+            return []
+        k, key = len(rates), (server, b.rank)
+        pos = self._ranks.get(key)
+        if pos is None or len(pos.accepted) != k:  # a new draft length: start again
+            pos = self._ranks[key] = _Positions(k)
+        drafts = b.draft_tokens / k if b.draft_tokens else 1.0
+        pos.add(b.timestamp, drafts, tuple(rates), self.config.window)
+        if pos.drafts < self.config.min_drafts:
+            return []
+        avg = pos.rates()
+        thr = self.config.max_position_rate
+        useful = next((i for i, r in enumerate(avg) if r < thr), k)
+        akey = alert_key(*key)
+        if useful == k:
+            return self.active.resolve(akey, b.timestamp, ("every position accepts at least", f"{thr:.3f}"))
+        if useful == 0 or akey in self.active or 1 + sum(avg) <= self.collapse_accept_length:
+            return []  # (almost) nothing accepted at all: a collapse, not a long draft
+        args = dict(self.args.get(server) or {})
+        args.setdefault("engine", b.engine)
+        return self.active.fire(akey, self._alert(server, b.rank, b.timestamp, k, useful, avg, pos.drafts, args))
+
+    def _alert(self, server: str, rank: str, ts: float, k: int, useful: int, avg: list[float],
+               drafts: float, args: dict[str, object]) -> Alert:
+        where = f"{server} {rank}".strip()
+        thr = self.config.max_position_rate
+        return new_alert(
+            ALERT_NAME, "warning", server, rank,
+            summary=f"Draft too long on {where}: positions {useful + 1}-{k} of {k} accept almost nothing",
+            description=(
+                f"Over the last {self.config.window:.0f} s ({drafts:.0f} drafts) draft positions {useful + 1} to {k} "
+                f"were accepted in less than {thr:.1%} of drafts: every token drafted there costs draft and verify "
+                f"time and saves none. The draft is longer than what it learned to predict: {useful} "
+                "position(s) carry the speedup."),
+            starts_at=ts,
+            evidence=[("per-position acceptance rate", ", ".join(f"{r:.3f}" for r in avg)),
+                      ("drafts in window", f"{drafts:.0f}"), ("draft positions", str(k)),
+                      ("useful positions", str(useful))],
+            fixes=[
+                f"Draft {useful} token(s) per step instead of {k}: {suggestion(args, useful)}; accept length "
+                "stays about the same and each step gets cheaper.",
+                f"If the draft was trained to predict {k} positions, positions past {useful} failing points at a "
+                "mismatch between training and serving rather than a short draft: its config (e.g. a "
+                "`partial_rotary_factor` copied into a DFlash draft that was trained with full RoPE, BR-06 in "
+                "docs/bugreports.md) or the training sequence length.",
+            ],
+        )
+
+    def to_state(self) -> dict:
+        return {"active": self.active.to_state(), **self.args.to_state()}
+
+    def load_state(self, state: dict) -> None:
+        self.active.load_state(state.get("active", {}))
+        self.args.load_state(state)
