@@ -42,7 +42,7 @@ from specwatch.events import (
 )
 from specwatch.rules.base import Rule, RuleContext, all_rules, is_restart_event, log_paths_of, overrides
 from specwatch.rules.collapse import CollapseRule
-from specwatch.rules.server_metrics import collapse_from_metrics
+from specwatch.rules.server_metrics import collapse_from_metrics, metrics_windows
 from specwatch.rules.windows import WindowTracker
 from specwatch.sources.filestream import LineBatch
 from specwatch.sources.log_errors import KINDS as ERROR_KINDS
@@ -50,7 +50,7 @@ from specwatch.sources.log_errors import ErrorGrouper, maybe_error
 from specwatch.sources.engines import maybe_event, parse_line
 from specwatch.sources.sglang_log import strip_container_prefix
 from specwatch.sources.vllm_log import VllmAssembler, VllmLine
-from specwatch.status.history import AcceptHistory
+from specwatch.status.history import AcceptHistory, AlertState
 
 _OTHER = OtherLine()
 
@@ -138,6 +138,8 @@ class Pipeline:
         self.windows = WindowTracker(config.windows)  # the one classification of decode lines
         self.servers: dict[str, ServerStats] = {}
         self.ranks: dict[tuple[str, str], RankStats] = {}
+        self.scraped: dict[tuple[str, str], RankStats] = {}  # ranks read from /metrics (`_take_scraped`)
+        self.alert_state = AlertState(self.rules)  # a chart point's alert state (status page)
         self.lock = threading.Lock()
         self._last_tick = -math.inf
         self._groupers: dict[str, ErrorGrouper] = {}  # path → its traceback grouping (error stage)
@@ -302,7 +304,7 @@ class Pipeline:
                     self._handle(alerts, clock)
             if event.timestamp >= rs.history.due and event.accept_length is not None:  # one point per STEP s
                 rs.history.add(event.timestamp, event.accept_length, rs.accept_length_sum,
-                               rs.accept_length_count, self.collapse.collapsed(server, event.rank))
+                               rs.accept_length_count, self.alert_state(server, event.rank))
             if clock - self._last_tick >= 1.0:  # time-based rules need no finer clock
                 self.tick(clock)
         elif type(event) is PrefillBatch:
@@ -353,6 +355,8 @@ class Pipeline:
                 event = self._merge_args(stats, event)
                 if self.diagnoser is not None:
                     self.diagnoser.observe(server, event.args)
+            elif isinstance(event, ProcessSample) and event.process is None and not event.expected:
+                del self.servers[server]  # an unconfigured server that exited is forgotten (sources/process.py)
             elif isinstance(event, ProcessSample):
                 stats.process = event.process
                 stats.process_watched = event.process is not None or event.expected
@@ -373,7 +377,24 @@ class Pipeline:
                 last = stats.last_line.get("decode")
                 if last is None or now - last > self.config.windows.max_gap:  # no log decides: /metrics alone
                     self._handle(collapse_from_metrics(self.collapse, server, event, self.config.windows), now)
+                self._take_scraped(server, event)
             self._apply_rules(server, event, now)
+
+    def _take_scraped(self, server: str, sample: MetricsSample) -> None:
+        """Each fresh rank sample of a scrape as a decode line of a rank in `scraped` (the status
+        page's ranks and charts from /metrics; the log's ranks stay in `ranks`). Under `lock`."""
+        for _, window in metrics_windows(sample, self.config.windows):
+            b = window.batch
+            rs = self.scraped.get((server, b.rank))
+            if rs is None:
+                rs = self.scraped[(server, b.rank)] = RankStats(server, b.rank, dict(b.ranks))
+            rs.decode_batches += 1
+            rs.last_decode = b
+            rs.accept_length_sum += b.accept_length
+            rs.accept_length_count += 1
+            if b.timestamp >= rs.history.due:
+                rs.history.add(b.timestamp, b.accept_length, rs.accept_length_sum, rs.accept_length_count,
+                               self.alert_state(server, b.rank))
 
     @staticmethod
     def _merge_args(stats: ServerStats, event: ServerArgs) -> ServerArgs:

@@ -113,6 +113,20 @@ class EngineMetrics:
             self.g_queue.labels(*lv).set(queued)
             self.g_thr.labels(*lv).set(throughput)
 
+    def collapsing(self, dp: int, check):
+        """A `wait_for` predicate: each call leaves a new collapsed decode-log interval on DP rank
+        `dp` (accept length 1.0, 20 running; the throughput moves, so the gauges are fresh), then
+        returns `check()`."""
+        calls = 0
+
+        def pred():
+            nonlocal calls
+            calls += 1
+            self.set_sglang(dp, accept_length=1.0, accept_rate=0.0, running=20, throughput=200.0 + calls)
+            return check()
+
+        return pred
+
     # --- vLLM ---
     def _vllm(self, r: CollectorRegistry) -> None:
         names = ["model_name", "engine"]

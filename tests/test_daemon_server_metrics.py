@@ -39,15 +39,8 @@ def test_collapse_from_metrics_alone_reaches_slack(tmp_path, slack):
         eng.set_sglang(0, accept_length=2.9, accept_rate=0.5, running=20, throughput=500.0)
         eng.set_sglang(1, accept_length=1.0, accept_rate=0.0, running=20, throughput=200.0)
         daemon.start()
-        i = 0
-
-        def collapsed():
-            nonlocal i
-            i += 1  # a new decode-log interval on DP1 for every check
-            eng.set_sglang(1, accept_length=1.0, accept_rate=0.0, running=20, throughput=200.0 + i)
-            return [b for b in delivered(slack) if b["text"].startswith("[FIRING] AcceptanceCollapse")]
-
-        (msg,) = wait_for(collapsed, timeout=30, interval=0.5, what="the collapse in Slack")
+        fired = lambda: [b for b in delivered(slack) if b["text"].startswith("[FIRING] AcceptanceCollapse")]  # noqa: E731
+        (msg,) = wait_for(eng.collapsing(1, fired), timeout=30, interval=0.5, what="the collapse in Slack")
         body = json.dumps(msg)
         assert msg["text"].startswith("[FIRING] AcceptanceCollapse on sglang-a DP1"), msg["text"]
         assert "accept len 1.00" in body and eng.url in body  # says it read /metrics

@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -128,6 +129,11 @@ def _scrape(port: int) -> dict:
         return {}
 
 
+def _status_servers(port: int) -> list[str]:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/status", timeout=10) as r:
+        return [x["server"] for x in json.load(r)["servers"]]
+
+
 def test_only_configured_servers_page_and_a_disabled_source_clears_its_alerts(tmp_path, slack, sglang_install,
                                                                               sglang_procs):
     """process.servers empty: the server writing to the followed log is the log's server; a stray
@@ -157,11 +163,13 @@ def test_only_configured_servers_page_and_a_disabled_source_clears_its_alerts(tm
         assert info["gpu-box-1"]["port"] == str(port)
         assert info["gpu-box-1"]["draft_model"] == "/models/eagle3-llama3.1-8b"
         assert info[f"gpu-box-1:{stray_port}"]["draft_model"] == "/scratch/notebook-draft"
+        assert f"gpu-box-1:{stray_port}" in _status_servers(d.port)
 
-        # the stray exits: its series go, and no down alert, then or later
+        # the stray exits: its series go (and its entry on the status page), and no down alert, then or later
         stop(stray)
         wait_for(lambda: ("specwatch_server_up", theirs) not in _scrape(d.port), timeout=10,
                  what="the stray's series to go")
+        assert f"gpu-box-1:{stray_port}" not in _status_servers(d.port) and "gpu-box-1" in _status_servers(d.port)
         with open(log, "a") as f:
             for i in range(3):
                 f.write(decode_line(2.8, f"10:00:0{i}"))

@@ -70,7 +70,7 @@ def test_api_status_values(tmp_path):
     assert [x["kind"] for x in s["sources"]] == ["file", "process"]  # followers first, then the /proc scan
     assert (src["kind"], src["name"], src["server"], src["ok"], src["state"]) == ("file", str(log), "gpu-box-1", True, "open")
     assert src["counters"]["lines"] == 9 and started <= src["last_line_at"] <= time.time()
-    assert s["gpus"] == {"enabled": False, "up": None, "sampled_at": None, "driver": None, "devices": []}
+    assert s["gpus"] == {"enabled": False, "up": None, "error": None, "sampled_at": None, "driver": None, "devices": []}
 
 
 class Dom(HTMLParser):
@@ -169,3 +169,47 @@ def test_status_page_in_headless_chromium(tmp_path):
     # The shaded episodes are on screen: #e5484d at 18 % over the plot's #fbfbfd.
     shade = sum(n for n, (r, g, b) in colors if abs(r - 247) <= 4 and abs(g - 219) <= 4 and abs(b - 221) <= 4)
     assert shade > 500
+
+
+def test_status_of_a_server_read_only_from_its_metrics(tmp_path):
+    """Only `server_metrics` and no top-level `server:`, GPU sampling on (NVML samples carry the
+    host's name): the page lists the one server, its ranks read from /metrics with their charts,
+    the scrape as a source by its URL with its counters, and the alert's `read from` line."""
+    import yaml
+
+    from engine_metrics import EngineMetrics
+    from procs import SpecwatchProcess, free_port
+
+    eng = EngineMetrics("sglang", dp_size=2)
+    port = free_port()
+    cfg = tmp_path / "config.yaml"
+    cfg.write_text(yaml.safe_dump({
+        "server_metrics": [{"url": eng.url, "server": "sglang-a", "interval": "1s", "timeout": "500ms"}],
+        "metrics": {"listen_port": port}, "state_dir": str(tmp_path / "state"),
+        "process": {"enabled": False}, "diagnosis": {"enabled": False}, "rules": {"collapse": {"min_batches": 2}}}))
+    eng.set_sglang(0, accept_length=2.9, accept_rate=0.5, running=20, throughput=500.0)
+    daemon = SpecwatchProcess(cfg, port)
+    try:
+        daemon.start()
+        charted = lambda: (x := status(port))["alerts"] and any(  # noqa: E731
+            len(r["accept_length_history"]) >= 2 for v in x["servers"] for r in v["ranks"]) and x
+        s = wait_for(eng.collapsing(1, charted), timeout=30, interval=0.5, what="the collapse on /api/status")
+        page = get(port, "/")[1].decode()
+    finally:
+        daemon.stop()
+        eng.close()
+    assert [x["server"] for x in s["servers"]] == ["sglang-a"]  # not the host's name too
+    dp0, dp1 = s["servers"][0]["ranks"]
+    assert [(r["rank"], r["source"], r["url"]) for r in (dp0, dp1)] == [("DP0", "server_metrics", eng.url),
+                                                                        ("DP1", "server_metrics", eng.url)]
+    assert (dp0["accept_length"], dp0["collapsed"], dp1["accept_length"], dp1["collapsed"]) == (2.9, False, 1.0, True)
+    assert dp1["collapse_episodes"] == [[s["alerts"][0]["starts_at"], None]]
+    (src,) = s["sources"]
+    assert (src["kind"], src["name"], src["server"], src["ok"], src["state"]) == (
+        "server_metrics", eng.url, "sglang-a", True, "answering (sglang)")
+    assert src["counters"]["scrapes"] >= 3 and src["counters"]["errors"] == 0
+    assert s["specwatch"]["generated_at"] - 5 <= src["last_line_at"] <= s["specwatch"]["generated_at"]
+    assert dict(s["alerts"][0]["evidence"])["read from"].startswith(f"{eng.url} (sglang)")
+    dom = Dom(page)
+    assert set(dom.charts) == {"DP0", "DP1"} and dom.charts["DP1"]["episodes"] == 1
+    assert f"read from</dt><dd><code>{eng.url} (sglang)" in page

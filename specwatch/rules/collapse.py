@@ -457,8 +457,12 @@ class CollapseRule(Rule):
         return None
 
     def _update_evidence(self, alert: Alert, server: str, batch: DecodeBatch, st: _RankState) -> None:
-        kept = [p for p in alert.evidence if p[0] == "diagnosis"]
+        kept = [p for p in alert.evidence if p[0] in ("diagnosis", "read from")]  # not from the batch
         alert.evidence[:] = self._evidence(server, batch, st) + kept
+
+    def settings(self, server: str) -> dict[str, object]:
+        """The server's last settings this rule saw (kept in its persisted state), {} if none."""
+        return dict(self._server_args.get(server) or {})
 
     def _evidence(self, server: str, batch: DecodeBatch, st: _RankState) -> list[tuple[str, str]]:
         """The batch (acceptance, load: `#running-req`, `#queue-req`, fullness against the batch

@@ -286,6 +286,7 @@ class GpuSampler:
         self._unsupported: set[tuple[str, str]] = set()  # (uuid, field)
         self._pids_warned = False
         self.last_ok: float | None = None  # wall time of the last cycle with NVML up
+        self.unavailable: str | None = None  # why NVML did not initialise (`error_label`); None once it did
         self._cycles = 0
 
         self._stop = threading.Event()
@@ -498,6 +499,7 @@ class GpuSampler:
 
         self._init_failures = 0
         self._next_init = 0.0
+        self.unavailable = None
         if self._unavailable_warned:
             log.warning("NVML is available again")
             self._unavailable_warned = False
@@ -519,6 +521,7 @@ class GpuSampler:
 
     def _init_failed(self, label: str, err: BaseException) -> None:
         self._count_error(label)
+        self.unavailable = label
         delay = self._backoff(self._init_failures)
         self._init_failures += 1
         self._next_init = time.monotonic() + delay

@@ -265,9 +265,25 @@ class ServerMetricsSource(PollingSource):
         self.last_duration: float | None = None
         self.up = False
         self.engine: str | None = None
+        self.last_error: str | None = None  # the last failed scrape's error kind
 
     def __repr__(self) -> str:
         return f"ServerMetricsSource({self.shown!r}, server={self.server!r})"
+
+    def source_status(self) -> dict:
+        """This source as the status page lists it (specwatch/status/view.py): kind
+        `server_metrics`, named by its URL (credentials cut), `ok` None before the first scrape;
+        `last_line_at`: wall time of the last successful scrape."""
+        with self.lock:
+            if not self.scrapes_total:
+                ok, state = None, "not scraped yet"
+            elif self.up:
+                ok, state = True, f"answering ({self.engine})" if self.engine else "answering, no speculative metrics"
+            else:
+                ok, state = False, f"failing ({self.last_error})"
+            return {"kind": "server_metrics", "name": self.shown, "server": self.server, "ok": ok, "state": state,
+                    "last_line_at": self.last_success,
+                    "counters": {"scrapes": self.scrapes_total, "errors": sum(self.errors_total.values())}}
 
     def fetch(self, filtered: bool = False) -> str:
         """GET the /metrics body (`filtered`: only SAMPLE_NAMES asked for). Raises ScrapeError."""
@@ -319,6 +335,7 @@ class ServerMetricsSource(PollingSource):
                 self.engine = sample.engine or self.engine
             else:
                 self.errors_total[sample.error] = self.errors_total.get(sample.error, 0) + 1
+                self.last_error = sample.error
         self._say(sample)
         self.emit(self.server, sample, now)
         return self.next_delay()

@@ -6,7 +6,11 @@ when `due`. A point's value is the mean accept length of the lines since the pre
 computed from the rank's running sum and count (`pipeline.RankStats`), so lines between points
 cost nothing and a dip shorter than `STEP` still pulls the mean down. Memory: ~120 bytes a
 point, ~45 KB a rank for the hour. Log time, not wall time: the alerts' `starts_at`/`ends_at`
-are log times too, so firing episodes line up with the curve.
+are log times too, so firing episodes line up with the curve. Ranks read from an engine's
+/metrics (`Pipeline.scraped`) take their points the same way, at the scrapes' wall time.
+
+Each point carries the rank's alert state then (`AlertState`): the collapse and the other
+per-rank acceptance alerts (`OTHER_ALERTS`) are shaded apart on the chart.
 """
 
 from __future__ import annotations
@@ -14,24 +18,43 @@ from __future__ import annotations
 import math
 from collections import deque
 
+from specwatch.rules.base import alert_key
+
 STEP = 10.0  # seconds of log time between points
 SPAN = 3600.0  # seconds the buffer covers
 POINTS = int(SPAN / STEP)
+COLLAPSED, OTHER = 1, 2  # bits of a point's alert state
+OTHER_ALERTS = frozenset({"RankDisagreement", "AcceptanceDegradation"})  # per-rank acceptance alerts
+
+
+class AlertState:
+    """`state(server, rank)`: COLLAPSED while the collapse rule holds the rank collapsed, | OTHER
+    while a rule of `OTHER_ALERTS` fires on it (its `active` alerts, keyed `alert_key(server,
+    rank)`). A few dict lookups, asked once per point."""
+
+    def __init__(self, rules) -> None:
+        self._collapse = next(r for r in rules if "AcceptanceCollapse" in r.alert_names)
+        self._others = [r for r in rules if OTHER_ALERTS & set(r.alert_names) and hasattr(r, "active")]
+
+    def __call__(self, server: str, rank: str) -> int:
+        state = COLLAPSED if self._collapse.collapsed(server, rank) else 0
+        key = alert_key(server, rank)
+        return state | OTHER if any(key in r.active for r in self._others) else state
 
 
 class AcceptHistory:
-    """Points (timestamp s since the epoch, mean accept length, collapsed) of one rank, oldest
-    first. `collapsed`: the collapse rule's state for the rank when the point was taken."""
+    """Points (timestamp s since the epoch, mean accept length, alert state) of one rank, oldest
+    first. alert state: `AlertState` of the rank when the point was taken (0: none firing)."""
 
     __slots__ = ("points", "due", "_sum", "_count")
 
     def __init__(self) -> None:
-        self.points: deque[tuple[float, float, bool]] = deque(maxlen=POINTS)
+        self.points: deque[tuple[float, float, int]] = deque(maxlen=POINTS)
         self.due = -math.inf  # a line at or after this log time takes a point
         self._sum = 0.0
         self._count = 0
 
-    def add(self, timestamp: float, accept_length: float, total: float, count: int, collapsed: bool) -> None:
+    def add(self, timestamp: float, accept_length: float, total: float, count: int, state: int) -> None:
         """Take a point at `timestamp` (the caller checked `timestamp >= due`). `total`/`count`:
         the rank's running sum and count of accept lengths, this line included. The first point
         is the line's own value (the running totals may hold lines from before a restart). Time
@@ -41,7 +64,7 @@ class AcceptHistory:
             points.clear()
         n = count - self._count
         value = accept_length if self.due == -math.inf or n <= 0 else (total - self._sum) / n
-        points.append((timestamp, value, collapsed))
+        points.append((timestamp, value, state))
         self._sum, self._count = total, count
         self.due = timestamp + STEP
 

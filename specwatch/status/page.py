@@ -28,6 +28,7 @@ W, H = 520, 160  # chart size, px
 LEFT, RIGHT, TOP, BOTTOM = 36, 10, 8, 20  # plot margins, px
 GAP = 60.0  # seconds without a point that break the line (no decode lines: idle, down)
 TICK = 600.0  # seconds between time ticks
+BAND = 7  # px: height of the band marking other acceptance alerts
 
 _STYLE = """
 body{font:14px/1.4 system-ui,-apple-system,"Segoe UI",sans-serif;margin:0 auto;padding:12px 20px;max-width:1200px;color:#1d2330;background:#fff}
@@ -45,17 +46,20 @@ th{font-weight:600;color:#445}td.n{text-align:right;font-variant-numeric:tabular
 #firing li.critical::marker{color:#c0262d}
 .charts{display:flex;flex-wrap:wrap;gap:8px 18px}figure{margin:0}figcaption{font-size:13px;color:#445}
 svg.chart{display:block}svg text{font:10px system-ui,sans-serif;fill:#556}
-.plot{fill:#fbfbfd;stroke:#dde}.grid{stroke:#e8e8ef}.episode{fill:#e5484d;fill-opacity:.18}
+.plot{fill:#fbfbfd;stroke:#dde}.grid{stroke:#e8e8ef}.episode{fill:#e5484d;fill-opacity:.18}.alerting{fill:#e8920c;fill-opacity:.85}
+.warn{color:#b86e00}
 .threshold{stroke:#c0262d;stroke-width:1.2;stroke-dasharray:5 3}.recover{stroke:#17803d;stroke-width:1;stroke-dasharray:2 3}
 .ceiling{stroke:#889;stroke-width:1;stroke-dasharray:1 3}.line{fill:none;stroke:#2456a6;stroke-width:1.6}.dot{fill:#2456a6}
 svg text.threshold-label{fill:#c0262d}
 """
 
 
-_LEGEND = ('<p class="muted">Mean accept length per {step:g} s of log time. Shaded: collapse episodes; '
-           '<span class="bad">red dashes</span>: the collapse threshold (rules.collapse.max_accept_length); '
-           '<span class="ok">green dots</span>: recovery (recover_accept_length); grey dots: the most one verify '
-           'round can accept.</p>')
+_LEGEND = ('<p class="muted">Mean accept length per {step:g} s of log time (of scrape time for a rank read from '
+           '/metrics), one scale per server. <span class="bad">Red shade</span>: collapse episodes; '
+           '<span class="warn">orange band</span>: the rank\'s other acceptance alerts (RankDisagreement, '
+           'AcceptanceDegradation); <span class="bad">red dashes</span>: the collapse threshold '
+           '(rules.collapse.max_accept_length); <span class="ok">green dots</span>: recovery '
+           '(recover_accept_length); grey dots: the most one verify round can accept.</p>')
 
 
 def esc(value: object) -> str:
@@ -191,18 +195,34 @@ def _servers(status: dict, now: float) -> Iterator[str]:
         yield "</p>"
         if s["ranks"]:
             yield _rank_table(s["ranks"], now)
+            top = _y_top(s, status["thresholds"])
             yield ('<div class="charts">' + "".join(
-                _chart(s, r, status) for r in s["ranks"]) + "</div>" + _LEGEND.format(step=w["step_seconds"]))
+                _chart(s, r, status, top) for r in s["ranks"]) + "</div>" + _LEGEND.format(step=w["step_seconds"]))
+        else:
+            yield f'<p class="muted">{esc(_waiting(s))}</p>'
+
+
+def _waiting(server: dict) -> str:
+    """What a server without ranks waits for: the log's first decode line, /metrics' first accept length."""
+    n = sum(server["lines"].values())
+    url = server["metrics_url"]
+    read = f"{n} line{'s' if n > 1 else ''} read, none a decode line" if n else "no line read yet"
+    out = [] if url and not n else [f"waiting for the first decode line ({read})"]
+    if url:
+        out.append(f"waiting for an accept length from {url} (no decoding yet, or speculative decoding off)")
+    return "; ".join(out) + "."
 
 
 def _rank_table(ranks: list[dict], now: float) -> str:
-    rows = ["<table><tr><th>rank</th><th>state</th><th>accept length</th><th>accept rate</th>"
+    rows = ["<table><tr><th>rank</th><th>from</th><th>state</th><th>accept length</th><th>accept rate</th>"
             "<th>throughput (token/s)</th><th>running</th><th>queued</th><th>token usage</th>"
             "<th>decode batches</th><th>last decode line</th></tr>"]
     for r in ranks:
-        state = _state(not r["collapsed"], "collapsed" if r["collapsed"] else "ok")
+        alerting = r["alert_episodes"] and r["alert_episodes"][-1][1] is None
+        state = (_state(False, "collapsed") if r["collapsed"] else '<span class="warn">alert firing</span>'
+                 if alerting else _state(True, "ok"))
         rows.append(
-            f'<tr><td>{esc(r["rank"] or "–")}</td><td>{state}</td>'
+            f'<tr><td>{esc(r["rank"] or "–")}</td><td>{_source(r)}</td><td>{state}</td>'
             f'<td class="n">{esc(_num(r["accept_length"]))}</td><td class="n">{esc(_num(r["accept_rate"]))}</td>'
             f'<td class="n">{esc(_num(r["gen_throughput"], ".1f"))}</td>'
             f'<td class="n">{esc(_num(r["running_requests"], "d"))}</td><td class="n">{esc(_num(r["queued_requests"], "d"))}</td>'
@@ -212,22 +232,31 @@ def _rank_table(ranks: list[dict], now: float) -> str:
     return "".join(rows)
 
 
-def _y_top(server: dict, rank: dict, thresholds: dict) -> float:
+def _source(rank: dict) -> str:
+    if rank["source"] == "log":
+        return "log"
+    return f'<span title="{esc(rank["url"])}">/metrics</span>'
+
+
+def _y_top(server: dict, thresholds: dict) -> float:
+    """The top of the y axis, one for all ranks of `server` (their charts compare at a glance)."""
     top = max([thresholds["recover_accept_length"] + 0.5, server["accept_length_ceiling"] or 0]
-              + [v for _, v in rank["accept_length_history"]])
+              + [v for r in server["ranks"] for _, v in r["accept_length_history"]])
     return math.ceil(top * 2) / 2  # a multiple of 0.5
 
 
-def _chart(server: dict, rank: dict, status: dict) -> str:
-    """One rank's accept length over the window: line, collapse threshold, episodes shaded."""
+def _chart(server: dict, rank: dict, status: dict, top: float) -> str:
+    """One rank's accept length over the window, from 1 to `top`: line, collapse threshold,
+    collapse episodes and other acceptance alerts shaded."""
     w, th = status["window"], status["thresholds"]
     t0, t1 = w["start"], w["end"]
-    y0, y1 = 1.0, _y_top(server, rank, th)  # accept length is never below 1.0
+    y0, y1 = 1.0, top  # accept length is never below 1.0
     pw, ph = W - LEFT - RIGHT, H - TOP - BOTTOM
     x = lambda t: LEFT + (t - t0) / (t1 - t0) * pw  # noqa: E731
     y = lambda v: TOP + ph - (min(max(v, y0), y1) - y0) / (y1 - y0) * ph  # noqa: E731
     name = " ".join(v for v in (server["server"], rank["rank"]) if v)
-    out = [f'<figure><figcaption>{esc(name)}: accept length, last hour</figcaption>'
+    where = "" if rank["source"] == "log" else " from /metrics"
+    out = [f'<figure><figcaption>{esc(name)}: accept length{where}, last hour</figcaption>'
            f'<svg class="chart" width="{W}" height="{H}" viewBox="0 0 {W} {H}" '
            f'role="img" data-server="{esc(server["server"])}" data-rank="{esc(rank["rank"])}">'
            f'<title>{esc(name)}: accept length over the last hour</title>'
@@ -243,10 +272,13 @@ def _chart(server: dict, rank: dict, status: dict) -> str:
         out.append(f'<line class="grid" x1="{x(tick):.1f}" x2="{x(tick):.1f}" y1="{TOP}" y2="{TOP + ph}"/>'
                    f'<text x="{x(tick):.1f}" y="{H - 6}" text-anchor="middle">{esc(time.strftime("%H:%M", time.localtime(tick)))}</text>')
         tick += TICK
-    for a, b in rank["collapse_episodes"]:
-        b = t1 if b is None else min(b, t1)
-        out.append(f'<rect class="episode" x="{x(a):.1f}" y="{TOP}" width="{max(x(b) - x(a), 2):.1f}" height="{ph}">'
-                   f'<title>collapse {esc(_clock(a))} to {esc(_clock(b) if b < t1 else "now")}</title></rect>')
+    # collapse: shaded full height; the other acceptance alerts: a band along the top (they overlap)
+    for cls, what, key, height in (("episode", "collapse", "collapse_episodes", ph),
+                                   ("alerting", "acceptance alert", "alert_episodes", BAND)):
+        for a, b in rank[key]:
+            b = t1 if b is None else min(b, t1)
+            out.append(f'<rect class="{cls}" x="{x(a):.1f}" y="{TOP}" width="{max(x(b) - x(a), 2):.1f}" height="{height}">'
+                       f'<title>{what} {esc(_clock(a))} to {esc(_clock(b) if b < t1 else "now")}</title></rect>')
     if server["accept_length_ceiling"] is not None and server["accept_length_ceiling"] <= y1:
         c = y(server["accept_length_ceiling"])
         out.append(f'<line class="ceiling" x1="{LEFT}" x2="{LEFT + pw}" y1="{c:.1f}" y2="{c:.1f}"/>')
@@ -298,7 +330,8 @@ def _gpus(g: dict, now: float) -> Iterator[str]:
     elif g["up"] is None:
         yield '<p class="muted">No NVML sample yet.</p>'
     elif not g["up"]:
-        yield f'<p class="bad">NVML unavailable (last try {_when(g["sampled_at"], now)}).</p>'
+        why = f'{esc(g["error"])}; ' if g.get("error") else ""
+        yield f'<p class="bad">NVML unavailable ({why}last try {_when(g["sampled_at"], now)}).</p>'
     if g["devices"]:
         if g["driver"]:
             yield f'<p class="muted">driver {esc(g["driver"])}, sampled {_when(g["sampled_at"], now)}</p>'

@@ -11,23 +11,35 @@ Shape (times: seconds since the epoch; absent values: null)::
      "window": {"start", "end", "step_seconds", "clock": "wall" | "log"},
      "thresholds": {"collapse_accept_length", "recover_accept_length"},
      "servers": [{"server", "up", "algorithm", "model", "draft_model", "accept_length_ceiling",
-                  "lines": {kind: n}, "errors": {kind: n},
-                  "ranks": [{"rank", "accept_length", "accept_rate", "gen_throughput",
+                  "lines": {kind: n}, "errors": {kind: n}, "metrics_url",
+                  "ranks": [{"rank", "source": "log" | "server_metrics", "url",
+                             "accept_length", "accept_rate", "gen_throughput",
                              "running_requests", "queued_requests", "token_usage",
                              "last_decode_at", "decode_batches", "collapsed",
                              "accept_length_history": [[t, accept length], ...],
-                             "collapse_episodes": [[start, end or null], ...]}]}],
+                             "collapse_episodes": [[start, end or null], ...],
+                             "alert_episodes": [[start, end or null], ...]}]}],
      "alerts": [{"alertname", "severity", "server", "rank", "summary", "description",
                  "starts_at", "runbook_url", "labels", "evidence": [[name, value]], "fixes"}],
      "sources": [{"kind", "name", "server", "ok", "state", "last_line_at", "counters"}],
-     "gpus": {"enabled", "up", "sampled_at", "driver", "devices": [{"index", "name", "up",
+     "gpus": {"enabled", "up", "error", "sampled_at", "driver", "devices": [{"index", "name", "up",
               "utilization_ratio", "memory_used_bytes", "memory_total_bytes",
               "temperature_celsius", "power_watts", "clock_reasons", "xids"}]}}
 
 The window is the last hour of wall time; when the newest point is more than an hour old or
 ahead of the clock (an old log, a wrong `log_timezone`) it is the hour up to the newest point
 (`clock: "log"`). Collapse episodes come from the points' collapse state (to within
-`history.STEP` seconds); the one firing now starts at its alert's `starts_at`.
+`history.STEP` seconds); the one firing now starts at its alert's `starts_at`. Alert episodes
+are those of the other per-rank acceptance alerts (`history.OTHER_ALERTS`), found the same way.
+
+Servers: those configured (a log's, a `server_api`'s or a `server_metrics`' `server`,
+`process.servers`) and any other with something to show (ranks, lines, a running process, an
+API or /metrics answer); GPU samples, named after the default server, add none. Settings come
+from the pipeline (the server_args line, /server_info, the command line) and, after a restart of
+specwatch before any of those is read again, from the collapse rule's persisted copy. Ranks:
+the log's; a rank read from /metrics (`source` "server_metrics", `url` the scrape) is listed
+when no log rank of the server has the same numbers (`rules.server_metrics.ranks_match`), or
+while /metrics judges the server (its log gave no decode line within `rules.windows.max_gap`).
 
 Sources: any object with a `source_status()` method returning {"kind", "name", "ok", "state",
 "last_line_at", "counters"} describes itself (the way for new kinds of source: journal,
@@ -47,7 +59,8 @@ from specwatch import __version__
 from specwatch.alerts.model import FIRING
 from specwatch.rules.acceptance_ceiling import accept_length_ceiling
 from specwatch.rules.collapse import ALERT_NAME as COLLAPSE
-from specwatch.status.history import SPAN, STEP
+from specwatch.rules.server_metrics import ranks_match
+from specwatch.status.history import COLLAPSED, OTHER, OTHER_ALERTS, SPAN, STEP
 
 RANK_ORDER = ("DP", "TP", "PP", "EP")
 SEVERITY_ORDER = {"critical": 0, "warning": 1, "info": 2}
@@ -73,16 +86,31 @@ class StatusView:
         with p.lock:
             cfg = p.collapse.config
             ranks = [_rank(p, rs) for rs in p.ranks.values()]
-            servers = {name: _server(name, st) for name, st in p.servers.items()}
+            logged = [(rs.server, rs.ranks) for rs in p.ranks.values()]
+            ranks += [_rank(p, rs, _metrics_url(p.servers.get(rs.server))) for rs in p.scraped.values()
+                      if _metrics_decide(p, rs.server)
+                      or not any(s == rs.server and ranks_match(n, rs.ranks) for s, n in logged)]
+            configured = _configured(p.config)
+            servers = {name: _server(name, p.servers.get(name), p.collapse.settings(name))
+                       for name in sorted(configured | p.servers.keys() | {r["server"] for r in ranks})}
             firing = [a for a in p.dispatcher.alerts.values() if a.status == FIRING]
             alerts = [_alert(a) for a in firing]
             server_of = p.server_for
         window = _window(ranks, now)
-        starts = {(a["server"], a["rank"]): a["starts_at"] for a in alerts if a["alertname"] == COLLAPSE}
+        starts = {COLLAPSED: {}, OTHER: {}}
+        for a in alerts:
+            bit = COLLAPSED if a["alertname"] == COLLAPSE else OTHER if a["alertname"] in OTHER_ALERTS else None
+            if bit is not None:
+                key = (a["server"], a["rank"])
+                starts[bit][key] = min(a["starts_at"], starts[bit].get(key, a["starts_at"]))
         for r in ranks:
-            _clip(r, window, starts.get((r["server"], r["rank"])))
-            servers.setdefault(r["server"], _server(r["server"], None))["ranks"].append(r)
-        for s in servers.values():
+            key = (r["server"], r["rank"])
+            _clip(r, window, starts[COLLAPSED].get(key), starts[OTHER].get(key))
+            servers[r["server"]]["ranks"].append(r)
+        for name, s in list(servers.items()):
+            if not (s.pop("_active") or s["ranks"] or name in configured):
+                del servers[name]  # nothing to show (GPU samples name the default server: not one to list)
+                continue
             s["ranks"].sort(key=lambda r: r.pop("_order"))
             for r in s["ranks"]:
                 del r["server"]
@@ -92,7 +120,7 @@ class StatusView:
             "window": window,
             "thresholds": {"collapse_accept_length": cfg.max_accept_length,
                            "recover_accept_length": cfg.recover_accept_length},
-            "servers": [servers[k] for k in sorted(servers)],
+            "servers": list(servers.values()),
             "alerts": alerts,
             "sources": [s for s in (source_status(src, server_of) for src in self.sources()) if s is not None],
             "gpus": _gpus(self.gpu(), self.gpu_enabled()),
@@ -103,18 +131,40 @@ def _num(v) -> float | None:
     return v if isinstance(v, (int, float)) and math.isfinite(v) else None
 
 
-def _rank(p, rs) -> dict:
-    """One rank under the pipeline lock: its last decode line and a copy of its points."""
+def _configured(config) -> set[str]:
+    """The servers the config names (each log's, server_api's, server_metrics', process.servers)."""
+    return ({s.server for s in config.logs} | {a.server for a in config.server_apis}
+            | {m.server for m in config.server_metrics} | set(config.process.servers.values()))
+
+
+def _metrics_decide(p, server: str) -> bool:
+    """/metrics judges the server's collapse: no decode line from its log within max_gap of the
+    last scrape (as `Pipeline.feed_event`)."""
+    st = p.servers.get(server)
+    if st is None or st.metrics is None:
+        return False
+    last = st.last_line.get("decode")
+    return last is None or st.metrics.timestamp - last > p.config.windows.max_gap
+
+
+def _metrics_url(st) -> str | None:
+    return st.metrics.url if st is not None and st.metrics is not None else None
+
+
+def _rank(p, rs, url: str | None = None) -> dict:
+    """One rank under the pipeline lock: its last decode line and a copy of its points. `url`:
+    the /metrics it was read from (None: a log)."""
     d = rs.last_decode
     h = rs.history
     points = [[t, round(v, 3), c] for t, v, c in h.points]
-    collapsed = p.collapse.collapsed(rs.server, rs.rank)
+    state = p.alert_state(rs.server, rs.rank)
     if d is not None and d.accept_length is not None and (not points or d.timestamp > points[-1][0]):
         tail = h.pending(rs.accept_length_sum, rs.accept_length_count)
-        points.append([d.timestamp, round(d.accept_length if tail is None else tail, 3), collapsed])
-    order = tuple(rs.ranks.get(t, -1) for t in RANK_ORDER) + (rs.rank,)
+        points.append([d.timestamp, round(d.accept_length if tail is None else tail, 3), state])
+    order = (url is not None,) + tuple(rs.ranks.get(t, -1) for t in RANK_ORDER) + (rs.rank,)
     return {
         "server": rs.server, "rank": rs.rank, "_order": order,
+        "source": "log" if url is None else "server_metrics", "url": url,
         "accept_length": _num(d.accept_length) if d else None,
         "accept_rate": _num(d.accept_rate) if d else None,
         "gen_throughput": _num(d.gen_throughput) if d else None,
@@ -123,13 +173,15 @@ def _rank(p, rs) -> dict:
         "token_usage": _num(d.token_usage) if d else None,
         "last_decode_at": d.timestamp if d else None,
         "decode_batches": rs.decode_batches,
-        "collapsed": collapsed,
+        "collapsed": bool(state & COLLAPSED),
+        "_alerting": bool(state & OTHER),
         "accept_length_history": points,
     }
 
 
-def _server(name: str, st) -> dict:
-    args = st.server_args.args if st is not None and st.server_args is not None else {}
+def _server(name: str, st, saved: dict) -> dict:
+    """One server; `saved`: its settings as the collapse rule kept them (read when `st` has none)."""
+    args = st.server_args.args if st is not None and st.server_args is not None else saved
     up = None
     if st is not None and st.process_watched:
         up = st.process is not None
@@ -141,7 +193,9 @@ def _server(name: str, st) -> dict:
         "server": name, "up": up, "algorithm": text("speculative_algorithm"), "model": text("model_path"),
         "draft_model": text("speculative_draft_model_path"), "accept_length_ceiling": top[0] if top else None,
         "lines": dict(st.lines) if st else {}, "errors": {k: n for k, n in st.errors.items() if n} if st else {},
-        "ranks": [],
+        "metrics_url": _metrics_url(st), "ranks": [],
+        "_active": st is not None and (any(st.lines.values()) or st.process is not None or st.api is not None
+                                       or st.metrics is not None or st.server_args is not None),
     }
 
 
@@ -152,25 +206,36 @@ def _window(ranks: list[dict], now: float) -> dict:
     return {"start": end - SPAN, "end": end, "step_seconds": STEP, "clock": "log" if log_clock else "wall"}
 
 
-def _clip(r: dict, window: dict, firing_since: float | None) -> None:
-    """Keep the rank's points inside the window, as [t, value]; derive its collapse episodes."""
-    start, end = window["start"], window["end"]
-    points = [p for p in r["accept_length_history"] if start <= p[0] <= end]
-    episodes: list[list] = []
-    for t, _, collapsed in points:
-        if collapsed and (not episodes or episodes[-1][1] is not None):
-            episodes.append([t, None])
-        elif not collapsed and episodes and episodes[-1][1] is None:
-            episodes[-1][1] = t
-    if r["collapsed"]:
-        if not episodes or episodes[-1][1] is not None:
-            episodes.append([firing_since if firing_since is not None else r["last_decode_at"], None])
-        elif firing_since is not None:
-            episodes[-1][0] = min(episodes[-1][0], firing_since)
-    elif episodes and episodes[-1][1] is None:  # resolved since its last point
-        episodes[-1][1] = r["last_decode_at"]
+def _clip(r: dict, window: dict, collapse_since: float | None, alert_since: float | None) -> None:
+    """Keep the rank's points inside the window, as [t, value]; derive its collapse episodes and
+    those of the other acceptance alerts (`*_since`: the start of the one firing now)."""
+    start = window["start"]
+    points = [p for p in r["accept_length_history"] if start <= p[0] <= window["end"]]
+    for key, bit, firing, since in (("collapse_episodes", COLLAPSED, r["collapsed"], collapse_since),
+                                    ("alert_episodes", OTHER, r.pop("_alerting"), alert_since)):
+        episodes = _episodes(points, bit, firing, since, r["last_decode_at"])
+        r[key] = [[max(a, start), b] for a, b in episodes if b is None or b >= start]
     r["accept_length_history"] = [[t, v] for t, v, _ in points]
-    r["collapse_episodes"] = [[max(a, start), b] for a, b in episodes if b is None or b >= start]
+
+
+def _episodes(points: list, bit: int, firing: bool, since: float | None, last: float | None) -> list[list]:
+    """[start, end or None] spans of the points whose state has `bit`; `firing`: it holds now,
+    since `since` (its alert's start) when known; `last`: the rank's newest line."""
+    episodes: list[list] = []
+    for t, _, state in points:
+        on = bool(state & bit)
+        if on and (not episodes or episodes[-1][1] is not None):
+            episodes.append([t, None])
+        elif not on and episodes and episodes[-1][1] is None:
+            episodes[-1][1] = t
+    if firing:
+        if not episodes or episodes[-1][1] is not None:
+            episodes.append([since if since is not None else last, None])
+        elif since is not None:
+            episodes[-1][0] = min(episodes[-1][0], since)
+    elif episodes and episodes[-1][1] is None:  # resolved since its last point
+        episodes[-1][1] = last
+    return episodes
 
 
 def _alert(a) -> dict:
@@ -221,9 +286,10 @@ def source_status(src, server_for: Callable[[str], str] = lambda _: "") -> dict 
 def _gpus(sampler, enabled: bool) -> dict:
     last = getattr(sampler, "last", None)
     if last is None:
-        return {"enabled": enabled, "up": None, "sampled_at": None, "driver": None, "devices": []}
+        return {"enabled": enabled, "up": None, "error": None, "sampled_at": None, "driver": None, "devices": []}
     return {
-        "enabled": enabled, "up": last.up, "sampled_at": last.timestamp,
+        "enabled": enabled, "up": last.up, "error": None if last.up else getattr(sampler, "unavailable", None),
+        "sampled_at": last.timestamp,
         "driver": last.driver[0] if last.driver else None,
         "devices": [{
             "index": g.index, "name": g.model_name, "up": g.up, "utilization_ratio": g.utilization_ratio,

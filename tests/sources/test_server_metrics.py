@@ -122,7 +122,9 @@ def test_a_failing_endpoint_is_counted_logged_and_backed_off(engines, caplog):
     eng.set_sglang(accept_length=2.0, accept_rate=0.3)
     src, got = source(eng.url, interval=5.0, backoff_max=30.0)
     caplog.set_level(logging.WARNING, "specwatch.sources.server_metrics")
+    assert (src.source_status()["ok"], src.source_status()["state"]) == (None, "not scraped yet")
     assert src.poll(0.0) == 5.0 and src.up
+    assert (src.source_status()["ok"], src.source_status()["state"]) == (True, "answering (sglang)")
     eng.status = 500
     delays = [src.poll(float(t)) for t in range(1, 6)]
     assert delays == [5.0, 10.0, 20.0, 30.0, 30.0]  # doubled per failure, capped at backoff_max
@@ -131,6 +133,9 @@ def test_a_failing_endpoint_is_counted_logged_and_backed_off(engines, caplog):
     src.poll(7.0)
     assert got[-1][1].error == "connection_error"
     assert src.errors_total == {"http_500": 5, "connection_error": 1} and src.scrapes_total == 7
+    assert src.source_status() == {  # as the status page lists it
+        "kind": "server_metrics", "name": eng.url, "server": "s", "ok": False, "state": "failing (connection_error)",
+        "last_line_at": 0.0, "counters": {"scrapes": 7, "errors": 6}}
     warned = [r.getMessage() for r in caplog.records]
     assert len(warned) == 1 and "scrape failed (http_500)" in warned[0] and eng.url in warned[0]
     fams = {f.name: f for f in ServerMetricsCollector([src]).collect()}
