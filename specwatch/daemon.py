@@ -1,11 +1,14 @@
 """`specwatch run`: lifecycle of the daemon — threads, signals, state, HTTP listener.
 
-Threads: the follower group (reads lines and feeds the pipeline), the HTTP server (scrapes), one
-delivery thread per notifier, one thread per source (process scan, each HTTP API, NVML sampling
-and XID events; each hands its events to the pipeline), and the main thread, which waits on an
-Event and wakes once a second to flush due alert groups and re-send to Alertmanager. Nothing spins: idle CPU is the followers' poll (one
-stat per file per poll interval), one scan of /proc every `process.interval`, one HTTP GET per
-`server_api.interval`, one per `server_metrics[].interval`, plus these wake-ups.
+Threads: the follower group (reads lines and feeds the pipeline; after a poll round it flushes
+due alert groups and, once a second, ticks the time-based rules, which re-sends to Alertmanager),
+the HTTP server (scrapes; it sleeps until a connection comes), one delivery thread per notifier,
+one thread per source (process scan, each HTTP API, NVML sampling and XID events; each hands its
+events to the pipeline), and the main thread, which waits on an Event for signals and wakes every
+`MAIN_EVERY` seconds for health and sd_notify (and to tick when the followers poll less often
+than once a second). Nothing spins: idle CPU is the followers' poll (one stat per file per poll
+interval), one scan of /proc every `process.interval`, one HTTP GET per `server_api.interval`,
+one per `server_metrics[].interval`, plus these wake-ups (each costs: README "Performance").
 
 State (`<state_dir>/state.db`, `specwatch.storage.StateStore`): file offsets, the rule/alert
 state, the line counters and each notifier's queue, committed in one transaction by the
@@ -52,6 +55,7 @@ from prometheus_client import ProcessCollector as OwnProcessCollector
 from specwatch import __version__
 from specwatch.alerting import build_alerting
 from specwatch.config import Config, ConfigError, LogSource, ProcessTies, load_run_config
+from specwatch.listener import serve_quietly, stop_serving
 from specwatch.metrics import FollowerCollector, PipelineCollector, SelfCollector, ServerCollector
 from specwatch.pipeline import Pipeline
 from specwatch.sdnotify import Watchdog, monotonic_usec, notify
@@ -71,6 +75,8 @@ RETRY_EVERY = 1.0  # seconds between retries of a failed state write (disk full)
 DRAIN_AT_STOP = 5.0  # seconds a stop with an unwritable state_dir spends delivering what is queued
 LOCK_WAIT = 5.0  # seconds the main loop waits for the pipeline lock before calling it wedged
 STATUS_EVERY = 10.0  # seconds between STATUS= updates while nothing else changes
+TICK_EVERY = 1.0  # seconds between ticks of the time-based rules (on the followers' thread when it polls as often)
+MAIN_EVERY = 5.0  # seconds between the main loop's health checks when the followers' thread ticks
 # Settings read once at start; a reload that changes them warns and keeps the running value.
 RESTART_ONLY = ("listen_address", "listen_port", "state_dir", "follow", "gpu", "process", "server_apis",
                 "server_metrics", "diagnosis")
@@ -90,6 +96,7 @@ class Daemon:
         self.httpd = None
         self._http_thread: threading.Thread | None = None
         self._progress = time.monotonic()  # last line or poll round of the followers' thread
+        self._ticked = -TICK_EVERY  # monotonic time of the last tick (either thread)
         self._lock_stuck = False
         self.reload_success = True
         self.last_reload_success = time.time()  # start-up counts, as for Prometheus' own metric
@@ -241,12 +248,13 @@ class Daemon:
         if self.logset.patterns and time.monotonic() - self._last_scan >= self.config.follow.rescan_interval:
             self._rescan()
         self._warn_missing_logs()
-        if self.dispatcher.paused:  # the backlog of the first poll round is read: notify from now
-            with self.pipeline.lock:
+        with self.pipeline.lock:
+            if self.dispatcher.paused:  # the backlog of the first poll round is read: notify from now
                 self.dispatcher.resume(time.time())
-                self.pipeline.tick(time.time())
-        else:  # a group_wait ending now goes out within a poll interval, not at the next tick
-            with self.pipeline.lock:
+                self._tick()
+            elif self._progress - self._ticked >= TICK_EVERY:  # here, not in a wake-up of its own
+                self._tick()
+            else:  # a group_wait ending now goes out within a poll interval, not at the next tick
                 self.dispatcher.flush_due(time.time())
         # On the followers' thread between poll rounds: offsets and rule state agree.
         since = time.monotonic() - self._last_save
@@ -254,6 +262,11 @@ class Daemon:
                 or since >= (STATE_EVERY if self._fed else QUIET_EVERY)
                 or not self.store.ok and since >= RETRY_EVERY):
             self.commit()
+
+    def _tick(self) -> None:
+        """Let time-based rules advance (caller holds the pipeline lock)."""
+        self._ticked = time.monotonic()
+        self.pipeline.tick(time.time())
 
     def commit(self) -> bool:
         """Offsets, rule state, counters and the notifiers' queued items in one transaction
@@ -433,6 +446,7 @@ class Daemon:
                       cfg.listen_address, cfg.listen_port, e.strerror or e)
             return 1
         self.httpd.set_app(self._app(self.httpd.get_app()))  # the library's /metrics app, plus the status page
+        self._http_thread = serve_quietly(self.httpd, self._http_thread)  # no 0.5 s select timer
         for n in self.notifiers.values():
             n.start()
         self._progress = time.monotonic()
@@ -466,13 +480,18 @@ class Daemon:
         for n in self.notifiers.values():
             n.stop(timeout=5.0)
         self.store.close()
-        self.httpd.shutdown()
+        stop_serving(self.httpd, self._http_thread)
         os.close(self._lock_fd)  # the state_dir is free for the next daemon
         return 0
 
     def _main_loop(self, last_status: str) -> None:
+        """Signals, reloads, health, sd_notify, and ticks only when the followers' thread does not
+        (it ticks after its poll rounds when they come at least every TICK_EVERY seconds): every
+        wake-up of a thread costs (README "Performance")."""
         watchdog = Watchdog()
-        wait = 1.0 if watchdog.period is None else min(1.0, watchdog.period / 2)
+        wait = TICK_EVERY if self.config.follow.poll_interval > TICK_EVERY else MAIN_EVERY
+        if watchdog.period is not None:
+            wait = min(wait, watchdog.period / 2)
         problem, status_at = None, time.monotonic()
         while not self._stop.is_set():
             self._wake.wait(wait)
@@ -482,11 +501,11 @@ class Daemon:
             if self._reload_requested:
                 self._reload_requested = False
                 self.reload()
-            wall = time.time()
             # A bounded wait: a wedged pipeline shows up in health() instead of hanging here.
             if self.pipeline.lock.acquire(timeout=LOCK_WAIT):
                 try:
-                    self.pipeline.tick(wall)
+                    if time.monotonic() - self._ticked >= TICK_EVERY:  # the followers' thread did not
+                        self._tick()
                 finally:
                     self.pipeline.lock.release()
                 self._lock_stuck = False

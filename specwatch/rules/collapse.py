@@ -22,10 +22,11 @@ import shlex
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
-from specwatch.alerts.model import RESOLVED, Alert, code
+from specwatch.alerts.model import Alert, code
 from specwatch.config import AcceptLength, Config, Count, Section, rule_section
 from specwatch.events import DecodeBatch, ServerArgs
-from specwatch.rules.base import Rule, RuleContext, args_evidence, fmt, new_alert, register
+from specwatch.rules.active import ActiveAlertsRule
+from specwatch.rules.base import RuleContext, alert_key, args_evidence, fmt, new_alert, register
 from specwatch.rules.collapse_vllm import vllm_causes
 from specwatch.rules.windows import Window
 
@@ -58,8 +59,6 @@ class _RankState:
     low_run: int = 0
     high_run: int = 0
     low_since: float | None = None
-    collapsed: bool = False
-    alert: Alert | None = None
     awaiting_diagnosis: bool = False  # fired before the probes finished: one follow-up due
 
 
@@ -310,8 +309,9 @@ def runtime_causes(args: dict[str, object] | None, batch: DecodeBatch, recovered
 
 
 @register
-class CollapseRule(Rule):
+class CollapseRule(ActiveAlertsRule):
     """Per (server, rank) collapse state machine; `observe` returns alerts that changed state.
+    A rank's collapse is its firing alert in `active` (under `alert_key(server, rank)`).
 
     Fixes: the known causes of the server's algorithm (`known_causes`) and the runtime state that
     applies (`runtime_causes`); the runtime state leads once an earlier episode of the server
@@ -333,6 +333,7 @@ class CollapseRule(Rule):
         return cls(config.collapse, diagnoser=ctx.diagnoser)
 
     def __init__(self, config: CollapseConfig, diagnoser=None):
+        super().__init__()
         self.config = config
         self.diagnoser = diagnoser
         self._ranks: dict[tuple[str, str], _RankState] = {}
@@ -343,8 +344,9 @@ class CollapseRule(Rule):
         if self.diagnoser is None:
             return []
         updates = []
-        for (server, _), st in self._ranks.items():
-            if not (st.awaiting_diagnosis and st.collapsed and st.alert is not None):
+        for (server, rank), st in self._ranks.items():
+            alert = self.active.get(alert_key(server, rank)) if st.awaiting_diagnosis else None
+            if alert is None:
                 continue
             report = self.diagnoser.report(server)
             if report is None:
@@ -353,9 +355,9 @@ class CollapseRule(Rule):
                 continue
             st.awaiting_diagnosis = False
             if report.actionable():
-                self._apply_diagnosis(st.alert, server, report)
-                st.alert.annotations["update"] = f"specwatch diagnose: {_summary(report)}"
-                updates.append(st.alert)
+                self._apply_diagnosis(alert, server, report)
+                alert.annotations["update"] = f"specwatch diagnose: {_summary(report)}"
+                updates.append(alert)
         return updates
 
     def _apply_diagnosis(self, alert: Alert, server: str, report) -> None:
@@ -381,13 +383,16 @@ class CollapseRule(Rule):
         its collapses resolve and every rank's runs reset."""
         out = []
         for key in [k for k in self._ranks if k[0] == server]:
-            st = self._ranks.pop(key)
-            if st.collapsed and st.alert is not None:
-                st.alert.status = RESOLVED
-                st.alert.ends_at = now
-                st.alert.resolved_with(("resolved because", why), first=True)
-                out.append(st.alert)
+            del self._ranks[key]
+            out += self._resolve(alert_key(*key), now, ("resolved because", why))
         return out
+
+    def _resolve(self, akey: str, at: float, first: tuple[str, str]) -> list[Alert]:
+        """`ActiveAlerts.resolve`, with the reason as the first line of evidence."""
+        resolved = self.active.resolve(akey, at)
+        for alert in resolved:
+            alert.resolved_with(first, first=True)
+        return resolved
 
     def observe_server_args(self, server: str, event: ServerArgs) -> None:
         old, new = self._server_args.get(server) or {}, event.args
@@ -409,12 +414,8 @@ class CollapseRule(Rule):
             return {}
         return {k: (v, args.get(k)) for k, v in hist.previous.items() if args.get(k) != v}
 
-    def firing_alerts(self) -> list[Alert]:
-        return [st.alert for st in self._ranks.values() if st.collapsed and st.alert is not None]
-
     def collapsed(self, server: str, rank: str) -> bool:
-        st = self._ranks.get((server, rank))
-        return bool(st and st.collapsed)
+        return alert_key(server, rank) in self.active
 
     def observe(self, server: str, window: Window) -> Alert | None:
         """Feed one classified decode line; returns the alert when it fires or resolves, else None."""
@@ -426,32 +427,27 @@ class CollapseRule(Rule):
         if st is None:
             st = self._ranks[key] = _RankState()
         cfg = self.config
+        akey = alert_key(server, batch.rank)
         if batch.accept_length <= cfg.max_accept_length:
             if st.low_run == 0:
                 st.low_since = batch.timestamp
             st.low_run += 1
             st.high_run = 0
-            if not st.collapsed and st.low_run >= cfg.min_batches:
-                st.collapsed = True
-                st.alert = self._alert(server, batch, st)
-                return st.alert
-            if st.collapsed and st.alert is not None:
-                self._update_evidence(st.alert, server, batch, st)
+            alert = self.active.get(akey)
+            if alert is None and st.low_run >= cfg.min_batches:
+                return self.active.fire(akey, self._alert(server, batch, st))[0]
+            if alert is not None:
+                self._update_evidence(alert, server, batch, st)
         elif batch.accept_length >= cfg.recover_accept_length:
             st.high_run += 1
             st.low_run = 0
-            if st.collapsed and st.high_run >= cfg.min_batches:
-                st.collapsed = False
+            if akey in self.active and st.high_run >= cfg.min_batches:
                 st.awaiting_diagnosis = False
-                alert, st.alert = st.alert, None
                 hist = self._history.setdefault(server, _History())
                 hist.recovered += 1  # recovered by itself: a restart resolves in on_restart
                 hist.last_recovered = batch.timestamp
-                if alert is not None:
-                    alert.status = RESOLVED
-                    alert.ends_at = batch.timestamp
-                    alert.resolved_with(("recovered accept len", fmt(batch.accept_length)), first=True)
-                    return alert
+                resolved = self._resolve(akey, batch.timestamp, ("recovered accept len", fmt(batch.accept_length)))
+                return resolved[0]
         else:
             st.low_run = st.high_run = 0
         return None
@@ -527,10 +523,10 @@ class CollapseRule(Rule):
     # --- persistence (the daemon saves this with the file offsets, atomically) ---
     def to_state(self) -> dict:
         return {
+            **super().to_state(),
             "ranks": [
                 {"server": s, "rank": r, "low_run": st.low_run, "high_run": st.high_run,
-                 "low_since": st.low_since, "collapsed": st.collapsed,
-                 "alert": st.alert.to_dict() if st.alert else None}
+                 "low_since": st.low_since}
                 for (s, r), st in self._ranks.items()
             ],
             "server_args": self._server_args,
@@ -538,11 +534,12 @@ class CollapseRule(Rule):
         }
 
     def load_state(self, state: dict) -> None:
+        super().load_state(state)
         for d in state.get("ranks", []):
             self._ranks[(d["server"], d["rank"])] = _RankState(
-                low_run=d["low_run"], high_run=d["high_run"], low_since=d["low_since"],
-                collapsed=d["collapsed"], alert=Alert.from_dict(d["alert"]) if d.get("alert") else None,
-            )
+                low_run=d["low_run"], high_run=d["high_run"], low_since=d["low_since"])
+            if d.get("collapsed") and d.get("alert"):  # the state of earlier versions: alert per rank
+                self.active.load_state({alert_key(d["server"], d["rank"]): d["alert"]})
         self._server_args.update(state.get("server_args", {}))
         for server, h in state.get("history", {}).items():
             self._history[server] = _History(**h)

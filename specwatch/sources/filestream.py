@@ -34,6 +34,7 @@ from specwatch.sources.rotated import (
 log = logging.getLogger(__name__)
 
 HEAD_BYTES = 256
+_SLACK = 64 * 1024  # bytes read past the size last seen (what the writer added since the stat)
 CHECKPOINT_VERSION = 1
 _EMPTY_SHA = hashlib.sha256(b"").hexdigest()
 _READ_FROM = ("beginning", "end")
@@ -612,9 +613,14 @@ class Follower:
         return True
 
     def _read(self, s: _Stream) -> bool:
-        """Read `s` to its current end. False when its content was replaced (truncated)."""
+        """Read `s` to its current end. False when its content was replaced (truncated).
+
+        The first read asks for what the last stat (`s.size`) says is new plus `_SLACK`, not a
+        whole chunk: a live log's poll reads a few lines, and a 1 MiB buffer per poll (mmap'd,
+        then shrunk) cost more than reading them."""
+        want = min(self._chunk, max(s.size - s.offset, 0) + _SLACK)
         while True:
-            chunk = os.pread(s.fd, self._chunk, s.offset)
+            chunk = os.pread(s.fd, want, s.offset)
             if not chunk:
                 return True
             # Checked after the read: a truncation before it shows as a changed head, so
@@ -622,8 +628,9 @@ class Follower:
             if not self._head_ok(s):
                 return False
             self._consume(s, chunk)
-            if len(chunk) < self._chunk:
+            if len(chunk) < want:
                 return True
+            want = self._chunk  # it grew past the stat: read on in whole chunks
 
     def _consume(self, s: _Stream, chunk: bytes) -> None:
         pos = s.emitted

@@ -219,6 +219,7 @@ def find_sglang(interpreter: str, fs_root: str = "/", environ: dict[str, str] | 
 
 
 FULL_PASS = 300.0  # seconds between re-reads of every process (a late exec, a reused pid)
+LIST_EVERY = 60.0  # seconds between listings of /proc while every server of `process.servers` runs
 
 
 def _cmdline(pid: int) -> tuple[str, ...] | None:
@@ -239,6 +240,17 @@ def _cmdline(pid: int) -> tuple[str, ...] | None:
     if sep == "\0" and len(argv) == 1 and " " in data:
         argv = data.split(" ")
     return tuple(argv)
+
+
+def _last_pid() -> int | None:
+    """The pid most recently handed out in this pid namespace (a process or a thread), from the
+    last field of `/proc/loadavg` (proc(5)); None when unreadable. Unchanged since the last scan:
+    nothing was forked, so no new process needs reading."""
+    try:
+        with open("/proc/loadavg", "rb") as f:
+            return int(f.read().rsplit(None, 1)[1])
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def _parent(pid: int) -> int | None:
@@ -322,10 +334,13 @@ class ProcessSource(PollingSource):
     set, a process whose joined command line matches it is a launcher too (wrappers). ties:
     `config.ProcessTies.of(config)` (logs, api_ports and the configured names).
 
-    Cost: each scan lists /proc and reads only processes it has not seen (their command line
-    and parent, once) and the processes of the servers found; every FULL_PASS seconds, and at
-    each scan while a configured server is missing, it reads every process again (a process
-    that exec'd into SGLang after it was first read, a reused pid).
+    Cost: each scan reads the processes of the servers found; it lists /proc only when a pid
+    was handed out since the last listing (`/proc/loadavg`'s last pid: no fork, no new process),
+    and, while every server of `servers` runs (no other matters then), at most every LIST_EVERY
+    seconds (a server's new child is seen that much later); a listing reads only processes it has
+    not seen (their command line and parent, once). Every FULL_PASS seconds, and at each scan
+    while a configured server is missing, it reads every process again (a process that exec'd
+    into SGLang after it was first read, a reused pid).
     """
 
     name = "process"
@@ -355,6 +370,8 @@ class ProcessSource(PollingSource):
         self._launchers: dict[int, list[str]] = {}
         self._members: dict[int, psutil.Process] = {}
         self._recheck: set[int] = set()  # first read at the last scan
+        self._last_pid: int | None = None  # `_last_pid()` when the table was last listed
+        self._listed_at = -math.inf
         self._full_at = -math.inf
 
     def tie(self, ties: ProcessTies) -> None:
@@ -407,7 +424,11 @@ class ProcessSource(PollingSource):
         else:
             self._launchers[pid] = args
 
-    def _refresh_table(self, full: bool) -> None:
+    def _refresh_table(self, full: bool, mono: float) -> None:
+        last = _last_pid()
+        if not full and not self._recheck and last is not None and last == self._last_pid:
+            return  # nothing forked since: no process to read (the servers' own are read anyway)
+        self._last_pid, self._listed_at = last, mono
         live = set(psutil.pids())
         for pid in self._ppid.keys() - live:
             self._forget_pid(pid)
@@ -426,7 +447,19 @@ class ProcessSource(PollingSource):
             name not in self._current for name in self.expected if name in self._last_known or self.servers)
         if full:
             self._full_at = mono
-        self._refresh_table(full)
+        # While every server of `servers` runs, only their processes matter (read anyway)
+        quick = not full and self.servers and mono - self._listed_at < LIST_EVERY and all(
+            name in self._current for name in self.servers.values())
+        if not quick:
+            self._refresh_table(full, mono)
+        out = self._servers()
+        if quick and not all(name in out for name in self.servers.values()):
+            self._refresh_table(False, mono)  # one has gone: a restart since the last scan is one
+            out = self._servers()
+        return out
+
+    def _servers(self) -> dict[str, ServerProcess]:
+        """The servers of the table as it stands, described and named."""
         found: list[ServerProcess] = []
         members: dict[int, psutil.Process] = {}
         for pid, args in list(self._launchers.items()):

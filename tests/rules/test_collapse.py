@@ -113,6 +113,22 @@ def test_state_round_trip_keeps_firing_alert():
     assert resolved[0].starts_at == fired[0].starts_at
 
 
+def test_state_of_earlier_versions_keeps_firing_alert():
+    """A state saved before collapse kept its alerts in `active` (the alert in each rank's entry)."""
+    rule = CollapseRule(CollapseConfig())
+    fired = feed(rule, "s", [decode(1.0, ts=i) for i in range(3)])
+    state = rule.to_state()
+    alerts = state.pop("active")
+    assert list(alerts) == ["s|TP0"]
+    for d in state["ranks"]:
+        d.update(collapsed=True, alert=alerts["s|TP0"])
+    rule2 = CollapseRule(CollapseConfig())
+    rule2.load_state(state)
+    assert rule2.collapsed("s", "TP0") and rule2.firing_alerts()[0].fingerprint == fired[0].fingerprint
+    resolved = feed(rule2, "s", [decode(3.0, ts=10 + i) for i in range(3)])
+    assert [(a.status, a.evidence[0][0]) for a in resolved] == [("resolved", "recovered accept len")]
+
+
 def test_server_args_paths_appear_in_evidence_and_fixes():
     rule = CollapseRule(CollapseConfig())
     ev = parse_line("[2026-02-23 16:00:00] server_args=ServerArgs(model_path='/models/Kimi-K2.5', "

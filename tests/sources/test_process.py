@@ -21,6 +21,7 @@ from specwatch.events import (  # noqa: E402
     ServerRestarted,
     ServerStarted,
 )
+from specwatch.sources import process as process_mod  # noqa: E402
 from specwatch.sources.server_settings import launcher_args  # noqa: E402
 from specwatch.sources.process import (  # noqa: E402
     ProcessSource,
@@ -350,6 +351,29 @@ def test_steady_scans_read_only_new_processes(sglang_install, sglang_procs):
         for p in sleeps:
             p.kill()
             p.wait()
+
+
+def test_declared_servers_running_list_proc_only_every_list_every(sglang_install, sglang_procs, monkeypatch):
+    """While every server of `servers` runs, a scan reads only their processes (O(SGLang
+    processes)): the box's new processes are read at the next listing, LIST_EVERY later."""
+    port = free_port()
+    p = sglang_procs.start(server_argv(sglang_install, port))
+    src = ProcessSource(Recorder(), server="box", interval=5, servers={port: "s"})
+    src.poll(time.time())
+    src.poll(time.time())
+    before = src.reads_total
+    sleeps = [popen(["sleep", "60"]) for _ in range(20)]
+    try:
+        src.poll(time.time())
+        assert src.reads_total == before  # 20 new processes, none read
+        monkeypatch.setattr(process_mod, "LIST_EVERY", 0.0)  # the next scan lists /proc
+        src.poll(time.time())
+        assert src.reads_total - before >= 20
+    finally:
+        for s in sleeps:
+            s.kill()
+            s.wait()
+    assert len(src.current()["s"].pids) == 3 and p.pid in src.pids()
 
 
 def test_match_regex_adds_a_wrapper(tmp_path, sglang_procs):
