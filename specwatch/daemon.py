@@ -84,6 +84,13 @@ RESTART_ONLY = ("listen_address", "listen_port", "state_dir", "follow", "gpu", "
 ALERTING = ("group_by", "group_wait", "group_interval", "repeat_interval", "inhibit_rules", "runbook_url",
             "external_url", "slack", "webhooks", "alertmanager", "routes")
 
+
+def known_servers(cfg: Config) -> set[str]:
+    """Every server a source of `cfg` reports on: its followed logs (globs expanded), HTTP APIs,
+    /metrics endpoints, `process.servers`, and the default `server`."""
+    return ({s.server for s in cfg.logs} | {a.server for a in cfg.server_apis} | {m.server for m in cfg.server_metrics}
+            | set(cfg.process.servers.values()) | {cfg.server})
+
 class Daemon:
     def __init__(self, config: Config):
         self.config = config
@@ -123,8 +130,15 @@ class Daemon:
         self.pipeline.reconfigure(new)
         if self.process is not None:
             self.process.tie(ProcessTies.of(new))
+        gone = sorted(old_paths - new_paths)
         self.followers.update(add=[self._make_follower(s) for s in new.logs if s.path not in old_paths],
-                              remove=sorted(old_paths - new_paths))
+                              remove=gone)
+        for path in gone:
+            log.info("logs: stopped following %s (its directory is gone)", path)
+        known = known_servers(new)
+        for server in sorted({s.server for s in old.logs if s.path in gone} - known):
+            self.pipeline.forget_server(server, time.time(),
+                                        f"its log is gone ({', '.join(p for p in gone)}): the pod or container was deleted")
 
     def _build(self) -> None:
         self.logset = LogSet(self.config.logs)  # globs → files (the config keeps one entry per file)
@@ -140,6 +154,11 @@ class Daemon:
         if state is None:
             state = read_json(self.state_path, {})
         self.pipeline.load_state(state.get("pipeline", {}))
+        for server in sorted(self.pipeline.servers_with_alerts() - known_servers(cfg)):
+            # a server no source names any more (a deleted pod's files, a removed log): its
+            # restored alerts could never resolve
+            log.info("server %s: no source reports on it any more; its firing alerts resolve", server)
+            self.pipeline.forget_server(server, time.time(), "no configured source reports on this server any more")
         offsets = state.get("offsets", {})
         # A log read from its first line (first start, or a file new to the config) holds history,
         # not news: its episodes that ended before the end of that backlog are not notified. A log

@@ -447,6 +447,29 @@ class Pipeline:
             return None
         return "the server process restarted" if is_restart_event(event) else None
 
+    def forget_server(self, server: str, now: float, why: str) -> None:
+        """A server nothing reports on any more (its log's directory is gone: a deleted pod or
+        container): each rule forgets it as at a restart, every alert of the server still firing
+        resolves with `why` in its evidence, and its counts and ranks leave /metrics and the
+        status page. A rollout names every new pod anew, so without this each fixed collapse
+        would stay firing (and be repeated) for good."""
+        with self.lock:
+            for rule in self.rules:
+                alerts = rule.on_restart(server, now, why) if overrides(rule, "on_restart") else []
+                active = getattr(rule, "active", None)
+                if active is not None:
+                    alerts += active.resolve_server(server, now, ("resolved because", why))
+                self._handle(alerts, now)
+            for key in [k for k in self.ranks if k[0] == server]:
+                del self.ranks[key]
+            self.servers.pop(server, None)
+            self._starts.pop(server, None)
+
+    def servers_with_alerts(self) -> set[str]:
+        """The `server` labels of the alerts the rules hold firing (restored ones included)."""
+        with self.lock:
+            return {a.labels.get("server", "") for r in self.rules for a in r.firing_alerts()}
+
     def _handle(self, alerts: list, now: float) -> None:
         for alert in alerts:
             if alert.name in TREND_ALERTS and alert.status == FIRING and TREND_KEY not in alert.annotations:

@@ -101,3 +101,43 @@ def decode_lines(d) -> dict[str, float]:
     return {dict(k)["server"]: v for (name, k), v in d.scrape().items()
             if name == "specwatch_log_lines_total" and dict(k)["kind"] == "decode"}
 
+
+
+def test_a_deleted_pods_collapse_resolves_live_and_across_a_restart(tmp_path, slack):
+    """A rollout deletes the collapsed pod (its log directory goes): its alert resolves, with the
+    reason, and its server leaves /metrics; a pod deleted while specwatch was stopped resolves at
+    start-up (its restored alert could never resolve otherwise)."""
+    pods = tmp_path / "pods"
+    pods.mkdir()
+    logs = [{"path": str(pods / "*" / "*" / "*.log"), "server": "{pod}", "format": "cri"}]
+    first = pods / "llm_sglang-a_0001" / "sglang"
+    first.mkdir(parents=True)
+    d = SpecwatchDaemon(tmp_path, first / "0.log", alerts={**FAST, "slack": {"webhook_url": slack.url}},
+                        extra={"logs": logs, "follow": {"poll_interval": "0.2s", "rescan_interval": "0.5s"},
+                               "process": {"enabled": False}}).start()
+    try:
+        write(first / "0.log", "cri", collapsed())
+        wait_for(lambda: any("[FIRING] AcceptanceCollapse on sglang-a" in t for t in slack_texts(slack)),
+                 timeout=20, what="pod a's collapse at Slack")
+        shutil.rmtree(pods / "llm_sglang-a_0001")
+        wait_for(lambda: any("[RESOLVED] AcceptanceCollapse on sglang-a" in t for t in slack_texts(slack)),
+                 timeout=20, what="pod a's collapse resolved once its log is gone")
+        resolved = [b for b in slack.received if b["text"].startswith("[RESOLVED] AcceptanceCollapse on sglang-a")][0]
+        assert "the pod or container was deleted" in json.dumps(resolved)
+        assert "sglang-a" not in decode_lines(d)
+
+        second = pods / "llm_sglang-b_0002" / "sglang"
+        second.mkdir(parents=True)
+        write(second / "0.log", "cri", collapsed())
+        wait_for(lambda: any("[FIRING] AcceptanceCollapse on sglang-b" in t for t in slack_texts(slack)),
+                 timeout=20, what="pod b's collapse at Slack")
+        rc, out = d.stop()
+        assert rc == 0, out
+        shutil.rmtree(pods / "llm_sglang-b_0002")  # deleted while specwatch is stopped
+        d.start()
+        wait_for(lambda: any("[RESOLVED] AcceptanceCollapse on sglang-b" in t for t in slack_texts(slack)),
+                 timeout=20, what="pod b's restored collapse resolved at start-up")
+    finally:
+        rc, out = d.stop()
+    assert rc == 0, out
+    assert "stopped following " + str(first / "0.log") in out

@@ -46,6 +46,13 @@ class ActiveAlerts:
         alert.resolved_with(*evidence)
         return [alert]
 
+    def resolve_server(self, server: str, now: float, *evidence: tuple[str, str]) -> list[Alert]:
+        """Every firing alert of `server` (its `server` label), resolved at `now` with `evidence`."""
+        out = []
+        for key in [k for k, a in self._alerts.items() if a.labels.get("server") == server]:
+            out += self.resolve(key, now, *evidence)
+        return out
+
     def to_state(self) -> dict:
         return {k: a.to_dict() for k, a in self._alerts.items()}
 
