@@ -43,7 +43,7 @@ def metrics_windows(sample: MetricsSample, cfg: WindowConfig) -> Iterator[tuple[
         running = rm.running_requests if rm.running_requests is not None else 1  # drafts were made
         batch = DecodeBatch(sample.timestamp, rm.rank, dict(rm.ranks), {}, running, rm.queued_requests or 0,
                             accept_length=rm.accept_length, accept_rate=rm.accept_rate,
-                            gen_throughput=rm.gen_throughput)
+                            gen_throughput=rm.gen_throughput, engine=sample.engine or "sglang")
         yield rm, Window(batch, running < cfg.min_running_requests, False, False, None, 0)
 
 

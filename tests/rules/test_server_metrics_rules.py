@@ -79,6 +79,9 @@ def test_vllm_collapse_from_counters_and_intervals_without_drafts_do_not_count(e
     (alert,) = p.dispatcher.history
     assert (alert.name, alert.labels["rank"], dict(alert.evidence)["accept len"]) == ("AcceptanceCollapse", "", "1.04")
     assert "(vllm)" in dict(alert.evidence)["read from"]
+    # vLLM's causes, not SGLang's: the engine comes from the metric names (a new-user trial found SGLang's)
+    fixes = " ".join(alert.fixes)
+    assert "vLLM" in fixes and "--engine vllm" in fixes and "SGLang <= 0.5.11" not in fixes
     fams = {f.name: f for f in PipelineCollector(p).collect()}
     # per position over the last interval: 3 and 1 of 100 drafts accepted at positions 0 and 1
     assert {(s.labels["position"], s.labels["engine"], s.labels["dp_rank"]): s.value
