@@ -280,7 +280,8 @@ class ServerApiConfig(Section):
         if self.url is not None and not _valid_url(self.url):
             yield "url", "must be an http(s) base URL such as http://127.0.0.1:30000"
         if self.timeout >= self.interval:
-            yield "timeout", f"must be shorter than interval ({self.interval:g}s) or polls pile up; e.g. 2s"
+            yield "timeout", (f"must be shorter than interval ({self.interval:g}s) or polls pile up; "
+                              f"e.g. {max(self.interval / 2, 0.1):g}s")
 
     def __repr__(self) -> str:  # the API key is a secret
         return (f"ServerApiConfig(url={self.url!r}, server={self.server!r}, "
@@ -305,7 +306,8 @@ class ServerMetricsConfig(Section):
         elif not urlsplit(self.url).path.rstrip("/"):
             yield "url", f"{_show(self.url)} has no path; the engine serves its metrics at /metrics, e.g. {self.url.rstrip('/')}/metrics"
         if self.timeout >= self.interval:
-            yield "timeout", f"must be shorter than interval ({self.interval:g}s) or scrapes pile up; e.g. 2s"
+            yield "timeout", (f"must be shorter than interval ({self.interval:g}s) or scrapes pile up; "
+                              f"e.g. {max(self.interval / 2, 0.1):g}s")
         if self.backoff_max < self.interval:
             yield "backoff_max", f"must be at least interval ({self.interval:g}s); e.g. 2m"
 
@@ -880,6 +882,9 @@ def _log_format(r: _Reader, raw, path: str) -> tuple[str, str | None]:
 
     if raw is None or raw == "auto":
         return "auto", None
+    if not isinstance(raw, (str, dict)):
+        r.bad(path, f"must be a name or a mapping, not {type(raw).__name__}; {_FORMAT_FIX}")
+        return "auto", None
     if isinstance(raw, dict):
         r.unknown(raw, path, {"regex"})
         rx = raw.get("regex")
@@ -920,9 +925,12 @@ def template_problem(server: str) -> str | None:
 
     import string
     try:
-        fields = [f for _, f, _, _ in string.Formatter().parse(server) if f is not None]
+        parsed = [(f, spec, conv) for _, f, spec, conv in string.Formatter().parse(server) if f is not None]
     except ValueError as e:
         return f"not a valid template ({e}); write fields as {{pod}}, a literal brace as {{{{ or }}}}"
+    if any(spec or conv for _, spec, conv in parsed):
+        return "a field takes no format spec or conversion (`{pod:>9}`, `{pod!r}`); write it bare, e.g. {pod}"
+    fields = [f for f, _, _ in parsed]
     unknown = [f for f in fields if f not in TEMPLATE_FIELDS]
     if unknown:
         return (f"unknown field {{{unknown[0]}}}; use {', '.join('{' + f + '}' for f in TEMPLATE_FIELDS)} "

@@ -139,7 +139,7 @@ def format_text(doc: dict) -> str:
     ln = doc["lines"]
     out.append(f"lines: {ln['total']} (decode {ln['decode']}, prefill {ln['prefill']}, "
                f"other {ln['other']}, malformed {ln['malformed']}"
-               + (f", unrecognized {ln['unrecognized']}" if ln.get("unrecognized") else "") + ")")
+               + f", unrecognized {ln.get('unrecognized', 0)})")
     for rank, r in doc["ranks"].items():
         al = r["accept_length"]
         state = "COLLAPSED" if r["collapsed"] else "ok"

@@ -39,6 +39,22 @@ def test_check_config_names_each_bad_format_key_with_its_fix(tmp_path):
     assert "logs[3].format.grammar" in err  # unknown key, with the known ones
 
 
+def test_check_config_refuses_a_list_format_and_template_specs_without_a_traceback(tmp_path):
+    """Found by a new-user trial: `format: [python-logging]` raised TypeError; `{pod:>99999999}`
+    passed and made every state write fail; `{pod!r}` quoted the server name."""
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(yaml.safe_dump({"logs": [
+        {"path": "/var/log/a.log", "format": ["python-logging"], "server": "a"},
+        {"path": "/var/log/pods/*/*/*.log", "server": "{pod:>99999999}"},
+        {"path": "/var/log/pods2/*/*/*.log", "server": "{pod!r}"},
+    ]}))
+    r = run("check-config", str(cfg))
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    assert "logs[0].format: must be a name or a mapping, not list; use one of auto" in r.stderr
+    assert "logs[1].server: a field takes no format spec or conversion" in r.stderr
+    assert "logs[2].server: a field takes no format spec or conversion" in r.stderr
+
+
 def test_check_config_accepts_every_format_and_warns_on_an_empty_glob(tmp_path):
     logs = [{"path": f"/var/log/{f}.log", "format": f, "server": f}
             for f in ("auto", "sglang", "docker", "cri", "python-logging")]
