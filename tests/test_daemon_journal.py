@@ -38,7 +38,7 @@ def test_collapse_in_the_journal_alerts_like_from_a_file(tmp_path, slack):
                                   "server": "gpu-box-1"}], "journal")
     d.start()
     key = f"journal:sglang.service@{jdir.path}"
-    assert d.scrape()[("specwatch_journal_up", (("path", key),))] == 1
+    wait_for(lambda: d.scrape().get(("specwatch_journal_up", (("path", key),))) == 1, what="journalctl running")
     jdir.append(["INFO:     127.0.0.1:40052 - \"POST /generate HTTP/1.1\" 200 OK"])
     jdir.append(["another unit's line"], _SYSTEMD_UNIT="other.service")
     jdir.append(collapse_lines())

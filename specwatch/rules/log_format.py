@@ -82,7 +82,7 @@ class LogFormatRule(ActiveAlertsRule):
             evidence=[("file", code(path)), ("unrecognized lines", str(count)),
                       ("example line", code(event.text[:300]))],
             fixes=[
-                f"Set `format:` of this log in the config: `python-logging` for "
+                "Set `format:` of this log in the config: `python-logging` for "
                 "`%(asctime)s %(levelname)s %(process)d [%(filename)s:%(lineno)d] %(message)s`, or "
                 "`{regex: '...'}` with named groups timestamp, message (and ranks); see docs/log-formats.md",
                 "Or drop SGLANG_LOGGING_CONFIG_PATH so SGLang prints its default `[time RANKS] message` lines",

@@ -77,6 +77,10 @@ def wanted_lines(text: str) -> str:
     return "\n".join(_TWIN.sub(r"\1\2:", m.group()[1:]) for m in _WANTED.finditer("\n" + text)) + "\n"
 
 
+# {family (colon name): [(labels, value)]}: what `read_families` gives the engines' readers
+Series = dict[str, list[tuple[dict[str, str], float]]]
+
+
 def read_families(text: str) -> Series:
     """A /metrics body (Prometheus text or OpenMetrics) → {family: [(labels, value)]} for the
     families in FAMILIES, colon names; a counter by its `_total` sample (`_created` dropped).

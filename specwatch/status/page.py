@@ -116,8 +116,8 @@ def render(status: dict, refresh: int = 10) -> str:
     now = status["specwatch"]["generated_at"]
     firing = len(status["alerts"])
     title = f"specwatch: {firing} alert(s) firing" if firing else "specwatch: ok"
-    head = (f'<!doctype html><html lang="en"><head><meta charset="utf-8">'
-            f'<meta name="viewport" content="width=device-width,initial-scale=1">'
+    head = ('<!doctype html><html lang="en"><head><meta charset="utf-8">'
+            '<meta name="viewport" content="width=device-width,initial-scale=1">'
             + (f'<meta http-equiv="refresh" content="{int(refresh)}">' if refresh > 0 else "")
             + f"<title>{esc(title)}</title><style>{_STYLE}</style></head><body>")
     alerts = status["alerts"]

@@ -154,10 +154,10 @@ def scrape_job(ports: tuple[int, int], sd_file: Path) -> dict:
 
 @pytest.fixture(scope="module")
 def fleet(tmp_path_factory):
+    need_tools()  # systemd-journal-remote and journalctl; before anything is started
     tmp = tmp_path_factory.mktemp("fleet")
     slack = SlackEndpoint()
     log_a, log_b = tmp / "a.log", tmp / "b.log"
-    need_tools()  # systemd-journal-remote and journalctl
     lines_a = generated("0.5.23", 1200, 2, collapse_after=600)
     # b ends on the real collapse sample plus a third low batch (the daemon's rule needs three)
     # and one malformed batch line.

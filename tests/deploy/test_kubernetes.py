@@ -14,7 +14,6 @@ import re
 import shutil
 import subprocess
 import sys
-import tempfile
 import urllib.request
 from pathlib import Path
 
@@ -22,7 +21,7 @@ import pytest
 import yaml
 
 from procs import SpecwatchProcess, decode_line, free_port, wait_for
-from specwatch.config import ConfigError, load_config
+from specwatch.config import load_config
 
 ROOT = Path(__file__).resolve().parents[2]
 K8S = ROOT / "deploy" / "kubernetes"
@@ -55,17 +54,6 @@ def agent() -> dict:
 def configmap_config() -> str:
     return manifests()["ConfigMap"]["data"]["config.yaml"]
 
-
-def format_key_known() -> bool:
-    """Whether this checkout's config knows `logs[].format` (issue 11 items 2-4)."""
-    with tempfile.TemporaryDirectory() as d:
-        probe = Path(d) / "c.yaml"
-        probe.write_text(yaml.safe_dump({"logs": [{"path": "/var/log/pods/x/y/0.log", "format": "cri"}]}))
-        try:
-            load_config(str(probe))
-        except ConfigError as e:
-            return not any(p.startswith("logs[0].format:") for p in e.problems)
-    return True
 
 
 # --- schemas ------------------------------------------------------------------------------
@@ -291,16 +279,6 @@ def test_manifests_agree_with_the_config_and_the_image():
 
 # --- the ConfigMap's config, checked and run ---------------------------------------------
 
-def todays_keys(text: str) -> str:
-    """The ConfigMap's config with the CRI keys this checkout does not know yet left out."""
-    if format_key_known():
-        return text
-    cfg = yaml.safe_load(text)
-    for entry in cfg["logs"]:
-        entry.pop("format")
-    return yaml.safe_dump(cfg, sort_keys=False)
-
-
 def check_config(path: Path) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "specwatch", "check-config", str(path)], capture_output=True,
                           text=True, timeout=60)
@@ -308,13 +286,12 @@ def check_config(path: Path) -> subprocess.CompletedProcess:
 
 def test_configmap_config_checks_with_the_keys_that_exist(tmp_path):
     cfg = tmp_path / "config.yaml"
-    cfg.write_text(todays_keys(configmap_config()))
+    cfg.write_text(configmap_config())
     r = check_config(cfg)
     assert r.returncode == 0, r.stderr
     assert "1 log file(s), metrics on 0.0.0.0:9849" in r.stdout and "process watching off" in r.stdout
 
 
-@pytest.mark.skipif(not format_key_known(), reason="logs[].format (issue 11 items 2-4) not in this checkout yet")
 def test_configmap_config_checks_with_its_cri_keys(tmp_path):
     cfg = tmp_path / "config.yaml"
     cfg.write_text(configmap_config())
@@ -342,7 +319,7 @@ def run_configmap_config(tmp_path: Path, text: str, pod_files: dict[str, str] | 
 
 
 def test_probes_answer_on_the_agent_the_configmap_configures(tmp_path):
-    proc = run_configmap_config(tmp_path, todays_keys(configmap_config()))
+    proc = run_configmap_config(tmp_path, configmap_config())
     try:
         c = agent()
         for probe in ("readinessProbe", "livenessProbe"):
@@ -353,7 +330,6 @@ def test_probes_answer_on_the_agent_the_configmap_configures(tmp_path):
         assert proc.stop() == 0, proc.output
 
 
-@pytest.mark.skipif(not format_key_known(), reason="logs[].format (issue 11 items 2-4) not in this checkout yet")
 def test_configmap_config_reads_a_cri_file_as_the_pod_named(tmp_path):
     line = "2026-11-30T10:00:00.123456789Z stderr F " + decode_line(2.5, "10:00:00")
     proc = run_configmap_config(tmp_path, configmap_config(), {

@@ -42,12 +42,15 @@ def test_python_logging_preset_rewrites_records_into_sglang_form():
 
 
 def test_regex_grammar_with_ranks_and_a_zoned_timestamp():
-    g = Grammar(ISO, tz=None)
-    from specwatch.sources import grammar
+    from datetime import timezone
+    from zoneinfo import ZoneInfo
+
     line = "2026-11-30T10:00:00.123456789Z [dp=1, tp=3] Decode batch, #running-req: 2"
-    out = g.rewrite(line)
-    assert out.endswith(" DP1 TP3] Decode batch, #running-req: 2")
-    assert out == "[" + grammar._stamp("2026-11-30T10:00:00.123456789Z", None) + " DP1 TP3] Decode batch, #running-req: 2"
+    # the zoned stamp becomes the log's local time, written out (UTC, then Tokyo: +09:00)
+    assert Grammar(ISO, tz=timezone.utc).rewrite(line) == \
+        "[2026-11-30 10:00:00.123456 DP1 TP3] Decode batch, #running-req: 2"
+    assert Grammar(ISO, tz=ZoneInfo("Asia/Tokyo")).rewrite(line) == \
+        "[2026-11-30 19:00:00.123456 DP1 TP3] Decode batch, #running-req: 2"
 
 
 def test_grammar_problems():
