@@ -97,6 +97,7 @@ class Daemon:
         self.state_dir = Path(config.state_dir)
         self.state_path = self.state_dir / "state.json"
         self._stop = threading.Event()
+        self._config_lock = threading.Lock()  # config and logset: reload (main) vs glob rescan (followers)
         self._wake = threading.Event()  # signals wake the main loop at once
         self._reload_requested = False
         self.notifiers: dict[str, object] = {}
@@ -122,23 +123,27 @@ class Daemon:
         """Follow the files a `logs[].path` glob matches now (pods and containers that appeared),
         stop following those whose directory is gone (on the followers' thread)."""
         self._last_scan = time.monotonic()
-        old, new = self.config, self.logset.apply(self.config)
-        old_paths, new_paths = {s.path for s in old.logs}, {s.path for s in new.logs}
-        if old_paths == new_paths:
-            return
-        self.config = new
-        self.pipeline.reconfigure(new)
-        if self.process is not None:
-            self.process.tie(ProcessTies.of(new))
-        gone = sorted(old_paths - new_paths)
-        self.followers.update(add=[self._make_follower(s) for s in new.logs if s.path not in old_paths],
-                              remove=gone)
-        for path in gone:
-            log.info("logs: stopped following %s (its directory is gone)", path)
-        known = known_servers(new)
-        for server in sorted({s.server for s in old.logs if s.path in gone} - known):
-            self.pipeline.forget_server(server, time.time(),
-                                        f"its log is gone ({', '.join(p for p in gone)}): the pod or container was deleted")
+        with self._config_lock:  # a reload (main thread) swaps config and logset too
+            old, new = self.config, self.logset.apply(self.config)
+            old_paths, new_paths = {s.path for s in old.logs}, {s.path for s in new.logs}
+            if old_paths == new_paths:
+                return
+            gone = sorted(old_paths - new_paths)
+            self.followers.update(add=[self._make_follower(s) for s in new.logs if s.path not in old_paths],
+                                  remove=gone)
+            self.config = new
+            self.pipeline.reconfigure(new)
+            if self.process is not None:
+                self.process.tie(ProcessTies.of(new))
+            for path in gone:
+                log.info("logs: stopped following %s (gone: its pod, container or file was deleted)", path)
+            self._forget_gone(old, new, "its log is gone: the pod or container was deleted")
+
+    def _forget_gone(self, old: Config, new: Config, why: str) -> None:
+        """Servers `old` followed logs of and no source of `new` reports on: forgotten, their
+        firing alerts resolved with `why` (`Pipeline.forget_server`)."""
+        for server in sorted({s.server for s in old.logs} - known_servers(new)):
+            self.pipeline.forget_server(server, time.time(), why)
 
     def _build(self) -> None:
         self.logset = LogSet(self.config.logs)  # globs → files (the config keeps one entry per file)
@@ -363,6 +368,10 @@ class Daemon:
             notify(f"READY=1\nSTATUS=reload of {path} FAILED ({len(problems)} problem(s), see the log); "
                    "running the previous config")
             return False
+        with self._config_lock:  # the followers' thread rescans globs with config and logset
+            return self._apply_reload(new, path)
+
+    def _apply_reload(self, new: Config, path: str) -> bool:
         self.logset = LogSet(new.logs)
         new = self.logset.apply(new)
         old = self.config
@@ -393,6 +402,7 @@ class Daemon:
         self._register_journal_metrics(new)
         self.followers.update(add=[self._make_follower(s) for s in new.logs if s.path not in old_paths],
                               remove=[p for p in old_paths if p not in new_paths])
+        self._forget_gone(old, new, "its log is no longer in the config (reloaded)")
         if failed:
             self.reload_success = False
             notify(f"READY=1\nSTATUS=reload applied except {failed} (see the log)")

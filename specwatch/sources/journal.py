@@ -56,7 +56,7 @@ log = logging.getLogger(__name__)
 
 JOURNALCTL = "journalctl"
 CHECKPOINT_VERSION = 1
-READ_BYTES = 1 << 20
+READ_BYTES = 1 << 16  # per os.read: a bigger buffer is allocated (mmap) on every poll, data or not
 CATCH_UP_QUIET = 0.1  # s without output that ends the first read of a new journalctl (its backlog)
 CATCH_UP_MAX = 30.0  # s a first read may take at most
 RETRY_FIRST, RETRY_MAX = 1.0, 60.0  # s before restarting journalctl after it exited (doubling)

@@ -22,6 +22,7 @@ import logging
 import os
 import re
 import string
+import time
 from collections.abc import Callable
 from zoneinfo import ZoneInfo
 
@@ -68,6 +69,9 @@ def matches(pattern: str, known: set[str] = frozenset()) -> list[str]:
     return out
 
 
+ABSENT_GRACE = 60.0  # s a glob's file may be missing (mid-rotation) before it is dropped
+
+
 class LogSet:
     """The files of the configured `sources` (LogSources whose path may be a glob)."""
 
@@ -76,6 +80,7 @@ class LogSet:
         self.patterns = any(is_pattern(s.path) for s in self.sources)
         self._files: dict[str, tuple[LogSource, bool]] = {}  # path → (its source, from a glob)
         self._empty_warned: set[str] = set()
+        self._absent: dict[str, float] = {}  # a glob's file no longer matched → since (monotonic)
 
     def scan(self) -> list[LogSource]:
         """One LogSource per file, in configured order: plain paths always (followed once they
@@ -92,13 +97,21 @@ class LogSet:
                             "(follow.rescan_interval)", src.path)
             for p in found:
                 out.setdefault(p, self._files.get(p) or (resolve(src, p), True))
+        now = time.monotonic()
         for p, entry in self._files.items():  # mid-rotation the live name can be briefly absent
-            if p not in out and entry[1] and os.path.isdir(os.path.dirname(p)):
+            if p in out or not entry[1]:
+                self._absent.pop(p, None)
+                continue
+            # ... but a file the runtime deleted (kubelet removes an old container's N.log from a
+            # pod directory that stays) is dropped after ABSENT_GRACE, not followed forever
+            since = self._absent.setdefault(p, now)
+            if os.path.isdir(os.path.dirname(p)) and now - since < ABSENT_GRACE:
                 out[p] = entry
         for p in out.keys() - self._files.keys():
             if out[p][1]:
                 log.info("logs: following %s (server %s)", p, out[p][0].server)
         self._files = out
+        self._absent = {p: t for p, t in self._absent.items() if p in out}
         return [src for src, _ in out.values()]
 
     def apply(self, cfg: Config) -> Config:

@@ -174,3 +174,22 @@ def test_logset_picks_up_pods_that_appear_and_drops_deleted_ones(tmp_path):
     a.rmdir()
     a.parent.rmdir()  # the pod is deleted
     assert [s.server for s in ls.scan()] == ["box"]
+
+
+def test_logset_drops_a_deleted_file_of_a_pod_that_stays_after_the_grace(tmp_path, monkeypatch):
+    """The container restarted: kubelet writes 1.log and deletes 0.log from the same pod
+    directory. 0.log is kept through a rotation's gap, then dropped (a reviewer found it followed,
+    and warned about, for good)."""
+    from specwatch.sources import logfiles
+
+    c = tmp_path / "pods" / "llm_sglang-a_1" / "sglang"
+    c.mkdir(parents=True)
+    (c / "0.log").write_text("")
+    ls = LogSet([LogSource(str(tmp_path / "pods" / "*" / "*" / "*.log"), "{pod}")])
+    assert [s.path for s in ls.scan()] == [str(c / "0.log")]
+    (c / "1.log").write_text("")
+    (c / "0.log").unlink()
+    assert [s.path for s in ls.scan()] == [str(c / "1.log"), str(c / "0.log")]  # within the grace
+    monkeypatch.setattr(logfiles, "ABSENT_GRACE", 0.0)
+    assert [s.path for s in ls.scan()] == [str(c / "1.log")]  # past it: dropped
+    assert [s.path for s in ls.scan()] == [str(c / "1.log")] and ls._absent == {}
