@@ -400,7 +400,11 @@ class Daemon:
         if self.process is not None:  # the servers of the followed logs are configured servers
             self.process.tie(ProcessTies.of(new))
         self._register_journal_metrics(new)
-        self.followers.update(add=[self._make_follower(s) for s in new.logs if s.path not in old_paths],
+        added = [s for s in new.logs if s.path not in old_paths]
+        if added:  # read from their first line: their history is not news (as at a first start)
+            with self.pipeline.lock:
+                self.dispatcher.paused = True  # until the next poll round has read them
+        self.followers.update(add=[self._make_follower(s) for s in added],
                               remove=[p for p in old_paths if p not in new_paths])
         self._forget_gone(old, new, "its log is no longer in the config (reloaded)")
         if failed:

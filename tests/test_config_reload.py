@@ -4,6 +4,7 @@ subprocess keeps running on the old config and logs one ERROR line naming the pr
 from __future__ import annotations
 
 import signal
+import time
 
 import hostile_configs
 from procs import decode_line, rank_labels, wait_for
@@ -35,6 +36,39 @@ def test_sighup_with_any_hostile_config_keeps_the_old_one(tmp_path):
         d.cfg.write_bytes(good)
         d.signal(signal.SIGHUP)
         wait_for(lambda: d.scrape()[("specwatch_config_reload_success", ())] == 1, what="the good config back")
+    finally:
+        rc, out = d.stop()
+    assert rc == 0, out
+
+
+def test_a_log_added_by_a_reload_sends_its_history_no_old_episode(tmp_path, slack):
+    """A reload that adds a log holding an old, finished episode: history, as at a first start
+    (a reviewer found it sent as FIRING and RESOLVED); a collapse written after the reload is news."""
+    import yaml
+
+    a, b = tmp_path / "a.log", tmp_path / "b.log"
+    a.write_text(decode_line(2.5, "10:00:00"))
+    b.write_text("".join([decode_line(1.01, f"09:00:0{i}", running=50) for i in range(3)]
+                         + [decode_line(2.5, f"09:00:1{i}", running=50) for i in range(3)]))
+    d = SpecwatchDaemon(tmp_path, a, server="box", alerts={"group_wait": "0s", "group_interval": "0s",
+                                                           "slack": {"webhook_url": slack.url}})
+    d.start()
+    try:
+        # the start-up backlog is read (its poll round over) before the reload
+        wait_for(lambda: d.scrape().get(("specwatch_decode_batches_total", rank_labels("box"))) == 1,
+                 what="a's line read")
+        time.sleep(0.5)
+        doc = yaml.safe_load(d.cfg.read_text())
+        doc["logs"] = [{"path": str(a), "server": "box"}, {"path": str(b), "server": "box-b"}]
+        d.cfg.write_text(yaml.safe_dump(doc))
+        d.signal(signal.SIGHUP)
+        wait_for(lambda: d.scrape().get(("specwatch_decode_batches_total", rank_labels("box-b"))) == 6,
+                 what="b's history read")
+        with open(b, "a") as f:  # a new collapse in b after the reload: news
+            f.write("".join(decode_line(1.02, f"10:05:0{i}", running=50) for i in range(3)))
+        wait_for(lambda: len(slack.received) >= 1, what="the new collapse at Slack")
+        time.sleep(0.5)
+        assert [m["text"] for m in slack.received] == ["[FIRING] AcceptanceCollapse on box-b TP0: accept len 1.02"]
     finally:
         rc, out = d.stop()
     assert rc == 0, out
