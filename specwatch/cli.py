@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import fnmatch
 import io
 import json
 import logging
@@ -53,6 +54,7 @@ def cmd_replay(args) -> int:
     from specwatch.notifiers.http import PERMANENT
     from specwatch.pipeline import Pipeline
     from specwatch.replay import format_text, replay_files, summary
+    from specwatch.sources.logfiles import is_pattern, resolve
 
     cfg = _load(args.config)
     for p in args.logs:
@@ -76,7 +78,14 @@ def cmd_replay(args) -> int:
         fmt = {"envelope": envelope, "grammar": grammar}
         cfg.logs = [dataclasses.replace(s, **fmt) if s.path in args.logs else s for s in cfg.logs]
     for p in args.logs:
-        if p not in known:
+        if p in known:
+            continue
+        # a file a config glob matches (a pod's CRI file) reads as that entry says: its format,
+        # its server template filled from the path; --server and --format still win
+        glob_src = next((s for s in cfg.logs if is_pattern(s.path) and fnmatch.fnmatch(os.path.abspath(p), s.path)), None)
+        if glob_src is not None and args.server is None:
+            cfg.logs.append(dataclasses.replace(resolve(glob_src, p), **fmt))
+        else:
             cfg.logs.append(LogSource(path=p, server=server, timezone=tz, **fmt))
 
     dry_out = io.StringIO() if args.json else sys.stdout

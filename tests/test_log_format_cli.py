@@ -104,3 +104,20 @@ def test_replay_refuses_a_bad_format(tmp_path):
     r = run("replay", "--format", "(?P<timestamp>x)", str(BR30))
     assert r.returncode == 2
     assert "--format.regex: has no named group (?P<message>...)" in r.stderr
+
+
+def test_replay_of_a_file_a_config_glob_matches_reads_it_as_that_entry_says(tmp_path):
+    """A pod's file replayed with the DaemonSet-like config: the glob entry's `format` and
+    `{pod}` template apply (a reviewer found it read as plain SGLang under the default server)."""
+    pod = tmp_path / "pods" / "llm_sglang-a_0001" / "sglang"
+    pod.mkdir(parents=True)
+    log = pod / "0.log"
+    log.write_bytes(BR30.read_bytes())  # SGLang under its own logging config
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(yaml.safe_dump({"server": "default", "logs": [
+        {"path": str(tmp_path / "pods" / "*" / "*" / "*.log"), "server": "{pod}", "format": "python-logging"}]}))
+    doc = replay(str(log), "--config", str(cfg))
+    assert doc["lines"]["decode"] == 3 and doc["lines"].get("unrecognized", 0) == 0
+    assert list(doc["servers"]) == ["sglang-a"]
+    [collapse] = [e for e in doc["episodes"] if e["name"] == "AcceptanceCollapse"]
+    assert collapse["server"] == "sglang-a"
