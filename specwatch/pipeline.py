@@ -40,7 +40,8 @@ from specwatch.events import (
     ServerStarted,
     UnrecognizedLine,
 )
-from specwatch.rules.base import Rule, RuleContext, all_rules, is_restart_event, log_paths_of, overrides
+from specwatch.rules.base import (Rule, RuleContext, all_rules, forget_keys, is_restart_event, log_paths_of,
+                                  overrides)
 from specwatch.rules.collapse import CollapseRule
 from specwatch.rules.server_metrics import collapse_from_metrics, metrics_windows
 from specwatch.rules.windows import WindowTracker
@@ -460,10 +461,10 @@ class Pipeline:
                 if active is not None:
                     alerts += active.resolve_server(server, now, ("resolved because", why))
                 self._handle(alerts, now)
-            for key in [k for k in self.ranks if k[0] == server]:
-                del self.ranks[key]
-            self.servers.pop(server, None)
-            self._starts.pop(server, None)
+            for rule in self.rules:
+                rule.forget(server)
+            forget_keys((self.ranks, self.scraped, self.servers, self._starts, self._vllm,
+                         self.windows._last, self.windows._prefills), server)
 
     def servers_with_alerts(self) -> set[str]:
         """The `server` labels of the alerts the rules hold firing (restored ones included)."""

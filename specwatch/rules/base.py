@@ -11,7 +11,9 @@ the hooks a rule overrides, on its thread, under its lock:
 - `on_event(server, event, now)`: every other event (ServerArgs, process, HTTP API, GPU);
 - `on_restart(server, at, why)`: the server restarted (the pipeline decides it once);
 - `on_tick(now)`: time passed (about once a second in the daemon, at each timestamped line in
-  replay), for rules that fire on silence or duration.
+  replay), for rules that fire on silence or duration;
+- `forget(server)`: the server is gone for good (a deleted pod): drop its state (by default every
+  dict entry of the rule keyed by the server or by (server, ...)).
 
 Each returns only transitions: a newly firing `Alert`, or the same alert with status
 `resolved`. The dispatcher does grouping, repeats and delivery; a rule knows nothing of Slack.
@@ -21,6 +23,8 @@ its state and applies the new thresholds from the next event on.
 """
 
 from __future__ import annotations
+
+import threading
 
 from dataclasses import dataclass
 from typing import Callable
@@ -86,6 +90,12 @@ class Rule:
 
     def reconfigure(self, config: Config) -> None:
         """The config was reloaded (under the pipeline's lock): take the new thresholds."""
+
+    def forget(self, server: str) -> None:
+        """Drop every piece of state this rule keeps for `server` (a server nothing reports on
+        any more: `Pipeline.forget_server`). Rules key their state by server or by
+        (server, rank, ...), in dicts that are attributes of the rule: those entries go."""
+        forget_keys(vars(self).values(), server)
 
     def firing_alerts(self) -> list[Alert]:
         """The live alert objects this rule keeps firing (it updates their evidence): by default
@@ -192,3 +202,25 @@ class ServerArgsMemory:
 def is_restart_event(event: object) -> bool:
     """A process-source event saying the server restarted (or came back after being down)."""
     return isinstance(event, ServerRestarted) or (isinstance(event, ServerStarted) and not event.first_seen)
+
+
+def forget_keys(containers, server: str, depth: int = 2) -> None:
+    """From each dict in `containers`, remove the keys that are `server` or a tuple starting with
+    it (the way per-server and per-rank state is keyed); objects among them (a rule's helper such
+    as `ServerArgsMemory`) are searched the same way, `depth` levels down."""
+    for d in containers:
+        if isinstance(d, dict):
+            for key in [k for k in d if k == server or (isinstance(k, tuple) and k and k[0] == server)]:
+                del d[key]
+            if depth:
+                forget_keys(d.values(), server, depth - 1)
+        elif depth and hasattr(d, "__dict__") and not isinstance(d, type) and not _shared(d):
+            forget_keys(vars(d).values(), server, depth - 1)
+
+
+def _shared(obj) -> bool:
+    """An object with a lock of its own (the diagnoser) is another thread's: left alone."""
+    return any(isinstance(v, _LOCK) for v in vars(obj).values())
+
+
+_LOCK = type(threading.Lock())
