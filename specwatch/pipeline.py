@@ -341,7 +341,10 @@ class Pipeline:
             clock = now if now is not None else event.timestamp or max(self._last_tick, 0.0)
             self._apply_rules(server, UnrecognizedLine(event.text, self._path, event.timestamp), clock)
         elif isinstance(event, VllmLine):  # vLLM: the assembler pairs stats and spec lines into decode batches
-            out = self._vllm.setdefault(server, VllmAssembler()).take(event)
+            asm = self._vllm.get(server)
+            if asm is None:  # resuming past the engine-config line: the saved settings say k and DP
+                asm = self._vllm[server] = VllmAssembler().configure(self.collapse.settings(server))
+            out = asm.take(event)
             if not out:
                 stats.lines["other"] += 1
             for e in out:

@@ -37,3 +37,31 @@ def test_a_forgotten_server_leaves_no_state_and_its_alerts_resolve():
     assert leftover == [], state[max(0, leftover[0] - 200):leftover[0] + 200] if leftover else ""
     assert all(k[0] != "pod-a" for k in p.ranks) and "pod-a" not in p.servers
     assert all(k[0] != "pod-a" for k in p.windows._last)
+
+
+def test_a_vllm_log_resumed_past_its_config_line_keeps_k_and_the_dp_ranks():
+    """After a restart that resumes mid-log, vLLM's settings come from the saved state: a 0.8.4
+    line (accept length needs k) still has one, and engine 1 is still `DP1` (a reviewer found
+    no accept length and a renamed rank)."""
+    from vllm_lines import config_line, spec_line, stats_line
+
+    v = "0.8.4"
+    cfg = build_config({"logs": [{"path": "v.log", "server": "vllm-0"}], "diagnosis": {"enabled": False}})
+
+    def pipeline() -> Pipeline:
+        return Pipeline(cfg, Dispatcher([], group_wait=0, group_interval=0, keep_history=True))
+
+    def interval(p: Pipeline, ts: str) -> None:
+        p.feed(LogLine("v.log", stats_line(v, running=8, waiting=0, gen=500.0, kv=10.0, engine=1, ts=ts)))
+        p.feed(LogLine("v.log", spec_line(v, accepted=60, drafted=90, positions=[0.9, 0.6, 0.5], ts=ts)))
+
+    first = pipeline()
+    first.feed(LogLine("v.log", config_line(v, k=3, dp=2)))
+    interval(first, "03-01 10:00:10")
+    state = json.loads(json.dumps(first.to_state()))
+    second = pipeline()  # specwatch restarted: the log resumes after the config line
+    second.load_state(state)
+    interval(second, "03-01 10:00:20")
+    for p in (first, second):
+        [(key, rs)] = [(k, r) for k, r in p.ranks.items() if r.last_decode is not None]
+        assert key == ("vllm-0", "DP1") and rs.last_decode.accept_length == 3.0  # 1 + 3 * 60 / 90

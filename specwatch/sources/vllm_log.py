@@ -433,12 +433,18 @@ class VllmAssembler:
         if isinstance(event, VllmV0Spec):
             return self._v0(event)
         if isinstance(event, VllmConfig):
-            k, dp = event.args.get("num_speculative_tokens"), event.args.get("dp_size")
-            self.k = k if isinstance(k, int) and k > 0 else None
-            self.several = isinstance(dp, int) and dp > 1
+            self.configure(event.args)
             self.v0 = None  # a new engine: counters start again
             return [ServerArgs(event.timestamp, dict(event.args), "log")]
         return []
+
+    def configure(self, args: dict) -> "VllmAssembler":
+        """Take k (`num_speculative_tokens`) and the DP size from the engine's settings: those of
+        its engine-config line, or the saved ones when specwatch resumes a log past that line."""
+        k, dp = args.get("num_speculative_tokens"), args.get("dp_size")
+        self.k = k if isinstance(k, int) and k > 0 else None
+        self.several = isinstance(dp, int) and dp > 1
+        return self
 
     def _stale(self, now: VllmStats) -> list[VllmStats]:
         out = [p for e, p in self.pending.items() if e == now.engine or now.timestamp - p.timestamp > self.PAIR_SECONDS]
