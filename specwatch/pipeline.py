@@ -382,7 +382,8 @@ class Pipeline:
                 stats.metrics = event
                 last = stats.last_line.get("decode")
                 if last is None or now - last > self.config.windows.max_gap:  # no log decides: /metrics alone
-                    self._handle(collapse_from_metrics(self.collapse, server, event, self.config.windows), now)
+                    log_ranks = [(rs.rank, rs.ranks) for (s, _), rs in self.ranks.items() if s == server]
+                    self._handle(collapse_from_metrics(self.collapse, server, event, self.config.windows, log_ranks), now)
                 self._take_scraped(server, event)
             self._apply_rules(server, event, now)
 

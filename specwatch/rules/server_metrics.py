@@ -19,8 +19,10 @@ Two jobs:
 
 from __future__ import annotations
 
+import dataclasses
+
 from collections import deque
-from typing import Annotated, Iterator
+from typing import Annotated, Iterable, Iterator
 
 from msgspec import Meta
 
@@ -47,11 +49,21 @@ def metrics_windows(sample: MetricsSample, cfg: WindowConfig) -> Iterator[tuple[
         yield rm, Window(batch, running < cfg.min_running_requests, False, False, None, 0)
 
 
-def collapse_from_metrics(collapse, server: str, sample: MetricsSample, cfg: WindowConfig) -> list[Alert]:
+def collapse_from_metrics(collapse, server: str, sample: MetricsSample, cfg: WindowConfig,
+                          log_ranks: Iterable[tuple[str, dict[str, int]]] = ()) -> list[Alert]:
     """Feed the collapse rule (`CollapseRule.observe`) from a sample; the transitions it returns.
-    A firing alert says where its numbers come from."""
+    A firing alert says where its numbers come from. `log_ranks`: (name, numbers) of the ranks the
+    server's log named; a /metrics rank with the same numbers takes the log's name (`DP0 TP0`, not
+    /metrics' `DP0`), so the log resolves what /metrics fired when it comes back, and back."""
     out = []
+    known = list(log_ranks)
     for _, window in metrics_windows(sample, cfg):
+        b = window.batch
+        name = next(((n, r) for n, r in known if ranks_match(r, b.ranks)), None)
+        if name is not None and name[0] != b.rank:
+            b = dataclasses.replace(b, rank=name[0], ranks=dict(name[1]))
+            window = Window(b, window.idle, window.prefill_dominated, window.after_gap, window.gap,
+                            window.prefill_batches)
         alert = collapse.observe(server, window)
         if alert is None:
             continue

@@ -152,7 +152,7 @@ def test_a_stale_log_hands_the_collapse_to_metrics(engine):
     src.poll(t := t + 10)
     engine.set_sglang(accept_length=1.0, accept_rate=0.0, running=32, throughput=360.0)
     src.poll(t + 10)
-    assert transitions(p) == [("AcceptanceCollapse", "firing", "")]
+    assert transitions(p) == [("AcceptanceCollapse", "firing", "TP0")]  # the log's name for that rank
 
 
 @pytest.mark.parametrize("engine", ["vllm"], indirect=True)
@@ -174,3 +174,21 @@ def test_vllm_draft_too_long_from_metrics_alone(engine):
     assert ev["per-position acceptance rate"] == "0.600, 0.379, 0.207, 0.007, 0.000"  # (24+60)/140, ...
     assert (ev["useful positions"], ev["draft positions"], ev["drafts in window"]) == ("3", "5", "140")
     assert "num_speculative_tokens" in alert.fixes[0] and ": 3" in alert.fixes[0]
+
+
+def test_a_collapse_fired_from_metrics_is_resolved_by_the_log_when_it_returns(engine):
+    """The log names the rank `TP0`; SGLang's /metrics gives TP 0 no label. While the log is
+    silent /metrics decides and fires on the log's rank name, so the log, once back, resolves
+    the same alert (a reviewer found two keys: an alert nothing would resolve)."""
+    p, src = setup(engine.url, logs=True, rules={"windows": {"max_gap": "10s"}})
+    t = 5000.0
+    for j in range(3):  # the log names the rank, healthy
+        p.feed(LogLine("box.log", decode_line(2.8, ts=f"10:00:0{j}")), now=t + j)
+    t += 30  # the log goes silent for longer than max_gap: /metrics decides
+    for i in range(3):
+        engine.set_sglang(accept_length=1.0 + i / 100, accept_rate=0.0, running=32, throughput=300.0 + i)
+        src.poll(t := t + 5)
+    assert transitions(p) == [("AcceptanceCollapse", "firing", "TP0")]
+    for j in range(3):  # the log is back, healthy: it resolves the alert /metrics fired
+        p.feed(LogLine("box.log", decode_line(2.8, ts=f"10:01:0{j}")), now=t + j)
+    assert transitions(p) == [("AcceptanceCollapse", "firing", "TP0"), ("AcceptanceCollapse", "resolved", "TP0")]
