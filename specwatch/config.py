@@ -1127,3 +1127,11 @@ def config_warnings(cfg: Config) -> list[str]:
             out.append(f"logs[{i}].path: {src.path} does not exist (yet); specwatch follows it once it "
                        "appears; check the path if the server logs elsewhere")
     return out
+
+
+def source_servers(cfg: Config) -> set[str]:
+    """The servers a source of `cfg` names: each followed log's (globs expanded), each HTTP API's
+    and /metrics endpoint's, and `process.servers`' (the default `server` only where one of
+    them uses it)."""
+    return ({s.server for s in cfg.logs} | {a.server for a in cfg.server_apis} | {m.server for m in cfg.server_metrics}
+            | set(cfg.process.servers.values()))

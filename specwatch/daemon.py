@@ -54,7 +54,7 @@ from prometheus_client import ProcessCollector as OwnProcessCollector
 
 from specwatch import __version__
 from specwatch.alerting import build_alerting
-from specwatch.config import Config, ConfigError, LogSource, ProcessTies, load_run_config
+from specwatch.config import Config, ConfigError, LogSource, ProcessTies, load_run_config, source_servers
 from specwatch.listener import serve_quietly, stop_serving
 from specwatch.metrics import FollowerCollector, PipelineCollector, SelfCollector, ServerCollector
 from specwatch.pipeline import Pipeline
@@ -86,10 +86,9 @@ ALERTING = ("group_by", "group_wait", "group_interval", "repeat_interval", "inhi
 
 
 def known_servers(cfg: Config) -> set[str]:
-    """Every server a source of `cfg` reports on: its followed logs (globs expanded), HTTP APIs,
-    /metrics endpoints, `process.servers`, and the default `server`."""
-    return ({s.server for s in cfg.logs} | {a.server for a in cfg.server_apis} | {m.server for m in cfg.server_metrics}
-            | set(cfg.process.servers.values()) | {cfg.server})
+    """Every server a source of `cfg` reports on (`config.source_servers`), and the default
+    `server` (GPU alerts carry it)."""
+    return source_servers(cfg) | {cfg.server}
 
 class Daemon:
     def __init__(self, config: Config):

@@ -115,8 +115,7 @@ class PipelineCollector(Collector):
                     graph.add_metric(lv, 1.0 if d.graph_enabled else 0.0)
             for server, st in servers:
                 if st.metrics is not None:
-                    last = st.last_line.get("decode")
-                    deciding = last is None or st.metrics.timestamp - last > p.config.windows.max_gap
+                    deciding = st.metrics_decide(st.metrics.timestamp, p.config.windows.max_gap)
                     add_scraped((accept_length, accept_rate, running, collapsed, positions), server, st.metrics,
                                 (lambda rank, s=server: p.collapse.collapsed(s, rank)) if deciding else None)
                 for kind in KINDS:

@@ -82,6 +82,15 @@ class RankStats:
     accept_length_max: float = -math.inf
     history: AcceptHistory = field(default_factory=AcceptHistory, repr=False, compare=False)  # the status page's chart
 
+    def add_accept(self, a: float) -> None:
+        """A decode line's accept length into the running sum, count, min and max."""
+        self.accept_length_sum += a
+        self.accept_length_count += 1
+        if a < self.accept_length_min:
+            self.accept_length_min = a
+        if a > self.accept_length_max:
+            self.accept_length_max = a
+
 
 @dataclass
 class ServerStats:
@@ -105,6 +114,12 @@ class ServerStats:
     # Error stage: LogError events by kind; the clock of the last line of each kind (KINDS + "error").
     errors: dict[str, int] = field(default_factory=lambda: dict.fromkeys(ERROR_KINDS, 0))
     last_line: dict[str, float] = field(default_factory=dict)
+
+    def metrics_decide(self, at: float, max_gap: float) -> bool:
+        """The engine's /metrics judges this server's collapse at `at` (seconds): its log gave no
+        decode line within `max_gap` (rules.windows.max_gap) before."""
+        last = self.last_line.get("decode")
+        return last is None or at - last > max_gap
 
 
 class Pipeline:
@@ -291,13 +306,7 @@ class Pipeline:
             rs.decode_batches += 1
             rs.last_decode = event
             if event.accept_length is not None:
-                a = event.accept_length
-                rs.accept_length_sum += a
-                rs.accept_length_count += 1
-                if a < rs.accept_length_min:
-                    rs.accept_length_min = a
-                if a > rs.accept_length_max:
-                    rs.accept_length_max = a
+                rs.add_accept(event.accept_length)
             clock = event.timestamp if now is None else now
             stats.last_line["decode"] = clock
             window = self.windows.decode(server, event)
@@ -380,8 +389,7 @@ class Pipeline:
                     stats.info = event.info
             elif isinstance(event, MetricsSample):
                 stats.metrics = event
-                last = stats.last_line.get("decode")
-                if last is None or now - last > self.config.windows.max_gap:  # no log decides: /metrics alone
+                if stats.metrics_decide(now, self.config.windows.max_gap):  # no log decides: /metrics alone
                     log_ranks = [(rs.rank, rs.ranks) for (s, _), rs in self.ranks.items() if s == server]
                     self._handle(collapse_from_metrics(self.collapse, server, event, self.config.windows, log_ranks), now)
                 self._take_scraped(server, event)
@@ -397,8 +405,7 @@ class Pipeline:
                 rs = self.scraped[(server, b.rank)] = RankStats(server, b.rank, dict(b.ranks))
             rs.decode_batches += 1
             rs.last_decode = b
-            rs.accept_length_sum += b.accept_length
-            rs.accept_length_count += 1
+            rs.add_accept(b.accept_length)
             if b.timestamp >= rs.history.due:
                 rs.history.add(b.timestamp, b.accept_length, rs.accept_length_sum, rs.accept_length_count,
                                self.alert_state(server, b.rank))

@@ -56,6 +56,7 @@ import time
 from typing import Callable, Iterable
 
 from specwatch import __version__
+from specwatch.config import source_servers
 from specwatch.alerts.model import FIRING
 from specwatch.rules.acceptance_ceiling import accept_length_ceiling
 from specwatch.rules.collapse import ALERT_NAME as COLLAPSE
@@ -90,7 +91,7 @@ class StatusView:
             ranks += [_rank(p, rs, _metrics_url(p.servers.get(rs.server))) for rs in p.scraped.values()
                       if _metrics_decide(p, rs.server)
                       or not any(s == rs.server and ranks_match(n, rs.ranks) for s, n in logged)]
-            configured = _configured(p.config)
+            configured = source_servers(p.config)
             servers = {name: _server(name, p.servers.get(name), p.collapse.settings(name))
                        for name in sorted(configured | p.servers.keys() | {r["server"] for r in ranks})}
             firing = [a for a in p.dispatcher.alerts.values() if a.status == FIRING]
@@ -131,20 +132,10 @@ def _num(v) -> float | None:
     return v if isinstance(v, (int, float)) and math.isfinite(v) else None
 
 
-def _configured(config) -> set[str]:
-    """The servers the config names (each log's, server_api's, server_metrics', process.servers)."""
-    return ({s.server for s in config.logs} | {a.server for a in config.server_apis}
-            | {m.server for m in config.server_metrics} | set(config.process.servers.values()))
-
-
 def _metrics_decide(p, server: str) -> bool:
-    """/metrics judges the server's collapse: no decode line from its log within max_gap of the
-    last scrape (as `Pipeline.feed_event`)."""
+    """/metrics judges the server's collapse (`ServerStats.metrics_decide`)."""
     st = p.servers.get(server)
-    if st is None or st.metrics is None:
-        return False
-    last = st.last_line.get("decode")
-    return last is None or st.metrics.timestamp - last > p.config.windows.max_gap
+    return st is not None and st.metrics is not None and st.metrics_decide(st.metrics.timestamp, p.config.windows.max_gap)
 
 
 def _metrics_url(st) -> str | None:
