@@ -20,6 +20,7 @@ from zoneinfo import ZoneInfo
 from dataclasses import dataclass, field
 from typing import Callable
 
+from specwatch import catchup
 from specwatch.alerts.dispatcher import Dispatcher
 from specwatch.alerts.model import FIRING, Alert
 from specwatch.config import Config
@@ -225,6 +226,11 @@ class Pipeline:
             stats = self._stats(server)
             lines = stats.lines
             grouper = self._grouper(path)
+            if prefix is None and raw_ok is None and grouper.group is None and len(batch) >= catchup.MIN_LINES:
+                rows = catchup.read(batch.text, server, tz, self.windows, now)
+                if rows is not None:  # a large read of canonical lines: in columns
+                    catchup.feed(self, server, stats, rows, len(batch), now)
+                    return
             other = 0
             for i, text in enumerate(batch.lines):
                 if not maybe_event(text):

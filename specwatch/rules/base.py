@@ -82,6 +82,15 @@ class Rule:
         """Time passed (seconds since the epoch): for rules that fire on silence or duration."""
         return []
 
+    def advance(self, server: str, rows, a: int, b: int) -> tuple[int, list[Alert]]:
+        """Catch-up (`specwatch.catchup`): take rows [a, b) of one large read (`catchup.Rows`,
+        no tick among them) in aggregate, as far as that leaves the rule as `on_decode` /
+        `on_prefill` would, row by row. Returns (k, alerts): rows [a, k) were taken, and
+        `alerts` are row k - 1's (stop after a row that alerts); rows k.. go through the hooks
+        one by one. Taking a row must not change an alert already handed out. By default
+        nothing is taken (correct, slow)."""
+        return a, []
+
     def to_state(self) -> dict:
         return {}
 

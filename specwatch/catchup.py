@@ -1,0 +1,231 @@
+"""The catch-up path: a large read of canonical SGLang lines (`replay`, `run` start-up) in columns.
+
+`Pipeline.feed_batch` hands a read here when it is large and plain: no container prefix, valid
+UTF-8, no open traceback, and every batch line in it is the canonical decode or prefill line of
+SGLang 0.5.5+ (`sources.sglang_log.canonical_rows`: one multiline match over the read, anchored
+at line starts, so text inside a request log never counts), with no `server_args` line and no
+line the error stage could take. Any other read takes the per-line path.
+
+The read is cut where the per-line path would tick (a batch line's clock a second past the last
+tick). Each rule then `advance`s over a piece as far as it can in aggregate (`Rule.advance`); the
+rows it did not take go through its `on_decode` / `on_prefill` one by one, in file and rule order,
+with the `Window` the per-line path would have built. Every decision, alert, timestamp and
+counter is the per-line path's (tests/test_catchup.py replays logs with episodes both ways).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from itertools import accumulate, compress
+from operator import itemgetter
+
+from specwatch.events import DecodeBatch, PrefillBatch
+from specwatch.rules.windows import Window
+from specwatch.sources.log_errors import maybe_error
+from specwatch.sources.sglang_log import _timestamp, canonical_decode, canonical_prefill, canonical_rows
+
+MIN_LINES = 256  # smaller reads (a live tail) take the per-line path
+
+_INF = math.inf
+_G = [itemgetter(i) for i in range(19)]
+
+
+class Rows:
+    """The batch lines of one read of one server, in file order (index: row), as columns.
+
+    Every row: `dec` (decode line?), `clock` (the rules' clock: the follower's `now`, else the
+    line's timestamp), `rank` (rank tokens as printed). Decode rows also by decode ordinal (`d_*`,
+    `dpos[j]`: the row of decode ordinal j, `dcount[i]`: decode rows before row i): `d_ts`
+    (timestamp, s), `d_rank`, `d_running`, `d_queued`, `d_accept`, `d_thr` (token/s), and the
+    `Window` flags `d_acc_ok` (`acceptance_valid`), `d_thr_ok` (`throughput_valid`); `d_acc` is
+    the accept len where acceptance_valid, else +inf (so `min` over a slice reads the valid ones).
+    """
+
+    __slots__ = ("server", "tz", "raw", "dec", "clock", "rank", "dpos", "dcount", "d_ts", "d_rank", "d_running",
+                 "d_queued", "d_accept", "d_thr", "d_acc_ok", "d_thr_ok", "d_acc", "d_gap", "d_prefills",
+                 "p_rank", "_batches")
+
+    def batch(self, i: int) -> DecodeBatch | PrefillBatch:
+        """Row i as the event the per-line parser makes of it (built once, on demand)."""
+        b = self._batches.get(i)
+        if b is None:
+            g = self.raw[i]
+            b = self._batches[i] = (canonical_decode(g[:11], self.tz) if self.dec[i]
+                                    else canonical_prefill(g[:3] + g[11:], self.tz))
+        return b
+
+    def window(self, i: int, config) -> Window:
+        """Decode row i classified as `WindowTracker.decode` classified it."""
+        j = self.dcount[i]
+        b = self.batch(i)
+        gap, prefills = self.d_gap[j], self.d_prefills[j]
+        return Window(b, b.running_requests < config.min_running_requests, prefills > config.max_prefill_batches,
+                      gap is None or gap > config.max_gap, gap, prefills)
+
+    def decodes(self, a: int, b: int) -> tuple[int, int]:
+        """Decode ordinals [da, db) of rows [a, b)."""
+        return self.dcount[a], self.dcount[b]
+
+
+def read(text: str, server: str, tz, windows, now: float | None) -> Rows | None:
+    """The read `text` (lines each ending in "\\n") as Rows, classifying its decode lines in
+    `windows` (the pipeline's WindowTracker, advanced past the read); None when the read needs
+    the per-line path (nothing is changed then)."""
+    if "server_args=" in text or maybe_error(text) or "]:[E" in text:
+        return None
+    raw = canonical_rows(text)
+    if raw is None or not raw:
+        return None
+    stamps = set(map(_G[0], raw))
+    try:
+        seconds = {s: _timestamp(s, None, tz) for s in stamps}
+    except ValueError:
+        return None  # an impossible date: the general parser says why
+    r = Rows()
+    r.server, r.tz, r.raw, r._batches = server, tz, raw, {}
+    ts = list(map(seconds.__getitem__, map(_G[0], raw)))
+    if any(map(_G[1], raw)):  # SGLANG_LOG_MS: milliseconds, as `_timestamp` adds them
+        ts = [t + int(f) / 10 ** len(f) if f else t for t, f in zip(ts, map(_G[1], raw))]
+    r.dec = dec = [bool(x) for x in map(_G[3], raw)]
+    r.rank = rank = [x[1:] for x in map(_G[2], raw)]
+    r.clock = ts if now is None else [now] * len(raw)
+    r.dpos = [i for i, d in enumerate(dec) if d]
+    r.dcount = [0, *accumulate(dec)]
+    draw = [raw[i] for i in r.dpos]
+    r.d_ts = [ts[i] for i in r.dpos]
+    r.d_rank = [rank[i] for i in r.dpos]
+    r.d_running = list(map(int, map(_G[3], draw)))
+    r.d_queued = list(map(int, map(_G[10], draw)))
+    r.d_accept = list(map(float, map(_G[6], draw)))
+    r.d_thr = list(map(float, map(_G[9], draw)))
+    r.p_rank = [x for x, d in zip(rank, dec) if not d]
+    _classify(r, server, ts, windows)
+    return r
+
+
+def _classify(r: Rows, server: str, ts: list[float], tracker) -> None:
+    """`WindowTracker.decode` / `.prefill` over the rows in order: each decode row's gap and
+    prefill count, and the window flags (the tracker ends as after the per-line path)."""
+    cfg = tracker.config
+    last, pre = tracker._last, tracker._prefills
+    gaps, prefills = [], []
+    for d, rk, t in zip(r.dec, r.rank, ts):
+        key = (server, rk)
+        if d:
+            prev = last.get(key)
+            gaps.append(None if prev is None else t - prev)
+            prefills.append(pre.pop(key, 0) if pre else 0)
+            last[key] = t
+        else:
+            pre[key] = pre.get(key, 0) + 1
+    r.d_gap, r.d_prefills = gaps, prefills
+    min_run, max_pre, max_gap = cfg.min_running_requests, cfg.max_prefill_batches, cfg.max_gap
+    r.d_acc_ok = acc = [run >= min_run and p <= max_pre for run, p in zip(r.d_running, prefills)]
+    r.d_thr_ok = [ok and g is not None and g <= max_gap for ok, g in zip(acc, gaps)]
+    r.d_acc = [a if ok else _INF for a, ok in zip(r.d_accept, acc)]
+
+
+def feed(pipeline, server: str, stats, rows: Rows, lines: int, now: float | None) -> None:
+    """The pipeline's per-line work (`Pipeline._take`) for every row of `rows` and `lines` -
+    rows other lines (caller holds the lock)."""
+    n = len(rows.dec)
+    nd = len(rows.dpos)
+    # where the per-line path ticks: after a row whose clock is a second past the last tick
+    cuts, last = [], pipeline._last_tick
+    if now is None:
+        for i, c in enumerate(rows.clock):
+            if c - last >= 1.0:
+                cuts.append(i + 1)
+                last = c
+    elif now - last >= 1.0:
+        cuts.append(1)
+    if not cuts or cuts[-1] != n:
+        cuts.append(n)
+    decode_rules = pipeline._on_decode
+    prefill_rules = set(map(id, pipeline._on_prefill))
+    rules = [r for r in pipeline.rules if r in decode_rules or id(r) in prefill_rules]
+    a = 0
+    clock = rows.clock
+    for b in cuts:
+        _piece(pipeline, server, rows, rules, prefill_rules, a, b)
+        da, db = rows.decodes(a, b)
+        if db > da:
+            stats.last_line["decode"] = clock[rows.dpos[db - 1]]
+        if (b - a) > (db - da):
+            i = b - 1
+            while rows.dec[i]:
+                i -= 1
+            stats.last_line["prefill"] = clock[i]
+        if b < n or (clock[b - 1] - pipeline._last_tick >= 1.0):
+            pipeline.tick(clock[b - 1])
+        a = b
+    _counters(pipeline, server, stats, rows, nd, n - nd)
+    stats.lines["other"] += lines - n
+    if lines > n and now is not None:
+        stats.last_line["other"] = now
+
+
+def _piece(pipeline, server: str, rows: Rows, rules: list, prefill_rules: set, a: int, b: int) -> None:
+    """Rows [a, b): each rule advances in aggregate, the rest goes through its hooks per row."""
+    taken = []  # per rule: (first row it did not take, alerts of the row before it)
+    low = b
+    for rule in rules:
+        k, alerts = rule.advance(server, rows, a, b)
+        taken.append((k, alerts))
+        first = k - 1 if alerts else k
+        if first < low:
+            low = first
+    if low >= b:
+        return
+    cfg = pipeline.windows.config
+    handle, dec, clock = pipeline._handle, rows.dec, rows.clock
+    for i in range(low, b):
+        window = None
+        for rule, (k, alerts) in zip(rules, taken):
+            if i < k:  # taken in aggregate; its alerts (if any) are the last taken row's
+                if alerts and i == k - 1:
+                    handle(alerts, clock[i])
+                continue
+            if dec[i]:
+                if window is None:
+                    window = rows.window(i, cfg)
+                out = rule.on_decode(server, window, clock[i])
+            elif id(rule) in prefill_rules:
+                out = rule.on_prefill(server, rows.batch(i), clock[i])
+            else:
+                continue
+            if out:
+                handle(out, clock[i])
+
+
+def _counters(pipeline, server: str, stats, rows: Rows, nd: int, np_: int) -> None:
+    """Line counters and each rank's batch counts, last decode line and accept len totals."""
+    stats.lines["decode"] += nd
+    stats.lines["prefill"] += np_
+    ranks = pipeline.ranks
+    for rk in dict.fromkeys(rows.rank):  # RankStats made in first-appearance order, as per line
+        if (server, rk) not in ranks:
+            first = rows.batch(rows.rank.index(rk))
+            pipeline._rank(server, first)
+    per_rank: dict[str, list[int]] = {}
+    for j, rk in enumerate(rows.d_rank):
+        per_rank.setdefault(rk, []).append(j)
+    for rk, js in per_rank.items():
+        rs = ranks[(server, rk)]
+        rs.decode_batches += len(js)
+        rs.last_decode = rows.batch(rows.dpos[js[-1]])
+        acc = rows.d_accept
+        s = rs.accept_length_sum
+        for j in js:  # one addition at a time, in line order: the same float sum as per line
+            s += acc[j]
+        rs.accept_length_sum = s
+        rs.accept_length_count += len(js)
+        vals = [acc[j] for j in js]
+        lo, hi = min(vals), max(vals)
+        if lo < rs.accept_length_min:
+            rs.accept_length_min = lo
+        if hi > rs.accept_length_max:
+            rs.accept_length_max = hi
+    for rk, count in Counter(rows.p_rank).items():
+        ranks[(server, rk)].prefill_batches += count

@@ -1,0 +1,130 @@
+"""The catch-up path (`specwatch.catchup`, large reads in columns) decides exactly as the per-line
+path: the same alert transitions (every field), the same rule and window state, the same counters.
+
+Logs with episodes of every decode rule (collapse of all ranks, one rank collapsed, degradation,
+throughput drop, slow drift, idle ranks, prefill-dominated windows, gaps, a time step back) are
+fed through `Pipeline.feed_batch` twice: once with the catch-up path off (every line through
+`parse_line` and the rules' hooks) and once on, with reads of several sizes, in replay (the
+lines' clock) and in `run` (the follower's clock).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import random
+from datetime import datetime, timedelta
+
+import pytest
+
+from specwatch import catchup
+from specwatch.alerting import build_alerting
+from specwatch.config import LogSource, build_config
+from specwatch.pipeline import Pipeline
+from specwatch.sources.filestream import Follower
+
+RULES = {
+    "collapse": {"min_batches": 3},
+    "degradation": {"window": "60s", "for": "60s", "min_window_batches": 10, "baseline_window": "2h",
+                    "min_baseline_batches": 50},
+    "throughput_drop": {"window": "30s", "for": "30s", "baseline_window": "2h", "min_baseline_batches": 30},
+    "drift": {"window": "1h", "bucket": "60s", "min_buckets": 6, "restart_gap": "5m",
+              "min_decline_per_hour": 0.02, "min_total_decline": 0.03, "min_falling_fraction": 0.6},
+    "windows": {"max_gap": "20s"},
+}
+
+
+def scenario(path, seed: int = 3, ms: bool = False) -> int:
+    """A 40-minute log of 8 DP ranks with one episode of each kind; returns its line count."""
+    rnd = random.Random(seed)
+    t = datetime(2026, 3, 1, 10, 0, 0)
+    start = t
+    lines = []
+    stepped = False
+    while t - start < timedelta(minutes=40):
+        t += timedelta(milliseconds=rnd.randint(5, 60))
+        m = (t - start).total_seconds() / 60
+        if 27.0 < m < 27.5:
+            continue  # a gap: every rank's next window is after_gap
+        if 33.0 < m and not stepped:
+            t -= timedelta(seconds=2)  # the clock steps back once
+            stepped = True
+        stamp = t.strftime("%Y-%m-%d %H:%M:%S") + (f".{t.microsecond // 1000:03d}" if ms else "")
+        dp = rnd.randint(0, 7)
+        r = rnd.random()
+        if r < 0.55:
+            al = 2.4 + rnd.random() * 0.8 - (m - 3) * 0.02 * (m > 3 and m < 14)  # drift over 3-14 min
+            thr = 400 + rnd.random() * 800
+            running = rnd.randint(1, 64)
+            if 16 < m < 18.5:
+                al = 1.0 + rnd.random() * 0.06  # every rank collapsed
+            elif 20 < m < 22 and dp == 3:
+                al = 1.02  # one rank collapsed
+            elif 23 < m < 26:
+                al = 1.8 + rnd.random() * 0.2  # degraded
+            if 29 < m < 31:
+                thr *= 0.3  # throughput drop
+            if 35 < m < 36 and dp == 5:
+                running = 0  # an idle rank
+            line = (f"[{stamp} DP{dp} TP{dp}] Decode batch, #running-req: {running}, #token: {rnd.randint(100, 90000)}, "
+                    f"token usage: {rnd.random():.2f}, accept len: {al:.2f}, accept rate: {(al - 1) / 3:.2f}, "
+                    f"cuda graph: True, gen throughput (token/s): {thr:.2f}, #queue-req: {rnd.randint(0, 5)}")
+        elif r < 0.75:
+            line = f'[{stamp}] INFO:     127.0.0.1:{rnd.randint(30000, 60000)} - "POST /v1/chat/completions HTTP/1.1" 200 OK'
+        else:
+            n = 45 if 37 < m < 37.05 else 1  # a burst of prefill lines: prefill-dominated windows
+            for _ in range(n):
+                lines.append(f"[{stamp} DP{dp} TP{dp}] Prefill batch, #new-seq: 1, #new-token: {rnd.randint(10, 4000)}, "
+                             f"#cached-token: {rnd.randint(0, 4000)}, token usage: {rnd.random():.2f}, "
+                             f"#running-req: {rnd.randint(0, 64)}, #queue-req: 0, cuda graph: True, "
+                             f"input throughput (token/s): {rnd.random() * 9000:.2f}")
+            continue
+        lines.append(line)
+    path.write_text("\n".join(lines) + "\n")
+    return len(lines)
+
+
+def run(path, *, fast: bool, chunk: int, clock: bool, monkeypatch) -> dict:
+    monkeypatch.setattr(catchup, "MIN_LINES", 256 if fast else 10 ** 12)
+    cfg = build_config({"rules": RULES}, for_run=False)
+    cfg.logs.append(LogSource(path=str(path), server=cfg.server))
+    dispatcher, _ = build_alerting(cfg, state_dir=None, replay=True, notify=False, slack_dry_run=None)
+    p = Pipeline(cfg, dispatcher, diagnosis_background=False)
+    now = [1.78e9]
+
+    def feed(batch):
+        if clock:
+            now[0] += 0.7  # the follower's clock: one stamp per read
+            p.feed_batch(batch, now=now[0])
+        else:
+            p.feed_batch(batch)
+
+    f = Follower(str(path), on_lines=feed, max_line_bytes=1 << 20, read_chunk_bytes=chunk)
+    while f.poll():
+        pass
+    f.finish()
+    p.flush_errors()
+    return {
+        "alerts": [a.to_dict() for a in dispatcher.history],
+        "state": json.loads(json.dumps(p.to_state(), default=str)),
+        "servers": {s: dataclasses.asdict(st) for s, st in p.servers.items()},
+        "ranks": {f"{k}": dataclasses.asdict(rs) for k, rs in p.ranks.items()},
+        "windows": [list(p.windows._last.items()), list(p.windows._prefills.items())],
+    }
+
+
+@pytest.mark.parametrize("chunk,clock,ms", [(1 << 20, False, False), (1 << 16, False, True), (1 << 18, True, False)])
+def test_catchup_decides_as_per_line(tmp_path, monkeypatch, chunk, clock, ms):
+    log = tmp_path / "server.log"
+    n = scenario(log, ms=ms)
+    slow = run(log, fast=False, chunk=chunk, clock=clock, monkeypatch=monkeypatch)
+    fast = run(log, fast=True, chunk=chunk, clock=clock, monkeypatch=monkeypatch)
+    names = sorted({(a["labels"]["alertname"], a["status"]) for a in slow["alerts"]})
+    if not clock:  # the log's own clock: every episode is there
+        for name in ("AcceptanceCollapse", "RankDisagreement", "AcceptanceDegradation", "ThroughputDrop",
+                     "AcceptanceDrift"):
+            assert (name, "firing") in names, names
+            assert (name, "resolved") in names or name == "AcceptanceDrift", names
+    assert sum(sum(st["lines"].values()) for st in slow["servers"].values()) == n
+    for key in slow:
+        assert fast[key] == slow[key], key
