@@ -55,6 +55,10 @@ class Rows:
                                     else canonical_prefill(g[:3] + g[11:], self.tz))
         return b
 
+    def decode(self, j: int) -> DecodeBatch:
+        """Decode ordinal j as its event."""
+        return self.batch(self.dpos[j])
+
     def window(self, i: int, config) -> Window:
         """Decode row i classified as `WindowTracker.decode` classified it."""
         j = self.dcount[i]

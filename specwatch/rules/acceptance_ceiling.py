@@ -125,6 +125,10 @@ class AcceptanceCeilingRule(Rule):
         return [a for key in list(self.active.keys()) if key.startswith(alert_key(server, ""))
                 for a in self.active.resolve(key, at, ("resolved because", why))]
 
+    def advance(self, server: str, rows, a: int, b: int) -> tuple[int, list[Alert]]:
+        # without a known ceiling for the server on_decode does nothing
+        return (b, []) if not self.config.enabled or self._ceiling.get(server) is None else (a, [])
+
     def on_decode(self, server: str, window: Window, now: float) -> list[Alert]:
         ceiling = self._ceiling.get(server)
         if not self.config.enabled or ceiling is None or not window.acceptance_valid:

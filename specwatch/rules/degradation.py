@@ -18,6 +18,7 @@ rules.collapse.max_accept_length) are left to the collapse rule and are not coun
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Annotated, ClassVar
 
@@ -117,8 +118,28 @@ class DegradationRule(Rule):
 
     def on_decode(self, server: str, window: Window, now: float) -> list[Alert]:
         if self.config.enabled and window.acceptance_valid and window.batch.accept_length > self.collapse_max:
-            return self._observe(server, window.batch)
+            b = window.batch
+            return self._observe(server, b.rank, b.timestamp, b.accept_length, b.running_requests, b, -1)
         return []
+
+    def advance(self, server: str, rows, a: int, b: int) -> tuple[int, list[Alert]]:
+        """Every counted line as `on_decode` takes it, without its event; stops after one that
+        alerts, and before one whose rank fires (its line updates the alert's evidence)."""
+        if not self.config.enabled:
+            return b, []
+        da, db = rows.decodes(a, b)
+        observe, rank, ts, acc, running = self._observe, rows.d_rank, rows.d_ts, rows.d_acc, rows.d_running
+        active, cmax = self.active, self.collapse_max
+        for j in range(da, db):
+            x = acc[j]  # +inf where not acceptance_valid
+            if not cmax < x < math.inf:
+                continue
+            if not active.empty() and alert_key(server, rank[j]) in active:
+                return rows.dpos[j], []
+            alerts = observe(server, rank[j], ts[j], x, running[j], rows, j)
+            if alerts:
+                return rows.dpos[j] + 1, alerts
+        return b, []
 
     def on_event(self, server: str, event: object, now: float) -> list[Alert]:
         if not self.config.enabled:
@@ -171,17 +192,19 @@ class DegradationRule(Rule):
             return learned.mean()
         return None
 
-    def _observe(self, server: str, b: DecodeBatch) -> list[Alert]:
+    def _observe(self, server: str, rank: str, t: float, accept: float, running: int, src, j: int) -> list[Alert]:
+        """One counted line: its rank, timestamp, accept len and running requests; its event is
+        `src` (j < 0) or decode row j of `src` (`catchup.Rows`), built only for an alert."""
         cfg = self.config
-        key = (server, b.rank)
+        key = (server, rank)
         st = self._ranks.get(key)
         if st is None:
             st = self._ranks[key] = _Rank(Recent(cfg.window), Recent(cfg.window))
         akey = st.akey
         if akey is None:
-            akey = st.akey = alert_key(server, b.rank)
-        aged = st.recent.add(b.timestamp, b.accept_length)
-        st.running.add(b.timestamp, b.running_requests)
+            akey = st.akey = alert_key(server, rank)
+        aged = st.recent.add(t, accept)
+        st.running.add(t, running)
         firing = akey in self.active
         if st.low_since is None and not firing and aged:
             pair = self._pair(server)[2]
@@ -199,14 +222,14 @@ class DegradationRule(Rule):
         if not firing and not mean / base < 1 - cfg.max_drop_ratio:
             st.low_since = None  # what drop_transition says in the common, healthy case
             return []
-        action, st.low_since = drop_transition(mean / base, b.timestamp, st.low_since, firing,
+        action, st.low_since = drop_transition(mean / base, t, st.low_since, firing,
                                                max_drop=cfg.max_drop_ratio, recover_drop=cfg.recover_drop_ratio,
                                                hold=cfg.hold)
         if action == "fire":
             base, source = self.baseline(server)
-            return self.active.fire(akey, self._alert(server, b, st, mean, base, source))
+            return self.active.fire(akey, self._alert(server, src if j < 0 else src.decode(j), st, mean, base, source))
         if action == "resolve":
-            return self.active.resolve(akey, b.timestamp, ("recovered mean accept len", fmt(mean)))
+            return self.active.resolve(akey, t, ("recovered mean accept len", fmt(mean)))
         if akey in self.active:
             self.active.get(akey).evidence[:2] = self._evidence(mean, base)
         return []

@@ -106,6 +106,52 @@ class DriftRule(Rule):
             out += self._observe(server, event)
         return out
 
+    def advance(self, server: str, rows, a: int, b: int) -> tuple[int, list[Alert]]:
+        """Lines that neither close a bucket nor follow a restart gap only add to the open
+        bucket of their rank: taken when no line of [a, b) does either."""
+        cfg = self.config
+        da, db = rows.decodes(a, b)
+        if not cfg.enabled or da == db:
+            return b, []
+        ts, ranks = rows.d_ts[da:db], rows.d_rank[da:db]
+        if max(ts) - min(ts) > cfg.restart_gap:
+            return a, []
+        seen = self._last_seen
+        for rank, t in dict(zip(reversed(ranks), reversed(ts))).items():  # each rank's first line
+            last = seen.get((server, rank))
+            if last is not None and t - last > cfg.restart_gap:
+                return a, []
+        cmax = self.collapse_max
+        used = [(rank, t, x) for rank, t, x in zip(ranks, ts, rows.d_acc[da:db]) if cmax < x < math.inf]
+        if used:
+            idx = math.floor(min(u[1] for u in used) / cfg.bucket)
+            if math.floor(max(u[1] for u in used) / cfg.bucket) != idx:
+                return a, []  # a bucket closes: one by one
+            for rank in dict.fromkeys(u[0] for u in used):
+                buckets = self._buckets.get((server, rank))
+                if buckets and buckets[-1][0] != idx:
+                    return a, []
+        for rank, t in dict(zip(ranks, ts)).items():
+            seen[(server, rank)] = t
+        open_: dict[str, list] = {}
+        horizon = idx - cfg.window / cfg.bucket if used else 0
+        for rank, _, x in used:  # as _observe: one addition at a time, in line order
+            last = open_.get(rank)
+            if last is None:
+                buckets = self._buckets.get((server, rank))
+                if buckets is None:
+                    buckets = self._buckets[(server, rank)] = []
+                if not buckets:
+                    buckets.append([idx, x, 1])
+                    open_[rank] = buckets[-1]
+                    continue
+                last = open_[rank] = buckets[-1]
+                while buckets and buckets[0][0] <= horizon:
+                    buckets.pop(0)
+            last[1] += x
+            last[2] += 1
+        return b, []
+
     def _reset(self, keys: list[tuple[str, str]], at: float, why: str) -> list[Alert]:
         out = []
         for k in dict.fromkeys(keys):

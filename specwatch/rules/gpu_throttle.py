@@ -95,6 +95,9 @@ class GpuThrottleRule(ActiveAlertsRule):
             return self._line(server, event, now)
         return []
 
+    def advance(self, server: str, rows, a: int, b: int) -> tuple[int, list[Alert]]:
+        return (b, []) if self._gpu_time is None else (a, [])  # without GPU samples on_decode does nothing
+
     def _throttled_now(self, now: float) -> list[GpuState]:
         if self._gpu_time is None or now - self._gpu_time > GPU_STALE:
             return []

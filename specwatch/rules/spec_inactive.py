@@ -54,6 +54,15 @@ class SpeculationInactiveRule(Rule):
             return self.active.resolve(server, event.timestamp or now, ("speculative_algorithm", "none (settings changed)"))
         return []
 
+    def advance(self, server: str, rows, a: int, b: int) -> tuple[int, list[Alert]]:
+        da, db = rows.decodes(a, b)
+        if not self.config.enabled or not any(rows.d_running[da:db]):
+            return b, []
+        if server in self.active:
+            return a, []  # a line with accept len resolves it: one by one
+        self._plain.pop(server, None)  # canonical lines carry accept len
+        return b, []
+
     def on_decode(self, server: str, window: Window, now: float) -> list[Alert]:
         event = window.batch
         if not self.config.enabled or event.running_requests <= 0:

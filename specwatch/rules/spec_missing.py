@@ -62,9 +62,29 @@ class SpecMetricsMissingRule(Rule):
             return []
         return self.active.resolve(server, now, ("decode line", window.batch.rank or "(single rank)"))
 
+    def advance(self, server: str, rows, a: int, b: int) -> tuple[int, list[Alert]]:
+        if not self.config.enabled:
+            return b, []
+        da, db = rows.decodes(a, b)
+        if da < db and server in self.active:
+            return a, []
+        prefills, streak, dec, clock = self._prefills, self._streak, rows.dec, rows.clock
+        for i in range(a, b):  # on_decode / on_prefill, without the events
+            if dec[i]:
+                if prefills:
+                    prefills.pop(server, None)
+                    streak.pop(server, None)
+            else:
+                self._prefill(server, clock[i])
+        return b, []
+
     def on_prefill(self, server: str, batch: PrefillBatch, now: float) -> list[Alert]:
         if not self.config.enabled:
             return []
+        self._prefill(server, now)
+        return []
+
+    def _prefill(self, server: str, now: float) -> None:
         times = self._prefills.get(server)
         if times is None:
             times = self._prefills[server] = deque()
@@ -72,7 +92,6 @@ class SpecMetricsMissingRule(Rule):
             times.clear()
             self._streak[server] = now
         times.append(now)
-        return []
 
     def on_event(self, server: str, event: object, now: float) -> list[Alert]:
         if self.config.enabled and isinstance(event, ServerArgs):

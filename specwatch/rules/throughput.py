@@ -15,6 +15,7 @@ inhibits this alert by default: it is the cause, and its alert carries the fix.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from itertools import compress
 
 import msgspec
 
@@ -130,34 +131,47 @@ class ThroughputDropRule(Rule):
     def on_decode(self, server: str, window: Window, now: float) -> list[Alert]:
         if not self.config.enabled or not window.throughput_valid:
             return []
-        return self._observe(server, window.batch)
+        b = window.batch
+        return self._observe(server, b.rank, b.timestamp, b.running_requests, b.gen_throughput, b, -1)
+
+    def advance(self, server: str, rows, a: int, b: int) -> tuple[int, list[Alert]]:
+        """Every valid line as `on_decode` takes it, without its event; stops after one that alerts."""
+        if not self.config.enabled:
+            return b, []
+        da, db = rows.decodes(a, b)
+        observe, rank, ts, running, thr = self._observe, rows.d_rank, rows.d_ts, rows.d_running, rows.d_thr
+        for j in compress(range(da, db), rows.d_thr_ok[da:db]):
+            alerts = observe(server, rank[j], ts[j], running[j], thr[j], rows, j)
+            if alerts:
+                return rows.dpos[j] + 1, alerts
+        return b, []
 
     def baseline(self, server: str, rank: str, level: int) -> float | None:
         """Learned gen throughput (token/s) of the rank at that load level, once usable."""
         b = self._baselines.get((server, rank, level))
         return b.mean() if b is not None and b.count >= self.config.min_baseline_batches else None
 
-    def _observe(self, server: str, b: DecodeBatch) -> list[Alert]:
+    def _observe(self, server: str, rank: str, t: float, running: int, thr: float, src, j: int) -> list[Alert]:
+        """One valid line: its rank, timestamp, running requests and gen throughput; its event
+        is `src` (j < 0) or decode row j of `src` (`catchup.Rows`), built only for an alert."""
         cfg = self.config
         if cfg is not self._cached_for:
             self._refresh()
-        key = (server, b.rank)
+        key = (server, rank)
         st = self._ranks.get(key)
         if st is None:
             st = self._ranks[key] = _Rank()
         akey = st.akey
         if akey is None:
-            akey = st.akey = alert_key(server, b.rank)
-        t = b.timestamp
-        running = b.running_requests
+            akey = st.akey = alert_key(server, rank)
         this = load_level(running)
         cur = st.levels.get(this)
         if cur is None:
-            learned = self._baselines.get((server, b.rank, this))  # loaded from the state file, maybe
+            learned = self._baselines.get((server, rank, this))  # loaded from the state file, maybe
             cur = st.levels[this] = _Level(this, len(st.terms), Recent(cfg.window), learned)
             cur.base = self._usable(learned)
             st.terms.append(0.0)
-        aged_here = cur.recent.add(t, b.gen_throughput)
+        aged_here = cur.recent.add(t, thr)
         firing = akey in self.active
         healthy = st.low_since is None and not firing
         terms, n = st.terms, st.n
@@ -174,7 +188,7 @@ class ThroughputDropRule(Rule):
                 learned = lv.learned
                 if learned is None:
                     learned = lv.learned = self._baselines.setdefault(
-                        (server, b.rank, lv.level), Baseline(BASELINE_BUCKET, cfg.baseline_window))
+                        (server, rank, lv.level), Baseline(BASELINE_BUCKET, cfg.baseline_window))
                 for at, thr in aged:
                     learned.add(at, thr)
                 lv.base = self._usable(learned)
@@ -196,7 +210,7 @@ class ThroughputDropRule(Rule):
                                                hold=cfg.hold)
         if action == "fire":
             used = [(lv.recent.sum, lv.count, lv.base) for lv in st.levels.values() if lv.count]
-            return self.active.fire(akey, self._alert(server, b, st, used, ratio))
+            return self.active.fire(akey, self._alert(server, src if j < 0 else src.decode(j), st, used, ratio))
         if action == "resolve":
             return self.active.resolve(akey, t, ("recovered to baseline", f"{ratio:.0%}"))
         return []
