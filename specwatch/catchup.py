@@ -151,8 +151,9 @@ def feed(pipeline, server: str, stats, rows: Rows, lines: int, now: float | None
     rules = [r for r in pipeline.rules if r in decode_rules or id(r) in prefill_rules]
     a = 0
     clock = rows.clock
+    taken: list[tuple[int, list] | None] = [None] * len(rules)
     for b in cuts:
-        _piece(pipeline, server, rows, rules, prefill_rules, a, b)
+        _piece(pipeline, server, rows, rules, prefill_rules, a, b, taken)
         da, db = rows.decodes(a, b)
         if db > da:
             stats.last_line["decode"] = clock[rows.dpos[db - 1]]
@@ -170,13 +171,17 @@ def feed(pipeline, server: str, stats, rows: Rows, lines: int, now: float | None
         stats.last_line["other"] = now
 
 
-def _piece(pipeline, server: str, rows: Rows, rules: list, prefill_rules: set, a: int, b: int) -> None:
-    """Rows [a, b): each rule advances in aggregate, the rest goes through its hooks per row."""
-    taken = []  # per rule: (first row it did not take, alerts of the row before it)
-    low = b
-    for rule in rules:
-        k, alerts = rule.advance(server, rows, a, b)
-        taken.append((k, alerts))
+def _piece(pipeline, server: str, rows: Rows, rules: list, prefill_rules: set, a: int, b: int,
+           taken: list) -> None:
+    """Rows [a, b), between two ticks: each rule advances in aggregate (past b when it may),
+    the rows it did not take go through its hooks one by one. `taken`: per rule, (first row
+    it did not take, alerts of the row before it) of its last `advance`."""
+    low, n = b, len(rows.dec)
+    for x, rule in enumerate(rules):
+        t = taken[x]
+        if t is None or t[0] <= a:
+            t = taken[x] = rule.advance(server, rows, a, n if rule.advance_across_ticks else b)
+        k, alerts = t
         first = k - 1 if alerts else k
         if first < low:
             low = first

@@ -97,6 +97,7 @@ class _Rank:
 @register
 class AcceptanceCeilingRule(Rule):
     name = "acceptance_ceiling"
+    advance_across_ticks = True
     alert_names = (ALERT_NAME,)
     order = 55
 

@@ -327,6 +327,7 @@ class CollapseRule(ActiveAlertsRule):
     """
 
     name = "collapse"
+    advance_across_ticks = True
     alert_names = (ALERT_NAME,)
     order = 0
 

@@ -86,6 +86,7 @@ def path_matches(configured: str | None, actual: object) -> bool:
 @register
 class DegradationRule(Rule):
     name = "degradation"
+    advance_across_ticks = True
     alert_names = (ALERT_NAME,)
     order = 50
 
@@ -124,7 +125,7 @@ class DegradationRule(Rule):
 
     def advance(self, server: str, rows, a: int, b: int) -> tuple[int, list[Alert]]:
         """Every counted line as `on_decode` takes it, without its event; stops after one that
-        alerts, and before one whose rank fires (its line updates the alert's evidence)."""
+        fires, and before a line of a rank that fires (it updates or resolves the alert handed out)."""
         if not self.config.enabled:
             return b, []
         da, db = rows.decodes(a, b)

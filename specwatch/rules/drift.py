@@ -58,6 +58,7 @@ ALERT_NAME = "AcceptanceDrift"
 @register
 class DriftRule(Rule):
     name = "drift"
+    advance_across_ticks = True
     alert_names = (ALERT_NAME,)
     order = 60
 
@@ -108,36 +109,50 @@ class DriftRule(Rule):
 
     def advance(self, server: str, rows, a: int, b: int) -> tuple[int, list[Alert]]:
         """Lines that neither close a bucket nor follow a restart gap only add to the open
-        bucket of their rank: taken when no line of [a, b) does either."""
+        bucket of their rank: taken up to the first line that does either."""
         cfg = self.config
         da, db = rows.decodes(a, b)
         if not cfg.enabled or da == db:
             return b, []
-        ts, ranks = rows.d_ts[da:db], rows.d_rank[da:db]
-        if max(ts) - min(ts) > cfg.restart_gap:
-            return a, []
+        ts, ranks, acc = rows.d_ts, rows.d_rank, rows.d_acc
+        cmax, width, gap = self.collapse_max, cfg.bucket, cfg.restart_gap
+        used = [k for k in range(da, db) if cmax < acc[k] < math.inf]
+        cut = db
+        idx = math.floor(ts[used[0]] / width) if used else 0
+        for k in used:
+            if math.floor(ts[k] / width) != idx:
+                cut = k  # closes a bucket
+                break
+        for rank, k in dict(zip(reversed([ranks[k] for k in used]), reversed(used))).items():
+            buckets = self._buckets.get((server, rank))
+            if buckets and buckets[-1][0] != idx and k < cut:
+                cut = k  # the rank's first line closes its bucket
         seen = self._last_seen
-        for rank, t in dict(zip(reversed(ranks), reversed(ts))).items():  # each rank's first line
-            last = seen.get((server, rank))
-            if last is not None and t - last > cfg.restart_gap:
-                return a, []
-        cmax = self.collapse_max
-        used = [(rank, t, x) for rank, t, x in zip(ranks, ts, rows.d_acc[da:db]) if cmax < x < math.inf]
-        if used:
-            idx = math.floor(min(u[1] for u in used) / cfg.bucket)
-            if math.floor(max(u[1] for u in used) / cfg.bucket) != idx:
-                return a, []  # a bucket closes: one by one
-            for rank in dict.fromkeys(u[0] for u in used):
-                buckets = self._buckets.get((server, rank))
-                if buckets and buckets[-1][0] != idx:
-                    return a, []
-        for rank, t in dict(zip(ranks, ts)).items():
+        if cut > da and max(ts[da:cut]) - min(ts[da:cut]) > gap:
+            last: dict[str, float] = {}
+            for k in range(da, cut):
+                prev = last.get(ranks[k], seen.get((server, ranks[k])))
+                if prev is not None and ts[k] - prev > gap:
+                    cut = k
+                    break
+                last[ranks[k]] = ts[k]
+        else:
+            for rank, k in dict(zip(reversed(ranks[da:cut]), reversed(range(da, cut)))).items():
+                prev = seen.get((server, rank))
+                if prev is not None and ts[k] - prev > gap and k < cut:
+                    cut = k  # the rank's first line follows a restart gap
+        if cut == da:
+            return rows.dpos[da], []
+        for rank, t in dict(zip(ranks[da:cut], ts[da:cut])).items():
             seen[(server, rank)] = t
         open_: dict[str, list] = {}
-        horizon = idx - cfg.window / cfg.bucket if used else 0
-        for rank, _, x in used:  # as _observe: one addition at a time, in line order
-            last = open_.get(rank)
-            if last is None:
+        horizon = idx - cfg.window / width
+        for k in used:  # as _observe: one addition at a time, in line order
+            if k >= cut:
+                break
+            rank, x = ranks[k], acc[k]
+            last_bucket = open_.get(rank)
+            if last_bucket is None:
                 buckets = self._buckets.get((server, rank))
                 if buckets is None:
                     buckets = self._buckets[(server, rank)] = []
@@ -145,12 +160,12 @@ class DriftRule(Rule):
                     buckets.append([idx, x, 1])
                     open_[rank] = buckets[-1]
                     continue
-                last = open_[rank] = buckets[-1]
+                last_bucket = open_[rank] = buckets[-1]
                 while buckets and buckets[0][0] <= horizon:
                     buckets.pop(0)
-            last[1] += x
-            last[2] += 1
-        return b, []
+            last_bucket[1] += x
+            last_bucket[2] += 1
+        return (b if cut == db else rows.dpos[cut]), []
 
     def _reset(self, keys: list[tuple[str, str]], at: float, why: str) -> list[Alert]:
         out = []

@@ -63,6 +63,7 @@ GPU_STALE = 60.0  # seconds after which the last GpuSample says nothing about no
 @register
 class GpuThrottleRule(ActiveAlertsRule):
     name = "gpu_throttle"
+    advance_across_ticks = True
     alert_names = (ALERT_NAME,)
     order = 40
 

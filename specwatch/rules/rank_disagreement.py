@@ -47,6 +47,7 @@ NAMED_MAX = 3  # other collapsed ranks named in a summary
 @register
 class RankDisagreementRule(Rule):
     name = "rank_disagreement"
+    advance_across_ticks = True
     alert_names = (ALERT_NAME,)
     order = 100
 

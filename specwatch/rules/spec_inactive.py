@@ -32,6 +32,7 @@ ALERT_NAME = "SpeculationInactive"
 @register
 class SpeculationInactiveRule(Rule):
     name = "speculation_inactive"
+    advance_across_ticks = True
     alert_names = (ALERT_NAME,)
     order = 70
 

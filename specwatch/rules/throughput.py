@@ -90,6 +90,7 @@ class _Rank:
 @register
 class ThroughputDropRule(Rule):
     name = "throughput_drop"
+    advance_across_ticks = True
     alert_names = (ALERT_NAME,)
 
     order = 90
@@ -135,12 +136,16 @@ class ThroughputDropRule(Rule):
         return self._observe(server, b.rank, b.timestamp, b.running_requests, b.gen_throughput, b, -1)
 
     def advance(self, server: str, rows, a: int, b: int) -> tuple[int, list[Alert]]:
-        """Every valid line as `on_decode` takes it, without its event; stops after one that alerts."""
+        """Every valid line as `on_decode` takes it, without its event; stops after one that
+        fires, and before a line of a rank that fires (it may resolve the alert handed out)."""
         if not self.config.enabled:
             return b, []
         da, db = rows.decodes(a, b)
         observe, rank, ts, running, thr = self._observe, rows.d_rank, rows.d_ts, rows.d_running, rows.d_thr
+        active = self.active
         for j in compress(range(da, db), rows.d_thr_ok[da:db]):
+            if not active.empty() and alert_key(server, rank[j]) in active:
+                return rows.dpos[j], []
             alerts = observe(server, rank[j], ts[j], running[j], thr[j], rows, j)
             if alerts:
                 return rows.dpos[j] + 1, alerts
