@@ -39,12 +39,13 @@ class Rows:
     `dpos[j]`: the row of decode ordinal j, `dcount[i]`: decode rows before row i): `d_ts`
     (timestamp, s), `d_rank`, `d_running`, `d_queued`, `d_accept`, `d_thr` (token/s), and the
     `Window` flags `d_acc_ok` (`acceptance_valid`), `d_thr_ok` (`throughput_valid`); `d_acc` is
-    the accept len where acceptance_valid, else +inf (so `min` over a slice reads the valid ones).
+    the accept len where acceptance_valid, else +inf (so `min` over a slice reads the valid ones);
+    `d_code`: the rank as a number (first seen, first numbered).
     """
 
     __slots__ = ("server", "tz", "raw", "dec", "clock", "rank", "dpos", "dcount", "d_ts", "d_rank", "d_running",
                  "d_queued", "d_accept", "d_thr", "d_acc_ok", "d_thr_ok", "d_acc", "d_gap", "d_prefills",
-                 "p_rank", "_batches")
+                 "p_rank", "_batches", "d_code", "_arrays")
 
     def batch(self, i: int) -> DecodeBatch | PrefillBatch:
         """Row i as the event the per-line parser makes of it (built once, on demand)."""
@@ -54,6 +55,15 @@ class Rows:
             b = self._batches[i] = (canonical_decode(g[:11], self.tz) if self.dec[i]
                                     else canonical_prefill(g[:3] + g[11:], self.tz))
         return b
+
+    def array(self, name: str):
+        """Decode column `name` (d_ts, d_acc, d_running, d_thr, d_code) as a numpy array (made once)."""
+        a = self._arrays.get(name)
+        if a is None:
+            import numpy as np
+
+            a = self._arrays[name] = np.array(getattr(self, name), dtype=float if name != "d_code" else int)
+        return a
 
     def decode(self, j: int) -> DecodeBatch:
         """Decode ordinal j as its event."""
@@ -87,7 +97,7 @@ def read(text: str, server: str, tz, windows, now: float | None) -> Rows | None:
     except ValueError:
         return None  # an impossible date: the general parser says why
     r = Rows()
-    r.server, r.tz, r.raw, r._batches = server, tz, raw, {}
+    r.server, r.tz, r.raw, r._batches, r._arrays = server, tz, raw, {}, {}
     ts = list(map(seconds.__getitem__, map(_G[0], raw)))
     if any(map(_G[1], raw)):  # SGLANG_LOG_MS: milliseconds, as `_timestamp` adds them
         ts = [t + int(f) / 10 ** len(f) if f else t for t, f in zip(ts, map(_G[1], raw))]
@@ -104,6 +114,7 @@ def read(text: str, server: str, tz, windows, now: float | None) -> Rows | None:
     r.d_accept = list(map(float, map(_G[6], draw)))
     r.d_thr = list(map(float, map(_G[9], draw)))
     r.p_rank = [x for x, d in zip(rank, dec) if not d]
+    r.d_code = list(map({x: i for i, x in enumerate(dict.fromkeys(r.d_rank))}.__getitem__, r.d_rank))
     _classify(r, server, ts, windows)
     return r
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import random
+from collections import deque
 from datetime import datetime, timedelta
 
 import pytest
@@ -84,6 +85,30 @@ def scenario(path, seed: int = 3, ms: bool = False) -> int:
     return len(lines)
 
 
+SKIP = {"config", "last_lines", "log_paths", "path_exists", "diagnoser"}  # references to what the rule was given
+
+
+def dump(x, seen=()):
+    """Everything a rule holds, exactly: floats by repr, containers in order, objects by their
+    attributes (a config or callable it was given aside); a numpy scalar shows as such."""
+    if type(x) is float:
+        return ["float", repr(x)]
+    if x is None or type(x) in (str, int, bool):
+        return x
+    if id(x) in seen:
+        return "<cycle>"
+    seen = seen + (id(x),)
+    if isinstance(x, dict):
+        return ["dict", [[dump(k, seen), dump(v, seen)] for k, v in x.items()]]
+    if isinstance(x, (list, tuple, deque)):
+        return [type(x).__name__, [dump(v, seen) for v in x]]
+    names = list(getattr(x, "__dict__", {})) or [n for c in type(x).__mro__ for n in getattr(c, "__slots__", ())]
+    if names and not callable(x):
+        return [type(x).__name__, {n: dump(getattr(x, n, None), seen) for n in names
+                                   if n not in SKIP and not n.endswith("_for") and not callable(getattr(x, n, None))}]
+    return [type(x).__module__ + "." + type(x).__name__, repr(x)]
+
+
 def run(path, *, fast: bool, chunk: int, clock: bool, monkeypatch) -> dict:
     monkeypatch.setattr(catchup, "MIN_LINES", 256 if fast else 10 ** 12)
     cfg = build_config({"rules": RULES}, for_run=False)
@@ -110,6 +135,7 @@ def run(path, *, fast: bool, chunk: int, clock: bool, monkeypatch) -> dict:
         "servers": {s: dataclasses.asdict(st) for s, st in p.servers.items()},
         "ranks": {f"{k}": dataclasses.asdict(rs) for k, rs in p.ranks.items()},
         "windows": [list(p.windows._last.items()), list(p.windows._prefills.items())],
+        "rules": {r.name: dump(r) for r in p.rules},
     }
 
 
