@@ -2,7 +2,8 @@
 
 The results are those of feeding the samples one by one, bit for bit: sums are built with
 `numpy.cumsum` over the same additions and subtractions in the same order (an accumulate is a
-left-to-right loop of IEEE additions, as Python's `+=` is). numpy is imported here only, and
+left-to-right loop of IEEE additions, as Python's `+=` is), starting again from 0.0 where a
+prune empties the window, as `Recent.prune` does. numpy is imported here only, and
 only the catch-up path of a large read imports this module, so the daemon's idle RSS is unchanged.
 """
 
@@ -24,9 +25,14 @@ class Steps:
     __slots__ = ("sums", "counts", "pruned", "old", "t", "v", "aged_rows")
 
 
-def recent_steps(recent: Recent, t: np.ndarray, v: np.ndarray) -> Steps | None:
-    """`recent.add` over the new samples (t, v), without changing `recent`; None when the times
-    (old and new together) are not in order: then pruning is not a search."""
+def recent_steps(recent: Recent, rows_t: np.ndarray, v: np.ndarray, at: np.ndarray | None = None) -> Steps | None:
+    """`recent` over rows at times `rows_t`: at row `at[i]` (every row when None) `add(t, v[i])`,
+    at the others `prune(t)`; without changing `recent`. Arrays are per row. None when the
+    times (old samples and rows together) are not in order: then pruning is not a search."""
+    m = len(rows_t)
+    if at is None:
+        at = np.arange(m)
+    t = rows_t[at]
     old = recent.samples
     n0 = len(old)
     if n0:
@@ -35,36 +41,49 @@ def recent_steps(recent: Recent, t: np.ndarray, v: np.ndarray) -> Steps | None:
         all_t, all_v = np.concatenate((ot, t)), np.concatenate((ov, v))
     else:
         all_t, all_v = t, v
-    if len(all_t) > 1 and not (all_t[1:] >= all_t[:-1]).all():
+    if n0 and (m and ot[-1] > rows_t[0] or n0 > 1 and not (ot[1:] >= ot[:-1]).all()):
         return None
-    m = len(t)
-    # samples pruned by the add of row i: those with time <= t[i] - span, never the new one
-    pruned = np.minimum(np.searchsorted(all_t, t - recent.span, side="right"), np.arange(n0, n0 + m))
-    pruned = np.maximum.accumulate(pruned) if m else pruned
-    before = np.concatenate(([0], pruned[:-1])) if m else pruned
-    # the operations on the running sum, in order: + v[i], then - each sample aged at row i
-    n_ops = m + int(pruned[-1]) if m else 0
-    ops = np.empty(n_ops)
-    add_at = np.arange(m) + before
-    ops[add_at] = v
-    k = np.arange(int(pruned[-1]) if m else 0)
-    row_of_k = np.searchsorted(pruned, k, side="right")  # first row whose prune passes k
-    ops[row_of_k + 1 + k] = -all_v[k]
-    cs = np.cumsum(np.concatenate(([recent.sum], ops)))
+    if m > 1 and not (rows_t[1:] >= rows_t[:-1]).all():
+        return None
+    added = np.searchsorted(at, np.arange(m), side="right")  # new samples added by the end of each row
+    # samples pruned by the end of each row: those with time <= t - span (never one not added yet)
+    pruned = np.minimum(np.searchsorted(all_t, rows_t - recent.span, side="right"), n0 + added)
+    total = int(pruned[-1]) if m else 0
+    # the operations on the running sum, in order: + v[i] at its row, then - each sample aged there
+    ops = np.empty(len(at) + total)
+    prev_added = np.concatenate(([0], added[:-1]))
+    prev_pruned = np.concatenate(([0], pruned[:-1]))
+    ops[(prev_added + prev_pruned)[at]] = v
+    k = np.arange(total)
+    aged_rows = np.searchsorted(pruned, k, side="right")  # first row whose prune passes sample k
+    ops[added[aged_rows] + k] = -all_v[k]
+    ends, counts = added + pruned, n0 + added - pruned
+    # a prune that empties the window sets its sum to 0.0 exactly: the sum starts again there
+    cs = np.empty(len(ops) + 1)
+    cs[0] = start_sum = recent.sum
+    start = 0
+    for z in np.flatnonzero(counts == 0).tolist():
+        end = int(ends[z])
+        if end > start:
+            cs[start + 1:end + 1] = np.cumsum(np.concatenate(([start_sum], ops[start:end])))[1:]
+        cs[end], start_sum, start = 0.0, 0.0, end
+    if start < len(ops):
+        cs[start + 1:] = np.cumsum(np.concatenate(([start_sum], ops[start:])))[1:]
     st = Steps()
-    st.sums = cs[add_at + 1 + (pruned - before)]
-    st.counts = n0 + np.arange(1, m + 1) - pruned
+    st.sums = cs[ends]
+    st.counts = counts
     st.pruned = pruned
     st.old, st.t, st.v = n0, all_t, all_v
-    st.aged_rows = row_of_k
+    st.aged_rows = aged_rows
     return st
 
 
 def apply_recent(recent: Recent, steps: Steps, new: list[tuple]) -> None:
     """Make `recent` what the adds of `new` (its samples, as (t, value) tuples) left it."""
-    p = int(steps.pruned[-1])
+    p = int(steps.pruned[-1]) if len(steps.pruned) else 0
     recent.samples = deque(islice(chain(recent.samples, new), p, None))
-    recent._sum = float(steps.sums[-1])
+    if len(steps.sums):
+        recent._sum = float(steps.sums[-1])
 
 
 def baseline_steps(base: Baseline, t: np.ndarray, v: np.ndarray) -> tuple | None:

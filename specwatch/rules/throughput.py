@@ -45,6 +45,7 @@ class ThroughputDropConfig(Section):
 
 ALERT_NAME = "ThroughputDrop"
 BASELINE_BUCKET = 300.0  # seconds per learned-baseline bucket
+COLUMNS_MIN = 512  # catch-up: fewer decode lines than this go one by one
 
 
 def load_level(running: int) -> int:
@@ -141,6 +142,12 @@ class ThroughputDropRule(Rule):
         if not self.config.enabled:
             return b, []
         da, db = rows.decodes(a, b)
+        if db - da >= COLUMNS_MIN:
+            upto = self._columns(server, rows, da, db)
+            if upto == db:
+                return b, []
+            if upto is not None:
+                da = upto  # the rest one line at a time: one of them alerts
         observe, rank, ts, running, thr = self._observe, rows.d_rank, rows.d_ts, rows.d_running, rows.d_thr
         active = self.active
         for j in compress(range(da, db), rows.d_thr_ok[da:db]):
@@ -150,6 +157,106 @@ class ThroughputDropRule(Rule):
             if alerts:
                 return rows.dpos[j] + 1, alerts
         return b, []
+
+    def _columns(self, server: str, rows, da: int, db: int) -> int | None:
+        """Decode rows [da, db) at C speed while none of them can alert (`rules/columns.py`):
+        the decode ordinal up to which they were taken (db: all), None when they cannot be (a
+        rank fires or is below its baseline, times out of order, old buckets would leave)."""
+        import numpy as np
+
+        from specwatch.rules import columns
+
+        cfg = self.config
+        if cfg is not self._cached_for:
+            self._refresh()
+        if not self.active.empty():
+            return None
+        valid = np.flatnonzero(np.array(rows.d_thr_ok[da:db], dtype=bool)) + da  # decode ordinals
+        if not len(valid):
+            return db
+        codes = rows.array("d_code")[valid]
+        t_all, thr_all = rows.array("d_ts")[valid], rows.array("d_thr")[valid]
+        level_all = np.maximum(rows.array("d_running")[valid], 1).astype(np.int64)
+        level_all = np.frexp(level_all.astype(float))[1]  # bit_length, exactly for these integers
+        n_rows = len(valid)
+        low = np.zeros(n_rows, bool)
+        uniq, first = np.unique(codes, return_index=True)
+        plans = []
+        thr_low = 1 - cfg.max_drop_ratio
+        for code in uniq[np.argsort(first)]:
+            pos = np.flatnonzero(codes == code)
+            rank = rows.d_rank[valid[pos[0]]]
+            st = self._ranks.get((server, rank))
+            if st is not None and st.low_since is not None:
+                return None
+            t, lev = t_all[pos], level_all[pos]
+            existing = list(st.levels.values()) if st is not None else []
+            known = {lv.level for lv in existing}
+            new_levels = [int(x) for x in dict.fromkeys(lev.tolist()) if x not in known]
+            total = np.zeros(len(pos))
+            n = np.zeros(len(pos), np.int64)
+            level_plans = []
+            for level in [lv.level for lv in existing] + new_levels:
+                lv = st.levels.get(level) if st is not None else None
+                recent = lv.recent if lv is not None else Recent(cfg.window)
+                learned = lv.learned if lv is not None else self._baselines.get((server, rank, level))
+                at = np.flatnonzero(lev == level)
+                w = columns.recent_steps(recent, t, thr_all[pos][at], at)
+                if w is None:
+                    return None
+                k = int(w.pruned[-1])
+                probe = learned if learned is not None else Baseline(BASELINE_BUCKET, cfg.baseline_window)
+                learning = columns.baseline_steps(probe, w.t[:k], w.v[:k])
+                if learning is None:
+                    return None
+                lsum = np.concatenate(([probe._sum], learning[0]))[w.pruned]
+                lcnt = probe.count + w.pruned
+                base = np.where(lcnt >= cfg.min_baseline_batches, lsum / np.maximum(lcnt, 1), 0.0)
+                # as per line: no lines count while the level has no baseline (None or 0.0), and a
+                # new level counts from its first line on
+                exists = np.arange(len(pos)) >= at[0] if lv is None else np.ones(len(pos), bool)
+                count = np.where(exists & (base != 0.0), w.counts, 0)
+                with np.errstate(invalid="ignore", divide="ignore"):
+                    term = np.where(count > 0, w.sums / base, 0.0)
+                total = total + term
+                n = n + count
+                level_plans.append((level, lv, at, w, learned, probe, learning, k))
+            with np.errstate(invalid="ignore", divide="ignore"):
+                low[pos] = (n >= cfg.min_window_batches) & (total / n < thr_low)
+            plans.append((rank, st, pos, level_plans, total, n))
+        if low.any():
+            stop = int(valid[int(np.argmax(low))])  # the first line below: one by one from there
+            return stop if stop == int(valid[0]) else self._columns(server, rows, da, stop)
+        # new baselines in the order their first lines aged out (levels in their order), as per line
+        born = sorted(((int(pos[plan[3].aged_rows[0]]), x), rank, plan[0], plan[5])
+                      for rank, st, pos, level_plans, _, _ in plans
+                      for x, plan in enumerate(level_plans) if plan[7] and plan[4] is None)
+        for _, rank, level, probe in born:
+            self._baselines.setdefault((server, rank, level), probe)
+        for rank, st, pos, level_plans, total, n in plans:
+            if st is None:
+                st = self._ranks[(server, rank)] = _Rank()
+            if st.akey is None:
+                st.akey = alert_key(server, rank)
+            js = valid[pos].tolist()
+            for level, lv, at, w, learned, probe, learning, k in level_plans:
+                if lv is None:
+                    lv = st.levels[level] = _Level(level, len(st.terms), Recent(cfg.window), learned)
+                    lv.base = self._usable(learned)
+                    st.terms.append(0.0)
+                new = [(rows.d_ts[js[i]], rows.d_thr[js[i]]) for i in at.tolist()]
+                columns.apply_recent(lv.recent, w, new)
+                if k:
+                    if lv.learned is None:
+                        lv.learned = self._baselines.setdefault((server, rank, level), probe)
+                    columns.apply_baseline(lv.learned, learning)
+                    lv.base = self._usable(lv.learned)
+                base = lv.base
+                count = len(lv.recent.samples) if base else 0
+                st.n += count - lv.count
+                lv.count = count
+                st.terms[lv.index] = lv.recent.sum / base if count else 0.0
+        return db
 
     def baseline(self, server: str, rank: str, level: int) -> float | None:
         """Learned gen throughput (token/s) of the rank at that load level, once usable."""
@@ -206,7 +313,10 @@ class ThroughputDropRule(Rule):
         st.n = n
         if n < cfg.min_window_batches:
             return []
-        ratio = sum(st.terms) / n
+        ratio = 0.0
+        for term in st.terms:  # one addition at a time, in level order (catch-up sums the same way)
+            ratio += term
+        ratio /= n
         if not firing and not ratio < 1 - cfg.max_drop_ratio:
             st.low_since = None  # what drop_transition says in the common, healthy case
             return []
