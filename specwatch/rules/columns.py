@@ -32,22 +32,32 @@ def recent_steps(recent: Recent, rows_t: np.ndarray, v: np.ndarray, at: np.ndarr
     m = len(rows_t)
     if at is None:
         at = np.arange(m)
+    if m > 1 and not (rows_t[1:] >= rows_t[:-1]).all():
+        return None
     t = rows_t[at]
     old = recent.samples
     n0 = len(old)
-    if n0:
-        ot = np.fromiter((s[0] for s in old), float, n0)
-        ov = np.fromiter((s[1] for s in old), float, n0)
-        all_t, all_v = np.concatenate((ot, t)), np.concatenate((ov, v))
-    else:
-        all_t, all_v = t, v
-    if n0 and (m and ot[-1] > rows_t[0] or n0 > 1 and not (ot[1:] >= ot[:-1]).all()):
-        return None
-    if m > 1 and not (rows_t[1:] >= rows_t[:-1]).all():
+    # only the old samples at the front that may age out by the last row are read
+    limit = float(rows_t[-1]) - recent.span if m else -np.inf
+    front_t, front_v = [], []
+    for s in old:
+        if s[0] > limit:
+            break
+        front_t.append(s[0])
+        front_v.append(s[1])
+    nf = len(front_t)
+    ft, fv = np.array(front_t, dtype=float), np.array(front_v, dtype=float)
+    if nf > 1 and not (ft[1:] >= ft[:-1]).all():
         return None
     added = np.searchsorted(at, np.arange(m), side="right")  # new samples added by the end of each row
+    if nf < n0:  # an old sample stays: the front stops there, no new sample ages out
+        all_t, all_v, cap = ft, fv, nf
+    else:
+        if nf and len(t) and ft[-1] > t[0]:
+            return None
+        all_t, all_v, cap = np.concatenate((ft, t)), np.concatenate((fv, v)), n0 + added
     # samples pruned by the end of each row: those with time <= t - span (never one not added yet)
-    pruned = np.minimum(np.searchsorted(all_t, rows_t - recent.span, side="right"), n0 + added)
+    pruned = np.minimum(np.searchsorted(all_t, rows_t - recent.span, side="right"), cap)
     total = int(pruned[-1]) if m else 0
     # the operations on the running sum, in order: + v[i] at its row, then - each sample aged there
     ops = np.empty(len(at) + total)
