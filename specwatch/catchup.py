@@ -45,7 +45,7 @@ class Rows:
 
     __slots__ = ("server", "tz", "raw", "dec", "clock", "rank", "dpos", "dcount", "d_ts", "d_rank", "d_running",
                  "d_queued", "d_accept", "d_thr", "d_acc_ok", "d_thr_ok", "d_acc", "d_gap", "d_prefills",
-                 "p_rank", "_batches", "d_code", "_arrays")
+                 "p_rank", "ppos", "_batches", "d_code", "_arrays")
 
     def batch(self, i: int) -> DecodeBatch | PrefillBatch:
         """Row i as the event the per-line parser makes of it (built once, on demand)."""
@@ -81,6 +81,10 @@ class Rows:
         """Decode ordinals [da, db) of rows [a, b)."""
         return self.dcount[a], self.dcount[b]
 
+    def prefills(self, a: int, b: int) -> list[int]:
+        """The prefill rows among rows [a, b)."""
+        return self.ppos[a - self.dcount[a]:b - self.dcount[b]]
+
 
 def read(text: str, server: str, tz, windows, now: float | None) -> Rows | None:
     """The read `text` (lines each ending in "\\n") as Rows, classifying its decode lines in
@@ -114,6 +118,7 @@ def read(text: str, server: str, tz, windows, now: float | None) -> Rows | None:
     r.d_accept = list(map(float, map(_G[6], draw)))
     r.d_thr = list(map(float, map(_G[9], draw)))
     r.p_rank = [x for x, d in zip(rank, dec) if not d]
+    r.ppos = [i for i, d in enumerate(dec) if not d]
     r.d_code = list(map({x: i for i, x in enumerate(dict.fromkeys(r.d_rank))}.__getitem__, r.d_rank))
     _classify(r, server, ts, windows)
     return r

@@ -9,12 +9,17 @@ only the catch-up path of a large read imports this module, so the daemon's idle
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections import deque
 from itertools import chain, islice
+from operator import itemgetter
 
 import numpy as np
 
 from specwatch.rules.stats import Baseline, Recent
+
+
+_time = itemgetter(0)
 
 
 class Steps:
@@ -37,17 +42,13 @@ def recent_steps(recent: Recent, rows_t: np.ndarray, v: np.ndarray, at: np.ndarr
     t = rows_t[at]
     old = recent.samples
     n0 = len(old)
-    # only the old samples at the front that may age out by the last row are read
+    # only the old samples at the front that may age out by the last row are read: found by
+    # bisection, then checked (in order, at or before the limit, the next one after it)
     limit = float(rows_t[-1]) - recent.span if m else -np.inf
-    front_t, front_v = [], []
-    for s in old:
-        if s[0] > limit:
-            break
-        front_t.append(s[0])
-        front_v.append(s[1])
-    nf = len(front_t)
-    ft, fv = np.array(front_t, dtype=float), np.array(front_v, dtype=float)
-    if nf > 1 and not (ft[1:] >= ft[:-1]).all():
+    nf = bisect_right(old, limit, key=_time)
+    front = np.fromiter(chain.from_iterable(islice(old, nf)), float, 2 * nf).reshape(nf, 2)
+    ft, fv = front[:, 0], front[:, 1]
+    if nf and (ft[-1] > limit or nf > 1 and not (ft[1:] >= ft[:-1]).all()) or nf < n0 and old[nf][0] <= limit:
         return None
     added = np.searchsorted(at, np.arange(m), side="right")  # new samples added by the end of each row
     if nf < n0:  # an old sample stays: the front stops there, no new sample ages out

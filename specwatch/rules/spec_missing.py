@@ -68,14 +68,15 @@ class SpecMetricsMissingRule(Rule):
         da, db = rows.decodes(a, b)
         if da < db and server in self.active:
             return a, []
-        prefills, streak, dec, clock = self._prefills, self._streak, rows.dec, rows.clock
-        for i in range(a, b):  # on_decode / on_prefill, without the events
-            if dec[i]:
-                if prefills:
-                    prefills.pop(server, None)
-                    streak.pop(server, None)
-            else:
+        prefills, streak, clock = self._prefills, self._streak, rows.clock
+        prev = a
+        for i in rows.prefills(a, b) + [b]:  # on_decode / on_prefill, without the events
+            if i > prev and prefills:  # decode lines since the last prefill line: one pop does
+                prefills.pop(server, None)
+                streak.pop(server, None)
+            if i < b:
                 self._prefill(server, clock[i])
+            prev = i + 1
         return b, []
 
     def on_prefill(self, server: str, batch: PrefillBatch, now: float) -> list[Alert]:
