@@ -301,8 +301,8 @@ class DegradationRule(Rule):
             learned = self._baselines.get(pair)
             if learned is None:
                 learned = self._baselines[pair] = Baseline(BASELINE_BUCKET, cfg.baseline_window)
-            for t, v in aged:
-                learned.add(t, v)
+            for at, v in aged:
+                learned.add(at, v)
         if len(st.recent) < cfg.min_window_batches:
             return []
         base = self._base(server)

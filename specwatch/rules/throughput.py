@@ -301,8 +301,8 @@ class ThroughputDropRule(Rule):
                 if learned is None:
                     learned = lv.learned = self._baselines.setdefault(
                         (server, rank, lv.level), Baseline(BASELINE_BUCKET, cfg.baseline_window))
-                for at, thr in aged:
-                    learned.add(at, thr)
+                for at, v in aged:
+                    learned.add(at, v)
                 lv.base = self._usable(learned)
             # this level's lines changed: its share of the window average
             base = lv.base
