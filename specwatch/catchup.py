@@ -233,24 +233,23 @@ def _counters(pipeline, server: str, stats, rows: Rows, nd: int, np_: int) -> No
         if (server, rk) not in ranks:
             first = rows.batch(rows.rank.index(rk))
             pipeline._rank(server, first)
-    per_rank: dict[str, list[int]] = {}
-    for j, rk in enumerate(rows.d_rank):
-        per_rank.setdefault(rk, []).append(j)
-    for rk, js in per_rank.items():
-        rs = ranks[(server, rk)]
-        rs.decode_batches += len(js)
-        rs.last_decode = rows.batch(rows.dpos[js[-1]])
-        acc = rows.d_accept
-        s = rs.accept_length_sum
-        for j in js:  # one addition at a time, in line order: the same float sum as per line
-            s += acc[j]
-        rs.accept_length_sum = s
-        rs.accept_length_count += len(js)
-        vals = [acc[j] for j in js]
-        lo, hi = min(vals), max(vals)
-        if lo < rs.accept_length_min:
-            rs.accept_length_min = lo
-        if hi > rs.accept_length_max:
-            rs.accept_length_max = hi
+    if nd:
+        import numpy as np
+
+        codes, acc = rows.array("d_code"), np.array(rows.d_accept)
+        for code, rk in enumerate(dict.fromkeys(rows.d_rank)):  # d_code numbers ranks in this order
+            js = np.flatnonzero(codes == code)
+            vals = acc[js]
+            rs = ranks[(server, rk)]
+            rs.decode_batches += len(js)
+            rs.last_decode = rows.decode(int(js[-1]))
+            # one addition at a time, in line order (an accumulate): the same float sum as per line
+            rs.accept_length_sum = float(np.cumsum(np.concatenate(([rs.accept_length_sum], vals)))[-1])
+            rs.accept_length_count += len(js)
+            lo, hi = float(vals.min()), float(vals.max())
+            if lo < rs.accept_length_min:
+                rs.accept_length_min = lo
+            if hi > rs.accept_length_max:
+                rs.accept_length_max = hi
     for rk, count in Counter(rows.p_rank).items():
         ranks[(server, rk)].prefill_batches += count

@@ -116,13 +116,18 @@ class DriftRule(Rule):
             return b, []
         ts, ranks, acc = rows.d_ts, rows.d_rank, rows.d_acc
         cmax, width, gap = self.collapse_max, cfg.bucket, cfg.restart_gap
-        used = [k for k in range(da, db) if cmax < acc[k] < math.inf]
-        cut = db
-        idx = math.floor(ts[used[0]] / width) if used else 0
-        for k in used:
-            if math.floor(ts[k] / width) != idx:
-                cut = k  # closes a bucket
-                break
+        import numpy as np
+
+        counted = rows.array("d_acc")[da:db]
+        used_a = np.flatnonzero((counted > cmax) & (counted < np.inf)) + da
+        cut, idx = db, 0
+        if len(used_a):
+            idxs = np.floor(rows.array("d_ts")[used_a] / width)  # math.floor's value, as a float
+            idx = int(idxs[0])
+            other = np.flatnonzero(idxs != idxs[0])
+            if len(other):
+                cut = int(used_a[other[0]])  # closes a bucket
+        used = used_a.tolist()
         for rank, k in dict(zip(reversed([ranks[k] for k in used]), reversed(used))).items():
             buckets = self._buckets.get((server, rank))
             if buckets and buckets[-1][0] != idx and k < cut:
