@@ -3,8 +3,8 @@
 The results are those of feeding the samples one by one, bit for bit: sums are built with
 `numpy.cumsum` over the same additions and subtractions in the same order (an accumulate is a
 left-to-right loop of IEEE additions, as Python's `+=` is), starting again from 0.0 where a
-prune empties the window, as `Recent.prune` does. numpy is imported here only, and
-only the catch-up path of a large read imports this module, so the daemon's idle RSS is unchanged.
+prune empties the window, as `Recent.prune` does. Only the catch-up path of a large read
+imports this module (and numpy), so a daemon that only tails a live log does not load it.
 """
 
 from __future__ import annotations
