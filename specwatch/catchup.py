@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 from itertools import accumulate, compress
-from operator import itemgetter
+from operator import itemgetter, not_
 
 from specwatch.events import DecodeBatch, PrefillBatch
 from specwatch.rules.windows import Window
@@ -105,20 +105,23 @@ def read(text: str, server: str, tz, windows, now: float | None) -> Rows | None:
     ts = list(map(seconds.__getitem__, map(_G[0], raw)))
     if any(map(_G[1], raw)):  # SGLANG_LOG_MS: milliseconds, as `_timestamp` adds them
         ts = [t + int(f) / 10 ** len(f) if f else t for t, f in zip(ts, map(_G[1], raw))]
-    r.dec = dec = [bool(x) for x in map(_G[3], raw)]
-    r.rank = rank = [x[1:] for x in map(_G[2], raw)]
+    # C-level passes only (map, compress): no Python code per line
+    r.dec = dec = list(map(bool, map(_G[3], raw)))
+    tokens = list(map(_G[2], raw))
+    r.rank = rank = list(map({x: x[1:] for x in set(tokens)}.__getitem__, tokens))
     r.clock = ts if now is None else [now] * len(raw)
-    r.dpos = [i for i, d in enumerate(dec) if d]
+    pre = list(map(not_, dec))
+    r.dpos = list(compress(range(len(raw)), dec))
     r.dcount = [0, *accumulate(dec)]
-    draw = [raw[i] for i in r.dpos]
-    r.d_ts = [ts[i] for i in r.dpos]
-    r.d_rank = [rank[i] for i in r.dpos]
+    draw = list(compress(raw, dec))
+    r.d_ts = list(compress(ts, dec))
+    r.d_rank = list(compress(rank, dec))
     r.d_running = list(map(int, map(_G[3], draw)))
     r.d_queued = list(map(int, map(_G[10], draw)))
     r.d_accept = list(map(float, map(_G[6], draw)))
     r.d_thr = list(map(float, map(_G[9], draw)))
-    r.p_rank = [x for x, d in zip(rank, dec) if not d]
-    r.ppos = [i for i, d in enumerate(dec) if not d]
+    r.p_rank = list(compress(rank, pre))
+    r.ppos = list(compress(range(len(raw)), pre))
     r.d_code = list(map({x: i for i, x in enumerate(dict.fromkeys(r.d_rank))}.__getitem__, r.d_rank))
     _classify(r, server, ts, windows)
     return r
