@@ -23,6 +23,8 @@ from operator import itemgetter, not_
 from specwatch.events import DecodeBatch, PrefillBatch
 from specwatch.rules.windows import Window
 from specwatch.sources.log_errors import maybe_error
+from specwatch.sources.sglang_log import _CANONICAL_DECODE as _DECODE
+from specwatch.sources.sglang_log import _CANONICAL_PREFILL as _PREFILL
 from specwatch.sources.sglang_log import _timestamp, canonical_decode, canonical_prefill, canonical_rows
 
 MIN_LINES = 256  # smaller reads (a live tail) take the per-line path
@@ -149,9 +151,40 @@ def _classify(r: Rows, server: str, ts: list[float], tracker) -> None:
     r.d_acc = [a if ok else _INF for a, ok in zip(r.d_accept, acc)]
 
 
-def feed(pipeline, server: str, stats, rows: Rows, lines: int, now: float | None) -> None:
-    """The pipeline's per-line work (`Pipeline._take`) for every row of `rows` and `lines` -
-    rows other lines (caller holds the lock)."""
+def take(pipeline, server: str, stats, grouper, batch, tz, now: float | None) -> int:
+    """One large read (`LineBatch`, valid UTF-8, no container prefix, no traceback open) as
+    `Pipeline._feed_lines` would take it; returns how many were other lines. A read with lines
+    that need the parser (another batch line form, request text quoting one, `server_args`, an
+    error) goes through `_feed_lines` at those lines and in columns between them."""
+    rows = read(batch.text, server, tz, pipeline.windows, now)
+    if rows is not None:
+        return feed(pipeline, server, stats, rows, len(batch), now)
+    lines = batch.lines
+    odd = [i for i, text in enumerate(lines)
+           if "batch" in text and not (_DECODE.match(text) or _PREFILL.match(text))
+           or "server_args=" in text or maybe_error(text)]
+    per_line = pipeline._feed_lines
+    if len(odd) * 16 > len(lines):
+        return per_line(server, stats, grouper, lines, None, None, tz, now)
+    other, i, n = 0, 0, len(lines)
+    for j in odd + [n]:
+        while i < j and grouper.group is not None:  # a traceback open: its lines one by one
+            other += per_line(server, stats, grouper, lines[i:i + 1], None, None, tz, now)
+            i += 1
+        part = read("\n".join(lines[i:j]) + "\n", server, tz, pipeline.windows, now) if j - i >= MIN_LINES else None
+        if part is not None:
+            other += feed(pipeline, server, stats, part, j - i, now)
+        elif j > i:
+            other += per_line(server, stats, grouper, lines[i:j], None, None, tz, now)
+        if j < n:
+            other += per_line(server, stats, grouper, lines[j:j + 1], None, None, tz, now)
+        i = j + 1
+    return other
+
+
+def feed(pipeline, server: str, stats, rows: Rows, lines: int, now: float | None) -> int:
+    """The pipeline's per-line work (`Pipeline._take`) for every row of `rows`, of a read of
+    `lines` lines (caller holds the lock); returns how many were other lines."""
     n = len(rows.dec)
     nd = len(rows.dpos)
     # where the per-line path ticks: after a row whose clock is a second past the last tick
@@ -185,9 +218,7 @@ def feed(pipeline, server: str, stats, rows: Rows, lines: int, now: float | None
             pipeline.tick(clock[b - 1])
         a = b
     _counters(pipeline, server, stats, rows, nd, n - nd)
-    stats.lines["other"] += lines - n
-    if lines > n and now is not None:
-        stats.last_line["other"] = now
+    return lines - n
 
 
 def _piece(pipeline, server: str, rows: Rows, rules: list, prefill_rules: set, a: int, b: int,

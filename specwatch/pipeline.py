@@ -221,30 +221,34 @@ class Pipeline:
         server = self.server_for(path)
         prefix, tz = self._prefix.get(path), self._tz.get(path)
         raw_ok = batch.raw_ok
-        parse, take = self._parse, self._take
         with self.lock:
             stats = self._stats(server)
-            lines = stats.lines
             grouper = self._grouper(path)
             if prefix is None and raw_ok is None and grouper.group is None and len(batch) >= catchup.MIN_LINES:
-                rows = catchup.read(batch.text, server, tz, self.windows, now)
-                if rows is not None:  # a large read of canonical lines: in columns
-                    catchup.feed(self, server, stats, rows, len(batch), now)
-                    return
-            other = 0
-            for i, text in enumerate(batch.lines):
-                if not maybe_event(text):
-                    other += 1  # most non-batch lines: no parse, no event
-                    if grouper.group is not None or maybe_error(text):
-                        self._errors(server, stats, grouper, text, prefix, tz, now)
-                    continue
-                event = parse(text, raw_ok is None or raw_ok[i], prefix, tz)
-                take(server, stats, event, now)
-                if grouper.group is not None or type(event) is OtherLine and maybe_error(text):
-                    self._errors(server, stats, grouper, text, prefix, tz, now)
-            lines["other"] += other
+                other = catchup.take(self, server, stats, grouper, batch, tz, now)  # a large read: in columns
+            else:
+                other = self._feed_lines(server, stats, grouper, batch.lines, raw_ok, prefix, tz, now)
+            stats.lines["other"] += other
             if other and now is not None:  # the follower's clock: one stamp per read
                 stats.last_line["other"] = now
+
+    def _feed_lines(self, server: str, stats: ServerStats, grouper: ErrorGrouper, lines: list[str],
+                    raw_ok: list[bool] | None, prefix: re.Pattern | None, tz, now: float | None) -> int:
+        """`feed_batch`'s lines one by one (caller holds `lock`); returns how many were other
+        lines (the caller counts and stamps them)."""
+        parse, take = self._parse, self._take
+        other = 0
+        for i, text in enumerate(lines):
+            if not maybe_event(text):
+                other += 1  # most non-batch lines: no parse, no event
+                if grouper.group is not None or maybe_error(text):
+                    self._errors(server, stats, grouper, text, prefix, tz, now)
+                continue
+            event = parse(text, raw_ok is None or raw_ok[i], prefix, tz)
+            take(server, stats, event, now)
+            if grouper.group is not None or type(event) is OtherLine and maybe_error(text):
+                self._errors(server, stats, grouper, text, prefix, tz, now)
+        return other
 
     # --- error stage (issue #10 item 7): tracebacks grouped per file into LogError events ---
 

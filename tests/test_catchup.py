@@ -35,13 +35,19 @@ RULES = {
 }
 
 
-def scenario(path, seed: int = 3, ms: bool = False) -> int:
-    """A 40-minute log of 8 DP ranks with one episode of each kind; returns its line count."""
+ARGS = ("server_args=ServerArgs(model_path='/models/m', speculative_algorithm='EAGLE3', "
+        "speculative_draft_model_path='/models/d', tp_size=8, dp_size=8)")
+
+
+def scenario(path, seed: int = 3, ms: bool = False, hostile: bool = False) -> int:
+    """A 40-minute log of 8 DP ranks with one episode of each kind; returns its line count.
+    hostile: also lines the parser must read one by one: server_args (at the start, and a
+    restart at 34 min), request text quoting a decode line, a traceback."""
     rnd = random.Random(seed)
     t = datetime(2026, 3, 1, 10, 0, 0)
     start = t
-    lines = []
-    stepped = False
+    lines = [f"[{t:%Y-%m-%d %H:%M:%S}] {ARGS}"] if hostile else []
+    stepped = restarted = crashed = False
     while t - start < timedelta(minutes=40):
         t += timedelta(milliseconds=rnd.randint(5, 60))
         m = (t - start).total_seconds() / 60
@@ -52,6 +58,19 @@ def scenario(path, seed: int = 3, ms: bool = False) -> int:
             stepped = True
         stamp = t.strftime("%Y-%m-%d %H:%M:%S") + (f".{t.microsecond // 1000:03d}" if ms else "")
         dp = rnd.randint(0, 7)
+        if hostile and rnd.random() < 0.0005:  # request text quoting a collapsed decode line
+            lines.append(f"[{stamp}] Receive: obj=GenerateReqInput(text='see [{stamp} DP0 TP0] Decode batch, "
+                         "#running-req: 9, #token: 1200, token usage: 0.01, accept len: 1.00, accept rate: 0.00, "
+                         "cuda graph: True, gen throughput (token/s): 80.00, #queue-req: 0')")
+        if hostile and m > 34 and not restarted:
+            lines.append(f"[{stamp}] {ARGS}")
+            restarted = True
+        if hostile and m > 12 and not crashed:
+            lines += [f"[{stamp} DP2 TP2] Scheduler hit an exception: Traceback (most recent call last):",
+                      '  File "/sgl/python/sglang/srt/managers/scheduler.py", line 2790, in run_scheduler_process',
+                      "    scheduler.event_loop_overlap()",
+                      "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB."]
+            crashed = True
         r = rnd.random()
         if r < 0.55:
             al = 2.4 + rnd.random() * 0.8 - (m - 3) * 0.02 * (m > 3 and m < 14)  # drift over 3-14 min
@@ -136,13 +155,16 @@ def run(path, *, fast: bool, chunk: int, clock: bool, monkeypatch) -> dict:
         "ranks": {f"{k}": dataclasses.asdict(rs) for k, rs in p.ranks.items()},
         "windows": [list(p.windows._last.items()), list(p.windows._prefills.items())],
         "rules": {r.name: dump(r) for r in p.rules},
+        "errors": {s: dict(st.errors) for s, st in p.servers.items()},
     }
 
 
-@pytest.mark.parametrize("chunk,clock,ms", [(1 << 20, False, False), (1 << 16, False, True), (1 << 18, True, False)])
-def test_catchup_decides_as_per_line(tmp_path, monkeypatch, chunk, clock, ms):
+@pytest.mark.parametrize("chunk,clock,ms,hostile", [(1 << 20, False, False, False), (1 << 16, False, True, False),
+                                                   (1 << 18, True, False, False), (1 << 20, False, False, True),
+                                                   (1 << 18, True, True, True)])
+def test_catchup_decides_as_per_line(tmp_path, monkeypatch, chunk, clock, ms, hostile):
     log = tmp_path / "server.log"
-    n = scenario(log, ms=ms)
+    n = scenario(log, ms=ms, hostile=hostile)
     slow = run(log, fast=False, chunk=chunk, clock=clock, monkeypatch=monkeypatch)
     fast = run(log, fast=True, chunk=chunk, clock=clock, monkeypatch=monkeypatch)
     names = sorted({(a["labels"]["alertname"], a["status"]) for a in slow["alerts"]})
