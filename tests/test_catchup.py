@@ -176,3 +176,29 @@ def test_catchup_decides_as_per_line(tmp_path, monkeypatch, chunk, clock, ms, ho
     assert sum(sum(st["lines"].values()) for st in slow["servers"].values()) == n
     for key in slow:
         assert fast[key] == slow[key], key
+
+
+def test_numpy_only_for_a_large_read(tmp_path):
+    """The daemon tailing a live log never loads numpy (its RSS budget); a large read does."""
+    import subprocess
+    import sys
+
+    log = tmp_path / "server.log"
+    scenario(log)
+    code = f"""
+import sys
+from specwatch.alerting import build_alerting
+from specwatch.config import LogSource, build_config
+from specwatch.pipeline import Pipeline
+from specwatch.sources.filestream import Follower
+cfg = build_config({{}})
+cfg.logs.append(LogSource(path={str(log)!r}, server=cfg.server))
+p = Pipeline(cfg, build_alerting(cfg, state_dir=None, replay=True, notify=False, slack_dry_run=None)[0])
+f = Follower({str(log)!r}, on_lines=p.feed_batch, max_line_bytes=1 << 20, read_chunk_bytes=int(sys.argv[1]))
+f.poll()
+print("numpy" in sys.modules, sum(p.servers[cfg.server].lines.values()))
+"""
+    small = subprocess.run([sys.executable, "-c", code, "8192"], capture_output=True, text=True, check=True)
+    large = subprocess.run([sys.executable, "-c", code, str(1 << 20)], capture_output=True, text=True, check=True)
+    assert small.stdout.split()[0] == "False" and int(small.stdout.split()[1]) > 0, small.stdout + small.stderr
+    assert large.stdout.split()[0] == "True", large.stdout + large.stderr

@@ -150,12 +150,12 @@ class DegradationRule(Rule):
         return b, []
 
     def _columns(self, server: str, rows, da: int, db: int) -> int | None:
-        """Decode rows [da, db) at C speed while none of them can alert (`rules/columns.py`):
+        """Decode rows [da, db) at C speed while none of them can alert (`specwatch/columns.py`):
         the decode ordinal up to which they were taken (db: all), None when they cannot be
         (an alert fires, a rank is below its baseline, times out of order, old buckets leave)."""
         import numpy as np
 
-        from specwatch.rules import columns
+        from specwatch import columns
 
         cfg = self.config
         if not self.active.empty():

@@ -1,4 +1,4 @@
-"""`Recent` and `Baseline` (rules/stats.py) fed a whole column of samples at C speed (catch-up).
+"""`Recent` and `Baseline` (`rules/stats.py`) fed a whole column of samples at C speed (catch-up).
 
 The results are those of feeding the samples one by one, bit for bit: sums are built with
 `numpy.cumsum` over the same additions and subtractions in the same order (an accumulate is a
