@@ -21,8 +21,10 @@ from itertools import accumulate, compress
 from operator import itemgetter, not_
 
 from specwatch.events import DecodeBatch, PrefillBatch
+from specwatch.rules.base import alert_key
 from specwatch.rules.windows import Window
 from specwatch.sources.log_errors import maybe_error
+from specwatch.sources.vllm_log import maybe_event as vllm_maybe
 from specwatch.sources.sglang_log import _CANONICAL_DECODE as _DECODE
 from specwatch.sources.sglang_log import _CANONICAL_PREFILL as _PREFILL
 from specwatch.sources.sglang_log import _timestamp, canonical_decode, canonical_prefill, canonical_rows
@@ -156,7 +158,10 @@ def take(pipeline, server: str, stats, grouper, batch, tz, now: float | None) ->
     `Pipeline._feed_lines` would take it; returns how many were other lines. A read with lines
     that need the parser (another batch line form, request text quoting one, `server_args`, an
     error) goes through `_feed_lines` at those lines and in columns between them."""
-    rows = read(batch.text, server, tz, pipeline.windows, now)
+    text = batch.text
+    if vllm_maybe(text):  # vLLM lines pair up in `VllmAssembler`: the whole read one by one
+        return pipeline._feed_lines(server, stats, grouper, batch.lines, None, None, tz, now)
+    rows = read(text, server, tz, pipeline.windows, now)
     if rows is not None:
         return feed(pipeline, server, stats, rows, len(batch), now)
     lines = batch.lines
@@ -204,25 +209,33 @@ def feed(pipeline, server: str, stats, rows: Rows, lines: int, now: float | None
     a = 0
     clock = rows.clock
     taken: list[tuple[int, list] | None] = [None] * len(rules)
-    for b in cuts:
-        _piece(pipeline, server, rows, rules, prefill_rules, a, b, taken)
-        da, db = rows.decodes(a, b)
-        if db > da:
-            stats.last_line["decode"] = clock[rows.dpos[db - 1]]
-        if (b - a) > (db - da):
-            i = b - 1
-            while rows.dec[i]:
-                i -= 1
-            stats.last_line["prefill"] = clock[i]
-        if b < n or (clock[b - 1] - pipeline._last_tick >= 1.0):
-            pipeline.tick(clock[b - 1])
-        a = b
-    _counters(pipeline, server, stats, rows, nd, n - nd)
+    sync = _RankSync(pipeline, server, rows, taken)
+    pipeline._before_handle = sync.on_handle
+    try:
+        for b in cuts:
+            _piece(pipeline, server, rows, rules, prefill_rules, a, b, taken, sync)
+            da, db = rows.decodes(a, b)
+            if db > da:
+                stats.last_line["decode"] = clock[rows.dpos[db - 1]]
+            if (b - a) > (db - da):
+                i = b - 1
+                while rows.dec[i]:
+                    i -= 1
+                stats.last_line["prefill"] = clock[i]
+            if b < n or (clock[b - 1] - pipeline._last_tick >= 1.0):
+                sync.upto = sync.points = b
+                pipeline.tick(clock[b - 1])
+            a = b
+        sync.sync(n, n)
+    finally:
+        pipeline._before_handle = None
+    stats.lines["decode"] += nd
+    stats.lines["prefill"] += n - nd
     return lines - n
 
 
 def _piece(pipeline, server: str, rows: Rows, rules: list, prefill_rules: set, a: int, b: int,
-           taken: list) -> None:
+           taken: list, sync: "_RankSync") -> None:
     """Rows [a, b), between two ticks: each rule advances in aggregate (past b when it may),
     the rows it did not take go through its hooks one by one. `taken`: per rule, (first row
     it did not take, alerts of the row before it) of its last `advance`."""
@@ -241,6 +254,7 @@ def _piece(pipeline, server: str, rows: Rows, rules: list, prefill_rules: set, a
     handle, dec, clock = pipeline._handle, rows.dec, rows.clock
     for i in range(low, b):
         window = None
+        sync.upto, sync.points = i + 1, i  # an alert of row i sees the ranks with row i, points before it
         for rule, (k, alerts) in zip(rules, taken):
             if i < k:  # taken in aggregate; its alerts (if any) are the last taken row's
                 if alerts and i == k - 1:
@@ -258,32 +272,114 @@ def _piece(pipeline, server: str, rows: Rows, rules: list, prefill_rules: set, a
                 handle(out, clock[i])
 
 
-def _counters(pipeline, server: str, stats, rows: Rows, nd: int, np_: int) -> None:
-    """Line counters and each rank's batch counts, last decode line and accept len totals."""
-    stats.lines["decode"] += nd
-    stats.lines["prefill"] += np_
-    ranks = pipeline.ranks
-    for rk in dict.fromkeys(rows.rank):  # RankStats made in first-appearance order, as per line
-        if (server, rk) not in ranks:
-            first = rows.batch(rows.rank.index(rk))
-            pipeline._rank(server, first)
-    if nd:
+class _RankSync:
+    """`RankStats` (counts, last decode line, accept len totals) and their status history
+    (`AcceptHistory`) brought up to a row of the read, as the per-line path leaves them there:
+    lazily, before an alert is handled (`Pipeline._handle` reads them in `_add_trend`) and at the
+    end of the read. `upto`: rows [0, upto) are counted; `points`: rows [0, points) took their
+    history points (a row's point follows its rules, so at an alert of row i, points = i). A
+    point's alert state is the rules' now, less the transitions handed out at or after its row
+    (`pending`: those of the alert being handled and of rules that advanced past it)."""
+
+    def __init__(self, pipeline, server: str, rows: Rows, taken: list) -> None:
         import numpy as np
 
-        codes, acc = rows.array("d_code"), np.array(rows.d_accept)
+        self.p, self.server, self.rows, self.taken = pipeline, server, rows, taken
+        self.upto = self.points = self.done = self.pdone = 0
+        ranks = pipeline.ranks
+        codes, acc, ts = rows.array("d_code"), np.array(rows.d_accept), rows.array("d_ts")
+        self.per = []  # per rank code: (rank, decode ordinals, accept lens, running sums, times, counts before)
         for code, rk in enumerate(dict.fromkeys(rows.d_rank)):  # d_code numbers ranks in this order
             js = np.flatnonzero(codes == code)
             vals = acc[js]
-            rs = ranks[(server, rk)]
-            rs.decode_batches += len(js)
-            rs.last_decode = rows.decode(int(js[-1]))
-            # one addition at a time, in line order (an accumulate): the same float sum as per line
-            rs.accept_length_sum = float(np.cumsum(np.concatenate(([rs.accept_length_sum], vals)))[-1])
-            rs.accept_length_count += len(js)
-            lo, hi = float(vals.min()), float(vals.max())
-            if lo < rs.accept_length_min:
-                rs.accept_length_min = lo
-            if hi > rs.accept_length_max:
-                rs.accept_length_max = hi
-    for rk, count in Counter(rows.p_rank).items():
-        ranks[(server, rk)].prefill_batches += count
+            rs = ranks.get((server, rk))
+            total, count = (rs.accept_length_sum, rs.accept_length_count) if rs is not None else (0.0, 0)
+            # one addition at a time, in line order (an accumulate): the same float sums as per line
+            sums = np.cumsum(np.concatenate(([total], vals)))[1:]
+            t = ts[js]
+            self.per.append([rk, js, vals, sums, t, count, bool((t[1:] >= t[:-1]).all()), 0, 0])
+
+    def on_handle(self, alerts: list) -> None:
+        self.sync(self.upto, self.points, alerts)
+
+    def sync(self, upto: int, points: int, now_alerts: list = ()) -> None:
+        import numpy as np
+
+        rows, server, ranks = self.rows, self.server, self.p.ranks
+        a = self.done
+        if upto > a:
+            for rk in dict.fromkeys(rows.rank[a:upto]):  # RankStats made in first-appearance order, as per line
+                if (server, rk) not in ranks:
+                    self.p._rank(server, rows.batch(a + rows.rank[a:upto].index(rk)))
+            db = rows.dcount[upto]
+            for e in self.per:
+                rk, js, vals, sums, _, count0, _, lo, _ = e
+                hi = int(np.searchsorted(js, db))
+                if hi == lo:
+                    continue
+                rs = ranks[(server, rk)]
+                rs.decode_batches += hi - lo
+                rs.last_decode = rows.decode(int(js[hi - 1]))
+                rs.accept_length_sum = float(sums[hi - 1])
+                rs.accept_length_count = count0 + hi
+                mn, mx = float(vals[lo:hi].min()), float(vals[lo:hi].max())
+                if mn < rs.accept_length_min:
+                    rs.accept_length_min = mn
+                if mx > rs.accept_length_max:
+                    rs.accept_length_max = mx
+                e[7] = hi
+            for rk, count in Counter(rows.p_rank[a - rows.dcount[a]:upto - rows.dcount[upto]]).items():
+                ranks[(server, rk)].prefill_batches += count
+            self.done = upto
+        if points > self.pdone:
+            self._points(points, now_alerts)
+            self.pdone = points
+
+    def _points(self, points: int, now_alerts: list) -> None:
+        """History points of the rows before `points`."""
+        import numpy as np
+
+        db = self.rows.dcount[points]
+        later = [*now_alerts, *(a for t in self.taken if t is not None and t[0] - 1 >= points for a in t[1])]
+        pending = list({id(a): a for a in later if "update" not in a.annotations}.values())
+        state = self.p.alert_state
+        for e in self.per:
+            rk, js, vals, sums, t, count0, ordered, _, k = e
+            hi = int(np.searchsorted(js, db))
+            if hi == k:
+                continue
+            h = self.p.ranks[(self.server, rk)].history
+            st = None
+            while k < hi:
+                if ordered:
+                    k += int(np.searchsorted(t[k:hi], h.due))  # the first line at or after `due`
+                    if k >= hi:
+                        break
+                elif t[k] < h.due:
+                    k += 1
+                    continue
+                if st is None:
+                    st = _state(state, self.server, rk, pending)
+                h.add(float(t[k]), float(vals[k]), float(sums[k]), count0 + k + 1, st)
+                k += 1
+            e[8] = hi
+
+
+def _state(state, server: str, rank: str, pending: list) -> int:
+    """`AlertState(server, rank)` before the transitions `pending` (already applied to the rules)."""
+    now = state(server, rank)
+    mine = [a for a in pending if a.labels.get("server") == server and a.labels.get("rank", "") == rank]
+    if not mine:
+        return now
+    from specwatch.status.history import COLLAPSED, OTHER
+
+    collapsed = state._collapse.collapsed(server, rank)
+    key = alert_key(server, rank)
+    others = [key in r.active for r in state._others]
+    for alert in mine:
+        if alert.name in state._collapse.alert_names:
+            collapsed = not collapsed
+        for x, r in enumerate(state._others):
+            if alert.name in r.alert_names:
+                others[x] = not others[x]
+    return (COLLAPSED if collapsed else 0) | (OTHER if any(others) else 0)

@@ -164,6 +164,7 @@ class Pipeline:
         self._groupers: dict[str, ErrorGrouper] = {}  # path → its traceback grouping (error stage)
         self._vllm: dict[str, VllmAssembler] = {}  # server → its vLLM lines into decode batches
         self._path = ""  # the file being fed
+        self._before_handle: Callable[[list], None] | None = None  # set by `catchup.feed` during a read
         self._map_logs(config)
 
     def _map_logs(self, config: Config) -> None:
@@ -493,6 +494,8 @@ class Pipeline:
             return {a.labels.get("server", "") for r in self.rules for a in r.firing_alerts()}
 
     def _handle(self, alerts: list, now: float) -> None:
+        if alerts and self._before_handle is not None:  # catch-up: ranks brought up to the alert's line
+            self._before_handle(alerts)
         for alert in alerts:
             if alert.name in TREND_ALERTS and alert.status == FIRING and TREND_KEY not in alert.annotations:
                 self._add_trend(alert)

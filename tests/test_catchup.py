@@ -152,7 +152,7 @@ def run(path, *, fast: bool, chunk: int, clock: bool, monkeypatch) -> dict:
         "alerts": [a.to_dict() for a in dispatcher.history],
         "state": json.loads(json.dumps(p.to_state(), default=str)),
         "servers": {s: dataclasses.asdict(st) for s, st in p.servers.items()},
-        "ranks": {f"{k}": dataclasses.asdict(rs) for k, rs in p.ranks.items()},
+        "ranks": {f"{k}": {**dataclasses.asdict(rs), "history": dump(rs.history)} for k, rs in p.ranks.items()},
         "windows": [list(p.windows._last.items()), list(p.windows._prefills.items())],
         "rules": {r.name: dump(r) for r in p.rules},
         "errors": {s: dict(st.errors) for s, st in p.servers.items()},

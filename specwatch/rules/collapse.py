@@ -389,7 +389,7 @@ class CollapseRule(ActiveAlertsRule):
             j = next(k for k in range(da, db) if acc[k] < recover)
         runs = Counter(compress(rows.d_rank[da:j], rows.d_acc_ok[da:j]))
         ranks = self._ranks
-        if any((st := ranks.get((server, rk))) is not None and st.collapsed for rk in runs):
+        if not self.active.empty() and any(alert_key(server, rk) in self.active for rk in runs):
             return a, []  # a recovery on the way: one by one
         for rk, n in runs.items():
             st = ranks.get((server, rk))
