@@ -130,10 +130,14 @@ def dump(x, seen=()):
 
 def run(path, *, fast: bool, chunk: int, clock: bool, monkeypatch) -> dict:
     monkeypatch.setattr(catchup, "MIN_LINES", 256 if fast else 10 ** 12)
+    columns = []  # rows taken in columns (catchup.feed)
+    feed_rows = catchup.feed
+    monkeypatch.setattr(catchup, "feed", lambda p_, s_, st, rows, *a: columns.append(len(rows.dec)) or feed_rows(p_, s_, st, rows, *a))
     cfg = build_config({"rules": RULES}, for_run=False)
     cfg.logs.append(LogSource(path=str(path), server=cfg.server))
     dispatcher, _ = build_alerting(cfg, state_dir=None, replay=True, notify=False, slack_dry_run=None)
     p = Pipeline(cfg, dispatcher, diagnosis_background=False)
+    next(r for r in p.rules if r.name == "metrics_crosscheck").watching = True  # as with /metrics configured: log lines kept
     now = [1.78e9]
 
     def feed(batch):
@@ -156,7 +160,7 @@ def run(path, *, fast: bool, chunk: int, clock: bool, monkeypatch) -> dict:
         "windows": [list(p.windows._last.items()), list(p.windows._prefills.items())],
         "rules": {r.name: dump(r) for r in p.rules},
         "errors": {s: dict(st.errors) for s, st in p.servers.items()},
-    }
+    } | ({"columns": sum(columns)} if fast else {})
 
 
 @pytest.mark.parametrize("chunk,clock,ms,hostile", [(1 << 20, False, False, False), (1 << 16, False, True, False),
@@ -174,6 +178,7 @@ def test_catchup_decides_as_per_line(tmp_path, monkeypatch, chunk, clock, ms, ho
             assert (name, "firing") in names, names
             assert (name, "resolved") in names or name == "AcceptanceDrift", names
     assert sum(sum(st["lines"].values()) for st in slow["servers"].values()) == n
+    assert fast["columns"] > n // 2, fast["columns"]
     for key in slow:
         assert fast[key] == slow[key], key
 
@@ -202,3 +207,47 @@ print("numpy" in sys.modules, sum(p.servers[cfg.server].lines.values()))
     large = subprocess.run([sys.executable, "-c", code, str(1 << 20)], capture_output=True, text=True, check=True)
     assert small.stdout.split()[0] == "False" and int(small.stdout.split()[1]) > 0, small.stdout + small.stderr
     assert large.stdout.split()[0] == "True", large.stdout + large.stderr
+
+
+def vllm_log(path) -> int:
+    """A vLLM 0.10.2 log of 700 ten-second intervals whose third draft position stops accepting
+    after 300 (DraftTooLong), with access lines between; returns its line count."""
+    from vllm_lines import config_line, spec_line, stats_line
+
+    t0 = datetime(2026, 3, 1, 10, 0, 0)
+    lines = [config_line("0.10.2", k=3)]
+    for i in range(700):
+        ts = f"{t0 + timedelta(seconds=10 * i):%m-%d %H:%M:%S}"
+        third = 0.3 if i < 300 else 0.0
+        lines.append(stats_line("0.10.2", running=8, waiting=0, gen=900.0 + i % 7, kv=12.0, ts=ts))
+        lines.append(spec_line("0.10.2", accepted=400 + (i % 5), drafted=900, positions=[0.6, 0.4, third], ts=ts))
+        lines.append(f'INFO:     127.0.0.1:{40000 + i} - "POST /v1/chat/completions HTTP/1.1" 200 OK')
+    path.write_text("\n".join(lines) + "\n")
+    return len(lines)
+
+
+def unrecognized_log(path) -> int:
+    """The scenario's log with a decode line in a format specwatch does not read every 400 lines
+    (`kind="unrecognized"`); returns its line count."""
+    n = scenario(path)
+    lines = path.read_text().splitlines()
+    for i in range(0, len(lines), 400):
+        lines[i] = lines[i][1:20] + " INFO Decode batch, #running-req: 3, accept len: 2.10"
+    path.write_text("\n".join(lines) + "\n")
+    return n
+
+
+@pytest.mark.parametrize("clock", [False, True])
+@pytest.mark.parametrize("make,expect", [(vllm_log, "DraftTooLong"), (unrecognized_log, "SGLangLogUnrecognized")])
+def test_catchup_reads_vllm_and_unrecognized_lines_as_per_line(tmp_path, monkeypatch, make, expect, clock):
+    """A read with vLLM lines (paired in `VllmAssembler`) or decode lines of another format goes
+    per line where it must: the same alerts, counters and rule state both ways."""
+    log = tmp_path / "server.log"
+    n = make(log)
+    slow = run(log, fast=False, chunk=1 << 18, clock=clock, monkeypatch=monkeypatch)
+    fast = run(log, fast=True, chunk=1 << 18, clock=clock, monkeypatch=monkeypatch)
+    assert sum(sum(st["lines"].values()) for st in slow["servers"].values()) == n
+    assert (expect, "firing") in {(a["labels"]["alertname"], a["status"]) for a in slow["alerts"]}
+    assert (fast["columns"] > n // 2) == (make is unrecognized_log), fast["columns"]  # vLLM: none in columns
+    for key in slow:
+        assert fast[key] == slow[key], key
