@@ -132,25 +132,69 @@ def read(text: str, server: str, tz, windows, now: float | None) -> Rows | None:
 
 
 def _classify(r: Rows, server: str, ts: list[float], tracker) -> None:
-    """`WindowTracker.decode` / `.prefill` over the rows in order: each decode row's gap and
-    prefill count, and the window flags (the tracker ends as after the per-line path)."""
+    """`WindowTracker.decode` / `.prefill` over the rows in order, per rank in numpy: each decode
+    row's gap and prefill count, and the window flags; the tracker ends as after the per-line
+    path (its dicts' keys in the same order)."""
+    import numpy as np
+
     cfg = tracker.config
     last, pre = tracker._last, tracker._prefills
-    gaps, prefills = [], []
-    for d, rk, t in zip(r.dec, r.rank, ts):
+    n = len(r.dec)
+    dec = np.array(r.dec, dtype=bool)
+    t_all = np.array(ts, dtype=float)
+    names = list(dict.fromkeys(r.rank))
+    code = np.array(list(map({x: i for i, x in enumerate(names)}.__getitem__, r.rank)), dtype=np.int64)
+    dcount = np.concatenate(([0], np.cumsum(dec)))
+    gaps = np.empty(len(r.dpos))
+    first_gap = []  # decode ordinals whose rank had no earlier decode line: gap None
+    prefills = np.zeros(len(r.dpos), dtype=np.int64)
+    new_last, new_pre = [], []  # (row of insertion, key, value): dict order as per line
+    for c, rk in enumerate(names):
         key = (server, rk)
-        if d:
+        idx = np.flatnonzero(code == c)
+        isdec = dec[idx]
+        didx = idx[isdec]
+        carried = pre.get(key, 0)
+        if len(didx):
+            j = dcount[didx]  # decode ordinals
+            td = t_all[didx]
             prev = last.get(key)
-            gaps.append(None if prev is None else t - prev)
-            prefills.append(pre.pop(key, 0) if pre else 0)
-            last[key] = t
+            gaps[j[1:]] = td[1:] - td[:-1]
+            if prev is None:
+                first_gap.append(int(j[0]))
+                new_last.append((int(didx[0]), key, float(td[-1])))
+            else:
+                gaps[j[0]] = td[0] - prev
+                last[key] = float(td[-1])
+            cp = np.cumsum(~isdec)  # prefill lines of the rank up to each of its rows
+            at = cp[isdec]
+            prefills[j] = np.diff(np.concatenate(([0], at)))
+            prefills[j[0]] += carried
+            pre.pop(key, None)
+            trailing = int(cp[-1] - at[-1])
+            if trailing:
+                new_pre.append((int(idx[np.flatnonzero(isdec)[-1] + 1]), key, trailing))
+        elif key in pre:
+            pre[key] = carried + len(idx)
         else:
-            pre[key] = pre.get(key, 0) + 1
-    r.d_gap, r.d_prefills = gaps, prefills
+            new_pre.append((int(idx[0]), key, len(idx)))
+    for _, key, v in sorted(new_last):
+        last[key] = v
+    for _, key, v in sorted(new_pre):
+        pre[key] = v
+    g = gaps.tolist()
+    for j in first_gap:
+        g[j] = None
+    r.d_gap, r.d_prefills = g, prefills.tolist()
     min_run, max_pre, max_gap = cfg.min_running_requests, cfg.max_prefill_batches, cfg.max_gap
-    r.d_acc_ok = acc = [run >= min_run and p <= max_pre for run, p in zip(r.d_running, prefills)]
-    r.d_thr_ok = [ok and g is not None and g <= max_gap for ok, g in zip(acc, gaps)]
-    r.d_acc = [a if ok else _INF for a, ok in zip(r.d_accept, acc)]
+    running = np.array(r.d_running, dtype=float)
+    acc_ok = (running >= min_run) & (prefills <= max_pre)
+    thr_ok = acc_ok & (gaps <= max_gap)
+    thr_ok[first_gap] = False  # no earlier line: after a gap
+    accept = np.array(r.d_accept, dtype=float)
+    d_acc = np.where(acc_ok, accept, np.inf)
+    r.d_acc_ok, r.d_thr_ok, r.d_acc = acc_ok.tolist(), thr_ok.tolist(), d_acc.tolist()
+    r._arrays.update(d_acc=d_acc, d_running=running, d_ts=t_all[dec], d_accept=accept)
 
 
 def take(pipeline, server: str, stats, grouper, batch, tz, now: float | None) -> int:
@@ -287,7 +331,7 @@ class _RankSync:
         self.p, self.server, self.rows, self.taken = pipeline, server, rows, taken
         self.upto = self.points = self.done = self.pdone = 0
         ranks = pipeline.ranks
-        codes, acc, ts = rows.array("d_code"), np.array(rows.d_accept), rows.array("d_ts")
+        codes, acc, ts = rows.array("d_code"), rows.array("d_accept"), rows.array("d_ts")
         self.per = []  # per rank code: (rank, decode ordinals, accept lens, running sums, times, counts before)
         for code, rk in enumerate(dict.fromkeys(rows.d_rank)):  # d_code numbers ranks in this order
             js = np.flatnonzero(codes == code)

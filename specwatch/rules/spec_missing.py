@@ -11,6 +11,7 @@ they never decode (a PD prefill node, an embedding server) or do not speculate a
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections import deque
 
 from specwatch.alerts.model import Alert
@@ -68,15 +69,15 @@ class SpecMetricsMissingRule(Rule):
         da, db = rows.decodes(a, b)
         if da < db and server in self.active:
             return a, []
-        prefills, streak, clock = self._prefills, self._streak, rows.clock
-        prev = a
-        for i in rows.prefills(a, b) + [b]:  # on_decode / on_prefill, without the events
-            if i > prev and prefills:  # decode lines since the last prefill line: one pop does
-                prefills.pop(server, None)
-                streak.pop(server, None)
-            if i < b:
-                self._prefill(server, clock[i])
-            prev = i + 1
+        ps = rows.prefills(a, b)
+        if db > da:  # on_decode: a decode line ends the streak; only the prefill lines after the last count
+            if self._prefills:
+                self._prefills.pop(server, None)
+                self._streak.pop(server, None)
+            ps = ps[bisect_right(ps, rows.dpos[db - 1]):]
+        clock = rows.clock
+        for i in ps:
+            self._prefill(server, clock[i])
         return b, []
 
     def on_prefill(self, server: str, batch: PrefillBatch, now: float) -> list[Alert]:
