@@ -3,24 +3,27 @@
 `Pipeline.feed_batch` hands a read here when it is large and plain: no container prefix, valid
 UTF-8, no open traceback, and every batch line in it is the canonical decode or prefill line of
 SGLang 0.5.5+ (`sources.sglang_log.canonical_rows`: one multiline match over the read, anchored
-at line starts, so text inside a request log never counts), with no `server_args` line and no
-line the error stage could take. Any other read takes the per-line path.
+at line starts, so text inside a request log never counts), with no `server_args` line, no
+line the error stage could take and no vLLM line. Any other read takes the per-line path.
 
 The read is cut where the per-line path would tick (a batch line's clock a second past the last
 tick). Each rule then `advance`s over a piece as far as it can in aggregate (`Rule.advance`); the
 rows it did not take go through its `on_decode` / `on_prefill` one by one, in file and rule order,
 with the `Window` the per-line path would have built. Every decision, alert, timestamp and
-counter is the per-line path's (tests/test_catchup.py replays logs with episodes both ways).
+counter is the per-line path's (tests/test_catchup.py replays logs with episodes both ways), and
+so are the ranks' totals and status history wherever an alert reads them (`_RankSync`).
 """
 
 from __future__ import annotations
 
 import math
+import re
+from datetime import datetime
 from collections import Counter
 from itertools import accumulate, compress
 from operator import itemgetter, not_
 
-from specwatch.events import DecodeBatch, PrefillBatch
+from specwatch.events import DecodeBatch, OtherLine, PrefillBatch
 from specwatch.rules.base import alert_key
 from specwatch.rules.windows import Window
 from specwatch.sources.log_errors import maybe_error
@@ -68,6 +71,19 @@ class Rows:
 
             a = self._arrays[name] = np.array(getattr(self, name), dtype=float if name != "d_code" else int)
         return a
+
+    def first_below(self, limit: float, da: int, db: int, inclusive: bool = False) -> int:
+        """The first decode ordinal in [da, db) whose `d_acc` is below `limit` (at or below with
+        `inclusive`), else db: a search in the ordinals found once per read and limit."""
+        import numpy as np
+
+        key = ("below", limit, inclusive)
+        found = self._arrays.get(key)
+        if found is None:
+            acc = self.array("d_acc")
+            found = self._arrays[key] = np.flatnonzero(acc <= limit if inclusive else acc < limit)
+        k = int(np.searchsorted(found, da))
+        return int(found[k]) if k < len(found) and found[k] < db else db
 
     def decode(self, j: int) -> DecodeBatch:
         """Decode ordinal j as its event."""
@@ -197,6 +213,27 @@ def _classify(r: Rows, server: str, ts: list[float], tracker) -> None:
     r._arrays.update(d_acc=d_acc, d_running=running, d_ts=t_all[dec], d_accept=accept)
 
 
+_STAMP = re.compile(r"\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)")
+TICK_LINES = 8  # fewer lines a second of log time than this: the read goes per line
+
+
+def _dense(text: str, lines: int) -> bool:
+    """The log's clock (its first and last bracket stamps) ticks more than once per TICK_LINES
+    lines of the read: the catch-up's work per tick (every rule's `advance`) would cost more
+    than the per-line path. Decides only which exact path runs."""
+    first = _STAMP.search(text)
+    at = text.rfind("\n[", 0, len(text) - 1)
+    last = _STAMP.match(text, at + 1) if at >= 0 else None
+    if first is None or last is None:
+        return False
+    fmt = "%Y-%m-%d %H:%M:%S"
+    try:
+        span = (datetime.strptime(last.group(1), fmt) - datetime.strptime(first.group(1), fmt)).total_seconds()
+    except ValueError:
+        return False
+    return span * TICK_LINES > lines
+
+
 def take(pipeline, server: str, stats, grouper, batch, tz, now: float | None) -> int:
     """One large read (`LineBatch`, valid UTF-8, no container prefix, no traceback open) as
     `Pipeline._feed_lines` would take it; returns how many were other lines. A read with lines
@@ -205,13 +242,21 @@ def take(pipeline, server: str, stats, grouper, batch, tz, now: float | None) ->
     text = batch.text
     if vllm_maybe(text):  # vLLM lines pair up in `VllmAssembler`: the whole read one by one
         return pipeline._feed_lines(server, stats, grouper, batch.lines, None, None, tz, now)
+    if now is None and _dense(text, len(batch)):  # a tick every few lines: per line is cheaper
+        return pipeline._feed_lines(server, stats, grouper, batch.lines, None, None, tz, now)
     rows = read(text, server, tz, pipeline.windows, now)
     if rows is not None:
         return feed(pipeline, server, stats, rows, len(batch), now)
     lines = batch.lines
-    odd = [i for i, text in enumerate(lines)
-           if "batch" in text and not (_DECODE.match(text) or _PREFILL.match(text))
-           or "server_args=" in text or maybe_error(text)]
+    odd, inert = [], set()  # lines for the parser; batch lines it reads as other lines (request text)
+    for i, line in enumerate(lines):
+        if "server_args=" in line or maybe_error(line):
+            odd.append(i)
+        elif "batch" in line and not (_DECODE.match(line) or _PREFILL.match(line)):
+            if type(pipeline._parse(line, True, None, tz)) is OtherLine:
+                inert.add(i)
+            else:
+                odd.append(i)
     per_line = pipeline._feed_lines
     if len(odd) * 16 > len(lines):
         return per_line(server, stats, grouper, lines, None, None, tz, now)
@@ -220,9 +265,13 @@ def take(pipeline, server: str, stats, grouper, batch, tz, now: float | None) ->
         while i < j and grouper.group is not None:  # a traceback open: its lines one by one
             other += per_line(server, stats, grouper, lines[i:i + 1], None, None, tz, now)
             i += 1
-        part = read("\n".join(lines[i:j]) + "\n", server, tz, pipeline.windows, now) if j - i >= MIN_LINES else None
+        part = None
+        if j - i >= MIN_LINES:  # in columns, less the inert lines (each an OtherLine event, as per line)
+            kept = [line for x, line in enumerate(lines[i:j], i) if x not in inert] if inert else lines[i:j]
+            part = read("\n".join(kept) + "\n", server, tz, pipeline.windows, now)
         if part is not None:
-            other += feed(pipeline, server, stats, part, j - i, now)
+            stats.lines["other"] += j - i - len(kept)
+            other += feed(pipeline, server, stats, part, len(kept), now)
         elif j > i:
             other += per_line(server, stats, grouper, lines[i:j], None, None, tz, now)
         if j < n:

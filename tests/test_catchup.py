@@ -36,11 +36,12 @@ RULES = {
 
 
 ARGS = ("server_args=ServerArgs(model_path='/models/m', speculative_algorithm='EAGLE3', "
-        "speculative_draft_model_path='/models/d', tp_size=8, dp_size=8)")
+        "speculative_draft_model_path='/models/d', speculative_num_steps=3, tp_size=8, dp_size=8)")
 
 
 def scenario(path, seed: int = 3, ms: bool = False, hostile: bool = False) -> int:
     """A 40-minute log of 8 DP ranks with one episode of each kind; returns its line count.
+    ms: milliseconds in the stamps and SGLang 0.5.11+'s prefill line (`#pending-token`).
     hostile: also lines the parser must read one by one: server_args (at the start, and a
     restart at 34 min), request text quoting a decode line, a traceback."""
     rnd = random.Random(seed)
@@ -86,6 +87,8 @@ def scenario(path, seed: int = 3, ms: bool = False, hostile: bool = False) -> in
                 thr *= 0.3  # throughput drop
             if 35 < m < 36 and dp == 5:
                 running = 0  # an idle rank
+            if hostile and 38 < m < 38.5 and dp == 6:
+                al = 3.9 + rnd.random() * 0.1  # at the ceiling (steps 3 + 1) after a steady state
             line = (f"[{stamp} DP{dp} TP{dp}] Decode batch, #running-req: {running}, #token: {rnd.randint(100, 90000)}, "
                     f"token usage: {rnd.random():.2f}, accept len: {al:.2f}, accept rate: {(al - 1) / 3:.2f}, "
                     f"cuda graph: True, gen throughput (token/s): {thr:.2f}, #queue-req: {rnd.randint(0, 5)}")
@@ -93,10 +96,11 @@ def scenario(path, seed: int = 3, ms: bool = False, hostile: bool = False) -> in
             line = f'[{stamp}] INFO:     127.0.0.1:{rnd.randint(30000, 60000)} - "POST /v1/chat/completions HTTP/1.1" 200 OK'
         else:
             n = 45 if 37 < m < 37.05 else 1  # a burst of prefill lines: prefill-dominated windows
+            pending = f"#pending-token: {rnd.randint(0, 900)}, " if ms else ""  # SGLang 0.5.11+
             for _ in range(n):
                 lines.append(f"[{stamp} DP{dp} TP{dp}] Prefill batch, #new-seq: 1, #new-token: {rnd.randint(10, 4000)}, "
                              f"#cached-token: {rnd.randint(0, 4000)}, token usage: {rnd.random():.2f}, "
-                             f"#running-req: {rnd.randint(0, 64)}, #queue-req: 0, cuda graph: True, "
+                             f"#running-req: {rnd.randint(0, 64)}, #queue-req: 0, {pending}cuda graph: True, "
                              f"input throughput (token/s): {rnd.random() * 9000:.2f}")
             continue
         lines.append(line)
@@ -177,6 +181,7 @@ def test_catchup_decides_as_per_line(tmp_path, monkeypatch, chunk, clock, ms, ho
                      "AcceptanceDrift"):
             assert (name, "firing") in names, names
             assert (name, "resolved") in names or name == "AcceptanceDrift", names
+        assert (("AcceptanceNearCeiling", "firing") in names) == hostile, names
     assert sum(sum(st["lines"].values()) for st in slow["servers"].values()) == n
     assert fast["columns"] > n // 2, fast["columns"]
     for key in slow:

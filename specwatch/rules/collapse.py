@@ -382,11 +382,7 @@ class CollapseRule(ActiveAlertsRule):
         da, db = rows.decodes(a, b)
         if da == db:
             return b, []
-        recover = self.config.recover_accept_length
-        acc = rows.d_acc  # +inf where the window says nothing about the draft
-        j = db
-        if min(acc[da:db]) < recover:
-            j = next(k for k in range(da, db) if acc[k] < recover)
+        j = rows.first_below(self.config.recover_accept_length, da, db)  # d_acc: +inf where not valid
         runs = Counter(compress(rows.d_rank[da:j], rows.d_acc_ok[da:j]))
         ranks = self._ranks
         if not self.active.empty() and any(alert_key(server, rk) in self.active for rk in runs):

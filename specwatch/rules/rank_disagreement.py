@@ -115,10 +115,7 @@ class RankDisagreementRule(Rule):
             self._rekind()
         if _COLLAPSED in self._kinds.get(server, {}).values():
             return a, []
-        acc, low = rows.d_acc, cfg.max_accept_length
-        j = db
-        if min(acc[da:db]) <= low:
-            j = next(k for k in range(da, db) if acc[k] <= low)
+        j = rows.first_below(cfg.max_accept_length, da, db, inclusive=True)
         touched = {}
         valid = compress(zip(rows.d_rank[da:j], rows.d_ts[da:j], rows.d_accept[da:j]), rows.d_acc_ok[da:j])
         for rank, t, accept in valid:
