@@ -234,6 +234,15 @@ def _dense(text: str, lines: int) -> bool:
     return span * TICK_LINES > lines
 
 
+def _collapsed(collapse, server: str) -> bool:
+    """A rank of `server` is collapsed: the rules take its lines one by one (the collapse's
+    evidence, the throughput and disagreement of a firing rank), so per line is cheaper."""
+    if collapse.active.empty():
+        return False
+    prefix = alert_key(server, "")
+    return any(k.startswith(prefix) for k in collapse.active.keys())
+
+
 def take(pipeline, server: str, stats, grouper, batch, tz, now: float | None) -> int:
     """One large read (`LineBatch`, valid UTF-8, no container prefix, no traceback open) as
     `Pipeline._feed_lines` would take it; returns how many were other lines. A read with lines
@@ -242,7 +251,8 @@ def take(pipeline, server: str, stats, grouper, batch, tz, now: float | None) ->
     text = batch.text
     if vllm_maybe(text):  # vLLM lines pair up in `VllmAssembler`: the whole read one by one
         return pipeline._feed_lines(server, stats, grouper, batch.lines, None, None, tz, now)
-    if now is None and _dense(text, len(batch)):  # a tick every few lines: per line is cheaper
+    # a tick every few lines, or a collapse: per line is cheaper (both paths decide the same)
+    if now is None and _dense(text, len(batch)) or _collapsed(pipeline.collapse, server):
         return pipeline._feed_lines(server, stats, grouper, batch.lines, None, None, tz, now)
     rows = read(text, server, tz, pipeline.windows, now)
     if rows is not None:
