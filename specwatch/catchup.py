@@ -33,6 +33,7 @@ from specwatch.sources.sglang_log import _CANONICAL_PREFILL as _PREFILL
 from specwatch.sources.sglang_log import _timestamp, canonical_decode, canonical_prefill, canonical_rows
 
 MIN_LINES = 256  # smaller reads (a live tail) take the per-line path
+RETRIES = 16  # advances in a row that take nothing before a rule waits for the next piece
 
 _INF = math.inf
 _G = [itemgetter(i) for i in range(19)]
@@ -341,13 +342,15 @@ def _piece(pipeline, server: str, rows: Rows, rules: list, prefill_rules: set, a
            taken: list, sync: "_RankSync") -> None:
     """Rows [a, b), between two ticks: each rule advances in aggregate (past b when it may),
     the rows it did not take go through its hooks one by one. `taken`: per rule, (first row
-    it did not take, alerts of the row before it) of its last `advance`."""
+    it did not take, alerts of the row before it, how many advances in a row took nothing). A
+    rule advances again after the row it stopped at (drift: a bucket closes), unless
+    `RETRIES` advances in a row took nothing (it waits for the next piece then)."""
     low, n = b, len(rows.dec)
     for x, rule in enumerate(rules):
         t = taken[x]
         if t is None or t[0] <= a:
-            t = taken[x] = rule.advance(server, rows, a, n if rule.advance_across_ticks else b)
-        k, alerts = t
+            t = taken[x] = (*rule.advance(server, rows, a, n if rule.advance_across_ticks else b), 0)
+        k, alerts, _ = t
         first = k - 1 if alerts else k
         if first < low:
             low = first
@@ -358,21 +361,24 @@ def _piece(pipeline, server: str, rows: Rows, rules: list, prefill_rules: set, a
     for i in range(low, b):
         window = None
         sync.upto, sync.points = i + 1, i  # an alert of row i sees the ranks with row i, points before it
-        for rule, (k, alerts) in zip(rules, taken):
+        for x, rule in enumerate(rules):
+            k, alerts, misses = taken[x]
             if i < k:  # taken in aggregate; its alerts (if any) are the last taken row's
                 if alerts and i == k - 1:
                     handle(alerts, clock[i])
                 continue
+            out = None
             if dec[i]:
                 if window is None:
                     window = rows.window(i, cfg)
                 out = rule.on_decode(server, window, clock[i])
             elif id(rule) in prefill_rules:
                 out = rule.on_prefill(server, rows.batch(i), clock[i])
-            else:
-                continue
             if out:
                 handle(out, clock[i])
+            if i == k and i + 1 < b and misses < RETRIES:  # it stopped at this row: on from the next
+                k, alerts = rule.advance(server, rows, i + 1, n if rule.advance_across_ticks else b)
+                taken[x] = (k, alerts, 0 if k > i + 1 else misses + 1)
 
 
 class _RankSync:
