@@ -31,6 +31,7 @@ from collections import deque
 from datetime import tzinfo
 
 from specwatch.events import LogError
+from specwatch.sources.engines import LogEngine
 from specwatch.sources.sglang_log import bracket_prefix
 from specwatch.sources.vllm_log import ENGINE as VLLM, header_time
 
@@ -102,13 +103,14 @@ class ErrorGrouper:
     `LogError` events out. Not thread-safe (the pipeline calls it under its lock).
 
     engine: "vllm" once a line with vLLM's header (`ERROR 12-16 05:03:28 engine.py:366] `) was
-    grouped, or when the caller knows the file is vLLM's (`sources.engines.LogEngine`); every
-    later event says so (its fixes name vLLM's options). A group with no time stamp of its own
-    in a replay (`now` None) takes the file's last stamp seen here."""
+    grouped, or once `log` (the file's `sources.engines.LogEngine`) knows the file is vLLM's;
+    every later event says so (its fixes name vLLM's options). A group with no time stamp of its
+    own in a replay (`now` None) takes the file's last stamp seen here."""
 
-    def __init__(self, path: str, engine: str = ""):
+    def __init__(self, path: str, log: LogEngine | None = None):
         self.path = path
-        self.engine = engine
+        self.log = log
+        self.engine = ""
         self.group: _Group | None = None
         self._last_stamp: float | None = None
 
@@ -144,6 +146,9 @@ class ErrorGrouper:
         """End the open group now (end of a recorded log)."""
         return [] if self.group is None else [self._close()]
 
+    def _engine(self) -> str:
+        return self.engine or (VLLM if self.log is not None and self.log.name == VLLM else "")
+
     def _add(self, g: _Group, text: str) -> None:
         g.count += 1
         g.lines.append(text if len(text) <= MAX_LINE_CHARS else text[:MAX_LINE_CHARS] + "…")
@@ -164,7 +169,7 @@ class ErrorGrouper:
         if HEALTH_FAILED in text:
             ts, rank = self._stamp(text, now, tz)
             short = text[:MAX_LINE_CHARS]
-            return LogError(ts, self.path, "health_check", None, (short,), 1, rank, engine=self.engine)
+            return LogError(ts, self.path, "health_check", None, (short,), 1, rank, engine=self._engine())
         return None
 
     def _open(self, mode: str, prefix: str, text: str, now: float | None, tz) -> None:
@@ -219,4 +224,4 @@ class ErrorGrouper:
         lines = tuple(g.lines)
         cut = cut or (g.mode == "traceback" and g.exception is None)
         return LogError(g.start, self.path, classify(g.exception, lines), g.exception, lines, g.count, g.rank, cut,
-                        self.engine)
+                        self._engine())
