@@ -8,14 +8,19 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
 import yaml
 
-from journal_files import JournalDir
-from procs import wait_for
+from journal_files import REMOTE, JournalDir, export_entry
+from procs import decode_line, wait_for
+from specwatch.alerts.dispatcher import Dispatcher
 from specwatch.config import ConfigError, JournalConfig, build_config
+from specwatch.pipeline import Pipeline
+from specwatch.sources.filestream import Follower
+from specwatch.sources.follow import FollowerGroup
 from specwatch.sources.journal import JournalFollower, journalctl_command
 
 
@@ -255,3 +260,39 @@ def test_check_config_exits_2_naming_the_journal_key_and_warns_about_a_missing_f
                        text=True, timeout=60)
     assert r.returncode == 0, r.stderr
     assert f"warning: logs[0].journal.directory: {tmp_path / 'nowhere'} is not a folder (yet)" in r.stderr
+
+
+def test_a_large_backlog_leaves_a_files_lines_at_most_a_turn_behind(tmp_path, jdir):
+    """A new journalctl's backlog (100,000 decode lines into the real pipeline, seconds of work)
+    is read in turns of `TURN` s: a collapse line written to a plain file meanwhile reaches the
+    pipeline within a second, before the journal is caught up."""
+    big = decode_line(2.8, "10:00:00").rstrip("\n")
+    raw = b"".join(export_entry(big, 1_700_000_000_000_000 + i * 1000, jdir.fields) for i in range(100_000))
+    r = subprocess.run([REMOTE, f"--output={jdir.active}", "-"], input=raw, capture_output=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    log = tmp_path / "sglang.log"
+    log.write_text("")
+    cfg = build_config({"server": "box", "logs": [
+        {"journal": {"unit": "sglang.service", "directory": str(jdir.path)}, "server": "journal-box"},
+        {"path": str(log), "server": "file-box"}]})
+    p = Pipeline(cfg, Dispatcher([], group_wait=0, group_interval=0))
+    journal = JournalFollower(cfg.logs[0].journal, p.feed_batch)
+    group = FollowerGroup([journal, Follower(str(log), on_lines=p.feed_batch)], poll_interval=0.05,
+                          use_watchdog=False)
+    decoded = lambda server: p.servers[server].lines["decode"] if server in p.servers else 0  # noqa: E731
+    group.start()
+    try:
+        wait_for(lambda: decoded("journal-box") > 0, what="the journal's first lines")
+        with log.open("a") as f:
+            f.write(decode_line(1.04, "10:00:01"))
+        written = time.monotonic()
+        wait_for(lambda: decoded("file-box") == 1, timeout=30, interval=0.01, what="the file's collapse line")
+        took = time.monotonic() - written
+        behind = decoded("journal-box")
+        assert took < 1.0 and behind < 100_000, (took, behind)
+        assert p.ranks[("file-box", "TP0")].last_decode.accept_length == 1.04
+        wait_for(lambda: decoded("journal-box") == 100_000, timeout=60, what="the whole backlog")
+        wait_for(lambda: not group.catching_up, what="the end of the catch-up (a quiet journalctl)")
+    finally:
+        group.stop()
+    assert journal._proc is None
