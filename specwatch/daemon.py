@@ -272,7 +272,7 @@ class Daemon:
             self._rescan()
         self._warn_missing_logs()
         with self.pipeline.lock:
-            if self.dispatcher.paused:  # the backlog of the first poll round is read: notify from now
+            if self.dispatcher.paused and not self.followers.catching_up:  # the backlog is read: notify from now
                 self.dispatcher.resume(time.time())
                 self._tick()
             elif self._progress - self._ticked >= TICK_EVERY:  # here, not in a wake-up of its own

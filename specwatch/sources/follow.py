@@ -68,6 +68,7 @@ class FollowerGroup:
         self._last_watch_try = 0.0
         self.watch_errors_total = 0
         self.poll_errors_total = 0
+        self.catching_up = False  # a follower had not read its first backlog at the last round
         self._pending: list[tuple[list[Follower], list[str]]] = []  # update() calls not yet applied
         self._pending_lock = threading.Lock()
         for f in followers:
@@ -156,12 +157,19 @@ class FollowerGroup:
         if t is not None and t.is_alive() and threading.current_thread() is not t:
             raise RuntimeError("FollowerGroup is running: use wake() from other threads")
         total = 0
+        more = catching_up = False
         for f in self._followers.values():
             try:
                 total += f.poll()
             except Exception:
                 self.poll_errors_total += 1
                 log.exception("polling %s failed", f.path)
+            # a journal reads in turns (sources/journal.py); a file reads all it has
+            more = more or getattr(f, "more", False)
+            catching_up = catching_up or getattr(f, "catching_up", False)
+        self.catching_up = catching_up
+        if more:  # a turn ended with output left: another round at once
+            self.wake()
         return total
 
     def checkpoints(self) -> dict[str, dict[str, Any]]:

@@ -96,14 +96,22 @@ def follow_writer(tmp_path: Path, fmt: str, mode: str, n: int, path: Path,
     path.touch()  # the runtime creates the file before the container writes
     f.poll()
     proc = popen([sys.executable, str(WRITER), fmt, str(path), str(n), "20000", mode],
-                            stdout=subprocess.PIPE, text=True)
-    while proc.poll() is None:
-        f.poll()
-        time.sleep(pause)
+                 stdout=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while proc.poll() is None:
+            assert time.monotonic() < deadline, f"the writer still runs after 60 s; read {len(got)} of {n} lines"
+            f.poll()
+            time.sleep(pause)
+        assert proc.returncode == 0
+        rotations = int(proc.stdout.read())
+    finally:
+        proc.kill()
+        proc.wait()
+        proc.stdout.close()
     for _ in range(3):
         f.poll()
-    assert proc.returncode == 0
-    return got, f, int(proc.stdout.read())
+    return got, f, rotations
 
 
 @pytest.mark.parametrize("fmt,mode,pause", [("docker", "rename", 0.003), ("docker", "gzip", 0.003),

@@ -3,6 +3,7 @@ users launch SGLang, found through psutil, restarted, killed."""
 
 from __future__ import annotations
 
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -12,7 +13,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/ has no __init__.py
 from fake_sglang import stop  # noqa: E402
-from procs import free_port, popen  # noqa: E402
+from procs import free_port, popen, wait_for  # noqa: E402
 
 from specwatch.events import (  # noqa: E402
     ProcessSample,
@@ -303,7 +304,7 @@ def test_configured_by_followed_log_or_api_url(sglang_install, sglang_procs, tmp
         == [(None, True)]
 
 
-def test_a_process_that_execs_into_sglang_later_is_found(sglang_install, sglang_procs):
+def test_a_process_that_execs_into_sglang_later_is_found(sglang_install, sglang_procs, tmp_path):
     """The scan reads a process once; one that becomes a launcher later (a wrapper's `exec`) is
     found at the next scan (a new process is read once more) or, while a declared server is
     missing, at once (every process is read again)."""
@@ -313,8 +314,12 @@ def test_a_process_that_execs_into_sglang_later_is_found(sglang_install, sglang_
     declared = ProcessSource(rec, server="box", interval=5, servers={late: "later"})
     auto.poll(time.time())  # the box as it is
     declared.poll(time.time())
-    sglang_procs.start(["sh", "-c", f"sleep 0.5; exec {' '.join(server_argv(sglang_install, soon))}"], children=0)
-    sglang_procs.start(["sh", "-c", f"sleep 2; exec {' '.join(server_argv(sglang_install, late))}"], children=0)
+
+    def wrapper(port: int, go: Path) -> subprocess.Popen:  # `sh` until `go` exists, then the launcher
+        return sglang_procs.start(["sh", "-c", f"while [ ! -e {go} ]; do sleep 0.02; done; "
+                                   f"exec {' '.join(server_argv(sglang_install, port))}"], children=0)
+
+    first, second = wrapper(soon, tmp_path / "go-soon"), wrapper(late, tmp_path / "go-late")
     auto.poll(time.time())  # both are still `sh`
     declared.poll(time.time())
     declared.poll(time.time())  # read again once: still `sh`
@@ -323,11 +328,16 @@ def test_a_process_that_execs_into_sglang_later_is_found(sglang_install, sglang_
         return list(dict.fromkeys((s, e.process.cmdline[1:3]) for s, e in rec.events
                                   if isinstance(e, ProcessSample) and e.process and e.process.port in (soon, late)))
 
+    def execd(p: subprocess.Popen):  # the wrapper became the launcher (however slow the box)
+        return lambda: psutil.Process(p.pid).cmdline()[1:3] == ["-m", "sglang.launch_server"]
+
     assert started() == []
-    time.sleep(1.0)
+    (tmp_path / "go-soon").touch()
+    wait_for(execd(first), what="the first wrapper's exec")
     auto.poll(time.time())
     assert started() == [(f"box:{soon}", ("-m", "sglang.launch_server"))]
-    time.sleep(1.5)
+    (tmp_path / "go-late").touch()
+    wait_for(execd(second), what="the second wrapper's exec")
     rec.clear()
     declared.poll(time.time())
     assert started() == [("later", ("-m", "sglang.launch_server"))]
