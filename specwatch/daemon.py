@@ -272,7 +272,8 @@ class Daemon:
             self._rescan()
         self._warn_missing_logs()
         with self.pipeline.lock:
-            if self.dispatcher.paused and not self.followers.catching_up:  # the backlog is read: notify from now
+            if self.dispatcher.paused and not (self.followers.catching_up or self.followers.updating):
+                # the backlog (and any log a reload added) is read: notify from now
                 self.dispatcher.resume(time.time())
                 self._tick()
             elif self._progress - self._ticked >= TICK_EVERY:  # here, not in a wake-up of its own
@@ -400,11 +401,11 @@ class Daemon:
             self.process.tie(ProcessTies.of(new))
         self._register_journal_metrics(new)
         added = [s for s in new.logs if s.path not in old_paths]
-        if added:  # read from their first line: their history is not news (as at a first start)
-            with self.pipeline.lock:
-                self.dispatcher.paused = True  # until the next poll round has read them
-        self.followers.update(add=[self._make_follower(s) for s in added],
-                              remove=[p for p in old_paths if p not in new_paths])
+        with self.pipeline.lock:  # _after_poll sees both or neither: no resume before they are followed
+            if added:  # read from their first line: their history is not news (as at a first start)
+                self.dispatcher.paused = True  # until a poll round has read them
+            self.followers.update(add=[self._make_follower(s) for s in added],
+                                  remove=[p for p in old_paths if p not in new_paths])
         self._forget_gone(old, new, "its log is no longer in the config (reloaded)")
         if failed:
             self.reload_success = False

@@ -146,6 +146,11 @@ class FollowerGroup:
         self._thread.join(timeout)
         return not self._thread.is_alive()
 
+    @property
+    def updating(self) -> bool:
+        """An `update()` is queued and not yet applied (its followers have not been polled)."""
+        return bool(self._pending)
+
     def wake(self) -> None:
         """Ask the thread for a poll round now (from any thread)."""
         self._wake.set()

@@ -930,6 +930,42 @@ def test_group_poll_all_without_thread_and_duplicate_paths(tmp_path):
     assert {k: v["offset"] for k, v in g.checkpoints().items()} == {str(a): 6, str(b): 3}
 
 
+def test_group_updating_until_the_added_follower_was_polled(tmp_path):
+    """The daemon resumes notifications only when no follower catches up and no update is queued
+    (a reload's added log, read from its first line, is history): `updating` stays True from
+    update() until a round has polled the added follower, also when the update comes in the middle
+    of a round (here: while the thread is held in its after-poll hook)."""
+    a, b = tmp_path / "a.log", tmp_path / "b.log"
+    a.write_text("a1\n")
+    b.write_text("b1\nb2\n")
+    got = Collector()
+    in_hook, release = threading.Event(), threading.Event()
+    seen = []  # (updating, lines of b delivered) at each after-poll
+
+    def after_poll():
+        in_hook.set()
+        release.wait(10)
+        seen.append((g.updating, sum(t.startswith("b") for t in got.texts)))
+
+    g = FollowerGroup([Follower(a, got)], poll_interval=0.05, use_watchdog=False, after_poll=after_poll)
+    g.start()
+    try:
+        assert in_hook.wait(10)  # the thread is inside a round's after-poll hook
+        g.update(add=[Follower(b, got)])
+        assert g.updating
+        release.set()
+        deadline = time.monotonic() + 10
+        while not any(not u and n == 2 for u, n in seen) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert not g.updating
+        # never "not updating" while b was not read yet: the daemon could not have resumed early
+        assert all(u or n == 2 for u, n in seen[1:]), seen
+        assert seen[0] == (True, 0)  # the hook during which the update came
+    finally:
+        release.set()
+        g.stop()
+
+
 # ---------------------------------------------------------------------------- state helpers
 
 
