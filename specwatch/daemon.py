@@ -171,7 +171,7 @@ class Daemon:
         self._fresh_backlog = any(offsets.get(s.path) is None for s in cfg.logs)
         self.followers = FollowerGroup(
             [self._make_follower(s, offsets.get(s.path)) for s in cfg.logs],
-            poll_interval=cfg.follow.poll_interval, use_watchdog=cfg.follow.watchdog,
+            poll_interval=cfg.follow.poll_interval, use_watchdog=cfg.follow.watchdog, inotify=cfg.follow.inotify,
             after_poll=self._after_poll,
         )
         self._saved_doc: str | None = None  # the state document last committed

@@ -338,9 +338,9 @@ class ProcessSource(PollingSource):
     was handed out since the last listing (`/proc/loadavg`'s last pid: no fork, no new process),
     and, while every server of `servers` runs (no other matters then), at most every LIST_EVERY
     seconds (a server's new child is seen that much later); a listing reads only processes it has
-    not seen (their command line and parent, once). Every FULL_PASS seconds, and at each scan
-    while a configured server is missing, it reads every process again (a process that exec'd
-    into SGLang after it was first read, a reused pid).
+    not seen (their command line and parent, once). Every FULL_PASS seconds (not while every
+    server of `servers` runs), and at each scan while a configured server is missing, it reads
+    every process again (a process that exec'd into SGLang after it was first read, a reused pid).
     """
 
     name = "process"
@@ -443,13 +443,14 @@ class ProcessSource(PollingSource):
     def scan(self) -> dict[str, ServerProcess]:
         """One pass over the process table → {server name: ServerProcess}."""
         mono = time.monotonic()
-        full = mono - self._full_at >= FULL_PASS or any(
+        # While every server of `servers` runs, only their processes matter (read anyway): no
+        # full pass (O(all processes)) is needed to find one
+        all_up = bool(self.servers) and all(name in self._current for name in self.servers.values())
+        full = not all_up and mono - self._full_at >= FULL_PASS or any(
             name not in self._current for name in self.expected if name in self._last_known or self.servers)
         if full:
             self._full_at = mono
-        # While every server of `servers` runs, only their processes matter (read anyway)
-        quick = not full and self.servers and mono - self._listed_at < LIST_EVERY and all(
-            name in self._current for name in self.servers.values())
+        quick = not full and all_up and mono - self._listed_at < LIST_EVERY
         if not quick:
             self._refresh_table(full, mono)
         out = self._servers()
