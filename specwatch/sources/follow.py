@@ -43,6 +43,7 @@ class FollowerGroup:
     """
 
     _WATCH_RETRY_S = 30.0
+    _MIN_GAP = 0.05  # seconds between rounds woken by `due`
 
     def __init__(
         self,
@@ -53,10 +54,13 @@ class FollowerGroup:
         name: str = "specwatch-follow",
         after_poll: Callable[[], None] | None = None,
         inotify: bool = False,
+        due: Callable[[], float | None] | None = None,
     ) -> None:
         """`poll_interval`: seconds between polls when no event arrives (> 0).
         `after_poll`: called on the group's thread after each poll round, when no `on_line` call
         is in flight, so it can persist `checkpoints()` together with the consumer's state.
+        `due`: with inotify, when (`time.monotonic()`) the after-poll hook next has work due (a
+        notification's group_wait ending), None for nothing: a round comes then at the latest.
 
         Raises ValueError for a bad poll_interval or two followers of the same path.
         """
@@ -68,6 +72,7 @@ class FollowerGroup:
         self._inotify: Any = None  # a DirWatcher while running with inotify
         self._name = name
         self._after_poll = after_poll
+        self._due = due
         self._followers: dict[str, Follower] = {}
         self._wake = threading.Event()
         self._stop = threading.Event()
@@ -211,8 +216,12 @@ class FollowerGroup:
         read = self.poll_all() > 0
         last = time.monotonic()
         while not self._stop.is_set():
+            until = last + self.poll_interval
+            due = self._due() if self._due is not None else None
+            if due is not None:
+                until = min(until, max(due, last + self._MIN_GAP))
             # after reading, the next changes wait for the interval (events queue in the kernel)
-            woke = watcher.wait(last + self.poll_interval - time.monotonic(), files=not read)
+            woke = watcher.wait(until - time.monotonic(), files=not read)
             if self._stop.is_set():
                 break
             last = time.monotonic()

@@ -1023,3 +1023,26 @@ def test_group_inotify_spaces_reads_of_a_busy_file(tmp_path):
         assert len(rounds) <= 10 and min(gaps) >= 0.25, gaps  # not one round per line
     finally:
         assert g.stop(5.0)
+
+
+def test_group_inotify_wakes_when_the_hook_has_work_due(tmp_path):
+    """A busy log is read once per poll interval; a notification due between two reads (its
+    group_wait ends) gets a round of its own at that time (`due`), not at the next read."""
+    p = tmp_path / "server.log"
+    p.write_text("")
+    rounds = []
+    deadline = [None]
+    g = FollowerGroup([Follower(p, Collector())], poll_interval=30.0, use_watchdog=False, inotify=True,
+                      after_poll=lambda: rounds.append(time.monotonic()), due=lambda: deadline[0])
+    g.start()
+    try:
+        time.sleep(0.3)
+        assert rounds == []  # nothing changed, nothing due
+        t0 = time.monotonic()
+        deadline[0] = t0 + 0.4
+        g.wake()  # the hook's work appeared (the daemon: an alert raised during a round)
+        wait_for(lambda: len(rounds) >= 2, 5, what="a round at the due time")
+        deadline[0] = None
+        assert rounds[1] - t0 == pytest.approx(0.4, abs=0.15)
+    finally:
+        assert g.stop(5.0)
