@@ -171,8 +171,8 @@ class Daemon:
         self._fresh_backlog = any(offsets.get(s.path) is None for s in cfg.logs)
         self.followers = FollowerGroup(
             [self._make_follower(s, offsets.get(s.path)) for s in cfg.logs],
-            poll_interval=cfg.follow.poll_interval, use_watchdog=cfg.follow.watchdog,
-            after_poll=self._after_poll,
+            poll_interval=cfg.follow.poll_interval, use_watchdog=cfg.follow.watchdog, inotify=cfg.follow.inotify,
+            after_poll=self._after_poll, due=self._next_flush,
         )
         self._saved_doc: str | None = None  # the state document last committed
         self._fed = False  # lines read since the last commit
@@ -286,6 +286,13 @@ class Daemon:
                 or since >= (STATE_EVERY if self._fed else QUIET_EVERY)
                 or not self.store.ok and since >= RETRY_EVERY):
             self.commit()
+
+    def _next_flush(self) -> float | None:
+        """`time.monotonic()` of the dispatcher's next group timer: the followers' thread, which
+        reads a busy log once a second, flushes then (a group_wait ending between two reads)."""
+        with self.pipeline.lock:
+            t = self.dispatcher.next_flush()
+        return None if t is None else time.monotonic() + t - time.time()
 
     def _tick(self) -> None:
         """Let time-based rules advance (caller holds the pipeline lock)."""

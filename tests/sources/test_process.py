@@ -386,6 +386,25 @@ def test_declared_servers_running_list_proc_only_every_list_every(sglang_install
     assert len(src.current()["s"].pids) == 3 and p.pid in src.pids()
 
 
+def test_declared_servers_running_need_no_full_pass(sglang_install, sglang_procs, monkeypatch):
+    """A full pass re-reads every process of the box (O(all processes)); while every server of
+    `servers` runs it would find nothing that matters, so it waits until one is missing."""
+    port = free_port()
+    p = sglang_procs.start(server_argv(sglang_install, port))
+    src = ProcessSource(Recorder(), server="box", interval=5, servers={port: "s"})
+    src.poll(time.time())
+    src.poll(time.time())
+    monkeypatch.setattr(process_mod, "FULL_PASS", 0.0)
+    before = src.reads_total
+    src.poll(time.time())
+    assert src.reads_total == before and p.pid in src.pids()
+    undeclared = ProcessSource(Recorder(), server="box", interval=5)  # every server matters: full passes
+    undeclared.poll(time.time())
+    before = undeclared.reads_total
+    undeclared.poll(time.time())
+    assert undeclared.reads_total - before >= len(psutil.pids()) - 10
+
+
 def test_match_regex_adds_a_wrapper(tmp_path, sglang_procs):
     import venv
     venv.EnvBuilder(with_pip=False, symlinks=True).create(tmp_path / "plain")
@@ -419,3 +438,24 @@ def test_thread_start_stop(sglang_install, sglang_procs):
         time.sleep(0.02)
     assert src.stop(timeout=2)
     assert src.scans_total >= 3 and src.scan_errors_total == 0
+
+
+def test_usage_reads_what_psutil_reads_and_tells_a_reused_pid_by_its_start_time():
+    """`_usage`'s two plain reads agree with psutil (start time, CPU, RSS) for a live process
+    that burns CPU; a process's start time differs from another's, which is how the scan tells a
+    pid reused (its cached command line is read again)."""
+    p = popen([sys.executable, "-c", "import time\nwhile time.process_time() < 0.3: pass\nprint(flush=True)\ntime.sleep(60)"],
+              stdout=subprocess.PIPE)
+    try:
+        p.stdout.readline()  # done burning CPU
+        start, cpu, rss = process_mod._usage(p.pid)
+        ps = psutil.Process(p.pid)
+        t, mem = ps.cpu_times(), ps.memory_info().rss
+        assert cpu == pytest.approx(t.user + t.system, abs=0.02) and cpu >= 0.29
+        assert rss == mem
+        assert ps.create_time() == pytest.approx(psutil.boot_time() + start / process_mod._TICKS, abs=0.02)
+        assert process_mod._usage(1)[0] < start
+    finally:
+        p.kill()
+        p.wait()
+    assert process_mod._usage(p.pid) is None
