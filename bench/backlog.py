@@ -176,7 +176,10 @@ class _Slack(BaseHTTPRequestHandler):
         pass
 
 
-def alert_latency(tmp: Path, repeats: int) -> list[float]:
+def alert_latency(tmp: Path, repeats: int, busy: bool = False) -> list[float]:
+    """Seconds from a collapse line appended to the log to its Slack POST, one per run. `busy`: 7
+    other ranks write a healthy decode line each, 8 lines a second in all, as beside a live server
+    (the follower reads a busy log at most once per `follow.poll_interval`)."""
     srv = ThreadingHTTPServer(("127.0.0.1", 0), _Slack)
     threading.Thread(target=srv.serve_forever, daemon=True).start()
     url = f"http://127.0.0.1:{srv.server_address[1]}/services/T/B/x"
@@ -190,11 +193,24 @@ def alert_latency(tmp: Path, repeats: int) -> list[float]:
         time.sleep(0.5)
         _Slack.got.clear()
 
-        def line(ago: float) -> str:  # stamped in local time, as SGLang does, `ago` seconds back
+        def line(ago: float, rank: str = "TP0", accept: float = 1.05) -> str:  # local time, as SGLang stamps
             ts = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(time.time() - ago))
-            return (f"[{ts} TP0] Decode batch, #running-req: 32, #token: 2268, token usage: 0.02, "
-                    f"accept len: 1.05, accept rate: 0.21, cuda graph: False, gen throughput (token/s): 400.57, "
+            return (f"[{ts} {rank}] Decode batch, #running-req: 32, #token: 2268, token usage: 0.02, "
+                    f"accept len: {accept:.2f}, accept rate: 0.21, cuda graph: False, gen throughput (token/s): 400.57, "
                     f"#queue-req: 0\n")
+
+        done = threading.Event()
+
+        def others() -> None:  # the other ranks' healthy lines, one every 1/8 s
+            k = 0
+            while not done.wait(0.125):
+                with open(log, "a") as f:
+                    f.write(line(0, f"TP{1 + k % 7}", 2.5))
+                k += 1
+
+        writer = threading.Thread(target=others, daemon=True)
+        if busy:
+            writer.start()
 
         with open(log, "a") as f:  # two low lines of the last decode-log intervals...
             f.write(line(8) + line(4))
@@ -206,6 +222,9 @@ def alert_latency(tmp: Path, repeats: int) -> list[float]:
         while not _Slack.got and time.monotonic() - t0 < 10:
             time.sleep(0.002)
         out.append((_Slack.got[0] - t0) if _Slack.got else float("inf"))
+        done.set()
+        if busy:
+            writer.join()
         stop(proc)
     srv.shutdown()
     return out

@@ -26,6 +26,7 @@ from operator import itemgetter, not_
 from specwatch.events import DecodeBatch, OtherLine, PrefillBatch
 from specwatch.rules.base import alert_key
 from specwatch.rules.windows import Window
+from specwatch.sources.engines import SGLANG, parse_line
 from specwatch.sources.log_errors import maybe_error
 from specwatch.sources.vllm_log import maybe_event as vllm_maybe
 from specwatch.sources.sglang_log import _CANONICAL_DECODE as _DECODE
@@ -235,6 +236,13 @@ def _dense(text: str, lines: int) -> bool:
     return span * TICK_LINES > lines
 
 
+def _settle(engine) -> None:
+    """Rows in columns are SGLang batch lines: the per-line path settles the log's engine at the
+    first (`LogEngine`), before any row of the read could be another engine's."""
+    if engine.name is None:
+        engine.settle(SGLANG)
+
+
 def _collapsed(collapse, server: str) -> bool:
     """A rank of `server` is collapsed: the rules take its lines one by one (the collapse's
     evidence, the throughput and disagreement of a firing rank), so per line is cheaper."""
@@ -244,19 +252,20 @@ def _collapsed(collapse, server: str) -> bool:
     return any(k.startswith(prefix) for k in collapse.active.keys())
 
 
-def take(pipeline, server: str, stats, grouper, batch, tz, now: float | None) -> int:
+def take(pipeline, server: str, stats, grouper, engine, maybe_event, batch, tz, now: float | None) -> int:
     """One large read (`LineBatch`, valid UTF-8, no container prefix, no traceback open) as
     `Pipeline._feed_lines` would take it; returns how many were other lines. A read with lines
     that need the parser (another batch line form, request text quoting one, `server_args`, an
     error) goes through `_feed_lines` at those lines and in columns between them."""
     text = batch.text
-    if vllm_maybe(text):  # vLLM lines pair up in `VllmAssembler`: the whole read one by one
-        return pipeline._feed_lines(server, stats, grouper, batch.lines, None, None, tz, now)
+    if engine.name is None and vllm_maybe(text):  # vLLM lines may settle the engine: the read one by one
+        return pipeline._feed_lines(server, stats, grouper, engine, maybe_event, batch.lines, None, None, tz, now)
     # a tick every few lines, or a collapse: per line is cheaper (both paths decide the same)
     if now is None and _dense(text, len(batch)) or _collapsed(pipeline.collapse, server):
-        return pipeline._feed_lines(server, stats, grouper, batch.lines, None, None, tz, now)
+        return pipeline._feed_lines(server, stats, grouper, engine, maybe_event, batch.lines, None, None, tz, now)
     rows = read(text, server, tz, pipeline.windows, now)
     if rows is not None:
+        _settle(engine)
         return feed(pipeline, server, stats, rows, len(batch), now)
     lines = batch.lines
     odd, inert = [], set()  # lines for the parser; batch lines it reads as other lines (request text)
@@ -264,11 +273,13 @@ def take(pipeline, server: str, stats, grouper, batch, tz, now: float | None) ->
         if "server_args=" in line or maybe_error(line):
             odd.append(i)
         elif "batch" in line and not (_DECODE.match(line) or _PREFILL.match(line)):
-            if type(pipeline._parse(line, True, None, tz)) is OtherLine:
+            if type(parse_line(line, tz=tz)) is OtherLine:  # both engines' grammar: settles nothing
                 inert.add(i)
             else:
                 odd.append(i)
-    per_line = pipeline._feed_lines
+    def per_line(server, stats, grouper, lines, *args):
+        return pipeline._feed_lines(server, stats, grouper, engine, maybe_event, lines, *args)
+
     if len(odd) * 16 > len(lines):
         return per_line(server, stats, grouper, lines, None, None, tz, now)
     other, i, n = 0, 0, len(lines)
@@ -281,6 +292,7 @@ def take(pipeline, server: str, stats, grouper, batch, tz, now: float | None) ->
             kept = [line for x, line in enumerate(lines[i:j], i) if x not in inert] if inert else lines[i:j]
             part = read("\n".join(kept) + "\n", server, tz, pipeline.windows, now)
         if part is not None:
+            _settle(engine)
             stats.lines["other"] += j - i - len(kept)
             other += feed(pipeline, server, stats, part, len(kept), now)
         elif j > i:

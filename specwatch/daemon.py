@@ -171,8 +171,8 @@ class Daemon:
         self._fresh_backlog = any(offsets.get(s.path) is None for s in cfg.logs)
         self.followers = FollowerGroup(
             [self._make_follower(s, offsets.get(s.path)) for s in cfg.logs],
-            poll_interval=cfg.follow.poll_interval, use_watchdog=cfg.follow.watchdog,
-            after_poll=self._after_poll,
+            poll_interval=cfg.follow.poll_interval, use_watchdog=cfg.follow.watchdog, inotify=cfg.follow.inotify,
+            after_poll=self._after_poll, due=self._next_flush,
         )
         self._saved_doc: str | None = None  # the state document last committed
         self._fed = False  # lines read since the last commit
@@ -272,7 +272,8 @@ class Daemon:
             self._rescan()
         self._warn_missing_logs()
         with self.pipeline.lock:
-            if self.dispatcher.paused:  # the backlog of the first poll round is read: notify from now
+            if self.dispatcher.paused and not (self.followers.catching_up or self.followers.updating):
+                # the backlog (and any log a reload added) is read: notify from now
                 self.dispatcher.resume(time.time())
                 self._tick()
             elif self._progress - self._ticked >= TICK_EVERY:  # here, not in a wake-up of its own
@@ -285,6 +286,13 @@ class Daemon:
                 or since >= (STATE_EVERY if self._fed else QUIET_EVERY)
                 or not self.store.ok and since >= RETRY_EVERY):
             self.commit()
+
+    def _next_flush(self) -> float | None:
+        """`time.monotonic()` of the dispatcher's next group timer: the followers' thread, which
+        reads a busy log once a second, flushes then (a group_wait ending between two reads)."""
+        with self.pipeline.lock:
+            t = self.dispatcher.next_flush()
+        return None if t is None else time.monotonic() + t - time.time()
 
     def _tick(self) -> None:
         """Let time-based rules advance (caller holds the pipeline lock)."""
@@ -400,11 +408,11 @@ class Daemon:
             self.process.tie(ProcessTies.of(new))
         self._register_journal_metrics(new)
         added = [s for s in new.logs if s.path not in old_paths]
-        if added:  # read from their first line: their history is not news (as at a first start)
-            with self.pipeline.lock:
-                self.dispatcher.paused = True  # until the next poll round has read them
-        self.followers.update(add=[self._make_follower(s) for s in added],
-                              remove=[p for p in old_paths if p not in new_paths])
+        with self.pipeline.lock:  # _after_poll sees both or neither: no resume before they are followed
+            if added:  # read from their first line: their history is not news (as at a first start)
+                self.dispatcher.paused = True  # until a poll round has read them
+            self.followers.update(add=[self._make_follower(s) for s in added],
+                                  remove=[p for p in old_paths if p not in new_paths])
         self._forget_gone(old, new, "its log is no longer in the config (reloaded)")
         if failed:
             self.reload_success = False

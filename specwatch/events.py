@@ -138,6 +138,7 @@ class LogError:
     (`RuntimeError: …`), None when the group was cut before it. lines: its last lines (at most
     `sources.log_errors.KEEP_LINES`, each cut at `MAX_LINE_CHARS`); line_count: how many it had. rank: rank tokens
     of the header's SGLang prefix ("TP2"), "" when none. cut: it ended without an exception line.
+    engine: "vllm" in a vLLM log (`sources.log_errors.ErrorGrouper.engine`), "" otherwise.
     """
 
     timestamp: float | None
@@ -148,6 +149,7 @@ class LogError:
     line_count: int
     rank: str = ""
     cut: bool = False
+    engine: str = ""
 
 
 # --- events from the process, HTTP API and GPU sources (fed through Pipeline.feed_event) ---

@@ -213,12 +213,14 @@ class FollowerCollector(Collector):
             "recovered_lines_total": CounterMetricFamily("specwatch_log_recovered_lines", "Lines read from rotated copies (<path>.1, .2.gz, -YYYYMMDD, ...): after a copytruncate, or rotated away while the reader was stopped.", labels=("path",)),
             # Neither lines nor bytes of a file never seen can be known: the unit is files.
             "rotated_files_lost_total": CounterMetricFamily("specwatch_log_rotated_files_lost", "Rotated files, or the unread rest of one, that could not be found or read (a gap in .N, a checkpointed file gone, a corrupt .gz): their lines were never read. Each is also a warning in the log with the path.", labels=("path",)),
+            "bad_records_total": CounterMetricFamily("specwatch_log_bad_envelope_records", "Records of a Docker json-file or CRI log that do not read as that format (passed on as plain lines).", labels=("path",)),
         }
         last = GaugeMetricFamily("specwatch_log_last_line_timestamp_seconds", "Wall time the last line was read from the file, seconds since the epoch.", labels=("path",))
         is_open = GaugeMetricFamily("specwatch_log_file_open", "1 when the followed file is open, 0 while it does not exist or cannot be read.", labels=("path",))
         for path, f in self.followers().items():
+            stage = getattr(f, "stage", None)  # a container log's Unwrap counts what it rejoins and drops
             for attr, fam in fams.items():
-                fam.add_metric([path], getattr(f, attr, 0))
+                fam.add_metric([path], getattr(f, attr, 0) + getattr(stage, attr, 0))
             if getattr(f, "last_line_timestamp", None) is not None:
                 last.add_metric([path], f.last_line_timestamp)
             is_open.add_metric([path], 1.0 if getattr(f, "is_open", False) else 0.0)

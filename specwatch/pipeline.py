@@ -49,7 +49,7 @@ from specwatch.rules.windows import WindowTracker
 from specwatch.sources.filestream import LineBatch
 from specwatch.sources.log_errors import KINDS as ERROR_KINDS
 from specwatch.sources.log_errors import ErrorGrouper, maybe_error
-from specwatch.sources.engines import maybe_event, parse_line
+from specwatch.sources.engines import VLLM, LogEngine
 from specwatch.sources.sglang_log import strip_container_prefix
 from specwatch.sources.vllm_log import VllmAssembler, VllmLine
 from specwatch.status.history import AcceptHistory, AlertState
@@ -162,6 +162,7 @@ class Pipeline:
         self.lock = threading.Lock()
         self._last_tick = -math.inf
         self._groupers: dict[str, ErrorGrouper] = {}  # path → its traceback grouping (error stage)
+        self._engines: dict[str, LogEngine] = {}  # path → its engine's grammar (sources/engines.py)
         self._vllm: dict[str, VllmAssembler] = {}  # server → its vLLM lines into decode batches
         self._path = ""  # the file being fed
         self._before_handle: Callable[[list], None] | None = None  # set by `catchup.feed` during a read
@@ -173,6 +174,8 @@ class Pipeline:
         self._prefix = {src.path: re.compile(src.container_prefix) if src.container_prefix else None
                         for src in config.logs}
         self._tz = {src.path: ZoneInfo(src.timezone) if src.timezone else None for src in config.logs}
+        # `format: sglang`, or a grammar that rewrites lines into SGLang's form: the log is SGLang's
+        self._sglang_form = {src.path for src in config.logs if src.grammar or src.envelope == "plain"}
 
     def reconfigure(self, config: Config, routing: Callable[[], Dispatcher] | None = None,
                     now: float | None = None) -> None:
@@ -204,7 +207,8 @@ class Pipeline:
         self._path = line.path  # names the file of an unrecognized line
         text = line.text
         prefix, tz = self._prefix.get(line.path), self._tz.get(line.path)
-        event = self._parse(text, line.raw_ok, prefix, tz) if maybe_event(text) else _OTHER
+        engine = self._engine(line.path)
+        event = self._parse(engine, text, line.raw_ok, prefix, tz) if engine.maybe_event(text) else _OTHER
         with self.lock:
             stats = self._stats(server)
             self._take(server, stats, event, now)
@@ -222,21 +226,26 @@ class Pipeline:
         server = self.server_for(path)
         prefix, tz = self._prefix.get(path), self._tz.get(path)
         raw_ok = batch.raw_ok
+        engine = self._engine(path)
+        maybe_event = engine.maybe_event  # both engines' checks until the log's engine is known
         with self.lock:
             stats = self._stats(server)
             grouper = self._grouper(path)
-            if prefix is None and raw_ok is None and grouper.group is None and len(batch) >= catchup.MIN_LINES:
-                other = catchup.take(self, server, stats, grouper, batch, tz, now)  # a large read: in columns
+            if prefix is None and raw_ok is None and grouper.group is None and engine.name != VLLM \
+                    and len(batch) >= catchup.MIN_LINES:  # a large read: in columns
+                other = catchup.take(self, server, stats, grouper, engine, maybe_event, batch, tz, now)
             else:
-                other = self._feed_lines(server, stats, grouper, batch.lines, raw_ok, prefix, tz, now)
+                other = self._feed_lines(server, stats, grouper, engine, maybe_event, batch.lines, raw_ok, prefix,
+                                         tz, now)
             stats.lines["other"] += other
             if other and now is not None:  # the follower's clock: one stamp per read
                 stats.last_line["other"] = now
 
-    def _feed_lines(self, server: str, stats: ServerStats, grouper: ErrorGrouper, lines: list[str],
-                    raw_ok: list[bool] | None, prefix: re.Pattern | None, tz, now: float | None) -> int:
-        """`feed_batch`'s lines one by one (caller holds `lock`); returns how many were other
-        lines (the caller counts and stamps them)."""
+    def _feed_lines(self, server: str, stats: ServerStats, grouper: ErrorGrouper, engine: LogEngine,
+                    maybe_event: Callable[[str], bool], lines: list[str], raw_ok: list[bool] | None,
+                    prefix: re.Pattern | None, tz, now: float | None) -> int:
+        """`feed_batch`'s lines one by one (caller holds `lock`; `maybe_event`: the engine's check
+        when the read began); returns how many were other lines (the caller counts and stamps them)."""
         parse, take = self._parse, self._take
         other = 0
         for i, text in enumerate(lines):
@@ -245,7 +254,7 @@ class Pipeline:
                 if grouper.group is not None or maybe_error(text):
                     self._errors(server, stats, grouper, text, prefix, tz, now)
                 continue
-            event = parse(text, raw_ok is None or raw_ok[i], prefix, tz)
+            event = parse(engine, text, raw_ok is None or raw_ok[i], prefix, tz)
             take(server, stats, event, now)
             if grouper.group is not None or type(event) is OtherLine and maybe_error(text):
                 self._errors(server, stats, grouper, text, prefix, tz, now)
@@ -256,8 +265,14 @@ class Pipeline:
     def _grouper(self, path: str) -> ErrorGrouper:
         g = self._groupers.get(path)
         if g is None:
-            g = self._groupers[path] = ErrorGrouper(path)
+            g = self._groupers[path] = ErrorGrouper(path, self._engine(path))
         return g
+
+    def _engine(self, path: str) -> LogEngine:
+        e = self._engines.get(path)
+        if e is None:
+            e = self._engines[path] = LogEngine("sglang" if path in self._sglang_form else None)
+        return e
 
     def _errors(self, server: str, stats: ServerStats, grouper: ErrorGrouper, text: str,
                 prefix: re.Pattern | None, tz, now: float | None) -> None:
@@ -295,10 +310,10 @@ class Pipeline:
         return {} if st is None else st.last_line
 
     @staticmethod
-    def _parse(text: str, raw_ok: bool, prefix: re.Pattern | None, tz) -> object:
-        """A line that `maybe_event` let through → its event (a batch line with non-UTF-8
+    def _parse(engine: LogEngine, text: str, raw_ok: bool, prefix: re.Pattern | None, tz) -> object:
+        """A line that `engine.maybe_event` let through → its event (a batch line with non-UTF-8
         bytes is malformed)."""
-        event = parse_line(text, container_prefix=prefix, tz=tz)
+        event = engine.parse_line(text, container_prefix=prefix, tz=tz)
         if not raw_ok and isinstance(event, (DecodeBatch, PrefillBatch)):
             event = MalformedLine("non-UTF-8 bytes in a batch line", event.timestamp, event.rank)
         return event

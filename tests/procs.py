@@ -47,13 +47,14 @@ def release_ports(keep: int = 0) -> None:
 
 def popen(argv, **kw) -> subprocess.Popen:
     """`subprocess.Popen` of a child that is SIGKILLed when the test process (the calling thread)
-    ends, however it ends: a killed or timed-out test run leaves no daemon behind."""
-    return subprocess.Popen(argv, preexec_fn=die_with_parent(signal.SIGKILL), **kw)
+    ends, however it ends: a killed or timed-out test run leaves no daemon behind (`setpriv
+    --pdeathsig`, specwatch/childproc.py; the pid is the command's)."""
+    return subprocess.Popen(die_with_parent(argv, signal.SIGKILL), **kw)
 
 
 def run(argv, **kw) -> subprocess.CompletedProcess:
     """`subprocess.run` whose child dies with the test process (see `popen`)."""
-    return subprocess.run(argv, preexec_fn=die_with_parent(signal.SIGKILL), **kw)
+    return subprocess.run(die_with_parent(argv, signal.SIGKILL), **kw)
 
 
 def wait_for(pred, timeout=15.0, what="condition", interval=0.05):

@@ -4,15 +4,19 @@ it: a killed or timed-out run leaves no `specwatch run` or `journalctl` behind (
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import psutil
 
 from journal_files import JournalDir
+import procs
 from procs import popen, wait_for
+from specwatch.childproc import die_with_parent
 from specwatch_daemon import SpecwatchDaemon
 
 TESTS = Path(__file__).resolve().parent
@@ -102,3 +106,55 @@ def test_a_killed_daemon_leaves_no_journalctl(tmp_path):
             d.proc.wait()
         if "journalctl" in locals() and not gone(journalctl.pid):
             os.kill(journalctl.pid, signal.SIGKILL)
+
+
+def test_die_with_parent_is_setpriv_and_the_child_ends_with_the_thread_that_started_it():
+    """No `preexec_fn` (unsafe with threads): `setpriv --pdeathsig` execs the command, so the pid
+    is the command's, and it gets the signal when the starting thread ends."""
+    argv = die_with_parent(["sleep", "60"], signal.SIGTERM)
+    assert argv == [shutil.which("setpriv"), "--pdeathsig=SIGTERM", "--", "sleep", "60"]
+    started: list[subprocess.Popen] = []
+
+    def starter() -> None:  # lives until setpriv has set the signal and exec'd `sleep`
+        started.append(subprocess.Popen(argv))
+        wait_for(lambda: psutil.Process(started[0].pid).cmdline()[:1] == ["sleep"], what="setpriv's exec")
+
+    t = threading.Thread(target=starter)
+    t.start()
+    t.join()
+    child = started[0]
+    try:
+        assert child.wait(10) == -signal.SIGTERM
+    finally:
+        child.kill()
+        child.wait()
+
+
+# The follower on a host without setpriv (PATH holds only the stand-in journalctl): journalctl is a
+# plain child, and `close()` (the daemon's stop) ends it.
+PLAIN = """
+import os, sys
+import psutil
+from specwatch.childproc import setpriv
+from specwatch.config import JournalConfig
+from specwatch.sources.journal import JournalFollower
+assert setpriv() is None
+f = JournalFollower(JournalConfig(unit="sglang.service"), lambda batch: None)
+f.poll()
+p = psutil.Process(f._proc.pid)
+print(p.ppid() == os.getpid(), flush=True)
+f.close()
+print(p.is_running() and p.status() != psutil.STATUS_ZOMBIE, flush=True)
+"""
+
+
+def test_without_setpriv_journalctl_is_a_plain_child_that_stop_ends(tmp_path):
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    stub = bin_dir / "journalctl"
+    stub.write_text(f"#!/bin/sh\nexec {shutil.which('sleep')} 300\n")
+    stub.chmod(0o755)
+    r = procs.run([sys.executable, "-c", PLAIN], capture_output=True, text=True, cwd=TESTS.parent, timeout=30,
+                  env={**os.environ, "PATH": str(bin_dir)})
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines() == ["True", "False"], r.stdout  # a child of the follower; gone after close()

@@ -63,9 +63,9 @@ def test_ready_status_watchdog_stopping(tmp_path, notify_socket):
         # WatchdogSec=1s: a ping every 0.5 s from the main loop (counted, not timed: the
         # receiving thread may take queued datagrams back to back)
         n0, t0 = len(notify_socket.with_key("WATCHDOG", "1")), time.monotonic()
-        time.sleep(2.0)
+        wait_for(lambda: len(notify_socket.with_key("WATCHDOG", "1")) - n0 >= 3, timeout=30, what="3 more pings")
         n = len(notify_socket.with_key("WATCHDOG", "1")) - n0
-        assert 2 <= n <= (time.monotonic() - t0) / 0.5 + 1, n
+        assert n <= (time.monotonic() - t0) / 0.5 + 1, n  # not more often than every 0.5 s
         # routine STATUS updates carry counts
         wait_for(lambda: p.scrape()[("specwatch_decode_batches_total", rank_labels("box"))] == 1, what="line read")
     finally:

@@ -184,7 +184,7 @@ def test_status_of_a_server_read_only_from_its_metrics(tmp_path):
     port = free_port()
     cfg = tmp_path / "config.yaml"
     cfg.write_text(yaml.safe_dump({
-        "server_metrics": [{"url": eng.url, "server": "sglang-a", "interval": "1s", "timeout": "500ms"}],
+        "server_metrics": [{"url": eng.url, "server": "sglang-a", "interval": "2s", "timeout": "1.9s"}],
         "metrics": {"listen_port": port}, "state_dir": str(tmp_path / "state"),
         "process": {"enabled": False}, "diagnosis": {"enabled": False}, "rules": {"collapse": {"min_batches": 2}}}))
     eng.set_sglang(0, accept_length=2.9, accept_rate=0.5, running=20, throughput=500.0)

@@ -205,6 +205,14 @@ class Dispatcher:
         ticks, so a group_wait that ends between two ticks does not wait for the next one."""
         self._flush_due(now)
 
+    def next_flush(self) -> float | None:
+        """When the earliest group timer is due (the caller's clock: wall time in the daemon,
+        seconds), None without groups or while paused: the daemon's followers' thread, which
+        reads a busy log once a second, wakes then for `flush_due`."""
+        if self.paused or not self._groups:
+            return None
+        return min(g.next_flush for g in self._groups.values())
+
     def tick(self, now: float) -> None:
         """Flush groups whose timer is due, let pushers re-send, forget what is done."""
         self._flush_due(now)

@@ -50,17 +50,43 @@ def _shape_hint(exception: str | None) -> str | None:
             f"of width {h}, the other {b // h}")
 
 
+# The engine's options each fix names. SGLang: sglang/srt/server_args.py@0.5.23; vLLM:
+# vllm/engine/arg_utils.py@0.33.0 (the draft in `--speculative-config`, vllm/config/speculative.py).
+_OPTIONS = {
+    "sglang": {
+        "memory": "lower `--mem-fraction-static` (e.g. by 0.05), `--max-running-requests`, "
+                  "`--chunked-prefill-size` or `--cuda-graph-max-bs`",
+        "draft": "`--speculative-num-draft-tokens` verify tokens per request: lower `--speculative-num-steps`, "
+                 "`--speculative-eagle-topk` or `--speculative-num-draft-tokens`",
+        "timeout": "`--dist-timeout`",
+        "diagnose": "specwatch diagnose --draft DRAFT_DIR --target TARGET_DIR",
+        "ids": "the draft was trained on (3 ids), and the target's model class must capture them",
+        "eagle": "`--speculative-algorithm EAGLE` instead of `EAGLE3`",
+        "settings": "the `server_args` line",
+    },
+    "vllm": {
+        "memory": "lower `--gpu-memory-utilization` (e.g. by 0.05), `--max-num-seqs`, "
+                  "`--max-num-batched-tokens` or `--max-model-len`",
+        "draft": "its `num_speculative_tokens` per request: lower `num_speculative_tokens` in `--speculative-config`",
+        "timeout": "`--distributed-timeout-seconds`",
+        "diagnose": "specwatch diagnose --engine vllm --draft DRAFT_DIR --target TARGET_DIR",
+        "ids": "the draft was trained on, and the target's model class must support EAGLE-3",
+        "eagle": '`"method": "eagle"` instead of `"eagle3"` in `--speculative-config`',
+        "settings": "the engine-config line (`Initializing a V1 LLM engine (v…) with config: …`)",
+    },
+}
+
+
 def fixes_for(kind: str, event: LogError) -> list[str]:
-    """What to check for an error of `kind` (most likely first); log text in code spans."""
+    """What to check for an error of `kind` (most likely first); log text in code spans. The
+    options named are the engine's: vLLM's when `event.engine` is "vllm", else SGLang's."""
     path = shlex.quote(event.path)
+    opt = _OPTIONS["vllm" if event.engine == "vllm" else "sglang"]
     if kind == "cuda_oom":
         return [
-            "Give the KV cache less memory or the batch fewer tokens: lower `--mem-fraction-static` "
-            "(e.g. by 0.05), `--max-running-requests`, `--chunked-prefill-size` or `--cuda-graph-max-bs`, "
-            "and restart.",
-            "Speculative decoding needs room for the draft model and `--speculative-num-draft-tokens` "
-            "verify tokens per request: lower `--speculative-num-steps`, `--speculative-eagle-topk` or "
-            "`--speculative-num-draft-tokens` if the error came with speculation on.",
+            f"Give the KV cache less memory or the batch fewer tokens: {opt['memory']}, and restart.",
+            f"Speculative decoding needs room for the draft model and {opt['draft']} if the error came "
+            "with speculation on.",
             "Another process may hold GPU memory: `nvidia-smi --query-compute-apps=pid,used_memory --format=csv`.",
         ]
     if kind == "nccl_timeout":
@@ -70,19 +96,16 @@ def fixes_for(kind: str, event: LogError) -> list[str]:
             "A GPU or link fault shows as XIDs: `journalctl -k | grep -i xid`; `nvidia-smi topo -m` and "
             "`NCCL_DEBUG=INFO` show the links NCCL uses.",
             "A long first step (weight loading, CUDA graph capture, torch.compile) can exceed the "
-            "timeout: raise `--dist-timeout` only in that case.",
+            f"timeout: raise {opt['timeout']} only in that case.",
         ]
     if kind == "shape_mismatch":
         hint = _shape_hint(event.exception)
         out = [
             "The draft and the target disagree on a width (`hidden_size`, or the number of aux hidden "
             "states an EAGLE-3 draft's `fc` takes): check the draft checkpoint against the target with "
-            "`specwatch diagnose --draft DRAFT_DIR --target TARGET_DIR`."
-            + (f" Here {hint}." if hint else ""),
-            "EAGLE-3: `eagle_aux_hidden_state_layer_ids` in the draft's config.json must name the layers "
-            "the draft was trained on (3 ids), and the target's model class must capture them; a draft "
-            "trained for another target model, or served with `--speculative-algorithm EAGLE` instead "
-            "of `EAGLE3`, fails the same way.",
+            f"`{opt['diagnose']}`." + (f" Here {hint}." if hint else ""),
+            f"EAGLE-3: `eagle_aux_hidden_state_layer_ids` in the draft's config.json must name the layers {opt['ids']}; "
+            f"a draft trained for another target model, or served with {opt['eagle']}, fails the same way.",
         ]
         if event.exception:
             out.append(f"The failing operation is in the last frames of the traceback ending in {code(event.exception)}.")
@@ -90,7 +113,7 @@ def fixes_for(kind: str, event: LogError) -> list[str]:
     return [
         f"Read the whole traceback: {code(f'grep -n -A40 Traceback {path}')}"
         + (f"; it ends in {code(event.exception)}." if event.exception else " (it was cut off)."),
-        "If it repeats after a restart, report it upstream with the traceback and the `server_args` line.",
+        f"If it repeats after a restart, report it upstream with the traceback and {opt['settings']}.",
     ]
 
 

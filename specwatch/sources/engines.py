@@ -3,6 +3,10 @@
 SGLang's grammar (sources/sglang_log.py) reads a line first; a line it leaves as OtherLine that
 could be vLLM's goes to sources/vllm_log.py. The two never both match: SGLang lines start with a
 `[YYYY-MM-DD …]` bracket, vLLM lines with `LEVEL MM-DD …` (after a process tag).
+
+A log is one engine's: `LogEngine` (one per log source) tries both only until a line of one is
+read, then runs that engine's checks alone (an SGLang log's many non-batch lines skip vLLM's
+substring scans, and a vLLM log's skip SGLang's).
 """
 
 from __future__ import annotations
@@ -10,11 +14,13 @@ from __future__ import annotations
 import re
 from datetime import tzinfo
 
-from specwatch.events import OtherLine
+from specwatch.events import MalformedLine, OtherLine, UnrecognizedLine
 from specwatch.sources import sglang_log, vllm_log
 
 _sglang_maybe, _vllm_maybe = sglang_log.maybe_event, vllm_log.maybe_event
 _sglang_parse, _vllm_parse = sglang_log.parse_line, vllm_log.parse_line
+SGLANG, VLLM = "sglang", vllm_log.ENGINE
+_NOT_PROOF = (OtherLine, UnrecognizedLine, MalformedLine)  # lines that do not tell the engine
 
 
 def maybe_event(text: str) -> bool:
@@ -28,3 +34,35 @@ def parse_line(text: str, *, container_prefix: re.Pattern | None = None, tz: tzi
     if type(event) is OtherLine and _vllm_maybe(text):
         return _vllm_parse(text, container_prefix=container_prefix, tz=tz)
     return event
+
+
+class LogEngine:
+    """The grammar of one log source: `maybe_event(text)` and `parse_line(text, *,
+    container_prefix, tz)` as the module's functions, those of both engines while `name` is None,
+    then those of the engine `name` ("sglang" or "vllm") alone. `name` is set by the config (a
+    `format:` grammar rewrites lines into SGLang's form) or by the first line read as one
+    engine's event (a batch, stats, spec or settings line; not a malformed or other line)."""
+
+    __slots__ = ("name", "maybe_event", "parse_line")
+
+    def __init__(self, name: str | None = None):
+        self.name: str | None = None
+        self.maybe_event, self.parse_line = maybe_event, self._detect
+        if name is not None:
+            self.settle(name)
+
+    def settle(self, name: str) -> None:
+        """From now on read this log as `name`'s ("sglang" or "vllm"; ValueError otherwise)."""
+        if name == SGLANG:
+            self.maybe_event, self.parse_line = _sglang_maybe, _sglang_parse
+        elif name == VLLM:
+            self.maybe_event, self.parse_line = _vllm_maybe, _vllm_parse
+        else:
+            raise ValueError(f"unknown engine {name!r}")
+        self.name = name
+
+    def _detect(self, text: str, *, container_prefix: re.Pattern | None = None, tz: tzinfo | None = None) -> object:
+        event = parse_line(text, container_prefix=container_prefix, tz=tz)
+        if not isinstance(event, _NOT_PROOF):
+            self.settle(VLLM if isinstance(event, vllm_log.VllmLine) else SGLANG)
+        return event

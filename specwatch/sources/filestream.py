@@ -288,6 +288,11 @@ class Follower:
                 self._resume, self._ckpt = self.checkpoint(), None
         return self.lines_total - before
 
+    @property
+    def stage(self) -> Callable[[LineBatch], None] | None:
+        """The `on_lines` callback (e.g. a container log's `Unwrap`, which counts lines of its own)."""
+        return self._on_lines
+
     def checkpoint(self) -> dict[str, Any]:
         """A JSON-able position just after the last line passed on (whose call returned).
 

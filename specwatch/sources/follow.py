@@ -1,8 +1,9 @@
-"""The set of followed files: one thread polls every `Follower`, woken by `watchdog`.
+"""The set of followed files: one thread polls every `Follower`, woken by inotify or `watchdog`.
 
-`FollowerGroup` owns the thread that makes every `on_line`/`on_lines` call, the watchdog observer
-(one non-recursive watch per parent directory, with a polling fallback) and changes to the
-followed set while running (a config reload). One file's reading is in
+`FollowerGroup` owns the thread that makes every `on_line`/`on_lines` call, what wakes it (inotify
+on that thread itself, `specwatch.sources.inotify_wait`, or the watchdog observer; one
+non-recursive watch per parent directory, with a polling fallback) and changes to the followed
+set while running (a config reload). One file's reading is in
 `specwatch.sources.filestream` (the split of mtail's `internal/tailer/tail.go` and
 `internal/tailer/logstream/filestream.go`).
 """
@@ -30,12 +31,19 @@ class FollowerGroup:
     (inotify overflow, NFS, a directory that does not exist yet) only delay lines. Idle, it blocks
     on an Event (no busy loop).
 
+    With `inotify=True` (and `use_watchdog=False`) the thread itself waits on inotify
+    (`DirWatcher`): a change to a followed file after a quiet spell is read at once, a file that
+    keeps changing at most once per `poll_interval` (a busy log: one wake-up per interval, not
+    one per line), and without any change the files are polled every `poll_interval` (rotation
+    missed, NFS, no inotify). Wake-ups, not reads, set an idle daemon's cost (docs/idle-cost.md).
+
     Counters: `watch_errors_total` (watchdog could not start or watch a directory; those paths
     are polled only), `poll_errors_total` (unexpected exceptions from a follower, logged).
     `watching` is True while watchdog watches at least one directory.
     """
 
     _WATCH_RETRY_S = 30.0
+    _MIN_GAP = 0.05  # seconds between rounds woken by `due`
 
     def __init__(
         self,
@@ -45,10 +53,14 @@ class FollowerGroup:
         use_watchdog: bool = True,
         name: str = "specwatch-follow",
         after_poll: Callable[[], None] | None = None,
+        inotify: bool = False,
+        due: Callable[[], float | None] | None = None,
     ) -> None:
         """`poll_interval`: seconds between polls when no event arrives (> 0).
         `after_poll`: called on the group's thread after each poll round, when no `on_line` call
         is in flight, so it can persist `checkpoints()` together with the consumer's state.
+        `due`: with inotify, when (`time.monotonic()`) the after-poll hook next has work due (a
+        notification's group_wait ending), None for nothing: a round comes then at the latest.
 
         Raises ValueError for a bad poll_interval or two followers of the same path.
         """
@@ -56,8 +68,11 @@ class FollowerGroup:
             raise ValueError("poll_interval must be > 0 seconds")
         self.poll_interval = float(poll_interval)
         self._use_watchdog = use_watchdog
+        self._use_inotify = inotify and not use_watchdog
+        self._inotify: Any = None  # a DirWatcher while running with inotify
         self._name = name
         self._after_poll = after_poll
+        self._due = due
         self._followers: dict[str, Follower] = {}
         self._wake = threading.Event()
         self._stop = threading.Event()
@@ -68,6 +83,7 @@ class FollowerGroup:
         self._last_watch_try = 0.0
         self.watch_errors_total = 0
         self.poll_errors_total = 0
+        self.catching_up = False  # a follower had not read its first backlog at the last round
         self._pending: list[tuple[list[Follower], list[str]]] = []  # update() calls not yet applied
         self._pending_lock = threading.Lock()
         for f in followers:
@@ -80,7 +96,7 @@ class FollowerGroup:
 
     @property
     def watching(self) -> bool:
-        return bool(self._watched)
+        return bool(self._watched) or bool(self._inotify and self._inotify.watched)
 
     @property
     def thread(self) -> threading.Thread | None:
@@ -115,7 +131,7 @@ class FollowerGroup:
         if self._thread is None:
             self._apply_pending()
         else:
-            self._wake.set()
+            self.wake()
 
     def start(self) -> None:
         """Start watchdog (if enabled) and the thread; the first poll happens at once.
@@ -125,6 +141,8 @@ class FollowerGroup:
         self._interest = frozenset(os.path.abspath(p) for p in self._followers)
         if self._use_watchdog:
             self._start_watchdog()
+        elif self._use_inotify:
+            self._start_inotify()
         self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
         self._thread.start()
 
@@ -132,7 +150,7 @@ class FollowerGroup:
         """Stop the thread and watchdog, waiting up to `timeout` seconds each; the followers'
         files are closed (their checkpoints stay valid). Returns True when the thread ended."""
         self._stop.set()
-        self._wake.set()
+        self.wake()
         if self._observer is not None:
             try:
                 _stop_observer(self._observer, timeout)
@@ -145,9 +163,17 @@ class FollowerGroup:
         self._thread.join(timeout)
         return not self._thread.is_alive()
 
+    @property
+    def updating(self) -> bool:
+        """An `update()` is queued and not yet applied (its followers have not been polled)."""
+        return bool(self._pending)
+
     def wake(self) -> None:
         """Ask the thread for a poll round now (from any thread)."""
         self._wake.set()
+        watcher = self._inotify
+        if watcher is not None:
+            watcher.wake()
 
     def poll_all(self) -> int:
         """Poll every follower once; returns the lines emitted. While the group runs, only its own
@@ -156,12 +182,19 @@ class FollowerGroup:
         if t is not None and t.is_alive() and threading.current_thread() is not t:
             raise RuntimeError("FollowerGroup is running: use wake() from other threads")
         total = 0
+        more = catching_up = False
         for f in self._followers.values():
             try:
                 total += f.poll()
             except Exception:
                 self.poll_errors_total += 1
                 log.exception("polling %s failed", f.path)
+            # a journal reads in turns (sources/journal.py); a file reads all it has
+            more = more or getattr(f, "more", False)
+            catching_up = catching_up or getattr(f, "catching_up", False)
+        self.catching_up = catching_up
+        if more:  # a turn ended with output left: another round at once
+            self.wake()
         return total
 
     def checkpoints(self) -> dict[str, dict[str, Any]]:
@@ -171,25 +204,70 @@ class FollowerGroup:
     # ------------------------------------------------------------------------------- internals
 
     def _run(self) -> None:
+        watcher = self._inotify
         try:
+            if watcher is not None:
+                self._run_inotify(watcher)
+                return
             self.poll_all()
             while not self._stop.is_set():
                 woke = self._wake.wait(self.poll_interval)
                 if self._stop.is_set():
                     break
                 self._wake.clear()  # before polling: an event during the poll means another round
-                self._apply_pending()
-                self.poll_all()
-                if self._after_poll is not None:
-                    try:
-                        self._after_poll()
-                    except Exception:
-                        log.exception("after_poll hook failed")
-                if not woke:
-                    self._retry_watches()
+                self._round(woke)
         finally:
             for f in self._followers.values():
                 f.close()
+            if watcher is not None:
+                self._inotify = None
+                watcher.close()
+
+    def _run_inotify(self, watcher: Any) -> None:
+        """The loop with inotify: a round when a followed file changes (not before `poll_interval`
+        after a round that read lines), or after `poll_interval` without a change."""
+        read = self.poll_all() > 0
+        last = time.monotonic()
+        while not self._stop.is_set():
+            until = last + self.poll_interval
+            due = self._due() if self._due is not None else None
+            if due is not None:
+                until = min(until, max(due, last + self._MIN_GAP))
+            # after reading, the next changes wait for the interval (events queue in the kernel)
+            woke = watcher.wait(until - time.monotonic(), files=not read)
+            if self._stop.is_set():
+                break
+            last = time.monotonic()
+            self._wake.clear()
+            watcher.drain()  # what this round reads; a later change wakes the next wait
+            read = self._round(woke) > 0
+
+    def _round(self, woke: bool) -> int:
+        """Apply queued updates, poll every follower, call the after-poll hook; the lines read."""
+        self._apply_pending()
+        n = self.poll_all()
+        if self._after_poll is not None:
+            try:
+                self._after_poll()
+            except Exception:
+                log.exception("after_poll hook failed")
+        if not woke:
+            self._retry_watches()
+        return n
+
+    def _start_inotify(self) -> None:
+        from specwatch.sources.inotify_wait import DirWatcher
+
+        try:
+            self._inotify = DirWatcher()
+        except OSError as e:  # EMFILE: inotify instances exhausted
+            self.watch_errors_total += 1
+            log.warning("inotify unavailable, polling every %.1fs only: %s", self.poll_interval, e)
+            return
+        self._inotify.interest = self._interest
+        self._last_watch_try = time.monotonic()
+        for d in sorted(self._dirs()):
+            self._watch(d)
 
     def _apply_pending(self) -> None:
         """Apply queued `update()` calls (on the group's thread once started). The dict is
@@ -206,13 +284,18 @@ class FollowerGroup:
                 followers[f.path] = f
             self._followers = followers
             self._interest = frozenset(os.path.abspath(p) for p in followers)
-            if self._observer is not None:  # watch the directories of new paths at once
-                for d in sorted(self._dirs() - self._watched):
+            if self._inotify is not None:
+                self._inotify.interest = self._interest
+            if self._observer is not None or self._inotify is not None:  # new paths' directories at once
+                for d in sorted(self._dirs() - self._watched_dirs()):
                     if os.path.isdir(d):
                         self._watch(d)
 
     def _dirs(self) -> set[str]:
         return {os.path.dirname(p) for p in self._interest}
+
+    def _watched_dirs(self) -> set[str]:
+        return self._inotify.watched if self._inotify is not None else self._watched
 
     def _start_watchdog(self) -> None:
         from watchdog.events import (
@@ -249,6 +332,13 @@ class FollowerGroup:
             self._watch(d)
 
     def _watch(self, d: str) -> None:
+        if self._inotify is not None:
+            try:
+                self._inotify.watch(d)
+            except OSError as e:  # missing directory, inotify watch limit (ENOSPC), ...
+                self.watch_errors_total += 1
+                log.warning("cannot watch %s, polling it every %.1fs: %s", d, self.poll_interval, e)
+            return
         try:
             try:
                 self._observer.schedule(self._handler, d, recursive=False,
@@ -263,10 +353,11 @@ class FollowerGroup:
 
     def _retry_watches(self) -> None:
         """Watch directories that were missing at start, once they exist (rate-limited)."""
-        if self._observer is None or time.monotonic() - self._last_watch_try < self._WATCH_RETRY_S:
+        if (self._observer is None and self._inotify is None
+                or time.monotonic() - self._last_watch_try < self._WATCH_RETRY_S):
             return
         self._last_watch_try = time.monotonic()
-        for d in sorted(self._dirs() - self._watched):
+        for d in sorted(self._dirs() - self._watched_dirs()):
             if os.path.isdir(d):
                 self._watch(d)
 

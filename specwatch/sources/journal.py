@@ -6,8 +6,10 @@ cannot be imported; PyPI `systemd-python` builds from source (libsystemd-dev and
 every box); `cysystemd` ships wheels but loads libsystemd into the daemon. journalctl is on
 every systemd host, needs no build, adds no RSS to the daemon (the child holds ~8 MB of its
 own) and idles on inotify: 0 CPU ticks in 10 s measured with journalctl 252. The daemon side
-is one non-blocking read(2) of the pipe per poll round of the followers' thread, which starts
-journalctl with a parent-death signal (`specwatch.childproc`): a killed daemon leaves none behind.
+reads the pipe (non-blocking) for at most `TURN` s per poll round of the followers' thread, so
+a large backlog never holds up the other followed logs' lines; that thread starts
+journalctl under `setpriv --pdeathsig` (`specwatch.childproc`): a killed daemon leaves none
+behind (without setpriv, journalctl is ended by `close()` only).
 
 `JournalFollower` has `Follower`'s shape (`path`, `poll()`, `checkpoint()`, `close()`,
 `is_open`, the counters), so `FollowerGroup` runs it beside the files and its cursor is saved
@@ -58,7 +60,8 @@ JOURNALCTL = "journalctl"
 CHECKPOINT_VERSION = 1
 READ_BYTES = 1 << 16  # per os.read: a bigger buffer is allocated (mmap) on every poll, data or not
 CATCH_UP_QUIET = 0.1  # s without output that ends the first read of a new journalctl (its backlog)
-CATCH_UP_MAX = 30.0  # s a first read may take at most
+CATCH_UP_MAX = 30.0  # s the first read (its turns together) may take at most
+TURN = 0.2  # s one poll reads at most: then the other followers' lines (`more`: poll again at once)
 RETRY_FIRST, RETRY_MAX = 1.0, 60.0  # s before restarting journalctl after it exited (doubling)
 REPEAT_EVERY = 600.0  # s between repeats of the same error line
 KEEP_STDERR = 5  # last stderr lines quoted when journalctl exits
@@ -143,7 +146,8 @@ class JournalFollower:
     `callback_errors_total`, `cursor_lost_total` (saved cursor gone: resumed by time),
     `last_line_timestamp` (time.time() of the last line passed on). `error`: what keeps the
     journal from being read now (None when fine); `is_open` is True while journalctl runs
-    and no error is known.
+    and no error is known. `more`: the last poll ended its `TURN` with output left (the group
+    polls again at once); `catching_up`: the backlog of a new journalctl is still being read.
     """
 
     def __init__(self, cfg: JournalConfig, on_lines: Callable[[LineBatch], None], *,
@@ -166,6 +170,8 @@ class JournalFollower:
         self._by_time = False  # journalctl refused the saved cursor: start at its time
         self._after_us: int | None = None  # drop entries at or before this realtime (cursor lost)
         self._catch_up = False
+        self._catch_up_end = 0.0  # monotonic time the first read ends at the latest
+        self.more = False
         self._retry_at = 0.0
         self._backoff = RETRY_FIRST
         self._said: dict[str, float] = {}  # error text -> when logged (monotonic)
@@ -181,6 +187,10 @@ class JournalFollower:
     @property
     def is_open(self) -> bool:
         return self._proc is not None and self.error is None
+
+    @property
+    def catching_up(self) -> bool:
+        return self._catch_up and self._proc is not None
 
     def source_status(self) -> dict[str, Any]:
         """This source as the status page lists it (specwatch/status/view.py): kind `journal`,
@@ -199,10 +209,12 @@ class JournalFollower:
                 "realtime": self._realtime}
 
     def poll(self) -> int:
-        """Start journalctl if it is not running (and its retry is due), pass on every complete
-        entry it printed (on the first poll of a new journalctl, its backlog until it pauses for
-        `CATCH_UP_QUIET` s), and note its exit. Returns the lines passed on; never raises OSError."""
+        """Start journalctl if it is not running (and its retry is due), pass on the complete
+        entries it printed for at most `TURN` s (a new journalctl's backlog over as many polls as
+        it takes, until it pauses for `CATCH_UP_QUIET` s), and note its exit. Returns the lines
+        passed on; never raises OSError."""
         before = self.lines_total
+        self.more = False
         if self._proc is None:
             if time.monotonic() < self._retry_at or not self._spawn():
                 return 0
@@ -255,10 +267,13 @@ class JournalFollower:
             self._by_time = False
         argv = journalctl_command(self.cfg, cursor=cursor, since_us=since, journalctl=self._journalctl)
         try:
+            exe = shutil.which(self._journalctl)  # setpriv would exec it: a missing one is said here
+            if exe is None:
+                raise FileNotFoundError(errno.ENOENT, "not found", self._journalctl)
             self._proc = subprocess.Popen(
-                argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                die_with_parent([exe, *argv[1:]], signal.SIGTERM),  # ends with the followers' thread, even on SIGKILL
+                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                 start_new_session=True,  # a Ctrl-C of the daemon's terminal is the daemon's to handle
-                preexec_fn=die_with_parent(signal.SIGTERM),  # ends with the followers' thread, even on SIGKILL
                 env={**os.environ, "SYSTEMD_COLORS": "0", "SYSTEMD_PAGER": "", "LC_ALL": "C.UTF-8"})
         except OSError as e:
             what = ("journalctl not found" if e.errno == errno.ENOENT else f"cannot run journalctl: {e}")
@@ -269,25 +284,37 @@ class JournalFollower:
             os.set_blocking(f.fileno(), False)
         self._expect = cursor
         self._catch_up = True
+        self._catch_up_end = time.monotonic() + CATCH_UP_MAX
         log.info("following the journal for %s: %s", self.path, " ".join(argv[1:]))
         return True
 
     def _read(self) -> bool:
-        """Read what journalctl printed and pass it on. Returns True at end of file (it exited)."""
+        """Read what journalctl printed, for at most `TURN` s, and pass it on. Returns True at
+        end of file (it exited). A turn cut short sets `more`."""
         fd = self._proc.stdout.fileno()
-        deadline = time.monotonic() + CATCH_UP_MAX if self._catch_up else 0.0
+        turn_end = time.monotonic() + TURN
         while True:
             try:
                 chunk = os.read(fd, READ_BYTES)
             except BlockingIOError:
-                if not self._catch_up or time.monotonic() > deadline or \
-                        not select.select([fd], [], [], CATCH_UP_QUIET)[0]:
+                now = time.monotonic()
+                if not self._catch_up or now > self._catch_up_end:
                     self._catch_up = False
+                    return False
+                wait = min(CATCH_UP_QUIET, turn_end - now)
+                if not select.select([fd], [], [], max(wait, 0.0))[0]:
+                    if wait >= CATCH_UP_QUIET:  # quiet that long: the backlog is read
+                        self._catch_up = False
+                    else:  # the turn ended first: the next poll waits on
+                        self.more = True
                     return False
                 continue
             if not chunk:
                 return True
             self._entries(chunk)
+            if time.monotonic() >= turn_end:
+                self.more = True
+                return False
 
     def _entries(self, chunk: bytes) -> None:
         data = self._buf + chunk

@@ -31,7 +31,9 @@ from collections import deque
 from datetime import tzinfo
 
 from specwatch.events import LogError
+from specwatch.sources.engines import LogEngine
 from specwatch.sources.sglang_log import bracket_prefix
+from specwatch.sources.vllm_log import ENGINE as VLLM, header_time
 
 KINDS = ("cuda_oom", "nccl_timeout", "shape_mismatch", "health_check", "other")
 MAX_LINES = 1000  # lines of one group before it is ended as cut
@@ -98,11 +100,19 @@ class _Group:
 
 class ErrorGrouper:
     """Per followed file: lines in (every line while `open`, else those `maybe_error` passes),
-    `LogError` events out. Not thread-safe (the pipeline calls it under its lock)."""
+    `LogError` events out. Not thread-safe (the pipeline calls it under its lock).
 
-    def __init__(self, path: str):
+    engine: "vllm" once a line with vLLM's header (`ERROR 12-16 05:03:28 engine.py:366] `) was
+    grouped, or once `log` (the file's `sources.engines.LogEngine`) knows the file is vLLM's;
+    every later event says so (its fixes name vLLM's options). A group with no time stamp of its
+    own in a replay (`now` None) takes the file's last stamp seen here."""
+
+    def __init__(self, path: str, log: LogEngine | None = None):
         self.path = path
+        self.log = log
+        self.engine = ""
         self.group: _Group | None = None
+        self._last_stamp: float | None = None
 
     @property
     def open(self) -> bool:
@@ -136,6 +146,9 @@ class ErrorGrouper:
         """End the open group now (end of a recorded log)."""
         return [] if self.group is None else [self._close()]
 
+    def _engine(self) -> str:
+        return self.engine or (VLLM if self.log is not None and self.log.name == VLLM else "")
+
     def _add(self, g: _Group, text: str) -> None:
         g.count += 1
         g.lines.append(text if len(text) <= MAX_LINE_CHARS else text[:MAX_LINE_CHARS] + "…")
@@ -156,7 +169,7 @@ class ErrorGrouper:
         if HEALTH_FAILED in text:
             ts, rank = self._stamp(text, now, tz)
             short = text[:MAX_LINE_CHARS]
-            return LogError(ts, self.path, "health_check", None, (short,), 1, rank)
+            return LogError(ts, self.path, "health_check", None, (short,), 1, rank, engine=self._engine())
         return None
 
     def _open(self, mode: str, prefix: str, text: str, now: float | None, tz) -> None:
@@ -165,11 +178,19 @@ class ErrorGrouper:
         g.last = now if now is not None else ts
         self._add(g, text)
 
-    @staticmethod
-    def _stamp(text: str, now: float | None, tz) -> tuple[float | None, str]:
-        """The SGLang prefix's timestamp and rank tokens, else (now, "")."""
+    def _stamp(self, text: str, now: float | None, tz) -> tuple[float | None, str]:
+        """The SGLang prefix's timestamp and rank tokens, else vLLM's header's timestamp (its
+        year inferred as `vllm_log.parse_line` does), else the clock `now` (in a replay: the last
+        stamp of this file). Notes a vLLM header in `engine`."""
         ts, rank = bracket_prefix(text, tz)
-        return (ts if ts is not None else now), rank
+        if ts is None and text[:1] != "[":
+            ts = header_time(text, tz, now)
+            if ts is not None:
+                self.engine = VLLM
+        if ts is not None:
+            self._last_stamp = ts
+            return ts, rank
+        return (now if now is not None else self._last_stamp), rank
 
     def _continues(self, g: _Group, text: str) -> bool:
         """`text` belongs to the open group (then it is added to it)."""
@@ -202,4 +223,5 @@ class ErrorGrouper:
         self.group = None
         lines = tuple(g.lines)
         cut = cut or (g.mode == "traceback" and g.exception is None)
-        return LogError(g.start, self.path, classify(g.exception, lines), g.exception, lines, g.count, g.rank, cut)
+        return LogError(g.start, self.path, classify(g.exception, lines), g.exception, lines, g.count, g.rank, cut,
+                        self._engine())

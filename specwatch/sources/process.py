@@ -263,6 +263,26 @@ def _parent(pid: int) -> int | None:
         return None
 
 
+_TICKS = os.sysconf("SC_CLK_TCK")
+_PAGE = os.sysconf("SC_PAGE_SIZE")
+
+
+def _usage(pid: int) -> tuple[int, float, int] | None:
+    """(start time in clock ticks since boot, CPU seconds user + system, RSS bytes) from
+    `/proc/<pid>/stat` fields 14, 15, 22 and `statm` field 2 (proc(5)), as psutil computes them;
+    None when gone. Two plain reads: psutil's `oneshot()` of the same and the command line cost
+    twice as much per process and scan."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+        with open(f"/proc/{pid}/statm", "rb") as f:
+            statm = f.read()
+        fields = stat[stat.rfind(b")") + 2:].split()  # from field 3 (state)
+        return int(fields[19]), (int(fields[11]) + int(fields[12])) / _TICKS, int(statm.split()[1]) * _PAGE
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 def _fd_target(pid: int, fd: int) -> str | None:
     try:
         return os.readlink(f"/proc/{pid}/fd/{fd}")
@@ -338,9 +358,9 @@ class ProcessSource(PollingSource):
     was handed out since the last listing (`/proc/loadavg`'s last pid: no fork, no new process),
     and, while every server of `servers` runs (no other matters then), at most every LIST_EVERY
     seconds (a server's new child is seen that much later); a listing reads only processes it has
-    not seen (their command line and parent, once). Every FULL_PASS seconds, and at each scan
-    while a configured server is missing, it reads every process again (a process that exec'd
-    into SGLang after it was first read, a reused pid).
+    not seen (their command line and parent, once). Every FULL_PASS seconds (not while every
+    server of `servers` runs), and at each scan while a configured server is missing, it reads
+    every process again (a process that exec'd into SGLang after it was first read, a reused pid).
     """
 
     name = "process"
@@ -368,7 +388,10 @@ class ProcessSource(PollingSource):
         self._ppid: dict[int, int] = {}
         self._children: dict[int, set[int]] = {}
         self._launchers: dict[int, list[str]] = {}
-        self._members: dict[int, psutil.Process] = {}
+        self._members: dict[int, psutil.Process] = {}  # the servers' main processes
+        # what does not change while a process lives, by pid: [start ticks, argv, role, launcher
+        # args, parsed args, redacted argv] (the last three for a server's main process only)
+        self._known: dict[int, list] = {}
         self._recheck: set[int] = set()  # first read at the last scan
         self._last_pid: int | None = None  # `_last_pid()` when the table was last listed
         self._listed_at = -math.inf
@@ -406,6 +429,7 @@ class ProcessSource(PollingSource):
                 del self._children[parent]
         self._launchers.pop(pid, None)
         self._members.pop(pid, None)
+        self._known.pop(pid, None)
 
     def _read(self, pid: int) -> None:
         """Read a process's parent and command line into the table (nothing if it is gone)."""
@@ -443,13 +467,14 @@ class ProcessSource(PollingSource):
     def scan(self) -> dict[str, ServerProcess]:
         """One pass over the process table → {server name: ServerProcess}."""
         mono = time.monotonic()
-        full = mono - self._full_at >= FULL_PASS or any(
+        # While every server of `servers` runs, only their processes matter (read anyway): no
+        # full pass (O(all processes)) is needed to find one
+        all_up = bool(self.servers) and all(name in self._current for name in self.servers.values())
+        full = not all_up and mono - self._full_at >= FULL_PASS or any(
             name not in self._current for name in self.expected if name in self._last_known or self.servers)
         if full:
             self._full_at = mono
-        # While every server of `servers` runs, only their processes matter (read anyway)
-        quick = not full and self.servers and mono - self._listed_at < LIST_EVERY and all(
-            name in self._current for name in self.servers.values())
+        quick = not full and all_up and mono - self._listed_at < LIST_EVERY
         if not quick:
             self._refresh_table(full, mono)
         out = self._servers()
@@ -508,26 +533,37 @@ class ProcessSource(PollingSource):
         outputs: list[str] = []
         root_cmd: tuple[str, ...] = ()
         create_time = 0.0
+        parsed: dict = {}
         for cpid in tree:
-            p = self._member(cpid, members)
-            if p is None:
-                continue
-            try:
-                with p.oneshot():
-                    cmd = tuple(p.cmdline())
-                    t = p.cpu_times()
-                    rss = p.memory_info().rss
-                    if cpid == pid:
-                        create_time = p.create_time()
-            except psutil.Error:
-                continue  # exited during the scan
-            role = "main" if cpid == pid else role_of(cmd)
+            use = _usage(cpid)
+            if use is None:
+                continue  # exited
+            start, cpu, rss = use
+            known = self._known.get(cpid)
+            # read again: first seen, the pid reused since, or a child SGLang may still rename
+            if known is None or known[0] != start or cpid != pid and known[2] == "other":
+                cmd = _cmdline(cpid)
+                if cmd is None:
+                    continue
+                if known is None or known[0] != start:
+                    self._members.pop(cpid, None)  # a psutil handle of the pid's last process
+                known = self._known[cpid] = [start, cmd, role_of(cmd), None, None, None]
+            cmd = known[1]
             if cpid == pid:
-                root_cmd = cmd
-                args = self._args_of(cmd) or args
+                p = self._member(cpid, members)
+                if p is None:
+                    continue
+                create_time = p.create_time()  # psutil's (cached by the handle), as before
+                if known[3] is None:
+                    known[3] = self._args_of(cmd) or args
+                    a = known[3]
+                    known[4] = vllm_settings.parse_argv(a) if isinstance(a, vllm_settings.VllmArgv) else parse_server_argv(a)
+                    known[5] = redact_argv(cmd)
+                root_cmd, args, parsed = cmd, known[3], known[4]
+            role = "main" if cpid == pid else known[2]
             acc = roles.setdefault(role, [0, 0.0, 0])
             acc[0] += 1
-            acc[1] += t.user + t.system
+            acc[1] += cpu
             acc[2] += rss
             if role in ("main", "scheduler"):
                 for fd in (1, 2):
@@ -537,7 +573,6 @@ class ProcessSource(PollingSource):
         if "main" not in roles:
             return None  # the launcher itself exited during the scan
         engine = "vllm" if isinstance(args, vllm_settings.VllmArgv) else "sglang"
-        parsed = vllm_settings.parse_argv(args) if engine == "vllm" else parse_server_argv(args)
         key = (pid, create_time)
         cached = self._install_cache.get(key)
         if cached is None:
@@ -560,8 +595,8 @@ class ProcessSource(PollingSource):
             pid=pid,
             start_time=create_time,
             port=port if isinstance(port, int) else DEFAULT_PORT,
-            cmdline=redact_argv(root_cmd),
-            args=parsed,
+            cmdline=self._known[pid][5],
+            args=dict(parsed),
             interpreter=interp,
             fs_root=fs_root,
             sglang_version=version,

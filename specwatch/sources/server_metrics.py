@@ -47,7 +47,7 @@ from prometheus_client.registry import Collector
 
 from specwatch.events import MetricsSample, RankMetrics
 from specwatch.sources.base import Emit, PollingSource
-from specwatch.sources.server_api import shown_url
+from specwatch.sources.server_api import poll_session, shown_url
 
 log = logging.getLogger("specwatch.sources.server_metrics")
 
@@ -255,7 +255,7 @@ class ServerMetricsSource(PollingSource):
         self.server = server
         self.timeout = float(timeout)
         self.backoff_max = max(float(backoff_max), self.interval)
-        self.session = session or requests.Session()
+        self.session = session or poll_session()
         self.filtered = True  # ask for SAMPLE_NAMES only (see `scrape`)
         self._sglang = SGLangReader()
         self._vllm = VllmReader()

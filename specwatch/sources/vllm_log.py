@@ -172,6 +172,23 @@ def _timestamp(m: re.Match, tz: tzinfo | None, now: float | None = None) -> floa
     return ts
 
 
+def header_time(text: str, tz: tzinfo | None = None, now: float | None = None) -> float | None:
+    """The timestamp of a line that starts with vLLM's header (after a process tag), the year
+    inferred as `parse_line` does (`_timestamp`); None for any other line or an impossible date."""
+    if text[:1] == "(":
+        m = _TAG.match(text)
+        if m is None:
+            return None
+        text = text[m.end():]
+    h = _HEADER.match(text) if text[:1] in ("I", "D", "W", "E", "C") else None
+    if h is None:
+        return None
+    try:
+        return _timestamp(h, tz, now)
+    except ValueError:
+        return None
+
+
 def split_fields(body: str) -> dict[str, str]:
     """`a: 1, b: x, y,z, c: 2` → {"a": "1", "b": "x, y,z", "c": "2"}: a piece without ": "
     continues the previous value (the per-position list, `0.000,0.000` spacing included)."""

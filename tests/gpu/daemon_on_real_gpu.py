@@ -57,9 +57,9 @@ def main() -> int:
     cfg.write_text(f"server: h200\nlogs:\n  - path: {log}\nmetrics:\n  listen_port: {port}\n"
                    f"state_dir: {tmp / 'state'}\ngpu:\n  interval: 1s\nrules:\n  collapse:\n    min_batches: 2\n")
     env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    proc = subprocess.Popen([sys.executable, "-m", "specwatch", "run", "--config", str(cfg)], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            preexec_fn=die_with_parent(signal.SIGKILL))
+    proc = subprocess.Popen(die_with_parent([sys.executable, "-m", "specwatch", "run", "--config", str(cfg)],
+                                            signal.SIGKILL), env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     problems = []
     try:
         text = ""

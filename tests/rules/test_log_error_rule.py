@@ -5,6 +5,8 @@ Prometheus parses them, and the Slack payload."""
 from __future__ import annotations
 
 import sys
+import time
+from dataclasses import replace
 from pathlib import Path
 
 from prometheus_client import CollectorRegistry, generate_latest
@@ -20,7 +22,8 @@ from specwatch.metrics import PipelineCollector  # noqa: E402
 from specwatch.notifiers.slack import build_payload  # noqa: E402
 from specwatch.pipeline import Pipeline  # noqa: E402
 from specwatch.replay import replay_files  # noqa: E402
-from specwatch.rules.log_errors import ALERT_NAME  # noqa: E402
+from specwatch.events import LogError  # noqa: E402
+from specwatch.rules.log_errors import ALERT_NAME, fixes_for  # noqa: E402
 
 V = "0.5.23"
 SHAPE = "RuntimeError: The size of tensor a (8640) must match the size of tensor b (5760) at non-singleton dimension 1"
@@ -122,3 +125,16 @@ def test_commands_in_fixes_quote_the_log_path():
     assert "grep -n -A40 Traceback '/var/log/my log;$(touch x).log'" in spans
     assert "grep -n -B2 -A30 Traceback '/var/log/my log;$(touch x).log'" in spans
     assert "KeyError: '`x`'" in spans  # log text in its own span, backticks and all
+
+
+def test_a_vllm_traceback_is_stamped_with_its_year_and_advised_for_vllm(tmp_path):
+    """BR-04 replayed: the alert starts at the header's time (not 1970), and its fixes name
+    vLLM's engine-config line, not SGLang's `server_args`."""
+    br04 = (Path(__file__).resolve().parents[1] / "data" / "samples" / "bugreport-logs" / "BR-04.log")
+    p = replay(tmp_path, br04.read_text().splitlines())
+    [a] = p.dispatcher.history
+    assert a.starts_at > 1e9 and time.localtime(a.starts_at)[1:6] == (12, 16, 5, 3, 28)
+    assert any("engine-config line" in f for f in a.fixes) and not any("server_args" in f for f in a.fixes)
+    oom = LogError(None, "x.log", "cuda_oom", None, (), 1, engine="vllm")
+    assert "`--gpu-memory-utilization`" in fixes_for("cuda_oom", oom)[0]
+    assert "`--mem-fraction-static`" in fixes_for("cuda_oom", replace(oom, engine=""))[0]

@@ -78,6 +78,26 @@ def test_partial_over_max_line_bytes_is_dropped_and_counted():
     assert got == ["short"] and u.long_lines_skipped_total == 1
 
 
+def test_a_followed_container_logs_dropped_lines_and_bad_records_are_in_metrics(tmp_path):
+    """What Unwrap drops (a rejoined line over follow.max_line_bytes) and passes on as it is (a
+    record that is not CRI) shows in the file's counters, as a plain file's long line does."""
+    from prometheus_client import CollectorRegistry
+
+    from specwatch.metrics import FollowerCollector
+
+    p = tmp_path / "0.log"
+    p.write_text("".join(records("cri", "first", 0)) + "".join(records("cri", "y" * (SPLIT * 5), 1))
+                 + "not a CRI record\n" + "".join(records("cri", "last", 2)))
+    got: list[str] = []
+    f = Follower(p, on_lines=stage(LogSource(path=str(p), server="pod"), lambda b: got.extend(b.lines), SPLIT * 2))
+    f.poll()
+    assert got == ["first", "not a CRI record", "last"]
+    registry = CollectorRegistry()
+    registry.register(FollowerCollector(lambda: {str(p): f}))
+    assert registry.get_sample_value("specwatch_log_long_lines_skipped_total", {"path": str(p)}) == 1
+    assert registry.get_sample_value("specwatch_log_bad_envelope_records_total", {"path": str(p)}) == 1
+
+
 def test_plain_file_batches_pass_through_untouched():
     seen: list[LineBatch] = []
     u = Unwrap(seen.append)
@@ -96,14 +116,22 @@ def follow_writer(tmp_path: Path, fmt: str, mode: str, n: int, path: Path,
     path.touch()  # the runtime creates the file before the container writes
     f.poll()
     proc = popen([sys.executable, str(WRITER), fmt, str(path), str(n), "20000", mode],
-                            stdout=subprocess.PIPE, text=True)
-    while proc.poll() is None:
-        f.poll()
-        time.sleep(pause)
+                 stdout=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while proc.poll() is None:
+            assert time.monotonic() < deadline, f"the writer still runs after 60 s; read {len(got)} of {n} lines"
+            f.poll()
+            time.sleep(pause)
+        assert proc.returncode == 0
+        rotations = int(proc.stdout.read())
+    finally:
+        proc.kill()
+        proc.wait()
+        proc.stdout.close()
     for _ in range(3):
         f.poll()
-    assert proc.returncode == 0
-    return got, f, int(proc.stdout.read())
+    return got, f, rotations
 
 
 @pytest.mark.parametrize("fmt,mode,pause", [("docker", "rename", 0.003), ("docker", "gzip", 0.003),

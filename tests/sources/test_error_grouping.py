@@ -91,6 +91,21 @@ def test_real_bug_report_tracebacks():
         ("TP2", True, None, 1), ("DP2 TP2 EP2", True, None, 1)]
 
 
+def test_vllm_tracebacks_take_the_header_time_with_its_inferred_year_and_say_vllm():
+    """BR-04: vLLM's `ERROR 12-16 05:03:28 engine.py:366] ` has no year: the one `vllm_log`
+    infers (a December line read in January is last year's); the unstamped traceback after it
+    takes the file's last stamp in a replay, and both say the log is vLLM's."""
+    lines = (SAMPLES / "bugreport-logs" / "BR-04.log").read_text().splitlines()
+    stamp = datetime(2026, 12, 16, 5, 3, 28).timestamp()
+    daemon = group(lines, now=datetime(2027, 1, 5).timestamp())
+    assert [(e.timestamp, e.engine) for e in daemon] == [(stamp, "vllm"), (datetime(2027, 1, 5).timestamp(), "vllm")]
+    [first, second] = group(lines, now=None)  # a replay: the wall clock picks the year
+    assert datetime.fromtimestamp(first.timestamp).replace(year=2026) == datetime.fromtimestamp(stamp)
+    assert datetime.fromtimestamp(first.timestamp).year in (datetime.now().year, datetime.now().year - 1)
+    assert second.timestamp == first.timestamp and second.engine == "vllm"
+    assert [e.engine for e in group(SHAPE_TB + [ACCESS])] == [""]
+
+
 def test_a_cut_traceback_ends_by_timeout_and_by_line_limit():
     g = ErrorGrouper("server.log")
     assert g.line(SHAPE_TB[0], 1000.0) == [] and g.line(SHAPE_TB[1], 1001.0) == []

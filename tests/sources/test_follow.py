@@ -930,6 +930,42 @@ def test_group_poll_all_without_thread_and_duplicate_paths(tmp_path):
     assert {k: v["offset"] for k, v in g.checkpoints().items()} == {str(a): 6, str(b): 3}
 
 
+def test_group_updating_until_the_added_follower_was_polled(tmp_path):
+    """The daemon resumes notifications only when no follower catches up and no update is queued
+    (a reload's added log, read from its first line, is history): `updating` stays True from
+    update() until a round has polled the added follower, also when the update comes in the middle
+    of a round (here: while the thread is held in its after-poll hook)."""
+    a, b = tmp_path / "a.log", tmp_path / "b.log"
+    a.write_text("a1\n")
+    b.write_text("b1\nb2\n")
+    got = Collector()
+    in_hook, release = threading.Event(), threading.Event()
+    seen = []  # (updating, lines of b delivered) at each after-poll
+
+    def after_poll():
+        in_hook.set()
+        release.wait(10)
+        seen.append((g.updating, sum(t.startswith("b") for t in got.texts)))
+
+    g = FollowerGroup([Follower(a, got)], poll_interval=0.05, use_watchdog=False, after_poll=after_poll)
+    g.start()
+    try:
+        assert in_hook.wait(10)  # the thread is inside a round's after-poll hook
+        g.update(add=[Follower(b, got)])
+        assert g.updating
+        release.set()
+        deadline = time.monotonic() + 10
+        while not any(not u and n == 2 for u, n in seen) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert not g.updating
+        # never "not updating" while b was not read yet: the daemon could not have resumed early
+        assert all(u or n == 2 for u, n in seen[1:]), seen
+        assert seen[0] == (True, 0)  # the hook during which the update came
+    finally:
+        release.set()
+        g.stop()
+
+
 # ---------------------------------------------------------------------------- state helpers
 
 
@@ -973,3 +1009,76 @@ def test_nul_hole_from_non_append_writer_after_copytruncate(tmp_path):
     f.poll()
     assert got == [f"line {i:04d}" for i in range(301)]
     assert f.long_lines_skipped_total == 0
+
+
+def test_group_inotify_reads_a_change_at_once_and_a_busy_file_once_per_interval(tmp_path, writers):
+    """inotify on the group's own thread (no watchdog observer threads): the first line after a
+    quiet spell arrives long before the 30 s poll interval."""
+    p, p1 = tmp_path / "server.log", tmp_path / "server.log.1"
+    got = Collector()
+    g = FollowerGroup([Follower(p, got)], poll_interval=30.0, use_watchdog=False, inotify=True)
+    threads = threading.active_count()
+    g.start()
+    try:
+        assert g.watching and g.watch_errors_total == 0
+        assert threading.active_count() == threads + 1  # the group's thread only
+        time.sleep(0.2)
+        with open(p, "a") as f:  # the file is created after start
+            f.write("one\n")
+        wait_for(lambda: len(got) >= 1, 10, what="a line via inotify")
+        assert got.texts == ["one"]
+        os.rename(p, p1)
+        with open(p, "a") as f:
+            f.write("two\n")
+        time.sleep(1.0)
+        assert got.texts == ["one"]  # a round read a line: the next waits for the poll interval...
+        g.wake()  # ...unless asked
+        wait_for(lambda: len(got) >= 2, 10, what="a line of the new file")
+        assert got.texts == ["one", "two"]
+        assert got.threads == {g.thread.ident}
+    finally:
+        assert g.stop(5.0)
+    assert not g.watching
+
+
+def test_group_inotify_spaces_reads_of_a_busy_file(tmp_path):
+    p = tmp_path / "server.log"
+    got = Collector()
+    rounds = []
+    g = FollowerGroup([Follower(p, got)], poll_interval=0.3, use_watchdog=False, inotify=True,
+                      after_poll=lambda: rounds.append(time.monotonic()))
+    g.start()
+    try:
+        with open(p, "a", buffering=1) as f:
+            for i in range(60):  # 40 lines a second for 1.5 s
+                f.write(f"l{i}\n")
+                time.sleep(0.025)
+        wait_for(lambda: len(got) >= 60, 10, what="every line")
+        assert got.texts == [f"l{i}" for i in range(60)]
+        gaps = [b - a for a, b in zip(rounds, rounds[1:])]
+        assert len(rounds) <= 10 and min(gaps) >= 0.25, gaps  # not one round per line
+    finally:
+        assert g.stop(5.0)
+
+
+def test_group_inotify_wakes_when_the_hook_has_work_due(tmp_path):
+    """A busy log is read once per poll interval; a notification due between two reads (its
+    group_wait ends) gets a round of its own at that time (`due`), not at the next read."""
+    p = tmp_path / "server.log"
+    p.write_text("")
+    rounds = []
+    deadline = [None]
+    g = FollowerGroup([Follower(p, Collector())], poll_interval=30.0, use_watchdog=False, inotify=True,
+                      after_poll=lambda: rounds.append(time.monotonic()), due=lambda: deadline[0])
+    g.start()
+    try:
+        time.sleep(0.3)
+        assert rounds == []  # nothing changed, nothing due
+        t0 = time.monotonic()
+        deadline[0] = t0 + 0.4
+        g.wake()  # the hook's work appeared (the daemon: an alert raised during a round)
+        wait_for(lambda: len(rounds) >= 2, 5, what="a round at the due time")
+        deadline[0] = None
+        assert rounds[1] - t0 == pytest.approx(0.4, abs=0.15)
+    finally:
+        assert g.stop(5.0)

@@ -8,19 +8,25 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
 import yaml
 
-from journal_files import JournalDir
-from procs import wait_for
+from journal_files import REMOTE, JournalDir, export_entry
+from procs import decode_line, wait_for
+from specwatch.alerts.dispatcher import Dispatcher
 from specwatch.config import ConfigError, JournalConfig, build_config
+from specwatch.pipeline import Pipeline
+from specwatch.sources.filestream import Follower
+from specwatch.sources.follow import FollowerGroup
 from specwatch.sources.journal import JournalFollower, journalctl_command
 
 
 class Reader:
-    """A JournalFollower and everything it passed on."""
+    """A JournalFollower and everything it passed on; `with Reader(...) as r:` stops its
+    journalctl however the block ends."""
 
     def __init__(self, cfg: JournalConfig, checkpoint=None, **kw):
         self.lines: list[str] = []
@@ -31,6 +37,12 @@ class Reader:
         assert batch.path == self.f.path and len(batch) == len(batch.lines) > 0
         self.lines += batch.lines
         self.ok += [True] * len(batch) if batch.raw_ok is None else batch.raw_ok
+
+    def __enter__(self) -> "Reader":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.f.close()
 
     def until(self, n: int, timeout: float = 15.0) -> list[str]:
         wait_for(lambda: self.f.poll() is not None and len(self.lines) >= n, timeout=timeout,
@@ -86,20 +98,18 @@ def test_matches_select_entries_by_field(jdir):
 def test_resumes_after_the_saved_cursor_across_rotation_and_vacuum(jdir, caplog):
     cfg = cfg_for(jdir)
     jdir.append([f"a{i}" for i in range(3)])
-    r = Reader(cfg)
-    assert r.until(3) == ["a0", "a1", "a2"]
-    jdir.rotate()  # journald's rotation while following: a new active file
-    jdir.append(["b0", "b1"])
-    assert r.until(5) == ["a0", "a1", "a2", "b0", "b1"]
-    cp = r.f.checkpoint()
-    r.f.close()
+    with Reader(cfg) as r:
+        assert r.until(3) == ["a0", "a1", "a2"]
+        jdir.rotate()  # journald's rotation while following: a new active file
+        jdir.append(["b0", "b1"])
+        assert r.until(5) == ["a0", "a1", "a2", "b0", "b1"]
+        cp = r.f.checkpoint()
 
     # stopped: more entries, then a restart resumes after the last one read
     jdir.append(["b2"])
-    r2 = Reader(cfg, checkpoint=cp)
-    assert r2.until(1) == ["b2"]
-    cp = r2.f.checkpoint()
-    r2.f.close()
+    with Reader(cfg, checkpoint=cp) as r2:
+        assert r2.until(1) == ["b2"]
+        cp = r2.f.checkpoint()
     assert r2.f.cursor_lost_total == 0
 
     # stopped again: its file is rotated away and vacuumed, so the saved cursor no longer exists
@@ -108,31 +118,24 @@ def test_resumes_after_the_saved_cursor_across_rotation_and_vacuum(jdir, caplog)
     jdir.vacuum()
     assert [p.name for p in jdir.path.iterdir()] == ["system.journal"]
     with caplog.at_level(logging.WARNING, logger="specwatch.sources.journal"):
-        r3 = Reader(cfg, checkpoint=cp)
-        try:
+        with Reader(cfg, checkpoint=cp) as r3:
             assert r3.until(2) == ["c0", "c1"]
             jdir.append(["c2"])
             assert r3.until(3) == ["c0", "c1", "c2"]
-        finally:
-            r3.f.close()
     assert r3.f.cursor_lost_total == 1
     assert "no longer in the journal (rotated and vacuumed); resuming at the oldest entry after" in caplog.text
 
 
 def test_a_cursor_journalctl_refuses_resumes_by_its_time(jdir, caplog):
     jdir.append(["old 1", "old 2"])
-    r = Reader(cfg_for(jdir))
-    r.until(2)
-    realtime = r.f.checkpoint()["realtime"]
-    r.f.close()
+    with Reader(cfg_for(jdir)) as r:
+        r.until(2)
+        realtime = r.f.checkpoint()["realtime"]
     jdir.append(["new 1"])
     cp = {"version": 1, "journal": r.f.path, "cursor": "not-a-cursor", "realtime": realtime}
-    with caplog.at_level(logging.WARNING, logger="specwatch.sources.journal"):
-        r2 = Reader(cfg_for(jdir), checkpoint=cp)
-        try:
-            assert r2.until(1) == ["new 1"]
-        finally:
-            r2.f.close()
+    with caplog.at_level(logging.WARNING, logger="specwatch.sources.journal"), \
+            Reader(cfg_for(jdir), checkpoint=cp) as r2:
+        assert r2.until(1) == ["new 1"]
     assert "journalctl refused the saved cursor" in caplog.text and r2.f.cursor_lost_total == 1
 
 
@@ -148,15 +151,15 @@ def test_missing_journalctl_is_an_error_not_silence(tmp_path, caplog):
 def test_missing_directory_is_reported_then_read_once_it_exists(tmp_path, caplog):
     d = tmp_path / "later"
     got = []
-    with caplog.at_level(logging.ERROR, logger="specwatch.sources.journal"):
-        f = JournalFollower(JournalConfig(unit="sglang.service", directory=str(d)), lambda b: got.extend(b.lines))
-        wait_for(lambda: f.poll() is not None and f.error, what="journalctl's exit")
-    assert not f.is_open and f.read_errors_total == 1
-    assert f"journalctl exited (status 1): Failed to open {d}: No such file or directory" in caplog.text
-    assert "is it the folder holding the *.journal files?" in caplog.text
-    JournalDir(d).append(["finally"])
-    wait_for(lambda: f.poll() is not None and got, timeout=15, what="the entry after the retry")
+    f = JournalFollower(JournalConfig(unit="sglang.service", directory=str(d)), lambda b: got.extend(b.lines))
     try:
+        with caplog.at_level(logging.ERROR, logger="specwatch.sources.journal"):
+            wait_for(lambda: f.poll() is not None and f.error, what="journalctl's exit")
+        assert not f.is_open and f.read_errors_total == 1
+        assert f"journalctl exited (status 1): Failed to open {d}: No such file or directory" in caplog.text
+        assert "is it the folder holding the *.journal files?" in caplog.text
+        JournalDir(d).append(["finally"])
+        wait_for(lambda: f.poll() is not None and got, timeout=15, what="the entry after the retry")
         assert got == ["finally"] and f.is_open and f.error is None
     finally:
         f.close()
@@ -177,10 +180,12 @@ def test_no_permission_is_an_error_with_the_fix(tmp_path, caplog, readable_dir, 
         wrapper.write_text(f"#!/bin/sh\nexec setpriv --reuid=nobody --regid=nogroup --clear-groups "
                            f"{shutil.which('journalctl')} \"$@\"\n")
         wrapper.chmod(0o755)
+        f = JournalFollower(cfg_for(jdir), lambda b: None, journalctl=str(wrapper))
         with caplog.at_level(logging.ERROR, logger="specwatch.sources.journal"):
-            f = JournalFollower(cfg_for(jdir), lambda b: None, journalctl=str(wrapper))
             wait_for(lambda: f.poll() is not None and f.read_errors_total, what="journalctl's exit")
     finally:
+        if "f" in locals():
+            f.close()
         shutil.rmtree(base)
     assert not f.is_open
     assert f.error.startswith("journalctl exited (status 1): ") and said in f.error
@@ -255,3 +260,39 @@ def test_check_config_exits_2_naming_the_journal_key_and_warns_about_a_missing_f
                        text=True, timeout=60)
     assert r.returncode == 0, r.stderr
     assert f"warning: logs[0].journal.directory: {tmp_path / 'nowhere'} is not a folder (yet)" in r.stderr
+
+
+def test_a_large_backlog_leaves_a_files_lines_at_most_a_turn_behind(tmp_path, jdir):
+    """A new journalctl's backlog (100,000 decode lines into the real pipeline, seconds of work)
+    is read in turns of `TURN` s: a collapse line written to a plain file meanwhile reaches the
+    pipeline within a second, before the journal is caught up."""
+    big = decode_line(2.8, "10:00:00").rstrip("\n")
+    raw = b"".join(export_entry(big, 1_700_000_000_000_000 + i * 1000, jdir.fields) for i in range(100_000))
+    r = subprocess.run([REMOTE, f"--output={jdir.active}", "-"], input=raw, capture_output=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    log = tmp_path / "sglang.log"
+    log.write_text("")
+    cfg = build_config({"server": "box", "logs": [
+        {"journal": {"unit": "sglang.service", "directory": str(jdir.path)}, "server": "journal-box"},
+        {"path": str(log), "server": "file-box"}]})
+    p = Pipeline(cfg, Dispatcher([], group_wait=0, group_interval=0))
+    journal = JournalFollower(cfg.logs[0].journal, p.feed_batch)
+    group = FollowerGroup([journal, Follower(str(log), on_lines=p.feed_batch)], poll_interval=0.05,
+                          use_watchdog=False)
+    decoded = lambda server: p.servers[server].lines["decode"] if server in p.servers else 0  # noqa: E731
+    group.start()
+    try:
+        wait_for(lambda: decoded("journal-box") > 0, what="the journal's first lines")
+        with log.open("a") as f:
+            f.write(decode_line(1.04, "10:00:01"))
+        written = time.monotonic()
+        wait_for(lambda: decoded("file-box") == 1, timeout=30, interval=0.01, what="the file's collapse line")
+        took = time.monotonic() - written
+        behind = decoded("journal-box")
+        assert took < 1.0 and behind < 100_000, (took, behind)
+        assert p.ranks[("file-box", "TP0")].last_decode.accept_length == 1.04
+        wait_for(lambda: decoded("journal-box") == 100_000, timeout=60, what="the whole backlog")
+        wait_for(lambda: not group.catching_up, what="the end of the catch-up (a quiet journalctl)")
+    finally:
+        group.stop()
+    assert journal._proc is None

@@ -3,6 +3,7 @@ users launch SGLang, found through psutil, restarted, killed."""
 
 from __future__ import annotations
 
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -12,7 +13,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/ has no __init__.py
 from fake_sglang import stop  # noqa: E402
-from procs import free_port, popen  # noqa: E402
+from procs import free_port, popen, wait_for  # noqa: E402
 
 from specwatch.events import (  # noqa: E402
     ProcessSample,
@@ -303,7 +304,7 @@ def test_configured_by_followed_log_or_api_url(sglang_install, sglang_procs, tmp
         == [(None, True)]
 
 
-def test_a_process_that_execs_into_sglang_later_is_found(sglang_install, sglang_procs):
+def test_a_process_that_execs_into_sglang_later_is_found(sglang_install, sglang_procs, tmp_path):
     """The scan reads a process once; one that becomes a launcher later (a wrapper's `exec`) is
     found at the next scan (a new process is read once more) or, while a declared server is
     missing, at once (every process is read again)."""
@@ -313,8 +314,12 @@ def test_a_process_that_execs_into_sglang_later_is_found(sglang_install, sglang_
     declared = ProcessSource(rec, server="box", interval=5, servers={late: "later"})
     auto.poll(time.time())  # the box as it is
     declared.poll(time.time())
-    sglang_procs.start(["sh", "-c", f"sleep 0.5; exec {' '.join(server_argv(sglang_install, soon))}"], children=0)
-    sglang_procs.start(["sh", "-c", f"sleep 2; exec {' '.join(server_argv(sglang_install, late))}"], children=0)
+
+    def wrapper(port: int, go: Path) -> subprocess.Popen:  # `sh` until `go` exists, then the launcher
+        return sglang_procs.start(["sh", "-c", f"while [ ! -e {go} ]; do sleep 0.02; done; "
+                                   f"exec {' '.join(server_argv(sglang_install, port))}"], children=0)
+
+    first, second = wrapper(soon, tmp_path / "go-soon"), wrapper(late, tmp_path / "go-late")
     auto.poll(time.time())  # both are still `sh`
     declared.poll(time.time())
     declared.poll(time.time())  # read again once: still `sh`
@@ -323,11 +328,16 @@ def test_a_process_that_execs_into_sglang_later_is_found(sglang_install, sglang_
         return list(dict.fromkeys((s, e.process.cmdline[1:3]) for s, e in rec.events
                                   if isinstance(e, ProcessSample) and e.process and e.process.port in (soon, late)))
 
+    def execd(p: subprocess.Popen):  # the wrapper became the launcher (however slow the box)
+        return lambda: psutil.Process(p.pid).cmdline()[1:3] == ["-m", "sglang.launch_server"]
+
     assert started() == []
-    time.sleep(1.0)
+    (tmp_path / "go-soon").touch()
+    wait_for(execd(first), what="the first wrapper's exec")
     auto.poll(time.time())
     assert started() == [(f"box:{soon}", ("-m", "sglang.launch_server"))]
-    time.sleep(1.5)
+    (tmp_path / "go-late").touch()
+    wait_for(execd(second), what="the second wrapper's exec")
     rec.clear()
     declared.poll(time.time())
     assert started() == [("later", ("-m", "sglang.launch_server"))]
@@ -376,6 +386,25 @@ def test_declared_servers_running_list_proc_only_every_list_every(sglang_install
     assert len(src.current()["s"].pids) == 3 and p.pid in src.pids()
 
 
+def test_declared_servers_running_need_no_full_pass(sglang_install, sglang_procs, monkeypatch):
+    """A full pass re-reads every process of the box (O(all processes)); while every server of
+    `servers` runs it would find nothing that matters, so it waits until one is missing."""
+    port = free_port()
+    p = sglang_procs.start(server_argv(sglang_install, port))
+    src = ProcessSource(Recorder(), server="box", interval=5, servers={port: "s"})
+    src.poll(time.time())
+    src.poll(time.time())
+    monkeypatch.setattr(process_mod, "FULL_PASS", 0.0)
+    before = src.reads_total
+    src.poll(time.time())
+    assert src.reads_total == before and p.pid in src.pids()
+    undeclared = ProcessSource(Recorder(), server="box", interval=5)  # every server matters: full passes
+    undeclared.poll(time.time())
+    before = undeclared.reads_total
+    undeclared.poll(time.time())
+    assert undeclared.reads_total - before >= len(psutil.pids()) - 10
+
+
 def test_match_regex_adds_a_wrapper(tmp_path, sglang_procs):
     import venv
     venv.EnvBuilder(with_pip=False, symlinks=True).create(tmp_path / "plain")
@@ -409,3 +438,24 @@ def test_thread_start_stop(sglang_install, sglang_procs):
         time.sleep(0.02)
     assert src.stop(timeout=2)
     assert src.scans_total >= 3 and src.scan_errors_total == 0
+
+
+def test_usage_reads_what_psutil_reads_and_tells_a_reused_pid_by_its_start_time():
+    """`_usage`'s two plain reads agree with psutil (start time, CPU, RSS) for a live process
+    that burns CPU; a process's start time differs from another's, which is how the scan tells a
+    pid reused (its cached command line is read again)."""
+    p = popen([sys.executable, "-c", "import time\nwhile time.process_time() < 0.3: pass\nprint(flush=True)\ntime.sleep(60)"],
+              stdout=subprocess.PIPE)
+    try:
+        p.stdout.readline()  # done burning CPU
+        start, cpu, rss = process_mod._usage(p.pid)
+        ps = psutil.Process(p.pid)
+        t, mem = ps.cpu_times(), ps.memory_info().rss
+        assert cpu == pytest.approx(t.user + t.system, abs=0.02) and cpu >= 0.29
+        assert rss == mem
+        assert ps.create_time() == pytest.approx(psutil.boot_time() + start / process_mod._TICKS, abs=0.02)
+        assert process_mod._usage(1)[0] < start
+    finally:
+        p.kill()
+        p.wait()
+    assert process_mod._usage(p.pid) is None

@@ -1,0 +1,129 @@
+"""Wait for followed files to change, on the caller's own thread: inotify(7) through watchdog's
+bindings (`watchdog.observers.inotify_c`, watchdog 7.1), without watchdog's observer threads.
+
+watchdog's Observer wakes three threads (emitter, InotifyFD reader, dispatcher) for every line a
+server writes; here the followers' thread itself sleeps in `poll(2)` on the inotify descriptor and
+a self-pipe (`wake()` from other threads), so a change costs one wake-up and a quiet file none.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import select
+import threading
+
+from watchdog.observers.inotify_c import InotifyConstants as C
+from watchdog.observers.inotify_c import InotifyFD, inotify_add_watch, inotify_init
+
+# What can change a followed file's content or which file a path names. Not IN_OPEN/IN_ACCESS/
+# IN_CLOSE_NOWRITE: our own reads must not wake us.
+MASK = (C.IN_MODIFY | C.IN_CLOSE_WRITE | C.IN_CREATE | C.IN_DELETE | C.IN_MOVED_FROM | C.IN_MOVED_TO
+        | C.IN_ATTRIB | C.IN_DELETE_SELF | C.IN_MOVE_SELF)
+# Events that concern the watched directory itself (gone or moved) or lost events: always relevant.
+ALWAYS = C.IN_Q_OVERFLOW | C.IN_IGNORED | C.IN_DELETE_SELF | C.IN_MOVE_SELF
+_BUF = 64 * 1024
+
+
+class DirWatcher:
+    """One inotify instance watching directories (non-recursively) for changes to named files.
+
+    `wait(timeout, files=True)` blocks until an event names a file of `interest` (absolute paths),
+    `wake()` is called, or `timeout` seconds pass; with `files=False` only `wake()` or the timeout
+    end it (events stay queued in the kernel for the next wait). Returns True when woken by an
+    event or `wake()`, False on timeout. Raises OSError from `__init__` (EMFILE: no inotify
+    instance left) and from `watch` (ENOENT, ENOSPC: the watch limit); the caller polls instead.
+    """
+
+    def __init__(self) -> None:
+        fd = inotify_init()
+        if fd == -1:
+            InotifyFD._raise_error()  # watchdog's errno → OSError mapping
+        self._fd = fd
+        os.set_blocking(fd, False)
+        self._r, self._w = os.pipe()
+        os.set_blocking(self._r, False)
+        os.set_blocking(self._w, False)
+        self._files = select.poll()
+        self._files.register(fd, select.POLLIN)
+        self._files.register(self._r, select.POLLIN)
+        self._pipe = select.poll()
+        self._pipe.register(self._r, select.POLLIN)
+        self._lock = threading.Lock()  # wake() (any thread) against close(): no write to a reused fd
+        self._closed = False
+        self._dirs: dict[int, str] = {}  # watch descriptor -> directory
+        self.interest: frozenset[str] = frozenset()
+        self.events_total = 0  # relevant events read (for tests and metrics)
+
+    @property
+    def watched(self) -> set[str]:
+        return set(self._dirs.values())
+
+    def watch(self, directory: str) -> None:
+        wd = inotify_add_watch(self._fd, os.fsencode(directory), MASK)
+        if wd == -1:
+            InotifyFD._raise_error()
+        self._dirs[wd] = directory
+
+    def wake(self) -> None:
+        """End a `wait` now (any thread; nothing once closed)."""
+        with self._lock:
+            if self._closed:
+                return
+            try:
+                os.write(self._w, b"!")
+            except BlockingIOError:  # the pipe is full: a wake is pending anyway
+                pass
+
+    def wait(self, timeout: float, files: bool = True) -> bool:
+        try:
+            ready = (self._files if files else self._pipe).poll(max(0, int(timeout * 1000 + 0.999)))
+        except InterruptedError:
+            return True
+        woke = False
+        for fd, _ in ready:
+            if fd == self._r:
+                self._drain_pipe()
+                woke = True
+            elif fd == self._fd and self.drain():
+                woke = True
+        return woke
+
+    def drain(self) -> bool:
+        """Read every queued event; True when one concerns a file of `interest` (or events were lost)."""
+        relevant = False
+        while True:
+            try:
+                buf = os.read(self._fd, _BUF)
+            except BlockingIOError:
+                return relevant
+            except OSError as e:
+                if e.errno == errno.EINTR:
+                    continue
+                raise
+            if not buf:
+                return relevant
+            for wd, mask, _cookie, name in InotifyFD._parse_event_buffer(buf):
+                if mask & ALWAYS:
+                    if mask & C.IN_IGNORED:  # the directory is gone: watched again when it is back
+                        self._dirs.pop(wd, None)
+                    relevant = True
+                elif name and os.path.join(self._dirs.get(wd, ""), os.fsdecode(name)) in self.interest:
+                    relevant = True
+            if relevant:
+                self.events_total += 1
+
+    def _drain_pipe(self) -> None:
+        try:
+            while os.read(self._r, 512):
+                pass
+        except BlockingIOError:
+            pass
+
+    def close(self) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            for fd in (self._fd, self._r, self._w):
+                os.close(fd)
