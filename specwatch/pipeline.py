@@ -20,6 +20,7 @@ from zoneinfo import ZoneInfo
 from dataclasses import dataclass, field
 from typing import Callable
 
+from specwatch import catchup
 from specwatch.alerts.dispatcher import Dispatcher
 from specwatch.alerts.model import FIRING, Alert
 from specwatch.config import Config
@@ -48,7 +49,7 @@ from specwatch.rules.windows import WindowTracker
 from specwatch.sources.filestream import LineBatch
 from specwatch.sources.log_errors import KINDS as ERROR_KINDS
 from specwatch.sources.log_errors import ErrorGrouper, maybe_error
-from specwatch.sources.engines import LogEngine
+from specwatch.sources.engines import VLLM, LogEngine
 from specwatch.sources.sglang_log import strip_container_prefix
 from specwatch.sources.vllm_log import VllmAssembler, VllmLine
 from specwatch.status.history import AcceptHistory, AlertState
@@ -164,6 +165,7 @@ class Pipeline:
         self._engines: dict[str, LogEngine] = {}  # path → its engine's grammar (sources/engines.py)
         self._vllm: dict[str, VllmAssembler] = {}  # server → its vLLM lines into decode batches
         self._path = ""  # the file being fed
+        self._before_handle: Callable[[list], None] | None = None  # set by `catchup.feed` during a read
         self._map_logs(config)
 
     def _map_logs(self, config: Config) -> None:
@@ -224,27 +226,39 @@ class Pipeline:
         server = self.server_for(path)
         prefix, tz = self._prefix.get(path), self._tz.get(path)
         raw_ok = batch.raw_ok
-        parse, take = self._parse, self._take
         engine = self._engine(path)
         maybe_event = engine.maybe_event  # both engines' checks until the log's engine is known
         with self.lock:
             stats = self._stats(server)
-            lines = stats.lines
             grouper = self._grouper(path)
-            other = 0
-            for i, text in enumerate(batch.lines):
-                if not maybe_event(text):
-                    other += 1  # most non-batch lines: no parse, no event
-                    if grouper.group is not None or maybe_error(text):
-                        self._errors(server, stats, grouper, text, prefix, tz, now)
-                    continue
-                event = parse(engine, text, raw_ok is None or raw_ok[i], prefix, tz)
-                take(server, stats, event, now)
-                if grouper.group is not None or type(event) is OtherLine and maybe_error(text):
-                    self._errors(server, stats, grouper, text, prefix, tz, now)
-            lines["other"] += other
+            if prefix is None and raw_ok is None and grouper.group is None and engine.name != VLLM \
+                    and len(batch) >= catchup.MIN_LINES:  # a large read: in columns
+                other = catchup.take(self, server, stats, grouper, engine, maybe_event, batch, tz, now)
+            else:
+                other = self._feed_lines(server, stats, grouper, engine, maybe_event, batch.lines, raw_ok, prefix,
+                                         tz, now)
+            stats.lines["other"] += other
             if other and now is not None:  # the follower's clock: one stamp per read
                 stats.last_line["other"] = now
+
+    def _feed_lines(self, server: str, stats: ServerStats, grouper: ErrorGrouper, engine: LogEngine,
+                    maybe_event: Callable[[str], bool], lines: list[str], raw_ok: list[bool] | None,
+                    prefix: re.Pattern | None, tz, now: float | None) -> int:
+        """`feed_batch`'s lines one by one (caller holds `lock`; `maybe_event`: the engine's check
+        when the read began); returns how many were other lines (the caller counts and stamps them)."""
+        parse, take = self._parse, self._take
+        other = 0
+        for i, text in enumerate(lines):
+            if not maybe_event(text):
+                other += 1  # most non-batch lines: no parse, no event
+                if grouper.group is not None or maybe_error(text):
+                    self._errors(server, stats, grouper, text, prefix, tz, now)
+                continue
+            event = parse(engine, text, raw_ok is None or raw_ok[i], prefix, tz)
+            take(server, stats, event, now)
+            if grouper.group is not None or type(event) is OtherLine and maybe_error(text):
+                self._errors(server, stats, grouper, text, prefix, tz, now)
+        return other
 
     # --- error stage (issue #10 item 7): tracebacks grouped per file into LogError events ---
 
@@ -495,6 +509,8 @@ class Pipeline:
             return {a.labels.get("server", "") for r in self.rules for a in r.firing_alerts()}
 
     def _handle(self, alerts: list, now: float) -> None:
+        if alerts and self._before_handle is not None:  # catch-up: ranks brought up to the alert's line
+            self._before_handle(alerts)
         for alert in alerts:
             if alert.name in TREND_ALERTS and alert.status == FIRING and TREND_KEY not in alert.annotations:
                 self._add_trend(alert)

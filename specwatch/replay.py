@@ -32,7 +32,8 @@ def replay_files(pipeline: Pipeline, paths: Iterable[str], max_line_bytes: int) 
 
             src = next((s for s in pipeline.config.logs if s.path == path), None)
             on_lines = feed if src is None else stage(src, feed, max_line_bytes)  # envelope, grammar
-            follower = Follower(readable, on_lines=on_lines, max_line_bytes=max_line_bytes, read_chunk_bytes=1 << 20)
+            # 4 MiB reads: the catch-up path's per-read costs (per rank and load level) amortized (docs/catchup.md)
+            follower = Follower(readable, on_lines=on_lines, max_line_bytes=max_line_bytes, read_chunk_bytes=1 << 22)
             while follower.poll():
                 pass
             follower.finish()  # a last line without a newline still counts in a recorded log

@@ -53,6 +53,9 @@ class Rule:
 
     name: str = ""
     order: int = 100
+    # True when nothing that reads the rule's state between lines (its on_tick) depends on what
+    # on_decode / on_prefill record: catch-up may then `advance` it past ticks, a whole read at once.
+    advance_across_ticks: bool = False
     # Every `alertname` the rule can raise (its module's constants): `specwatch_alerts_firing`
     # reads 0 for each of them while none fires, instead of being absent.
     alert_names: tuple[str, ...] = ()
@@ -81,6 +84,15 @@ class Rule:
     def on_tick(self, now: float) -> list[Alert]:
         """Time passed (seconds since the epoch): for rules that fire on silence or duration."""
         return []
+
+    def advance(self, server: str, rows, a: int, b: int) -> tuple[int, list[Alert]]:
+        """Catch-up (`specwatch.catchup`): take rows [a, b) of one large read (`catchup.Rows`;
+        no tick among them unless `advance_across_ticks`) in aggregate, as far as that leaves the rule as `on_decode` /
+        `on_prefill` would, row by row. Returns (k, alerts): rows [a, k) were taken, and
+        `alerts` are row k - 1's (stop after a row that alerts); rows k.. go through the hooks
+        one by one. Taking a row must not change an alert already handed out (evidence, or
+        resolving it: stop before such a row). By default nothing is taken (correct, slow)."""
+        return a, []
 
     def to_state(self) -> dict:
         return {}

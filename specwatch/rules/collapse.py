@@ -19,8 +19,10 @@ from __future__ import annotations
 
 import os
 import shlex
+from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
+from itertools import compress
 
 from specwatch.alerts.model import Alert, code
 from specwatch.config import AcceptLength, Config, Count, Section, rule_section
@@ -325,6 +327,7 @@ class CollapseRule(ActiveAlertsRule):
     """
 
     name = "collapse"
+    advance_across_ticks = True
     alert_names = (ALERT_NAME,)
     order = 0
 
@@ -372,6 +375,25 @@ class CollapseRule(ActiveAlertsRule):
     def on_decode(self, server: str, window: Window, now: float) -> list[Alert]:
         alert = self.observe(server, window)
         return [alert] if alert is not None else []
+
+    def advance(self, server: str, rows, a: int, b: int) -> tuple[int, list[Alert]]:
+        """Healthy lines (accept len >= recover_accept_length) of ranks that are not collapsed
+        only lengthen the high run: taken up to the first other valid line."""
+        da, db = rows.decodes(a, b)
+        if da == db:
+            return b, []
+        j = rows.first_below(self.config.recover_accept_length, da, db)  # d_acc: +inf where not valid
+        runs = Counter(compress(rows.d_rank[da:j], rows.d_acc_ok[da:j]))
+        ranks = self._ranks
+        if not self.active.empty() and any(alert_key(server, rk) in self.active for rk in runs):
+            return a, []  # a recovery on the way: one by one
+        for rk, n in runs.items():
+            st = ranks.get((server, rk))
+            if st is None:
+                st = ranks[(server, rk)] = _RankState()
+            st.high_run += n
+            st.low_run = 0
+        return (b if j == db else rows.dpos[j]), []
 
     def on_event(self, server: str, event: object, now: float) -> list[Alert]:
         if isinstance(event, ServerArgs):

@@ -82,6 +82,17 @@ class DecodeStalledRule(ActiveAlertsRule):
             return []  # the common case
         return self.active.resolve(server, now, ("decode lines", f"arriving again ({b.rank or 'single rank'})"))
 
+    def advance(self, server: str, rows, a: int, b: int) -> tuple[int, list[Alert]]:
+        da, db = rows.decodes(a, b)
+        if da == db:
+            return b, []
+        if server in self.active:
+            return a, []
+        st = self._s[server]
+        st.last_decode = rows.clock[rows.dpos[db - 1]]
+        st.running.update(zip(rows.d_rank[da:db], zip(rows.d_running[da:db], rows.d_queued[da:db])))
+        return b, []
+
     def on_restart(self, server: str, at: float, why: str) -> list[Alert]:
         st = self._s.pop(server, None)
         return [] if st is None else self.active.resolve(server, at, ("server", why))

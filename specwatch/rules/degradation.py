@@ -18,6 +18,7 @@ rules.collapse.max_accept_length) are left to the collapse rule and are not coun
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Annotated, ClassVar
 
@@ -63,6 +64,7 @@ class DegradationConfig(Section):
 
 ALERT_NAME = "AcceptanceDegradation"
 BASELINE_BUCKET = 300.0  # seconds per learned-baseline bucket
+COLUMNS_MIN = 512  # catch-up: fewer decode lines than this go one by one
 
 
 @dataclass
@@ -85,6 +87,7 @@ def path_matches(configured: str | None, actual: object) -> bool:
 @register
 class DegradationRule(Rule):
     name = "degradation"
+    advance_across_ticks = True
     alert_names = (ALERT_NAME,)
     order = 50
 
@@ -117,8 +120,116 @@ class DegradationRule(Rule):
 
     def on_decode(self, server: str, window: Window, now: float) -> list[Alert]:
         if self.config.enabled and window.acceptance_valid and window.batch.accept_length > self.collapse_max:
-            return self._observe(server, window.batch)
+            b = window.batch
+            return self._observe(server, b.rank, b.timestamp, b.accept_length, b.running_requests, b, -1)
         return []
+
+    def advance(self, server: str, rows, a: int, b: int) -> tuple[int, list[Alert]]:
+        """Every counted line as `on_decode` takes it, without its event; stops after one that
+        fires, and before a line of a rank that fires (it updates or resolves the alert handed out)."""
+        if not self.config.enabled:
+            return b, []
+        da, db = rows.decodes(a, b)
+        if db - da >= COLUMNS_MIN:
+            upto = self._columns(server, rows, da, db)
+            if upto == db:
+                return b, []
+            if upto is not None:
+                da = upto  # the rest one line at a time: one of them alerts
+        observe, rank, ts, acc, running = self._observe, rows.d_rank, rows.d_ts, rows.d_acc, rows.d_running
+        active, cmax = self.active, self.collapse_max
+        for j in range(da, db):
+            x = acc[j]  # +inf where not acceptance_valid
+            if not cmax < x < math.inf:
+                continue
+            if not active.empty() and alert_key(server, rank[j]) in active:
+                return rows.dpos[j], []
+            alerts = observe(server, rank[j], ts[j], x, running[j], rows, j)
+            if alerts:
+                return rows.dpos[j] + 1, alerts
+        return b, []
+
+    def _columns(self, server: str, rows, da: int, db: int) -> int | None:
+        """Decode rows [da, db) at C speed while none of them can alert (`specwatch/columns.py`):
+        the decode ordinal up to which they were taken (db: all), None when they cannot be
+        (an alert fires, a rank is below its baseline, times out of order, old buckets leave)."""
+        import numpy as np
+
+        from specwatch import columns
+
+        cfg = self.config
+        if not self.active.empty():
+            return None
+        acc = rows.array("d_acc")[da:db]
+        counted = np.flatnonzero((acc > self.collapse_max) & (acc < np.inf)) + da  # decode ordinals
+        if not len(counted):
+            return db
+        codes = rows.array("d_code")[counted]
+        t_all, x_all, run_all = rows.array("d_ts")[counted], rows.array("d_acc")[counted], rows.array("d_running")[counted]
+        n = len(counted)
+        uniq, first = np.unique(codes, return_index=True)
+        per_rank = []  # (rank, its _Rank or None, positions among counted, window steps, running steps)
+        sums, cnts = np.empty(n), np.empty(n)
+        aged_keys, aged_t, aged_v = [], [], []
+        for code in uniq[np.argsort(first)]:
+            pos = np.flatnonzero(codes == code)
+            rank = rows.d_rank[counted[pos[0]]]
+            st = self._ranks.get((server, rank))
+            if st is not None and st.low_since is not None:
+                return None
+            recent = st.recent if st is not None else Recent(cfg.window)
+            running = st.running if st is not None else Recent(cfg.window)
+            w = columns.recent_steps(recent, t_all[pos], x_all[pos])
+            r = columns.recent_steps(running, t_all[pos], run_all[pos])
+            if w is None or r is None:
+                return None
+            sums[pos], cnts[pos] = w.sums, w.counts
+            k = int(w.pruned[-1])
+            if k:
+                aged_keys.append(pos[w.aged_rows])
+                aged_t.append(w.t[:k])
+                aged_v.append(w.v[:k])
+            per_rank.append((rank, st, pos, w, r))
+        # healthy lines teach the model pair's baseline what aged out, in line order
+        pair = self._pair(server)
+        learned = self._baselines.get(pair[2])
+        base_now = learned if learned is not None else Baseline(BASELINE_BUCKET, cfg.baseline_window)
+        if aged_keys:
+            keys = np.concatenate(aged_keys)
+            order = np.argsort(keys, kind="stable")
+            keys, lt, lv = keys[order], np.concatenate(aged_t)[order], np.concatenate(aged_v)[order]
+        else:
+            keys, lt, lv = np.empty(0, int), np.empty(0), np.empty(0)
+        learning = columns.baseline_steps(base_now, lt, lv)
+        if learning is None:
+            return None
+        configured = self._configured(*pair)
+        if configured:
+            base = np.full(n, configured[0])
+        else:
+            done = np.searchsorted(keys, np.arange(n), side="right")  # aged samples learned by each line
+            lsum = np.concatenate(([base_now._sum], learning[0]))[done]
+            lcnt = base_now.count + done
+            base = np.where(lcnt >= cfg.min_baseline_batches, lsum / np.maximum(lcnt, 1), np.nan)
+        check = (cnts >= cfg.min_window_batches) & ~np.isnan(base)
+        with np.errstate(invalid="ignore"):
+            low = check & ((sums / cnts) / base < 1 - cfg.max_drop_ratio)
+        if low.any():
+            stop = int(counted[int(np.argmax(low))])  # the first line below: one by one from there
+            return stop if stop == int(counted[0]) else self._columns(server, rows, da, stop)
+        for rank, st, pos, w, r in per_rank:
+            if st is None:
+                st = self._ranks[(server, rank)] = _Rank(Recent(cfg.window), Recent(cfg.window))
+                st.akey = alert_key(server, rank)
+            js = counted[pos].tolist()
+            t_list = [rows.d_ts[j] for j in js]
+            columns.apply_recent(st.recent, w, list(zip(t_list, [rows.d_accept[j] for j in js])))
+            columns.apply_recent(st.running, r, list(zip(t_list, [rows.d_running[j] for j in js])))
+        if len(lv):
+            if learned is None:
+                learned = self._baselines[pair[2]] = base_now
+            columns.apply_baseline(learned, learning)
+        return db
 
     def on_event(self, server: str, event: object, now: float) -> list[Alert]:
         if not self.config.enabled:
@@ -171,25 +282,27 @@ class DegradationRule(Rule):
             return learned.mean()
         return None
 
-    def _observe(self, server: str, b: DecodeBatch) -> list[Alert]:
+    def _observe(self, server: str, rank: str, t: float, accept: float, running: int, src, j: int) -> list[Alert]:
+        """One counted line: its rank, timestamp, accept len and running requests; its event is
+        `src` (j < 0) or decode row j of `src` (`catchup.Rows`), built only for an alert."""
         cfg = self.config
-        key = (server, b.rank)
+        key = (server, rank)
         st = self._ranks.get(key)
         if st is None:
             st = self._ranks[key] = _Rank(Recent(cfg.window), Recent(cfg.window))
         akey = st.akey
         if akey is None:
-            akey = st.akey = alert_key(server, b.rank)
-        aged = st.recent.add(b.timestamp, b.accept_length)
-        st.running.add(b.timestamp, b.running_requests)
+            akey = st.akey = alert_key(server, rank)
+        aged = st.recent.add(t, accept)
+        st.running.add(t, running)
         firing = akey in self.active
         if st.low_since is None and not firing and aged:
             pair = self._pair(server)[2]
             learned = self._baselines.get(pair)
             if learned is None:
                 learned = self._baselines[pair] = Baseline(BASELINE_BUCKET, cfg.baseline_window)
-            for t, v in aged:
-                learned.add(t, v)
+            for at, v in aged:
+                learned.add(at, v)
         if len(st.recent) < cfg.min_window_batches:
             return []
         base = self._base(server)
@@ -199,14 +312,14 @@ class DegradationRule(Rule):
         if not firing and not mean / base < 1 - cfg.max_drop_ratio:
             st.low_since = None  # what drop_transition says in the common, healthy case
             return []
-        action, st.low_since = drop_transition(mean / base, b.timestamp, st.low_since, firing,
+        action, st.low_since = drop_transition(mean / base, t, st.low_since, firing,
                                                max_drop=cfg.max_drop_ratio, recover_drop=cfg.recover_drop_ratio,
                                                hold=cfg.hold)
         if action == "fire":
             base, source = self.baseline(server)
-            return self.active.fire(akey, self._alert(server, b, st, mean, base, source))
+            return self.active.fire(akey, self._alert(server, src if j < 0 else src.decode(j), st, mean, base, source))
         if action == "resolve":
-            return self.active.resolve(akey, b.timestamp, ("recovered mean accept len", fmt(mean)))
+            return self.active.resolve(akey, t, ("recovered mean accept len", fmt(mean)))
         if akey in self.active:
             self.active.get(akey).evidence[:2] = self._evidence(mean, base)
         return []

@@ -58,6 +58,7 @@ ALERT_NAME = "AcceptanceDrift"
 @register
 class DriftRule(Rule):
     name = "drift"
+    advance_across_ticks = True
     alert_names = (ALERT_NAME,)
     order = 60
 
@@ -105,6 +106,71 @@ class DriftRule(Rule):
         if w.acceptance_valid and event.accept_length > self.collapse_max:
             out += self._observe(server, event)
         return out
+
+    def advance(self, server: str, rows, a: int, b: int) -> tuple[int, list[Alert]]:
+        """Lines that neither close a bucket nor follow a restart gap only add to the open
+        bucket of their rank: taken up to the first line that does either."""
+        cfg = self.config
+        da, db = rows.decodes(a, b)
+        if not cfg.enabled or da == db:
+            return b, []
+        ts, ranks, acc = rows.d_ts, rows.d_rank, rows.d_acc
+        cmax, width, gap = self.collapse_max, cfg.bucket, cfg.restart_gap
+        import numpy as np
+
+        counted = rows.array("d_acc")[da:db]
+        used_a = np.flatnonzero((counted > cmax) & (counted < np.inf)) + da
+        cut, idx = db, 0
+        if len(used_a):
+            idxs = np.floor(rows.array("d_ts")[used_a] / width)  # math.floor's value, as a float
+            idx = int(idxs[0])
+            other = np.flatnonzero(idxs != idxs[0])
+            if len(other):
+                cut = int(used_a[other[0]])  # closes a bucket
+        used = used_a.tolist()
+        for rank, k in dict(zip(reversed([ranks[k] for k in used]), reversed(used))).items():
+            buckets = self._buckets.get((server, rank))
+            if buckets and buckets[-1][0] != idx and k < cut:
+                cut = k  # the rank's first line closes its bucket
+        seen = self._last_seen
+        if cut > da and max(ts[da:cut]) - min(ts[da:cut]) > gap:
+            last: dict[str, float] = {}
+            for k in range(da, cut):
+                prev = last.get(ranks[k], seen.get((server, ranks[k])))
+                if prev is not None and ts[k] - prev > gap:
+                    cut = k
+                    break
+                last[ranks[k]] = ts[k]
+        else:
+            for rank, k in dict(zip(reversed(ranks[da:cut]), reversed(range(da, cut)))).items():
+                prev = seen.get((server, rank))
+                if prev is not None and ts[k] - prev > gap and k < cut:
+                    cut = k  # the rank's first line follows a restart gap
+        if cut == da:
+            return rows.dpos[da], []
+        for rank, t in dict(zip(ranks[da:cut], ts[da:cut])).items():
+            seen[(server, rank)] = t
+        open_: dict[str, list] = {}
+        horizon = idx - cfg.window / width
+        for k in used:  # as _observe: one addition at a time, in line order
+            if k >= cut:
+                break
+            rank, x = ranks[k], acc[k]
+            last_bucket = open_.get(rank)
+            if last_bucket is None:
+                buckets = self._buckets.get((server, rank))
+                if buckets is None:
+                    buckets = self._buckets[(server, rank)] = []
+                if not buckets:
+                    buckets.append([idx, x, 1])
+                    open_[rank] = buckets[-1]
+                    continue
+                last_bucket = open_[rank] = buckets[-1]
+                while buckets and buckets[0][0] <= horizon:
+                    buckets.pop(0)
+            last_bucket[1] += x
+            last_bucket[2] += 1
+        return (b if cut == db else rows.dpos[cut]), []
 
     def _reset(self, keys: list[tuple[str, str]], at: float, why: str) -> list[Alert]:
         out = []

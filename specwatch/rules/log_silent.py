@@ -94,6 +94,17 @@ class LogSilentRule(ActiveAlertsRule):
             return []  # the common case
         return self.active.resolve(server, now, ("decode lines", "arriving again"))
 
+    def advance(self, server: str, rows, a: int, b: int) -> tuple[int, list[Alert]]:
+        da, db = rows.decodes(a, b)
+        if da == db:
+            return b, []
+        if server in self.active:
+            return a, []
+        st = self._s[server]
+        st.last_decode = rows.clock[rows.dpos[db - 1]]
+        st.intervals = 0
+        return b, []
+
     def on_event(self, server: str, event: object, now: float) -> list[Alert]:
         if isinstance(event, ServerArgs):
             self._s[server].args = dict(event.args)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import shlex
 from collections import deque
+from itertools import compress
 
 from specwatch.alerts.model import Alert
 from specwatch.config import AcceptLength, Config, Count, Seconds, Section, rule_section
@@ -46,6 +47,7 @@ NAMED_MAX = 3  # other collapsed ranks named in a summary
 @register
 class RankDisagreementRule(Rule):
     name = "rank_disagreement"
+    advance_across_ticks = True
     alert_names = (ALERT_NAME,)
     order = 100
 
@@ -98,6 +100,40 @@ class RankDisagreementRule(Rule):
             # common case (all healthy, or all collapsed) ends here.
             return []
         return self._evaluate(server, event.timestamp)
+
+    def advance(self, server: str, rows, a: int, b: int) -> tuple[int, list[Alert]]:
+        """While nothing fires and no rank is collapsed, lines above max_accept_length only
+        update each rank's last lines and kind (no rank can become collapsed): taken up to the
+        first valid line at or below it."""
+        cfg = self.config
+        da, db = rows.decodes(a, b)
+        if not cfg.enabled or da == db:
+            return b, []
+        if not self.active.empty():
+            return a, []
+        if cfg is not self._kinds_for:
+            self._rekind()
+        if _COLLAPSED in self._kinds.get(server, {}).values():
+            return a, []
+        j = rows.first_below(cfg.max_accept_length, da, db, inclusive=True)
+        touched = {}
+        valid = compress(zip(rows.d_rank[da:j], rows.d_ts[da:j], rows.d_accept[da:j]), rows.d_acc_ok[da:j])
+        for rank, t, accept in valid:
+            lines = touched.get(rank)
+            if lines is None:
+                ranks = self._recent.get(server)
+                if ranks is None:
+                    ranks = self._recent[server] = {}
+                    self._kinds[server] = {}
+                lines = ranks.get(rank)
+                if lines is None:
+                    lines = ranks[rank] = deque(maxlen=cfg.min_batches)
+                touched[rank] = lines
+            lines.append((t, accept))
+        kinds = self._kinds.get(server)
+        for rank, lines in touched.items():
+            kinds[rank] = self._kind(lines)
+        return (b if j == db else rows.dpos[j]), []
 
     def _kind(self, lines: deque) -> str:
         """What a rank's lines say, ages and count aside: collapsed if all are <=

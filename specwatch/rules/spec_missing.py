@@ -11,6 +11,7 @@ they never decode (a PD prefill node, an embedding server) or do not speculate a
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections import deque
 
 from specwatch.alerts.model import Alert
@@ -62,9 +63,30 @@ class SpecMetricsMissingRule(Rule):
             return []
         return self.active.resolve(server, now, ("decode line", window.batch.rank or "(single rank)"))
 
+    def advance(self, server: str, rows, a: int, b: int) -> tuple[int, list[Alert]]:
+        if not self.config.enabled:
+            return b, []
+        da, db = rows.decodes(a, b)
+        if da < db and server in self.active:
+            return a, []
+        ps = rows.prefills(a, b)
+        if db > da:  # on_decode: a decode line ends the streak; only the prefill lines after the last count
+            if self._prefills:
+                self._prefills.pop(server, None)
+                self._streak.pop(server, None)
+            ps = ps[bisect_right(ps, rows.dpos[db - 1]):]
+        clock = rows.clock
+        for i in ps:
+            self._prefill(server, clock[i])
+        return b, []
+
     def on_prefill(self, server: str, batch: PrefillBatch, now: float) -> list[Alert]:
         if not self.config.enabled:
             return []
+        self._prefill(server, now)
+        return []
+
+    def _prefill(self, server: str, now: float) -> None:
         times = self._prefills.get(server)
         if times is None:
             times = self._prefills[server] = deque()
@@ -72,7 +94,6 @@ class SpecMetricsMissingRule(Rule):
             times.clear()
             self._streak[server] = now
         times.append(now)
-        return []
 
     def on_event(self, server: str, event: object, now: float) -> list[Alert]:
         if self.config.enabled and isinstance(event, ServerArgs):

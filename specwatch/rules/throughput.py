@@ -15,6 +15,7 @@ inhibits this alert by default: it is the cause, and its alert carries the fix.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from itertools import compress
 
 import msgspec
 
@@ -44,6 +45,7 @@ class ThroughputDropConfig(Section):
 
 ALERT_NAME = "ThroughputDrop"
 BASELINE_BUCKET = 300.0  # seconds per learned-baseline bucket
+COLUMNS_MIN = 512  # catch-up: fewer decode lines than this go one by one
 
 
 def load_level(running: int) -> int:
@@ -89,6 +91,7 @@ class _Rank:
 @register
 class ThroughputDropRule(Rule):
     name = "throughput_drop"
+    advance_across_ticks = True
     alert_names = (ALERT_NAME,)
 
     order = 90
@@ -130,34 +133,157 @@ class ThroughputDropRule(Rule):
     def on_decode(self, server: str, window: Window, now: float) -> list[Alert]:
         if not self.config.enabled or not window.throughput_valid:
             return []
-        return self._observe(server, window.batch)
+        b = window.batch
+        return self._observe(server, b.rank, b.timestamp, b.running_requests, b.gen_throughput, b, -1)
+
+    def advance(self, server: str, rows, a: int, b: int) -> tuple[int, list[Alert]]:
+        """Every valid line as `on_decode` takes it, without its event; stops after one that
+        fires, and before a line of a rank that fires (it may resolve the alert handed out)."""
+        if not self.config.enabled:
+            return b, []
+        da, db = rows.decodes(a, b)
+        if db - da >= COLUMNS_MIN:
+            upto = self._columns(server, rows, da, db)
+            if upto == db:
+                return b, []
+            if upto is not None:
+                da = upto  # the rest one line at a time: one of them alerts
+        observe, rank, ts, running, thr = self._observe, rows.d_rank, rows.d_ts, rows.d_running, rows.d_thr
+        active = self.active
+        for j in compress(range(da, db), rows.d_thr_ok[da:db]):
+            if not active.empty() and alert_key(server, rank[j]) in active:
+                return rows.dpos[j], []
+            alerts = observe(server, rank[j], ts[j], running[j], thr[j], rows, j)
+            if alerts:
+                return rows.dpos[j] + 1, alerts
+        return b, []
+
+    def _columns(self, server: str, rows, da: int, db: int) -> int | None:
+        """Decode rows [da, db) at C speed while none of them can alert (`specwatch/columns.py`):
+        the decode ordinal up to which they were taken (db: all), None when they cannot be (a
+        rank fires or is below its baseline, times out of order, old buckets would leave)."""
+        import numpy as np
+
+        from specwatch import columns
+
+        cfg = self.config
+        if cfg is not self._cached_for:
+            self._refresh()
+        if not self.active.empty():
+            return None
+        valid = np.flatnonzero(np.array(rows.d_thr_ok[da:db], dtype=bool)) + da  # decode ordinals
+        if not len(valid):
+            return db
+        codes = rows.array("d_code")[valid]
+        t_all, thr_all = rows.array("d_ts")[valid], rows.array("d_thr")[valid]
+        level_all = np.maximum(rows.array("d_running")[valid], 1).astype(np.int64)
+        level_all = np.frexp(level_all.astype(float))[1]  # bit_length, exactly for these integers
+        n_rows = len(valid)
+        low = np.zeros(n_rows, bool)
+        uniq, first = np.unique(codes, return_index=True)
+        plans = []
+        thr_low = 1 - cfg.max_drop_ratio
+        for code in uniq[np.argsort(first)]:
+            pos = np.flatnonzero(codes == code)
+            rank = rows.d_rank[valid[pos[0]]]
+            st = self._ranks.get((server, rank))
+            if st is not None and st.low_since is not None:
+                return None
+            t, lev = t_all[pos], level_all[pos]
+            existing = list(st.levels.values()) if st is not None else []
+            known = {lv.level for lv in existing}
+            new_levels = [int(x) for x in dict.fromkeys(lev.tolist()) if x not in known]
+            total = np.zeros(len(pos))
+            n = np.zeros(len(pos), np.int64)
+            level_plans = []
+            for level in [lv.level for lv in existing] + new_levels:
+                lv = st.levels.get(level) if st is not None else None
+                recent = lv.recent if lv is not None else Recent(cfg.window)
+                learned = lv.learned if lv is not None else self._baselines.get((server, rank, level))
+                at = np.flatnonzero(lev == level)
+                w = columns.recent_steps(recent, t, thr_all[pos][at], at)
+                if w is None:
+                    return None
+                k = int(w.pruned[-1])
+                probe = learned if learned is not None else Baseline(BASELINE_BUCKET, cfg.baseline_window)
+                learning = columns.baseline_steps(probe, w.t[:k], w.v[:k])
+                if learning is None:
+                    return None
+                lsum = np.concatenate(([probe._sum], learning[0]))[w.pruned]
+                lcnt = probe.count + w.pruned
+                base = np.where(lcnt >= cfg.min_baseline_batches, lsum / np.maximum(lcnt, 1), 0.0)
+                # as per line: no lines count while the level has no baseline (None or 0.0), and a
+                # new level counts from its first line on
+                exists = np.arange(len(pos)) >= at[0] if lv is None else np.ones(len(pos), bool)
+                count = np.where(exists & (base != 0.0), w.counts, 0)
+                with np.errstate(invalid="ignore", divide="ignore"):
+                    term = np.where(count > 0, w.sums / base, 0.0)
+                total = total + term
+                n = n + count
+                level_plans.append((level, lv, at, w, learned, probe, learning, k))
+            with np.errstate(invalid="ignore", divide="ignore"):
+                low[pos] = (n >= cfg.min_window_batches) & (total / n < thr_low)
+            plans.append((rank, st, pos, level_plans, total, n))
+        if low.any():
+            stop = int(valid[int(np.argmax(low))])  # the first line below: one by one from there
+            return stop if stop == int(valid[0]) else self._columns(server, rows, da, stop)
+        # new baselines in the order their first lines aged out (levels in their order), as per line
+        born = sorted(((int(pos[plan[3].aged_rows[0]]), x), rank, plan[0], plan[5])
+                      for rank, st, pos, level_plans, _, _ in plans
+                      for x, plan in enumerate(level_plans) if plan[7] and plan[4] is None)
+        for _, rank, level, probe in born:
+            self._baselines.setdefault((server, rank, level), probe)
+        for rank, st, pos, level_plans, total, n in plans:
+            if st is None:
+                st = self._ranks[(server, rank)] = _Rank()
+            if st.akey is None:
+                st.akey = alert_key(server, rank)
+            js = valid[pos].tolist()
+            for level, lv, at, w, learned, probe, learning, k in level_plans:
+                if lv is None:
+                    lv = st.levels[level] = _Level(level, len(st.terms), Recent(cfg.window), learned)
+                    lv.base = self._usable(learned)
+                    st.terms.append(0.0)
+                new = [(rows.d_ts[js[i]], rows.d_thr[js[i]]) for i in at.tolist()]
+                columns.apply_recent(lv.recent, w, new)
+                if k:
+                    if lv.learned is None:
+                        lv.learned = self._baselines.setdefault((server, rank, level), probe)
+                    columns.apply_baseline(lv.learned, learning)
+                    lv.base = self._usable(lv.learned)
+                base = lv.base
+                count = len(lv.recent.samples) if base else 0
+                st.n += count - lv.count
+                lv.count = count
+                st.terms[lv.index] = lv.recent.sum / base if count else 0.0
+        return db
 
     def baseline(self, server: str, rank: str, level: int) -> float | None:
         """Learned gen throughput (token/s) of the rank at that load level, once usable."""
         b = self._baselines.get((server, rank, level))
         return b.mean() if b is not None and b.count >= self.config.min_baseline_batches else None
 
-    def _observe(self, server: str, b: DecodeBatch) -> list[Alert]:
+    def _observe(self, server: str, rank: str, t: float, running: int, thr: float, src, j: int) -> list[Alert]:
+        """One valid line: its rank, timestamp, running requests and gen throughput; its event
+        is `src` (j < 0) or decode row j of `src` (`catchup.Rows`), built only for an alert."""
         cfg = self.config
         if cfg is not self._cached_for:
             self._refresh()
-        key = (server, b.rank)
+        key = (server, rank)
         st = self._ranks.get(key)
         if st is None:
             st = self._ranks[key] = _Rank()
         akey = st.akey
         if akey is None:
-            akey = st.akey = alert_key(server, b.rank)
-        t = b.timestamp
-        running = b.running_requests
+            akey = st.akey = alert_key(server, rank)
         this = load_level(running)
         cur = st.levels.get(this)
         if cur is None:
-            learned = self._baselines.get((server, b.rank, this))  # loaded from the state file, maybe
+            learned = self._baselines.get((server, rank, this))  # loaded from the state file, maybe
             cur = st.levels[this] = _Level(this, len(st.terms), Recent(cfg.window), learned)
             cur.base = self._usable(learned)
             st.terms.append(0.0)
-        aged_here = cur.recent.add(t, b.gen_throughput)
+        aged_here = cur.recent.add(t, thr)
         firing = akey in self.active
         healthy = st.low_since is None and not firing
         terms, n = st.terms, st.n
@@ -174,9 +300,9 @@ class ThroughputDropRule(Rule):
                 learned = lv.learned
                 if learned is None:
                     learned = lv.learned = self._baselines.setdefault(
-                        (server, b.rank, lv.level), Baseline(BASELINE_BUCKET, cfg.baseline_window))
-                for at, thr in aged:
-                    learned.add(at, thr)
+                        (server, rank, lv.level), Baseline(BASELINE_BUCKET, cfg.baseline_window))
+                for at, v in aged:
+                    learned.add(at, v)
                 lv.base = self._usable(learned)
             # this level's lines changed: its share of the window average
             base = lv.base
@@ -187,7 +313,10 @@ class ThroughputDropRule(Rule):
         st.n = n
         if n < cfg.min_window_batches:
             return []
-        ratio = sum(st.terms) / n
+        ratio = 0.0
+        for term in st.terms:  # one addition at a time, in level order (catch-up sums the same way)
+            ratio += term
+        ratio /= n
         if not firing and not ratio < 1 - cfg.max_drop_ratio:
             st.low_since = None  # what drop_transition says in the common, healthy case
             return []
@@ -196,7 +325,7 @@ class ThroughputDropRule(Rule):
                                                hold=cfg.hold)
         if action == "fire":
             used = [(lv.recent.sum, lv.count, lv.base) for lv in st.levels.values() if lv.count]
-            return self.active.fire(akey, self._alert(server, b, st, used, ratio))
+            return self.active.fire(akey, self._alert(server, src if j < 0 else src.decode(j), st, used, ratio))
         if action == "resolve":
             return self.active.resolve(akey, t, ("recovered to baseline", f"{ratio:.0%}"))
         return []

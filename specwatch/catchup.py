@@ -1,0 +1,506 @@
+"""The catch-up path: a large read of canonical SGLang lines (`replay`, `run` start-up) in columns.
+
+`Pipeline.feed_batch` hands a read here when it is large and plain: no container prefix, valid
+UTF-8, no open traceback, and every batch line in it is the canonical decode or prefill line of
+SGLang 0.5.5+ (`sources.sglang_log.canonical_rows`: one multiline match over the read, anchored
+at line starts, so text inside a request log never counts), with no `server_args` line, no
+line the error stage could take and no vLLM line. Any other read takes the per-line path.
+
+The read is cut where the per-line path would tick (a batch line's clock a second past the last
+tick). Each rule then `advance`s over a piece as far as it can in aggregate (`Rule.advance`); the
+rows it did not take go through its `on_decode` / `on_prefill` one by one, in file and rule order,
+with the `Window` the per-line path would have built. Every decision, alert, timestamp and
+counter is the per-line path's (tests/test_catchup.py replays logs with episodes both ways), and
+so are the ranks' totals and status history wherever an alert reads them (`_RankSync`).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from datetime import datetime
+from collections import Counter
+from itertools import accumulate, compress
+from operator import itemgetter, not_
+
+from specwatch.events import DecodeBatch, OtherLine, PrefillBatch
+from specwatch.rules.base import alert_key
+from specwatch.rules.windows import Window
+from specwatch.sources.engines import SGLANG, parse_line
+from specwatch.sources.log_errors import maybe_error
+from specwatch.sources.vllm_log import maybe_event as vllm_maybe
+from specwatch.sources.sglang_log import _CANONICAL_DECODE as _DECODE
+from specwatch.sources.sglang_log import _CANONICAL_PREFILL as _PREFILL
+from specwatch.sources.sglang_log import _timestamp, canonical_decode, canonical_prefill, canonical_rows
+
+MIN_LINES = 256  # smaller reads (a live tail) take the per-line path
+RETRIES = 16  # advances in a row that take nothing before a rule waits for the next piece
+
+_INF = math.inf
+_G = [itemgetter(i) for i in range(19)]
+
+
+class Rows:
+    """The batch lines of one read of one server, in file order (index: row), as columns.
+
+    Every row: `dec` (decode line?), `clock` (the rules' clock: the follower's `now`, else the
+    line's timestamp), `rank` (rank tokens as printed). Decode rows also by decode ordinal (`d_*`,
+    `dpos[j]`: the row of decode ordinal j, `dcount[i]`: decode rows before row i): `d_ts`
+    (timestamp, s), `d_rank`, `d_running`, `d_queued`, `d_accept`, `d_thr` (token/s), and the
+    `Window` flags `d_acc_ok` (`acceptance_valid`), `d_thr_ok` (`throughput_valid`); `d_acc` is
+    the accept len where acceptance_valid, else +inf (so `min` over a slice reads the valid ones);
+    `d_code`: the rank as a number (first seen, first numbered).
+    """
+
+    __slots__ = ("server", "tz", "raw", "dec", "clock", "rank", "dpos", "dcount", "d_ts", "d_rank", "d_running",
+                 "d_queued", "d_accept", "d_thr", "d_acc_ok", "d_thr_ok", "d_acc", "d_gap", "d_prefills",
+                 "p_rank", "ppos", "_batches", "d_code", "_arrays")
+
+    def batch(self, i: int) -> DecodeBatch | PrefillBatch:
+        """Row i as the event the per-line parser makes of it (built once, on demand)."""
+        b = self._batches.get(i)
+        if b is None:
+            g = self.raw[i]
+            b = self._batches[i] = (canonical_decode(g[:11], self.tz) if self.dec[i]
+                                    else canonical_prefill(g[:3] + g[11:], self.tz))
+        return b
+
+    def array(self, name: str):
+        """Decode column `name` (d_ts, d_acc, d_running, d_thr, d_code) as a numpy array (made once)."""
+        a = self._arrays.get(name)
+        if a is None:
+            import numpy as np
+
+            a = self._arrays[name] = np.array(getattr(self, name), dtype=float if name != "d_code" else int)
+        return a
+
+    def first_below(self, limit: float, da: int, db: int, inclusive: bool = False) -> int:
+        """The first decode ordinal in [da, db) whose `d_acc` is below `limit` (at or below with
+        `inclusive`), else db: a search in the ordinals found once per read and limit."""
+        import numpy as np
+
+        key = ("below", limit, inclusive)
+        found = self._arrays.get(key)
+        if found is None:
+            acc = self.array("d_acc")
+            found = self._arrays[key] = np.flatnonzero(acc <= limit if inclusive else acc < limit)
+        k = int(np.searchsorted(found, da))
+        return int(found[k]) if k < len(found) and found[k] < db else db
+
+    def decode(self, j: int) -> DecodeBatch:
+        """Decode ordinal j as its event."""
+        return self.batch(self.dpos[j])
+
+    def window(self, i: int, config) -> Window:
+        """Decode row i classified as `WindowTracker.decode` classified it."""
+        j = self.dcount[i]
+        b = self.batch(i)
+        gap, prefills = self.d_gap[j], self.d_prefills[j]
+        return Window(b, b.running_requests < config.min_running_requests, prefills > config.max_prefill_batches,
+                      gap is None or gap > config.max_gap, gap, prefills)
+
+    def decodes(self, a: int, b: int) -> tuple[int, int]:
+        """Decode ordinals [da, db) of rows [a, b)."""
+        return self.dcount[a], self.dcount[b]
+
+    def prefills(self, a: int, b: int) -> list[int]:
+        """The prefill rows among rows [a, b)."""
+        return self.ppos[a - self.dcount[a]:b - self.dcount[b]]
+
+
+def read(text: str, server: str, tz, windows, now: float | None) -> Rows | None:
+    """The read `text` (lines each ending in "\\n") as Rows, classifying its decode lines in
+    `windows` (the pipeline's WindowTracker, advanced past the read); None when the read needs
+    the per-line path (nothing is changed then)."""
+    if "server_args=" in text or maybe_error(text) or "]:[E" in text:
+        return None
+    raw = canonical_rows(text)
+    if raw is None or not raw:
+        return None
+    stamps = set(map(_G[0], raw))
+    try:
+        seconds = {s: _timestamp(s, None, tz) for s in stamps}
+    except ValueError:
+        return None  # an impossible date: the general parser says why
+    r = Rows()
+    r.server, r.tz, r.raw, r._batches, r._arrays = server, tz, raw, {}, {}
+    ts = list(map(seconds.__getitem__, map(_G[0], raw)))
+    if any(map(_G[1], raw)):  # SGLANG_LOG_MS: milliseconds, as `_timestamp` adds them
+        ts = [t + int(f) / 10 ** len(f) if f else t for t, f in zip(ts, map(_G[1], raw))]
+    # C-level passes only (map, compress): no Python code per line
+    r.dec = dec = list(map(bool, map(_G[3], raw)))
+    tokens = list(map(_G[2], raw))
+    r.rank = rank = list(map({x: x[1:] for x in set(tokens)}.__getitem__, tokens))
+    r.clock = ts if now is None else [now] * len(raw)
+    pre = list(map(not_, dec))
+    r.dpos = list(compress(range(len(raw)), dec))
+    r.dcount = [0, *accumulate(dec)]
+    draw = list(compress(raw, dec))
+    r.d_ts = list(compress(ts, dec))
+    r.d_rank = list(compress(rank, dec))
+    r.d_running = list(map(int, map(_G[3], draw)))
+    r.d_queued = list(map(int, map(_G[10], draw)))
+    r.d_accept = list(map(float, map(_G[6], draw)))
+    r.d_thr = list(map(float, map(_G[9], draw)))
+    r.p_rank = list(compress(rank, pre))
+    r.ppos = list(compress(range(len(raw)), pre))
+    r.d_code = list(map({x: i for i, x in enumerate(dict.fromkeys(r.d_rank))}.__getitem__, r.d_rank))
+    _classify(r, server, ts, windows)
+    return r
+
+
+def _classify(r: Rows, server: str, ts: list[float], tracker) -> None:
+    """`WindowTracker.decode` / `.prefill` over the rows in order, per rank in numpy: each decode
+    row's gap and prefill count, and the window flags; the tracker ends as after the per-line
+    path (its dicts' keys in the same order)."""
+    import numpy as np
+
+    cfg = tracker.config
+    last, pre = tracker._last, tracker._prefills
+    n = len(r.dec)
+    dec = np.array(r.dec, dtype=bool)
+    t_all = np.array(ts, dtype=float)
+    names = list(dict.fromkeys(r.rank))
+    code = np.array(list(map({x: i for i, x in enumerate(names)}.__getitem__, r.rank)), dtype=np.int64)
+    dcount = np.concatenate(([0], np.cumsum(dec)))
+    gaps = np.empty(len(r.dpos))
+    first_gap = []  # decode ordinals whose rank had no earlier decode line: gap None
+    prefills = np.zeros(len(r.dpos), dtype=np.int64)
+    new_last, new_pre = [], []  # (row of insertion, key, value): dict order as per line
+    for c, rk in enumerate(names):
+        key = (server, rk)
+        idx = np.flatnonzero(code == c)
+        isdec = dec[idx]
+        didx = idx[isdec]
+        carried = pre.get(key, 0)
+        if len(didx):
+            j = dcount[didx]  # decode ordinals
+            td = t_all[didx]
+            prev = last.get(key)
+            gaps[j[1:]] = td[1:] - td[:-1]
+            if prev is None:
+                first_gap.append(int(j[0]))
+                new_last.append((int(didx[0]), key, float(td[-1])))
+            else:
+                gaps[j[0]] = td[0] - prev
+                last[key] = float(td[-1])
+            cp = np.cumsum(~isdec)  # prefill lines of the rank up to each of its rows
+            at = cp[isdec]
+            prefills[j] = np.diff(np.concatenate(([0], at)))
+            prefills[j[0]] += carried
+            pre.pop(key, None)
+            trailing = int(cp[-1] - at[-1])
+            if trailing:
+                new_pre.append((int(idx[np.flatnonzero(isdec)[-1] + 1]), key, trailing))
+        elif key in pre:
+            pre[key] = carried + len(idx)
+        else:
+            new_pre.append((int(idx[0]), key, len(idx)))
+    for _, key, v in sorted(new_last):
+        last[key] = v
+    for _, key, v in sorted(new_pre):
+        pre[key] = v
+    g = gaps.tolist()
+    for j in first_gap:
+        g[j] = None
+    r.d_gap, r.d_prefills = g, prefills.tolist()
+    min_run, max_pre, max_gap = cfg.min_running_requests, cfg.max_prefill_batches, cfg.max_gap
+    running = np.array(r.d_running, dtype=float)
+    acc_ok = (running >= min_run) & (prefills <= max_pre)
+    thr_ok = acc_ok & (gaps <= max_gap)
+    thr_ok[first_gap] = False  # no earlier line: after a gap
+    accept = np.array(r.d_accept, dtype=float)
+    d_acc = np.where(acc_ok, accept, np.inf)
+    r.d_acc_ok, r.d_thr_ok, r.d_acc = acc_ok.tolist(), thr_ok.tolist(), d_acc.tolist()
+    r._arrays.update(d_acc=d_acc, d_running=running, d_ts=t_all[dec], d_accept=accept)
+
+
+_STAMP = re.compile(r"\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)")
+TICK_LINES = 8  # fewer lines a second of log time than this: the read goes per line
+
+
+def _dense(text: str, lines: int) -> bool:
+    """The log's clock (its first and last bracket stamps) ticks more than once per TICK_LINES
+    lines of the read: the catch-up's work per tick (every rule's `advance`) would cost more
+    than the per-line path. Decides only which exact path runs."""
+    first = _STAMP.search(text)
+    at = text.rfind("\n[", 0, len(text) - 1)
+    last = _STAMP.match(text, at + 1) if at >= 0 else None
+    if first is None or last is None:
+        return False
+    fmt = "%Y-%m-%d %H:%M:%S"
+    try:
+        span = (datetime.strptime(last.group(1), fmt) - datetime.strptime(first.group(1), fmt)).total_seconds()
+    except ValueError:
+        return False
+    return span * TICK_LINES > lines
+
+
+def _settle(engine) -> None:
+    """Rows in columns are SGLang batch lines: the per-line path settles the log's engine at the
+    first (`LogEngine`), before any row of the read could be another engine's."""
+    if engine.name is None:
+        engine.settle(SGLANG)
+
+
+def _collapsed(collapse, server: str) -> bool:
+    """A rank of `server` is collapsed: the rules take its lines one by one (the collapse's
+    evidence, the throughput and disagreement of a firing rank), so per line is cheaper."""
+    if collapse.active.empty():
+        return False
+    prefix = alert_key(server, "")
+    return any(k.startswith(prefix) for k in collapse.active.keys())
+
+
+def take(pipeline, server: str, stats, grouper, engine, maybe_event, batch, tz, now: float | None) -> int:
+    """One large read (`LineBatch`, valid UTF-8, no container prefix, no traceback open) as
+    `Pipeline._feed_lines` would take it; returns how many were other lines. A read with lines
+    that need the parser (another batch line form, request text quoting one, `server_args`, an
+    error) goes through `_feed_lines` at those lines and in columns between them."""
+    text = batch.text
+    if engine.name is None and vllm_maybe(text):  # vLLM lines may settle the engine: the read one by one
+        return pipeline._feed_lines(server, stats, grouper, engine, maybe_event, batch.lines, None, None, tz, now)
+    # a tick every few lines, or a collapse: per line is cheaper (both paths decide the same)
+    if now is None and _dense(text, len(batch)) or _collapsed(pipeline.collapse, server):
+        return pipeline._feed_lines(server, stats, grouper, engine, maybe_event, batch.lines, None, None, tz, now)
+    rows = read(text, server, tz, pipeline.windows, now)
+    if rows is not None:
+        _settle(engine)
+        return feed(pipeline, server, stats, rows, len(batch), now)
+    lines = batch.lines
+    odd, inert = [], set()  # lines for the parser; batch lines it reads as other lines (request text)
+    for i, line in enumerate(lines):
+        if "server_args=" in line or maybe_error(line):
+            odd.append(i)
+        elif "batch" in line and not (_DECODE.match(line) or _PREFILL.match(line)):
+            if type(parse_line(line, tz=tz)) is OtherLine:  # both engines' grammar: settles nothing
+                inert.add(i)
+            else:
+                odd.append(i)
+    def per_line(server, stats, grouper, lines, *args):
+        return pipeline._feed_lines(server, stats, grouper, engine, maybe_event, lines, *args)
+
+    if len(odd) * 16 > len(lines):
+        return per_line(server, stats, grouper, lines, None, None, tz, now)
+    other, i, n = 0, 0, len(lines)
+    for j in odd + [n]:
+        while i < j and grouper.group is not None:  # a traceback open: its lines one by one
+            other += per_line(server, stats, grouper, lines[i:i + 1], None, None, tz, now)
+            i += 1
+        part = None
+        if j - i >= MIN_LINES:  # in columns, less the inert lines (each an OtherLine event, as per line)
+            kept = [line for x, line in enumerate(lines[i:j], i) if x not in inert] if inert else lines[i:j]
+            part = read("\n".join(kept) + "\n", server, tz, pipeline.windows, now)
+        if part is not None:
+            _settle(engine)
+            stats.lines["other"] += j - i - len(kept)
+            other += feed(pipeline, server, stats, part, len(kept), now)
+        elif j > i:
+            other += per_line(server, stats, grouper, lines[i:j], None, None, tz, now)
+        if j < n:
+            other += per_line(server, stats, grouper, lines[j:j + 1], None, None, tz, now)
+        i = j + 1
+    return other
+
+
+def feed(pipeline, server: str, stats, rows: Rows, lines: int, now: float | None) -> int:
+    """The pipeline's per-line work (`Pipeline._take`) for every row of `rows`, of a read of
+    `lines` lines (caller holds the lock); returns how many were other lines."""
+    n = len(rows.dec)
+    nd = len(rows.dpos)
+    # where the per-line path ticks: after a row whose clock is a second past the last tick
+    cuts, last = [], pipeline._last_tick
+    if now is None:
+        for i, c in enumerate(rows.clock):
+            if c - last >= 1.0:
+                cuts.append(i + 1)
+                last = c
+    elif now - last >= 1.0:
+        cuts.append(1)
+    if not cuts or cuts[-1] != n:
+        cuts.append(n)
+    decode_rules = pipeline._on_decode
+    prefill_rules = set(map(id, pipeline._on_prefill))
+    rules = [r for r in pipeline.rules if r in decode_rules or id(r) in prefill_rules]
+    a = 0
+    clock = rows.clock
+    taken: list[tuple[int, list] | None] = [None] * len(rules)
+    sync = _RankSync(pipeline, server, rows, taken)
+    pipeline._before_handle = sync.on_handle
+    try:
+        for b in cuts:
+            _piece(pipeline, server, rows, rules, prefill_rules, a, b, taken, sync)
+            da, db = rows.decodes(a, b)
+            if db > da:
+                stats.last_line["decode"] = clock[rows.dpos[db - 1]]
+            if (b - a) > (db - da):
+                i = b - 1
+                while rows.dec[i]:
+                    i -= 1
+                stats.last_line["prefill"] = clock[i]
+            if b < n or (clock[b - 1] - pipeline._last_tick >= 1.0):
+                sync.upto = sync.points = b
+                pipeline.tick(clock[b - 1])
+            a = b
+        sync.sync(n, n)
+    finally:
+        pipeline._before_handle = None
+    stats.lines["decode"] += nd
+    stats.lines["prefill"] += n - nd
+    return lines - n
+
+
+def _piece(pipeline, server: str, rows: Rows, rules: list, prefill_rules: set, a: int, b: int,
+           taken: list, sync: "_RankSync") -> None:
+    """Rows [a, b), between two ticks: each rule advances in aggregate (past b when it may),
+    the rows it did not take go through its hooks one by one. `taken`: per rule, (first row
+    it did not take, alerts of the row before it, how many advances in a row took nothing). A
+    rule advances again after the row it stopped at (drift: a bucket closes), unless
+    `RETRIES` advances in a row took nothing (it waits for the next piece then)."""
+    low, n = b, len(rows.dec)
+    for x, rule in enumerate(rules):
+        t = taken[x]
+        if t is None or t[0] <= a:
+            t = taken[x] = (*rule.advance(server, rows, a, n if rule.advance_across_ticks else b), 0)
+        k, alerts, _ = t
+        first = k - 1 if alerts else k
+        if first < low:
+            low = first
+    if low >= b:
+        return
+    cfg = pipeline.windows.config
+    handle, dec, clock = pipeline._handle, rows.dec, rows.clock
+    for i in range(low, b):
+        window = None
+        sync.upto, sync.points = i + 1, i  # an alert of row i sees the ranks with row i, points before it
+        for x, rule in enumerate(rules):
+            k, alerts, misses = taken[x]
+            if i < k:  # taken in aggregate; its alerts (if any) are the last taken row's
+                if alerts and i == k - 1:
+                    handle(alerts, clock[i])
+                continue
+            out = None
+            if dec[i]:
+                if window is None:
+                    window = rows.window(i, cfg)
+                out = rule.on_decode(server, window, clock[i])
+            elif id(rule) in prefill_rules:
+                out = rule.on_prefill(server, rows.batch(i), clock[i])
+            if out:
+                handle(out, clock[i])
+            if i == k and i + 1 < b and misses < RETRIES:  # it stopped at this row: on from the next
+                k, alerts = rule.advance(server, rows, i + 1, n if rule.advance_across_ticks else b)
+                taken[x] = (k, alerts, 0 if k > i + 1 else misses + 1)
+
+
+class _RankSync:
+    """`RankStats` (counts, last decode line, accept len totals) and their status history
+    (`AcceptHistory`) brought up to a row of the read, as the per-line path leaves them there:
+    lazily, before an alert is handled (`Pipeline._handle` reads them in `_add_trend`) and at the
+    end of the read. `upto`: rows [0, upto) are counted; `points`: rows [0, points) took their
+    history points (a row's point follows its rules, so at an alert of row i, points = i). A
+    point's alert state is the rules' now, less the transitions handed out at or after its row
+    (`pending`: those of the alert being handled and of rules that advanced past it)."""
+
+    def __init__(self, pipeline, server: str, rows: Rows, taken: list) -> None:
+        import numpy as np
+
+        self.p, self.server, self.rows, self.taken = pipeline, server, rows, taken
+        self.upto = self.points = self.done = self.pdone = 0
+        ranks = pipeline.ranks
+        codes, acc, ts = rows.array("d_code"), rows.array("d_accept"), rows.array("d_ts")
+        self.per = []  # per rank code: (rank, decode ordinals, accept lens, running sums, times, counts before)
+        for code, rk in enumerate(dict.fromkeys(rows.d_rank)):  # d_code numbers ranks in this order
+            js = np.flatnonzero(codes == code)
+            vals = acc[js]
+            rs = ranks.get((server, rk))
+            total, count = (rs.accept_length_sum, rs.accept_length_count) if rs is not None else (0.0, 0)
+            # one addition at a time, in line order (an accumulate): the same float sums as per line
+            sums = np.cumsum(np.concatenate(([total], vals)))[1:]
+            t = ts[js]
+            self.per.append([rk, js, vals, sums, t, count, bool((t[1:] >= t[:-1]).all()), 0, 0])
+
+    def on_handle(self, alerts: list) -> None:
+        self.sync(self.upto, self.points, alerts)
+
+    def sync(self, upto: int, points: int, now_alerts: list = ()) -> None:
+        import numpy as np
+
+        rows, server, ranks = self.rows, self.server, self.p.ranks
+        a = self.done
+        if upto > a:
+            for rk in dict.fromkeys(rows.rank[a:upto]):  # RankStats made in first-appearance order, as per line
+                if (server, rk) not in ranks:
+                    self.p._rank(server, rows.batch(a + rows.rank[a:upto].index(rk)))
+            db = rows.dcount[upto]
+            for e in self.per:
+                rk, js, vals, sums, _, count0, _, lo, _ = e
+                hi = int(np.searchsorted(js, db))
+                if hi == lo:
+                    continue
+                rs = ranks[(server, rk)]
+                rs.decode_batches += hi - lo
+                rs.last_decode = rows.decode(int(js[hi - 1]))
+                rs.accept_length_sum = float(sums[hi - 1])
+                rs.accept_length_count = count0 + hi
+                mn, mx = float(vals[lo:hi].min()), float(vals[lo:hi].max())
+                if mn < rs.accept_length_min:
+                    rs.accept_length_min = mn
+                if mx > rs.accept_length_max:
+                    rs.accept_length_max = mx
+                e[7] = hi
+            for rk, count in Counter(rows.p_rank[a - rows.dcount[a]:upto - rows.dcount[upto]]).items():
+                ranks[(server, rk)].prefill_batches += count
+            self.done = upto
+        if points > self.pdone:
+            self._points(points, now_alerts)
+            self.pdone = points
+
+    def _points(self, points: int, now_alerts: list) -> None:
+        """History points of the rows before `points`."""
+        import numpy as np
+
+        db = self.rows.dcount[points]
+        later = [*now_alerts, *(a for t in self.taken if t is not None and t[0] - 1 >= points for a in t[1])]
+        pending = list({id(a): a for a in later if "update" not in a.annotations}.values())
+        state = self.p.alert_state
+        for e in self.per:
+            rk, js, vals, sums, t, count0, ordered, _, k = e
+            hi = int(np.searchsorted(js, db))
+            if hi == k:
+                continue
+            h = self.p.ranks[(self.server, rk)].history
+            st = None
+            while k < hi:
+                if ordered:
+                    k += int(np.searchsorted(t[k:hi], h.due))  # the first line at or after `due`
+                    if k >= hi:
+                        break
+                elif t[k] < h.due:
+                    k += 1
+                    continue
+                if st is None:
+                    st = _state(state, self.server, rk, pending)
+                h.add(float(t[k]), float(vals[k]), float(sums[k]), count0 + k + 1, st)
+                k += 1
+            e[8] = hi
+
+
+def _state(state, server: str, rank: str, pending: list) -> int:
+    """`AlertState(server, rank)` before the transitions `pending` (already applied to the rules)."""
+    now = state(server, rank)
+    mine = [a for a in pending if a.labels.get("server") == server and a.labels.get("rank", "") == rank]
+    if not mine:
+        return now
+    from specwatch.status.history import COLLAPSED, OTHER
+
+    collapsed = state._collapse.collapsed(server, rank)
+    key = alert_key(server, rank)
+    others = [key in r.active for r in state._others]
+    for alert in mine:
+        if alert.name in state._collapse.alert_names:
+            collapsed = not collapsed
+        for x, r in enumerate(state._others):
+            if alert.name in r.alert_names:
+                others[x] = not others[x]
+    return (COLLAPSED if collapsed else 0) | (OTHER if any(others) else 0)

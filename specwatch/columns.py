@@ -1,0 +1,138 @@
+"""`Recent` and `Baseline` (`rules/stats.py`) fed a whole column of samples at C speed (catch-up).
+
+The results are those of feeding the samples one by one, bit for bit: sums are built with
+`numpy.cumsum` over the same additions and subtractions in the same order (an accumulate is a
+left-to-right loop of IEEE additions, as Python's `+=` is), starting again from 0.0 where a
+prune empties the window, as `Recent.prune` does. Only the catch-up path of a large read
+imports this module (and numpy), so a daemon that only tails a live log does not load it.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+from collections import deque
+from itertools import chain, islice
+from operator import itemgetter
+
+import numpy as np
+
+from specwatch.rules.stats import Baseline, Recent
+
+
+_time = itemgetter(0)
+
+
+class Steps:
+    """What `Recent.add(t[i], v[i])` did for each new sample i: `sums[i]` and `counts[i]` after
+    it, `pruned[i]`: samples pruned before (cumulative, counting the old ones first); `aged`:
+    `t`, `v`: old and new samples together; `aged_rows[k]`: the row at which sample k aged out."""
+
+    __slots__ = ("sums", "counts", "pruned", "old", "t", "v", "aged_rows")
+
+
+def recent_steps(recent: Recent, rows_t: np.ndarray, v: np.ndarray, at: np.ndarray | None = None) -> Steps | None:
+    """`recent` over rows at times `rows_t`: at row `at[i]` (every row when None) `add(t, v[i])`,
+    at the others `prune(t)`; without changing `recent`. Arrays are per row. None when the
+    times (old samples and rows together) are not in order: then pruning is not a search."""
+    m = len(rows_t)
+    if at is None:
+        at = np.arange(m)
+    if m > 1 and not (rows_t[1:] >= rows_t[:-1]).all():
+        return None
+    t = rows_t[at]
+    old = recent.samples
+    n0 = len(old)
+    # only the old samples at the front that may age out by the last row are read: found by
+    # bisection, then checked (in order, at or before the limit, the next one after it)
+    limit = float(rows_t[-1]) - recent.span if m else -np.inf
+    nf = bisect_right(old, limit, key=_time)
+    front = np.fromiter(chain.from_iterable(islice(old, nf)), float, 2 * nf).reshape(nf, 2)
+    ft, fv = front[:, 0], front[:, 1]
+    if nf and (ft[-1] > limit or nf > 1 and not (ft[1:] >= ft[:-1]).all()) or nf < n0 and old[nf][0] <= limit:
+        return None
+    added = np.searchsorted(at, np.arange(m), side="right")  # new samples added by the end of each row
+    if nf < n0:  # an old sample stays: the front stops there, no new sample ages out
+        all_t, all_v, cap = ft, fv, nf
+    else:
+        if nf and len(t) and ft[-1] > t[0]:
+            return None
+        all_t, all_v, cap = np.concatenate((ft, t)), np.concatenate((fv, v)), n0 + added
+    # samples pruned by the end of each row: those with time <= t - span (never one not added yet)
+    pruned = np.minimum(np.searchsorted(all_t, rows_t - recent.span, side="right"), cap)
+    total = int(pruned[-1]) if m else 0
+    # the operations on the running sum, in order: + v[i] at its row, then - each sample aged there
+    ops = np.empty(len(at) + total)
+    prev_added = np.concatenate(([0], added[:-1]))
+    prev_pruned = np.concatenate(([0], pruned[:-1]))
+    ops[(prev_added + prev_pruned)[at]] = v
+    k = np.arange(total)
+    aged_rows = np.searchsorted(pruned, k, side="right")  # first row whose prune passes sample k
+    ops[added[aged_rows] + k] = -all_v[k]
+    ends, counts = added + pruned, n0 + added - pruned
+    # a prune that empties the window sets its sum to 0.0 exactly: the sum starts again there
+    cs = np.empty(len(ops) + 1)
+    cs[0] = start_sum = recent.sum
+    start = 0
+    for z in np.flatnonzero(counts == 0).tolist():
+        end = int(ends[z])
+        if end > start:
+            cs[start + 1:end + 1] = np.cumsum(np.concatenate(([start_sum], ops[start:end])))[1:]
+        cs[end], start_sum, start = 0.0, 0.0, end
+    if start < len(ops):
+        cs[start + 1:] = np.cumsum(np.concatenate(([start_sum], ops[start:])))[1:]
+    st = Steps()
+    st.sums = cs[ends]
+    st.counts = counts
+    st.pruned = pruned
+    st.old, st.t, st.v = n0, all_t, all_v
+    st.aged_rows = aged_rows
+    return st
+
+
+def apply_recent(recent: Recent, steps: Steps, new: list[tuple]) -> None:
+    """Make `recent` what the adds of `new` (its samples, as (t, value) tuples) left it."""
+    p = int(steps.pruned[-1]) if len(steps.pruned) else 0
+    recent.samples = deque(islice(chain(recent.samples, new), p, None))
+    if len(steps.sums):
+        recent._sum = float(steps.sums[-1])
+
+
+def baseline_steps(base: Baseline, t: np.ndarray, v: np.ndarray) -> tuple | None:
+    """`base.add(t[i], v[i])` for each sample in order, without changing `base`: (sums after
+    each add, counts after each add, buckets to store) or None when a bucket would be trimmed."""
+    m = len(t)
+    idx = np.floor(t / base.bucket)
+    buckets = base.buckets
+    change = np.ones(m, bool)
+    if m:
+        change[1:] = idx[1:] != idx[:-1]
+        change[0] = not buckets or buckets[-1][0] != idx[0]
+    starts = np.flatnonzero(change)
+    if len(buckets) + len(starts) > base.max_buckets:
+        return None  # old buckets would leave the sum: one by one
+    sums = np.cumsum(np.concatenate(([base._sum], v)))[1:]
+    counts = base.count + np.arange(1, m + 1)
+    # each run of one bucket: its sum, added one sample at a time after what the bucket held
+    out = []
+    bounds = list(starts) + [m]
+    if m and not change[0]:
+        last = buckets[-1]
+        end = int(bounds[0])
+        out.append((last, float(np.cumsum(np.concatenate(([last[1]], v[:end])))[-1]), last[2] + end))
+    for s, e in zip(bounds, bounds[1:]):
+        total = float(np.cumsum(v[s:e])[-1])
+        out.append((None, total, int(e - s), int(idx[s])))
+    return sums, counts, out
+
+
+def apply_baseline(base: Baseline, steps: tuple) -> None:
+    sums, counts, out = steps
+    if not len(sums):
+        return
+    for entry in out:
+        if entry[0] is not None:
+            entry[0][1], entry[0][2] = entry[1], entry[2]
+        else:
+            base.buckets.append([entry[3], entry[1], entry[2]])
+    base._sum = float(sums[-1])
+    base.count = int(counts[-1])
