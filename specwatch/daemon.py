@@ -42,6 +42,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import math
 import os
 import signal
 import sqlite3
@@ -77,6 +78,9 @@ LOCK_WAIT = 5.0  # seconds the main loop waits for the pipeline lock before call
 STATUS_EVERY = 10.0  # seconds between STATUS= updates while nothing else changes
 TICK_EVERY = 1.0  # seconds between ticks of the time-based rules (on the followers' thread when it polls as often)
 MAIN_EVERY = 5.0  # seconds between the main loop's health checks when the followers' thread ticks
+# A start-up backlog at least this large is read in columns (specwatch/catchup.py): numpy then stays
+# loaded (+14 MB RSS); below it (a restart after minutes down) per line costs at most a few CPU-s.
+COLUMNS_MIN_BYTES = 64 << 20
 # Settings read once at start; a reload that changes them warns and keeps the running value.
 RESTART_ONLY = ("listen_address", "listen_port", "state_dir", "follow", "gpu", "process", "server_apis",
                 "server_metrics", "diagnosis")
@@ -89,6 +93,23 @@ def known_servers(cfg: Config) -> set[str]:
     """Every server a source of `cfg` reports on (`config.source_servers`), and the default
     `server` (GPU alerts carry it)."""
     return source_servers(cfg) | {cfg.server}
+
+def unread_bytes(logs: list[LogSource], offsets: dict) -> int:
+    """Bytes of the followed files after their saved offsets (a file not seen before: all of it;
+    rotated copies and journals not counted)."""
+    total = 0
+    for s in logs:
+        if s.journal is not None:
+            continue
+        try:
+            st = os.stat(s.path)
+        except OSError:
+            continue
+        cp = offsets.get(s.path) or {}
+        same = cp.get("inode") == st.st_ino and cp.get("dev") == st.st_dev
+        total += max(0, st.st_size - int(cp.get("offset", 0))) if same else st.st_size
+    return total
+
 
 class Daemon:
     def __init__(self, config: Config):
@@ -169,6 +190,8 @@ class Daemon:
         # resumed from its saved offset holds only what came after: every episode there is news
         # (the daemon was down or killed meanwhile), and goes out.
         self._fresh_backlog = any(offsets.get(s.path) is None for s in cfg.logs)
+        if unread_bytes(cfg.logs, offsets) < COLUMNS_MIN_BYTES:
+            self.pipeline.columns_min_lines = math.inf  # per line: numpy (+14 MB RSS) is not worth it
         self.followers = FollowerGroup(
             [self._make_follower(s, offsets.get(s.path)) for s in cfg.logs],
             poll_interval=cfg.follow.poll_interval, use_watchdog=cfg.follow.watchdog, inotify=cfg.follow.inotify,

@@ -166,6 +166,9 @@ class Pipeline:
         self._vllm: dict[str, VllmAssembler] = {}  # server → its vLLM lines into decode batches
         self._path = ""  # the file being fed
         self._before_handle: Callable[[list], None] | None = None  # set by `catchup.feed` during a read
+        # reads of at least this many lines go in columns (numpy); the daemon raises it for a
+        # small start-up backlog, so that a restart does not keep numpy's RSS for its lifetime
+        self.columns_min_lines: float = catchup.MIN_LINES
         self._map_logs(config)
 
     def _map_logs(self, config: Config) -> None:
@@ -232,7 +235,7 @@ class Pipeline:
             stats = self._stats(server)
             grouper = self._grouper(path)
             if prefix is None and raw_ok is None and grouper.group is None and engine.name != VLLM \
-                    and len(batch) >= catchup.MIN_LINES:  # a large read: in columns
+                    and len(batch) >= self.columns_min_lines:  # a large read: in columns
                 other = catchup.take(self, server, stats, grouper, engine, maybe_event, batch, tz, now)
             else:
                 other = self._feed_lines(server, stats, grouper, engine, maybe_event, batch.lines, raw_ok, prefix,

@@ -214,6 +214,29 @@ print("numpy" in sys.modules, sum(p.servers[cfg.server].lines.values()))
     assert large.stdout.split()[0] == "True", large.stdout + large.stderr
 
 
+def test_a_daemon_restarting_on_a_small_backlog_keeps_numpy_out(tmp_path):
+    """`run` on a start-up backlog under daemon.COLUMNS_MIN_BYTES reads per line, so numpy (+14 MB
+    RSS, never unloaded) stays out of a daemon that restarts after minutes down; `replay` of the
+    same file reads in columns (test above)."""
+    from procs import rank_labels, wait_for
+    from specwatch.daemon import COLUMNS_MIN_BYTES
+    from specwatch_daemon import SpecwatchDaemon
+
+    log = tmp_path / "server.log"
+    n = scenario(log)
+    assert 1 << 20 < log.stat().st_size < COLUMNS_MIN_BYTES  # reads of >= 256 lines, a small backlog
+    d = SpecwatchDaemon(tmp_path, log, server="box")
+    d.start()
+    try:
+        wait_for(lambda: sum(v for (name, k), v in d.scrape().items() if name == "specwatch_log_lines_total") == n,
+                 timeout=60, what="the backlog read")
+        maps = open(f"/proc/{d.proc.pid}/maps").read()
+        assert "numpy" not in maps and "_multiarray" not in maps
+    finally:
+        rc, out = d.stop()
+    assert rc == 0, out
+
+
 def vllm_log(path) -> int:
     """A vLLM 0.10.2 log of 700 ten-second intervals whose third draft position stops accepting
     after 300 (DraftTooLong), with access lines between; returns its line count."""
