@@ -91,6 +91,9 @@ class PipelineCollector(Collector):
             "specwatch_accept_length_ceiling",
             "The most tokens one verify round can accept, from the server's speculative settings (rules/acceptance_ceiling.py).",
             labels=("server",))
+        skew = GaugeMetricFamily("specwatch_log_clock_offset_seconds", "How far the timestamps of the server's logs run ahead of the wall clock (negative: behind), seconds, measured at the first live read; 0 within 5 minutes. Hours off: `logs[].timezone` is wrong or unset (specwatch/logclock.py).", labels=("server",))
+        for server, off in p.clocks.by_server().items():
+            skew.add_metric([server], off)
         with p.lock:
             ranks = list(p.ranks.values())
             servers = list(p.servers.items())
@@ -134,7 +137,7 @@ class PipelineCollector(Collector):
                     if (top := accept_length_ceiling(a)) is not None:
                         ceiling.add_metric([server], top[0])
         yield from (accept_length, accept_rate, throughput, running, queued, usage, tokens, graph,
-                    last_ts, collapsed, positions, decode_total, prefill_total, lines, errors, last_line, spec, ceiling)
+                    last_ts, collapsed, positions, decode_total, prefill_total, lines, errors, last_line, spec, ceiling, skew)
 
 
 class ServerCollector(Collector):

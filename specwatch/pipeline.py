@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from specwatch import catchup
+from specwatch.logclock import LogClocks
 from specwatch.alerts.dispatcher import Dispatcher
 from specwatch.alerts.model import FIRING, Alert
 from specwatch.config import Config
@@ -177,6 +178,7 @@ class Pipeline:
         self._prefix = {src.path: re.compile(src.container_prefix) if src.container_prefix else None
                         for src in config.logs}
         self._tz = {src.path: ZoneInfo(src.timezone) if src.timezone else None for src in config.logs}
+        self.clocks = LogClocks()  # re-learned under the new zones
         # `format: sglang`, or a grammar that rewrites lines into SGLang's form: the log is SGLang's
         self._sglang_form = {src.path for src in config.logs if src.grammar or src.envelope == "plain"}
 
@@ -228,6 +230,9 @@ class Pipeline:
         path = self._path = batch.path
         server = self.server_for(path)
         prefix, tz = self._prefix.get(path), self._tz.get(path)
+        if now is not None and not self.dispatcher.paused and path not in self.clocks.offsets:  # a live read
+            self.clocks.learn(path, server, batch.lines, tz, now)
+        tz = self.clocks.zone(path, tz)
         raw_ok = batch.raw_ok
         engine = self._engine(path)
         maybe_event = engine.maybe_event  # both engines' checks until the log's engine is known

@@ -183,7 +183,7 @@ class Dispatcher:
         if alert.status == FIRING:
             log.info("alert firing: %s: %s", describe(alert), _one_line(alert.annotations.get("summary", "")))
         else:
-            lasted = "" if alert.ends_at is None else f" after {alert.ends_at - alert.starts_at:.0f}s"
+            lasted = "" if alert.ends_at is None else f" after {max(0.0, alert.ends_at - alert.starts_at):.0f}s"
             log.info("alert resolved%s: %s", lasted, describe(alert))
         if self.keep_history:
             self.history.append(copy.deepcopy(alert))

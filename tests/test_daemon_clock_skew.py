@@ -1,0 +1,78 @@
+"""`specwatch run` on a log whose clock is hours off the host's (a container in another zone,
+`logs[].timezone` unset): alerts still go out at once, resolve only on the log's recovery, with
+durations that are never negative, and the offset is said loudly (log line and metric)."""
+
+from __future__ import annotations
+
+import re
+import time
+from datetime import datetime, timezone
+
+import pytest
+
+from procs import decode_line, rank_labels, wait_for
+from specwatch_daemon import SpecwatchDaemon
+
+TP0 = rank_labels()
+
+
+def _write(log, shift: float, accepts: dict[str, float]) -> float:
+    """One decode line per rank, stamped now + shift; returns time.monotonic() of the write."""
+    stamp = datetime.fromtimestamp(time.time() + shift, timezone.utc)
+    with log.open("a") as f:
+        f.writelines(decode_line(a, stamp.strftime("%H:%M:%S"), rank=r, day=stamp.strftime("%Y-%m-%d"))
+                     for r, a in accepts.items())
+    return time.monotonic()
+
+
+def _collapsed(d) -> float | None:
+    return d.scrape().get(("specwatch_acceptance_collapsed", TP0))
+
+
+@pytest.mark.parametrize("hours", [5, -5])
+def test_a_log_hours_off_the_host_clock_alerts_at_once_and_says_so(tmp_path, slack, hours):
+    shift = hours * 3600.0
+    log = tmp_path / "sglang.log"
+    log.write_text("")
+    d = SpecwatchDaemon(tmp_path, log, env={"SW_HOOK": slack.url, "TZ": "UTC"}, alerts={
+        "group_wait": "1s", "group_interval": "1s", "slack": {"webhook_url_env": "SW_HOOK"}})
+    try:
+        d.start()
+        for _ in range(2):  # both ranks healthy, the log's clock learned
+            _write(log, shift, {"TP0": 2.9, "TP1": 2.9})
+            time.sleep(0.3)
+        fired_at = None
+        for i in range(3):  # TP0 collapses at its third low line
+            fired_at = _write(log, shift, {"TP0": 1.02, "TP1": 2.9})
+            time.sleep(0.3)
+        wait_for(lambda: slack.received, timeout=10, what="the firing message")
+        delay = slack.times[0] - fired_at
+        assert delay < 2.0, f"the collapse went out {delay:.1f}s after its line"
+        assert "AcceptanceCollapse" in slack.received[0]["text"] and "RESOLVED" not in slack.received[0]["text"]
+        for _ in range(12):  # still collapsed for 4 s of wall (and log) time: nothing resolves
+            _write(log, shift, {"TP0": 1.02, "TP1": 2.9})
+            time.sleep(0.33)
+        assert _collapsed(d) == 1
+        last = d.scrape()[("specwatch_last_decode_batch_timestamp_seconds", TP0)]
+        assert abs(last - time.time()) < 60, "the log's time is read onto the wall clock"
+        collapse_msgs = [b["text"] for b in slack.received if "AcceptanceCollapse" in b["text"]]
+        assert len(collapse_msgs) == 1, collapse_msgs
+        for _ in range(3):  # the log says it recovered
+            _write(log, shift, {"TP0": 2.9, "TP1": 2.9})
+            time.sleep(0.3)
+        wait_for(lambda: _collapsed(d) == 0, timeout=10, what="the recovery")
+        wait_for(lambda: any("RESOLVED" in b["text"] and "AcceptanceCollapse" in b["text"] for b in slack.received),
+                 timeout=10, what="the resolved message")
+        texts = " ".join(b["text"] for b in slack.received)
+        durations = [int(s) for s in re.findall(r"[Rr]esolved after \*?(\d+)s", texts)]
+        assert durations and all(4 <= s <= 15 for s in durations), texts
+        logged = [int(s) for s in re.findall(r"alert resolved after (-?\d+)s", d.output)]
+        assert logged and all(4 <= s <= 15 for s in logged), d.output
+        offset = d.scrape()[("specwatch_log_clock_offset_seconds", (("server", "gpu-box-1"),))]
+        assert abs(offset - shift) < 60
+        warnings = [ln for ln in d.output.splitlines() if " WARNING " in ln and "clock" in ln]
+        assert len(warnings) == 1, warnings
+        assert str(log) in warnings[0] and f"{hours:+d}h" in warnings[0]
+        assert "logs[].timezone" in warnings[0] and "log_timezone" in warnings[0]
+    finally:
+        d.stop()
