@@ -350,12 +350,11 @@ class Follower:
             if st.st_size == s.offset and st.st_mtime_ns == s.mtime_ns:
                 return  # nothing changed
             s.mtime_ns = st.st_mtime_ns
-            s.size = st.st_size
             # Equal size with a new mtime may be a truncate + rewrite of the same length.
             if (
                 st.st_size < s.offset
                 or (st.st_size == s.offset and not self._head_ok(s))
-                or not self._read(s)
+                or not self._read(s, st.st_size)
             ):
                 self._truncated(s)
             return
@@ -363,8 +362,7 @@ class Follower:
         # `path` is gone or is another file: `s` is the old file. Keep draining it; switch only
         # once the new file has data, since the writer may still append to its old fd until then.
         fst = os.fstat(s.fd)
-        s.size = fst.st_size
-        if fst.st_size < s.offset or not self._read(s):
+        if fst.st_size < s.offset or not self._read(s, fst.st_size):
             self._truncated(s)
             return
         if st is None or st.st_size == 0:
@@ -532,6 +530,7 @@ class Follower:
         if at is None:
             if unfinished is not None:
                 self._finish(unfinished)  # the unterminated tail is all that is left of it
+                off = unfinished.emitted
             if read_match and known_end > off:
                 self._lost(f"the rest of the file read up to offset {off}", known_end - off)
             todo = [] if prior is _UNKNOWN else [(f, None) for f in cands if not f.is_(ours)]
@@ -594,8 +593,11 @@ class Follower:
         from its copy (copytruncate) and any later copies, then restart at 0."""
         self.truncations_total += 1
         log.info("%s truncated at offset %d", self.path, s.emitted)
-        prior = self._catch_up(s.fingerprint(), s.emitted, s.prior, known_end=s.size,
-                               unfinished=s, counter="truncations_total")
+        # Bytes of the old content past the last size seen of it were never known to exist:
+        # a truncation after everything was read loses nothing.
+        prior = self._catch_up(s.fingerprint(), s.emitted, s.prior,
+                               known_end=max(s.size, s.offset), unfinished=s,
+                               counter="truncations_total")
         new = _Stream(s.fd, os.fstat(s.fd))
         self._set_current(new, prior)
         self._read_or_truncate(new, depth)
@@ -617,13 +619,18 @@ class Follower:
             s.head = cur
         return True
 
-    def _read(self, s: _Stream) -> bool:
+    def _read(self, s: _Stream, size: int | None = None) -> bool:
         """Read `s` to its current end. False when its content was replaced (truncated).
 
-        The first read asks for what the last stat (`s.size`) says is new plus `_SLACK`, not a
-        whole chunk: a live log's poll reads a few lines, and a 1 MiB buffer per poll (mmap'd,
-        then shrunk) cost more than reading them."""
-        want = min(self._chunk, max(s.size - s.offset, 0) + _SLACK)
+        `size`: bytes, the file's size by a stat just before (default `s.size`). It becomes
+        `s.size` (the last size seen of this content) only once a read after that stat finds the
+        head unchanged: a stat after a truncate-and-rewrite gives the new content's size.
+        The first read asks for what the stat says is new plus `_SLACK`, not a whole chunk: a
+        live log's poll reads a few lines, and a 1 MiB buffer per poll (mmap'd, then shrunk)
+        cost more than reading them."""
+        if size is None:
+            size = s.size
+        want = min(self._chunk, max(size - s.offset, 0) + _SLACK)
         while True:
             chunk = os.pread(s.fd, want, s.offset)
             if not chunk:
@@ -632,6 +639,8 @@ class Follower:
             # bytes of the new content are never taken as the old file's continuation.
             if not self._head_ok(s):
                 return False
+            if size > s.size:
+                s.size = size
             self._consume(s, chunk)
             if len(chunk) < want:
                 return True

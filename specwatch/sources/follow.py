@@ -27,7 +27,8 @@ class FollowerGroup:
 
     Every `on_line` call of every follower happens on that single thread, so consumers need no
     locks. The thread wakes on `watchdog` events for the followed paths (one non-recursive watch
-    per parent directory) and also every `poll_interval` seconds, so lost or missing events
+    per parent directory of a followed file; a journal follower has none) and also every
+    `poll_interval` seconds, so lost or missing events
     (inotify overflow, NFS, a directory that does not exist yet) only delay lines. Idle, it blocks
     on an Event (no busy loop).
 
@@ -138,7 +139,7 @@ class FollowerGroup:
         Raises RuntimeError if already started."""
         if self._thread is not None:
             raise RuntimeError("FollowerGroup already started")
-        self._interest = frozenset(os.path.abspath(p) for p in self._followers)
+        self._interest = _files(self._followers)
         if self._use_watchdog:
             self._start_watchdog()
         elif self._use_inotify:
@@ -283,7 +284,7 @@ class FollowerGroup:
             for f in add:
                 followers[f.path] = f
             self._followers = followers
-            self._interest = frozenset(os.path.abspath(p) for p in followers)
+            self._interest = _files(followers)
             if self._inotify is not None:
                 self._inotify.interest = self._interest
             if self._observer is not None or self._inotify is not None:  # new paths' directories at once
@@ -360,6 +361,12 @@ class FollowerGroup:
         for d in sorted(self._dirs() - self._watched_dirs()):
             if os.path.isdir(d):
                 self._watch(d)
+
+
+def _files(followers: dict[str, Any]) -> frozenset[str]:
+    """Absolute paths of the followers that follow a file (watched). A journal source's `path`
+    names no file (`journal:UNIT@DIR`, sources/journal.py): it is polled each round, unwatched."""
+    return frozenset(os.path.abspath(p) for p, f in followers.items() if isinstance(f, Follower))
 
 
 def _stop_observer(observer: Any, timeout: float) -> None:

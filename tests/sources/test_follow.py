@@ -387,6 +387,78 @@ def test_truncate_without_copy_restarts_at_zero(tmp_path, writers):
     assert f.truncations_total == 1 and f.recovered_lines_total == 0
 
 
+def warnings_of(caplog) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+
+
+@pytest.mark.parametrize("tail", [b"", b"unterminated"])
+def test_truncate_and_rewrite_past_the_offset_after_all_was_read_loses_nothing(
+        tmp_path, caplog, tail):
+    """`: > server.log` then more lines than before, all between two polls: every old byte had
+    been read (an unterminated last line is emitted as one), so nothing is reported lost."""
+    p = tmp_path / "server.log"
+    p.write_bytes("".join(f"{t}\n" for t in numbered(0, 50)).encode() + tail)
+    got = Collector()
+    f = Follower(p, got)
+    f.poll()
+    old_size, read_to = size(p), f.checkpoint()["offset"]
+    assert f.checkpoint()["size"] == old_size and read_to == old_size - len(tail)
+    with open(p, "r+b") as fh, caplog.at_level(logging.INFO, logger="specwatch.sources"):
+        fh.truncate(0)
+        fh.write(b"".join(b"decode %06d\n" % i for i in range(800)))
+        fh.flush()
+        assert size(p) > old_size
+        f.poll()
+
+    new = [f"decode {i:06d}" for i in range(800)]
+    assert got.texts == numbered(0, 50) + [tail.decode()] * bool(tail) + new
+    assert f.truncations_total == 1 and f.rotated_files_lost_total == 0
+    assert warnings_of(caplog) == []
+    assert f"truncated at offset {read_to}" in caplog.text
+    assert f.checkpoint()["offset"] == f.checkpoint()["size"] == size(p)
+
+
+def test_truncation_with_bytes_unread_and_no_copy_is_a_loss(tmp_path, caplog):
+    """Lost for real: the file is truncated and rewritten while bytes the last stat saw are
+    still unread (here by the consumer itself, mid-poll; then after a restart from a checkpoint
+    behind the file's end). Counted, warned about with the unread amount; the new lines read."""
+    p = tmp_path / "server.log"
+    p.write_bytes(b"".join(b"%s\n" % t.encode() for t in numbered(0, 200)))
+    rewrite = b"".join(b"decode %06d\n" % i for i in range(800))
+
+    def truncate_on_first_line(line: LogLine) -> None:
+        got(line)
+        if line.text == "line 000000":
+            with open(p, "r+b") as fh:
+                fh.truncate(0)
+                fh.write(rewrite)
+
+    got = Collector()
+    f = Follower(p, truncate_on_first_line, read_chunk_bytes=100 * LINE_BYTES)
+    with caplog.at_level(logging.WARNING, logger="specwatch.sources.filestream"):
+        f.poll()
+    assert got.texts == numbered(0, 100) + [f"decode {i:06d}" for i in range(800)]
+    assert f.truncations_total == 1 and f.rotated_files_lost_total == 1
+    unread = 100 * LINE_BYTES
+    assert [w for w in warnings_of(caplog) if f"at least {unread} bytes unread" in w], caplog.text
+
+    # Restart: the checkpoint (same inode) saw 2000 bytes more than it read; the file was
+    # truncated and rewritten past that offset meanwhile.
+    cp = f.checkpoint()
+    f.close()
+    cp["size"] = cp["offset"] + 2000
+    with open(p, "r+b") as fh:
+        fh.truncate(0)
+        fh.write(b"".join(b"prefill %06d\n" % i for i in range(1600)))
+    caplog.clear()
+    got = Collector()
+    g = Follower(p, got, checkpoint=cp)
+    with caplog.at_level(logging.WARNING, logger="specwatch.sources.filestream"):
+        g.poll()
+    assert len(got) == 1600 and g.truncations_total == 1 and g.rotated_files_lost_total == 1
+    assert "at least 2000 bytes unread" in caplog.text
+
+
 def test_delete_then_recreate_after_gap(tmp_path, writers):
     p = tmp_path / "server.log"
     n = 2000

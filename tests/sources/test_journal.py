@@ -296,3 +296,32 @@ def test_a_large_backlog_leaves_a_files_lines_at_most_a_turn_behind(tmp_path, jd
     finally:
         group.stop()
     assert journal._proc is None
+
+
+@pytest.mark.parametrize("mode", ["watchdog", "inotify"])
+def test_a_journal_source_is_polled_not_watched(tmp_path, jdir, caplog, mode):
+    """A journal follower's `path` (`journal:UNIT@DIR`) names no file: the group watches only the
+    followed files' folders (no "cannot watch" warning at start or when a reload adds it) and
+    polls the journal each round."""
+    jdir.append(["line 1"])
+    log = tmp_path / "sglang.log"
+    log.write_text("")
+    got: list[str] = []
+    take = lambda batch: got.extend(batch.lines)  # noqa: E731
+    journal = JournalFollower(cfg_for(jdir), take)
+    added = JournalFollower(cfg_for(jdir, unit="other.service"), take)
+    group = FollowerGroup([journal, Follower(str(log), on_lines=take)], poll_interval=0.05,
+                          use_watchdog=mode == "watchdog", inotify=mode == "inotify")
+    with caplog.at_level(logging.INFO, logger="specwatch.sources"):
+        group.start()
+        try:
+            wait_for(lambda: got == ["line 1"], what="the journal's entry")
+            group.update(add=[added])
+            jdir.append(["other 1"], _SYSTEMD_UNIT="other.service")
+            log.write_text("file 1\n")
+            wait_for(lambda: sorted(got) == ["file 1", "line 1", "other 1"], what="every line")
+            assert group.watching and group.watch_errors_total == 0
+        finally:
+            group.stop()
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING], caplog.text
+    assert "cannot watch" not in caplog.text
