@@ -182,7 +182,7 @@ def sparkline(values: list[float], floor: float = 1.0) -> str:
 
 def _trend(alert: Alert) -> str | None:
     """The `accept_length_recent` annotation (the rank's recent accept length, oldest first,
-    space-separated: 10 s means, see `Pipeline._add_trend`) as a sparkline with first → last
+    space-separated: 10 s means, then the firing line's value, see `Pipeline._add_trend`) as a sparkline with first → last
     values, and the `accept_length_ranks` annotation (the server's lowest and highest rank)."""
     raw = alert.annotations.get("accept_length_recent", "")
     try:
