@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from sglang_lines import decode_line, eight_rank_two_collapses_log, three_rank_collapse_log, malformed_lines, other_lines, prefill_line, server_args_line
+from specwatch.alerts.model import Alert
 from specwatch.notifiers.slack import payload_text
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -166,6 +167,16 @@ def test_replay_notifies_nobody_unless_asked(tmp_path, slack):
     assert len(slack.received) == 2  # the Slack message and the webhook's JSON
     assert sorted(b.get("text", "")[:40] for b in slack.received)[1] == \
         "[FIRING] AcceptanceCollapse on kimi-k25-tp8 TP0"[:40]
+    # New-user trial: old episodes go under their own identity (a `replay` label, so another
+    # fingerprint than the live daemon's same alert), and Slack says it is a replay.
+    [hook] = [b for b in slack.received if "alerts" in b]
+    [sent] = hook["alerts"]
+    assert sent["labels"]["replay"] == EXAMPLE.name
+    live = {k: v for k, v in sent["labels"].items() if k != "replay"}
+    assert live == {"alertname": "AcceptanceCollapse", "severity": "critical", "server": "kimi-k25-tp8", "rank": "TP0"}
+    assert sent["fingerprint"] == Alert(sent["labels"], {}, 0).fingerprint != Alert(live, {}, 0).fingerprint
+    [message] = [b for b in slack.received if "blocks" in b]
+    assert f"replay of {EXAMPLE.name} · started " in json.dumps(message, ensure_ascii=False)
 
     assert replay(str(EXAMPLE), "--config", str(cfg), "--notify", "--slack-dry-run").returncode == 2
     r = replay(str(EXAMPLE), "--notify")
