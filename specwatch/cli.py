@@ -105,6 +105,8 @@ def cmd_replay(args) -> int:
     dispatcher, notifiers = build_alerting(cfg, state_dir=None, replay=True, notify=args.notify,
                                            slack_dry_run=dry_out if args.slack_dry_run else None,
                                            dry_run_json=args.json)
+    if args.notify:  # old episodes under their own identity: a receiver must not take them for live ones
+        dispatcher.labels["replay"] = " ".join(os.path.basename(p) for p in args.logs)
     recorder = None
     if args.plot:
         from specwatch.plot import PlotUnavailable, SeriesRecorder, check_output
@@ -415,7 +417,7 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument("--slack-dry-run", action="store_true", help="print each Slack message as it would read instead of posting it "
                     "(the Block Kit JSON with --json, under slack_payloads)")
     rp.add_argument("--notify", action="store_true",
-                    help="send this log's alerts to the config's Slack and webhooks (default: notify nobody)")
+                    help="send this log's alerts to the config's Slack and webhooks, labelled replay=<file names> (default: notify nobody)")
     rp.add_argument("--plot", metavar="OUT.svg|png",
                     help="draw accept length per rank (threshold, alert episodes, restarts) and throughput "
                          "over the log's time; needs pip install 'specwatch[plot]' (from a checkout: pip install '.[plot]')")

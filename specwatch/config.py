@@ -1050,8 +1050,10 @@ def _alerts(r: _Reader, cfg: Config, a: dict) -> None:
         for ip, rule in r.items(a, "inhibit_rules", "alerts", example):
             r.unknown(rule, ip, {"source_matchers", "target_matchers", "equal"})
             src, tgt = r.matchers(rule, "source_matchers", ip), r.matchers(rule, "target_matchers", ip)
-            if not src or not tgt:
+            if (not src and not rule.get("source_matchers")) or (not tgt and not rule.get("target_matchers")):
                 r.bad(ip, "needs source_matchers and target_matchers, e.g. " + example)
+                continue
+            if not src or not tgt:  # given but invalid: already reported
                 continue
             cfg.inhibit_rules.append(InhibitRule(tuple(src), tuple(tgt), tuple(r.strings(rule, "equal", ip, []))))
 

@@ -526,17 +526,24 @@ class Pipeline:
 
     def _add_trend(self, alert: Alert) -> None:
         """Annotate a rank's acceptance alert, when it first fires, with the rank's recent accept
-        length (`accept_length_recent`: the status history's 10 s means and the mean since its
-        last point, oldest first, space-separated) and the server's lowest and highest rank by
+        length (`accept_length_recent`: the status history's 10 s means, the mean since its
+        last point, then the accept len of the rank's last line, the one that fired; oldest first,
+        space-separated) and the server's lowest and highest rank by
         their last decode line (`accept_length_ranks`): Slack draws them as a sparkline."""
         server, rank = alert.labels.get("server", ""), alert.labels.get("rank", "")
         rs = self.ranks.get((server, rank))
         if rs is None:
             return
         values = [v for _, v, _ in rs.history.points]
-        pending = rs.history.pending(rs.accept_length_sum, rs.accept_length_count)
+        last = rs.last_decode.accept_length if rs.last_decode is not None else None
+        if last is None:
+            pending = rs.history.pending(rs.accept_length_sum, rs.accept_length_count)
+        else:  # the rank's last line (the one that fired) is the last point, out of the pending mean
+            pending = rs.history.pending(rs.accept_length_sum - last, rs.accept_length_count - 1)
         if pending is not None:
             values.append(pending)
+        if last is not None:
+            values.append(last)
         if values:
             alert.annotations[TREND_KEY] = " ".join(f"{v:.2f}" for v in values[-TREND_POINTS:])
         peers = sorted((r.last_decode.accept_length, r.rank) for r in self.ranks.values()

@@ -114,6 +114,13 @@ def test_check_config_cli_exit_codes(tmp_path):
     assert "rules.collapse.min_batches: must be >= 1" in r.stderr
     assert "alerts.slack.webhook_url: must be an http(s) URL" in r.stderr
     assert "nope" not in r.stderr
+    # new-user trial: a bad inhibit regex is one problem, not also "needs source_matchers …"
+    bad.write_text("alerts:\n  inhibit_rules: [{source_matchers: ['alertname=~\"(\"'], target_matchers: [a=b]}]\n")
+    r = subprocess.run([sys.executable, "-m", "specwatch", "check-config", str(bad)], capture_output=True, text=True)
+    assert r.returncode == 2
+    [problem] = [line for line in r.stderr.splitlines() if line.strip().startswith("alerts.")]
+    assert problem.strip().startswith("alerts.inhibit_rules[0].source_matchers[0]: ")
+    assert "not a valid regular expression" in problem and "needs source_matchers" not in r.stderr
 
 
 def test_alerting_sections(monkeypatch, tmp_path):

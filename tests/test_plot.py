@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from sglang_lines import eight_rank_two_collapses_log, server_args_line, three_rank_collapse_log
+from sglang_lines import decode_line, eight_rank_two_collapses_log, server_args_line, three_rank_collapse_log
 
 pytest.importorskip("matplotlib")  # the `plot` extra; in the `test` extra, so CI has it
 
@@ -197,8 +197,9 @@ def test_without_matplotlib_the_error_names_the_extra(tmp_path):
 
 def test_collapse_message_carries_the_ranks_trend(tmp_path):
     """Issue 12 item 3, end to end: the collapse alert of DP1 (fires at 10:00:42, its 3rd line at
-    1.02) carries DP1's 10 s means since 10:00:00 (5 points) and the mean since the last point,
-    drawn as a sparkline that ends at the floor, and the server's lowest/highest rank."""
+    1.02) carries DP1's 10 s means since 10:00:00 (5 points), the mean since the last point and
+    the firing line's 1.02, drawn as a sparkline that ends at the floor, and the server's
+    lowest/highest rank."""
     import re
 
     log = tmp_path / "three.log"
@@ -209,8 +210,24 @@ def test_collapse_message_carries_the_ranks_trend(tmp_path):
                if b["type"] == "section" and "text" in b and b["text"]["text"].startswith("*accept len, recent trend*")]
     title, spark, ranks = trend.split("\n")
     bars, first, arrow, last = spark.split(" ")
-    assert len(bars) == 2 + 6 and bars[-2] == "▁" and bars[1] == "█" and (arrow, last) == ("→", "1.02")
+    assert len(bars) == 2 + 7 and bars[-2] == "▁" and bars[1] == "█" and (arrow, last) == ("→", "1.02")
     assert 2.3 <= float(first) <= 2.9  # DP1's healthy accept length before the collapse
     assert re.fullmatch(r"lowest DP1 TP1 1\.02, highest DP[02] TP[02] 2\.\d\d", ranks)
     [firing] = [a for a in doc["alerts"] if a["name"] == "AcceptanceCollapse" and a["status"] == "firing"]
     assert firing["starts_at"] == "2026-03-01T10:00:40Z"
+
+
+def test_trend_ends_at_the_accept_length_that_fired(tmp_path):
+    """New-user trial: 7 lines at 2.9 then 3 at 1.0, one a second. The 10 s mean since the first
+    point still holds the healthy lines (2.27); the trend must not end there, above the message's
+    own `accept len: 1.00`, but at the firing line's value."""
+    log = tmp_path / "drop.log"
+    log.write_text("".join(decode_line("0.5.23", ts=f"2026-01-01 12:00:{i:02d}", accept_len=2.9 if i < 7 else 1.0)[0]
+                           + "\n" for i in range(10)))
+    r = replay(str(log), "--slack-dry-run")
+    assert r.returncode == 0, r.stderr
+    message = r.stdout.split("\nlines: ", 1)[0]
+    assert "accept len: 1.00" in message
+    spark = message.split("*accept len, recent trend*\n", 1)[1].splitlines()[0]
+    bars, first, arrow, last = spark.split(" ")
+    assert (first, arrow, last) == ("2.90", "→", "1.00") and bars[-2] == "▁"

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from sglang_lines import decode_line, eight_rank_two_collapses_log, three_rank_collapse_log, malformed_lines, other_lines, prefill_line, server_args_line
+from specwatch.alerts.model import Alert
 from specwatch.notifiers.slack import payload_text
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -166,6 +167,16 @@ def test_replay_notifies_nobody_unless_asked(tmp_path, slack):
     assert len(slack.received) == 2  # the Slack message and the webhook's JSON
     assert sorted(b.get("text", "")[:40] for b in slack.received)[1] == \
         "[FIRING] AcceptanceCollapse on kimi-k25-tp8 TP0"[:40]
+    # New-user trial: old episodes go under their own identity (a `replay` label, so another
+    # fingerprint than the live daemon's same alert), and Slack says it is a replay.
+    [hook] = [b for b in slack.received if "alerts" in b]
+    [sent] = hook["alerts"]
+    assert sent["labels"]["replay"] == EXAMPLE.name
+    live = {k: v for k, v in sent["labels"].items() if k != "replay"}
+    assert live == {"alertname": "AcceptanceCollapse", "severity": "critical", "server": "kimi-k25-tp8", "rank": "TP0"}
+    assert sent["fingerprint"] == Alert(sent["labels"], {}, 0).fingerprint != Alert(live, {}, 0).fingerprint
+    [message] = [b for b in slack.received if "blocks" in b]
+    assert f"replay of {EXAMPLE.name} · started " in json.dumps(message, ensure_ascii=False)
 
     assert replay(str(EXAMPLE), "--config", str(cfg), "--notify", "--slack-dry-run").returncode == 2
     r = replay(str(EXAMPLE), "--notify")
@@ -281,3 +292,25 @@ def test_resolved_slack_message_shows_why_not_the_firing_evidence(tmp_path, slac
               b["alerts"][0]["labels"]["alertname"] == "AcceptanceCollapse"]
     evidence = hook["alerts"][0]["annotations"]["evidence"].splitlines()
     assert evidence[:2] == ["recovered accept len: 2.64", "accept len: 1.02"]
+
+
+def test_a_server_wide_collapse_counts_as_one_earlier_episode(tmp_path):
+    """New-user trial: 4 ranks collapse together (10:00:10-10:00:19) and recover; DP0 alone
+    collapses again at 10:00:40. Its alert counts 1 earlier episode (not 4, one per rank) and,
+    since that one recovered by itself, puts the runtime state first."""
+    lines = [server_args_line(ts="2026-03-01 09:59:00", speculative_algorithm="EAGLE3")[0]]
+    for i in range(60):
+        for r in range(4):
+            low = 10 <= i < 20 or (r == 0 and 40 <= i < 50)
+            lines.append(decode_line("0.5.23", ts=f"2026-03-01 10:00:{i:02d}", rank={"DP": r, "TP": r},
+                                     accept_len=1.02 if low else 2.7)[0])
+    log = tmp_path / "four.log"
+    log.write_text("\n".join(lines) + "\n")
+    doc = json.loads(replay(str(log), "--json").stdout)
+    collapses = [e for e in doc["episodes"] if e["name"] == "AcceptanceCollapse"]
+    assert [(e["rank"], e["starts_at"][11:19]) for e in collapses] == \
+        [(f"DP{r} TP{r}", "10:00:10") for r in range(4)] + [("DP0 TP0", "10:00:40")]
+    assert all("earlier episodes recovered without a restart" not in e["evidence"] for e in collapses[:4])
+    again = collapses[-1]
+    assert again["evidence"]["earlier episodes recovered without a restart"] == "1"
+    assert again["fixes"][0].startswith("Acceptance recovered by itself 1 time(s) on this server")

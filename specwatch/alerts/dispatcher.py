@@ -101,7 +101,9 @@ class Dispatcher:
     alert (`sync(alerts, now, changed)`). runbook_url: a template such as
     `https://wiki.example/runbooks/{alertname}`, added as the `runbook_url` annotation of
     alerts that have none. keep_history: keep every transition in `history` (replay, tests; the
-    daemon turns it off: it would grow for ever).
+    daemon turns it off: it would grow for ever). `labels` (set after construction): added to
+    every alert handled, e.g. `replay --notify`'s `replay="<file>"`, so its fingerprints are not
+    those of the live daemon's alerts.
     """
 
     def __init__(
@@ -127,6 +129,7 @@ class Dispatcher:
         self.pushers = list(pushers)
         self.runbook_url = runbook_url
         self.keep_history = keep_history
+        self.labels: dict[str, str] = {}
         self._version = 0  # bumped on every alert or silence change (see _flush_due)
         # While paused (the daemon catching up on a backlog at start), alerts are tracked but
         # nothing is sent: an episode that fired and resolved in old log lines never notifies,
@@ -158,6 +161,7 @@ class Dispatcher:
         has not been notified yet, sends nothing extra: its next notification has the new
         content. A resolve of an alert that is not firing is ignored.
         """
+        alert.labels.update(self.labels)
         fp = alert.fingerprint
         was_firing = self._status.get(fp) == FIRING
         self._version += 1  # groups with this alert have something to say (or to re-check)

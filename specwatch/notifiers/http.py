@@ -33,7 +33,7 @@ class Attempt:
     outcome: SENT, PERMANENT (will never succeed as sent: drop it) or RETRY.
     wait: for RETRY, seconds the receiver asked us to wait (Retry-After); None = use the backoff.
     detail: for logs, already free of secrets.
-    rate_limited: the receiver answered 429: wait without growing the backoff.
+    rate_limited: the receiver answered 429 (logged as such; without `wait` it backs off like any failure).
     """
 
     outcome: str

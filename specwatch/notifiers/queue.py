@@ -4,8 +4,8 @@ A notifier subclasses `QueuedNotifier` and supplies two steps: `render(data)` (q
 the payload to send; an exception drops the item as permanently broken) and `send(payload,
 timeout)` (one attempt → an `Attempt`). The base class keeps the queue, in order, in
 `<state_dir>/<name>-queue.json` (rewritten atomically on every change, so it survives a crash or
-restart), retries transient failures forever with exponential backoff (a 429 waits its
-Retry-After instead), logs a permanent failure once and drops it, and counts what happened.
+restart), retries transient failures forever with exponential backoff (a 429 or 503 waits its
+Retry-After instead, when it sends one), logs a permanent failure once and drops it, and counts what happened.
 
 With a `StateStore` (the daemon) the queue lives in its `outbox` table instead: `enqueue` only
 stages an item, the daemon's commit writes it in the same transaction as the rule state that
@@ -458,12 +458,8 @@ class QueuedNotifier:
             self.log.error("%s rejected %s permanently: %s; dropped", self.kind, what, result.detail)
             return None
         self.failed_total[RETRY] += 1
-        if result.wait is not None:
-            delay = result.wait
-        elif result.rate_limited:
-            delay = self.backoff_initial * random.uniform(0.9, 1.0)
-        else:
-            delay = self._backoff()
+        # the wait the receiver asks for leaves the backoff alone; a 429 without one backs off as any failure
+        delay = result.wait if result.wait is not None else self._backoff()
         if result.rate_limited:
             self.log.warning("%s rate-limited %s (%s); retry in %.2fs", self.kind, what, result.detail, delay)
         else:

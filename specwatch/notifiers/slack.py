@@ -182,7 +182,7 @@ def sparkline(values: list[float], floor: float = 1.0) -> str:
 
 def _trend(alert: Alert) -> str | None:
     """The `accept_length_recent` annotation (the rank's recent accept length, oldest first,
-    space-separated: 10 s means, see `Pipeline._add_trend`) as a sparkline with first → last
+    space-separated: 10 s means, then the firing line's value, see `Pipeline._add_trend`) as a sparkline with first → last
     values, and the `accept_length_ranks` annotation (the server's lowest and highest rank)."""
     raw = alert.annotations.get("accept_length_recent", "")
     try:
@@ -212,7 +212,7 @@ def build_payload(alert: Alert, *, channel: str | None = None) -> dict:
 
     Firing: header (emoji + alert name), fields (server, rank — "" shown as "(single rank)" —
     then each evidence pair in order), the description, "What to check" with `alert.fixes`
-    numbered, and a context line (start time, severity, fingerprint). Resolved: header, a
+    numbered, and a context line ("replay of <files>" for a `replay` label, start time, severity, fingerprint). Resolved: header, a
     "Resolved after <ends_at - starts_at>" section, server, rank and the evidence of why it
     resolved (`Alert.why_resolved`) as fields, the first 4 pairs it fired with on an "At
     firing:" context line; no description or fixes.
@@ -269,6 +269,8 @@ def build_payload(alert: Alert, *, channel: str | None = None) -> dict:
             items = "\n".join(f"{i}. {mrkdwn(f, one_line=True)}" for i, f in enumerate(alert.fixes, 1))
             tail.append(_section(f"*What to check*\n{items}"))
     context = [f"started {iso8601(alert.starts_at)}"]
+    if alert.labels.get("replay"):  # `replay --notify`: an old episode, not a live one
+        context.insert(0, f"replay of {escape_mrkdwn(_one_line(alert.labels['replay']))}")
     if alert.labels.get("severity"):
         context.append(f"severity {escape_mrkdwn(alert.labels['severity'])}")
     context.append(f"fingerprint {alert.fingerprint}")

@@ -67,10 +67,13 @@ class _RankState:
 @dataclass
 class _History:
     """Per server: episodes that recovered without a restart, under one set of checkpoint settings
-    (`checkpoint`: algorithm, draft, target); other settings from before the last change."""
+    (`checkpoint`: algorithm, draft, target); other settings from before the last change. An
+    episode: ranks collapsed together (one starts while no other rank of the server is collapsed);
+    it counts once, when its first rank recovers by itself (`counted`)."""
 
     recovered: int = 0
     last_recovered: float | None = None
+    counted: bool = False  # the current episode is in `recovered`
     checkpoint: list = field(default_factory=list)
     previous: dict = field(default_factory=dict)  # setting → value before it last changed
 
@@ -436,6 +439,10 @@ class CollapseRule(ActiveAlertsRule):
             return {}
         return {k: (v, args.get(k)) for k, v in hist.previous.items() if args.get(k) != v}
 
+    def _collapsed_ranks(self, server: str) -> bool:
+        """Some rank of `server` is collapsed (its alert firing)."""
+        return any(self.active.get(k).labels.get("server") == server for k in self.active.keys())
+
     def collapsed(self, server: str, rank: str) -> bool:
         return alert_key(server, rank) in self.active
 
@@ -457,6 +464,8 @@ class CollapseRule(ActiveAlertsRule):
             st.high_run = 0
             alert = self.active.get(akey)
             if alert is None and st.low_run >= cfg.min_batches:
+                if not self._collapsed_ranks(server):  # a new episode (not another rank of this one)
+                    self._history.setdefault(server, _History()).counted = False
                 return self.active.fire(akey, self._alert(server, batch, st))[0]
             if alert is not None:
                 self._update_evidence(alert, server, batch, st)
@@ -466,7 +475,8 @@ class CollapseRule(ActiveAlertsRule):
             if akey in self.active and st.high_run >= cfg.min_batches:
                 st.awaiting_diagnosis = False
                 hist = self._history.setdefault(server, _History())
-                hist.recovered += 1  # recovered by itself: a restart resolves in on_restart
+                if not hist.counted:  # recovered by itself (a restart resolves in on_restart), once an episode
+                    hist.recovered, hist.counted = hist.recovered + 1, True
                 hist.last_recovered = batch.timestamp
                 resolved = self._resolve(akey, batch.timestamp, ("recovered accept len", fmt(batch.accept_length)))
                 return resolved[0]

@@ -16,6 +16,10 @@
 * `SGLangServerUnhealthy` (critical): the process runs but `/health` fails, or `/server_info`
   times out or answers 5xx, for `unhealthy_for` seconds, after it had answered fine since this
   process started (so a model still loading never counts).
+
+The alert names keep "SGLang" for a vLLM server too (routes and silences match them); their
+summary, description and fixes name the engine the process or API is (`ServerProcess.engine`,
+the API's `engine` setting; SGLang until one was seen).
 """
 
 from __future__ import annotations
@@ -80,6 +84,9 @@ def _show(v) -> str:
     return "(not set)" if v is None else str(v)
 
 
+ENGINE_NAMES = {"sglang": "SGLang", "vllm": "vLLM"}
+
+
 def _cmd(sp: ServerProcess) -> str:
     """The process's command line as a code span, each argument shell-quoted (cut at 600
     characters, with "…")."""
@@ -141,6 +148,7 @@ class ServerStateRule(ActiveAlertsRule):
         self._bad_since: dict[str, float] = {}
         self._bad_what: dict[str, str] = {}
         self._startup: dict[str, tuple[float, dict]] = {}  # API only: startup_time, args
+        self._engine: dict[str, str] = {}  # "sglang" or "vllm": what its process or API was, this run
 
     def reconfigure(self, config: Config) -> None:
         self.config = config.server_rule
@@ -165,7 +173,7 @@ class ServerStateRule(ActiveAlertsRule):
             out += self.active.resolve(f"{server}|{kind}", now, ("resolved because", why))
             self._stale.pop(f"{server}|{kind}", None)
         if "down" in kinds:
-            for d in (self._down_since, self._down_evidence, self._last, self._known):
+            for d in (self._down_since, self._down_evidence, self._last, self._known, self._engine):
                 d.pop(server, None)
             self._watched.discard(server)
         if "restart" in kinds:
@@ -182,6 +190,7 @@ class ServerStateRule(ActiveAlertsRule):
             self._down_since.setdefault(server, event.timestamp)
             if event.last is not None:
                 self._last[server] = event.last
+                self._engine[server] = event.last.engine
             return []
         if isinstance(event, ServerRestarted):
             self._api_ok.discard(server)
@@ -218,6 +227,7 @@ class ServerStateRule(ActiveAlertsRule):
                 ("noticed", "after specwatch itself restarted"),
             ], command=_cmd(sp))
         self._last[server] = sp
+        self._engine[server] = sp.engine
         self._known[server] = {"pid": sp.pid, "start_time": sp.start_time, "args": dict(sp.args)}
         return out
 
@@ -230,6 +240,8 @@ class ServerStateRule(ActiveAlertsRule):
 
     def _api(self, server: str, s: ApiSample, now: float) -> list[Alert]:
         out: list[Alert] = []
+        if s.info is not None and server not in self._watched:
+            self._engine[server] = str(s.info.args.get("engine") or "sglang")
         process_watched = server in self._watched
         if not process_watched:
             if not s.reachable:
@@ -280,9 +292,10 @@ class ServerStateRule(ActiveAlertsRule):
             n = int(dict(firing.evidence).get("restarts in window", "1")) + 1
             firing.evidence[:] = evidence + [("restarts in window", str(n))]
             return []
+        engine = ENGINE_NAMES.get(str(new.get("engine") or self._engine.get(server, "sglang")), "SGLang")
         fixes = [
             "If nobody restarted it on purpose, find why the old process exited: the last lines of "
-            "the SGLang log before the restart (a Traceback, `CUDA out of memory`, `NCCL` timeout, "
+            f"the {engine} log before the restart (a Traceback, `CUDA out of memory`, `NCCL` timeout, "
             "`Received sigquit`), your process manager's record (`journalctl -u <unit> --since -1h`, "
             "`docker inspect <container> --format '{{.State.ExitCode}} {{.State.OOMKilled}}'`) and "
             "`sudo dmesg -T | grep -iE 'xid|oom-kill'` for a GPU fault or the kernel OOM killer.",
@@ -297,9 +310,9 @@ class ServerStateRule(ActiveAlertsRule):
         alert = Alert(
             labels={"alertname": RESTARTED, "severity": "warning", "server": server, "rank": ""},
             annotations={
-                "summary": f"SGLang server {server} restarted",
+                "summary": f"{engine} server {server} restarted",
                 "description": (
-                    "The SGLang server process was replaced by a new one. Requests in flight were "
+                    f"The {engine} server process was replaced by a new one. Requests in flight were "
                     "lost, and caches and CUDA graphs are being rebuilt."
                     + (f" New command line: {command}" if command else "")
                 ),
@@ -332,7 +345,12 @@ class ServerStateRule(ActiveAlertsRule):
                 out += self.active.fire(key, self._unhealthy_alert(server, since))
         return out
 
+    def _engine_name(self, server: str) -> str:
+        """"SGLang" or "vLLM": what the server's process or API was (SGLang until one was seen)."""
+        return ENGINE_NAMES.get(self._engine.get(server, "sglang"), "SGLang")
+
     def _down_alert(self, server: str, since: float, now: float) -> Alert:
+        engine = self._engine_name(server)
         last = self._last.get(server)
         evidence = [("down since", iso8601(since) or ""), ("down for (s)", f"{now - since:.0f}")]
         fixes = []
@@ -346,7 +364,7 @@ class ServerStateRule(ActiveAlertsRule):
             evidence.append(("seen", "never since specwatch started (declared in process.servers)"))
         logs = self.log_paths.get(server)
         fixes.insert(0,
-            "Find why it exited: the end of the SGLang log"
+            f"Find why it exited: the end of the {engine} log"
             + (f" ({', '.join(logs)})" if logs else "")
             + " for a Traceback, `CUDA out of memory` or an `NCCL` error; `journalctl -u <unit> -n 200` "
             "or `docker logs --tail 200 <container>`; `sudo dmesg -T | grep -iE 'xid|oom-kill'` for a "
@@ -354,10 +372,10 @@ class ServerStateRule(ActiveAlertsRule):
         return Alert(
             labels={"alertname": DOWN, "severity": "critical", "server": server, "rank": ""},
             annotations={
-                "summary": f"SGLang server {server} is down",
-                "description": (f"No SGLang server process for {now - since:.0f} s"
+                "summary": f"{engine} server {server} is down",
+                "description": (f"No {engine} server process for {now - since:.0f} s"
                                 if server in self._watched else
-                                f"The SGLang HTTP API has not answered for {now - since:.0f} s") + ".",
+                                f"The {engine} HTTP API has not answered for {now - since:.0f} s") + ".",
             },
             starts_at=since,
             evidence=evidence,
@@ -365,6 +383,7 @@ class ServerStateRule(ActiveAlertsRule):
         )
 
     def _unhealthy_alert(self, server: str, since: float) -> Alert:
+        engine = self._engine_name(server)
         last = self._last.get(server)
         evidence = [("failure", self._bad_what.get(server, "")), ("failing since", iso8601(since) or "")]
         if last is not None:
@@ -372,7 +391,7 @@ class ServerStateRule(ActiveAlertsRule):
         return Alert(
             labels={"alertname": UNHEALTHY, "severity": "critical", "server": server, "rank": ""},
             annotations={
-                "summary": f"SGLang server {server} runs but fails its health check",
+                "summary": f"{engine} server {server} runs but fails its health check",
                 "description": ("The process is alive but its HTTP API stopped answering correctly "
                                 "after it had been healthy: a wedged scheduler, a hung NCCL collective, "
                                 "or a GPU fault."),
@@ -380,10 +399,10 @@ class ServerStateRule(ActiveAlertsRule):
             starts_at=since,
             evidence=evidence,
             fixes=[
-                "Look at the last lines of the SGLang log for a Traceback or a watchdog message "
+                f"Look at the last lines of the {engine} log for a Traceback or a watchdog message "
                 "(`Scheduler hit an exception`, `watchdog timeout`).",
                 f"Dump the stacks: `py-spy dump --pid {last.pid if last else '<pid>'}` (and each "
-                "`sglang::scheduler` child), to see where it is stuck.",
+                f"`{'VLLM::EngineCore' if engine == 'vLLM' else 'sglang::scheduler'}` child), to see where it is stuck.",
                 "Check the GPUs: `nvidia-smi` (a GPU at 100% with no progress, or an XID in "
                 "`sudo dmesg -T | grep -i xid`). Restart the server if it does not recover.",
             ],

@@ -234,6 +234,19 @@ def test_429_honours_retry_after_without_burning_backoff(slack):
     assert n._failures == 0
 
 
+def test_429_without_retry_after_backs_off_exponentially(slack):
+    """New-user trial: 429s without `Retry-After` were retried every backoff_initial; they back
+    off like any retryable failure (×2 each, capped at backoff_max)."""
+    slack.script.extend([(429, {}, "rate_limited")] * 3)
+    n = notifier(slack.url, backoff_initial=0.2, backoff_max=0.5)
+    n.notify(make_alert(1))
+    assert n.drain(10) is True
+    gaps = [b - a for a, b in zip(slack.times, slack.times[1:])]
+    assert len(slack.received) == 4 and n.failed_total == {"permanent": 0, "retry": 3}
+    assert 0.18 <= gaps[0] < 0.35 and 0.36 <= gaps[1] < 0.6 and 0.45 <= gaps[2] < 0.7  # 0.2, 0.4, 0.5 (cap)
+    assert n._failures == 0  # delivered: the next failure starts at backoff_initial again
+
+
 @pytest.mark.parametrize("status,body", [(400, "invalid_payload"), (410, "channel_is_archived"), (200, "no_service")])
 def test_permanent_error_logged_once_dropped_next_delivered(slack, caplog, status, body):
     slack.script.append((status, {}, body))

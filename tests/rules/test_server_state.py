@@ -44,6 +44,19 @@ def tick(p: Pipeline, now: float) -> None:
         p.tick(now)
 
 
+def seen_then_down(procs, launcher: list[str], port: int, server: str, extra: dict | None = None, children: int = 2):
+    """A server seen at t, gone at t + 5, ticked at t + 40 (down 35 s) → (pipeline, source, t, process)."""
+    p1 = procs.start(launcher, children=children)
+    pl = make_pipeline(extra)
+    src = ProcessSource(pl.feed_event, server="gpu-box-1", servers={port: server})
+    t = 1_800_000_000.0
+    src.poll(t)
+    stop(p1)
+    src.poll(t + 5)
+    tick(pl, t + 40)
+    return pl, src, t, p1
+
+
 def test_down_restart_with_changed_flags_and_resolve(sglang_install, sglang_procs):
     port = free_port()
     p1 = sglang_procs.start(argv(sglang_install, port, steps=5))
@@ -209,14 +222,7 @@ def test_unhealthy_after_healthy_fires_and_resolves_loading_does_not(sglang_inst
 
 def test_state_survives_specwatch_restart(sglang_install, sglang_procs):
     port = free_port()
-    p1 = sglang_procs.start(argv(sglang_install, port))
-    pl = make_pipeline()
-    src = ProcessSource(pl.feed_event, server="gpu-box-1", servers={port: "sglang-a"})
-    t = 1_800_000_000.0
-    src.poll(t)
-    stop(p1)
-    src.poll(t + 5)
-    tick(pl, t + 40)
+    pl, src, t, p1 = seen_then_down(sglang_procs, argv(sglang_install, port), port, "sglang-a")
     assert sent(pl) == [("SGLangServerDown", "firing")]
     with pl.lock:
         state = pl.to_state()
@@ -291,3 +297,32 @@ def test_saved_down_alert_resolves_when_no_source_can_resolve_it():
     pl.load_state(_fire_down({}, "sglang-a"))
     tick(pl, t)
     assert sent(pl) == []
+
+
+def test_a_vllm_server_is_named_as_vllm(tmp_path, sglang_procs):
+    """New-user trial: `process: {servers: {PORT: vllm-0}}` and a vLLM server that exits and comes
+    back: the alert names stay (routes match them), the texts say vLLM, not SGLang."""
+    import json
+
+    from fake_vllm import make_install
+
+    from specwatch.notifiers.slack import build_payload, payload_text
+
+    python = make_install(tmp_path / "vllm-env")
+    port = free_port()
+    vllm = [str(python), "-m", "vllm.entrypoints.openai.api_server", "--model", MODEL, "--speculative-config",
+            json.dumps({"method": "eagle3", "model": DRAFT, "num_speculative_tokens": 3}), "--port", str(port)]
+    pl, src, t, _ = seen_then_down(sglang_procs, vllm, port, "vllm-0", {"logs": []}, children=0)
+    down = pl.dispatcher.history[-1]
+    assert (down.name, down.status) == ("SGLangServerDown", "firing")
+    assert down.annotations["summary"] == "vLLM server vllm-0 is down"
+    assert down.annotations["description"] == "No vLLM server process for 35 s."
+    assert down.fixes[0].startswith("Find why it exited: the end of the vLLM log")
+    text = payload_text(build_payload(down))
+    assert "SGLang server" not in text and "No vLLM server process for 35 s." in text
+
+    sglang_procs.start(vllm, children=0)
+    src.poll(t + 50)
+    restart = pl.dispatcher.history[-1]
+    assert (restart.name, restart.annotations["summary"]) == ("SGLangServerRestarted", "vLLM server vllm-0 restarted")
+    assert "SGLang" not in restart.annotations["description"] + " ".join(restart.fixes)
