@@ -132,7 +132,7 @@ def test_status_page_in_headless_chromium(tmp_path):
     d = SpecwatchDaemon(tmp_path, log, extra={"process": {"enabled": False}})  # only this server
     d.start()
     try:
-        s = wait_for(lambda: (x := status(d.port))["servers"] and x["servers"][0]["lines"]["decode"] == 720
+        s = wait_for(lambda: (x := status(d.port))["servers"] and x["servers"][0]["lines"].get("decode") == 720
                      and x["alerts"] and x, what="the log read and the alert firing")
         headers, raw = get(d.port, "/")
         raw = raw.decode()
