@@ -4,13 +4,15 @@ SGLang stamps its lines in the local time of its own container (no zone written)
 in a zone east or west of the host, with `logs[].timezone` / `log_timezone` unset, gives lines
 stamped hours ahead or behind: rules clock alerts by the log, the dispatcher by the wall, and
 mixed they misfire (alerts held, resolved at once, negative durations). The daemon measures each
-log's offset on its first live read (its newest stamped line against the wall clock), warns
-once, exports it, and reads the log in a zone shifted by it, so log time is wall time again.
+log's offset on its first live read that reaches the end of the file (its newest stamped line
+against the file's mtime), warns once, exports it, and reads the log in a zone shifted by it,
+so log time is wall time again.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 from datetime import datetime, timedelta, timezone, tzinfo
 
 from specwatch.sources.sglang_log import bracket_prefix
@@ -37,15 +39,24 @@ class LogClocks:
         the learned offset."""
         return self._zones.get(path, tz)
 
-    def learn(self, path: str, server: str, lines: list[str], tz: tzinfo | None, now: float) -> None:
-        """Measure `path`'s offset from the newest stamped line of a live read (`now`: wall
-        time, seconds); no-op once known or when no line of the read has a `[date time]` stamp."""
+    def learn(self, path: str, server: str, batch, tz: tzinfo | None) -> None:
+        """Measure `path`'s offset: the stamp of the newest stamped line of a read (`batch`, a
+        LineBatch) that ends at the end of the file, against the file's mtime (when that line was
+        written, so old lines read late, e.g. after a restart, do not count); no-op once known, for
+        a read short of the end, a path that is not a file (a journal) or no `[date time]` stamp."""
         if path in self.offsets:
             return
+        try:
+            st = os.stat(path)
+        except OSError:
+            return
+        if batch.end < st.st_size:  # more to read: its last line is not the newest
+            return
+        lines = batch.lines
         ts = next((t for t in (bracket_prefix(x, tz)[0] for x in reversed(lines[-PEEK:])) if t is not None), None)
         if ts is None:
             return
-        off = ts - now
+        off = ts - st.st_mtime
         self.server_of[path] = server
         if abs(off) <= WARN_AFTER:
             self.offsets[path] = 0.0

@@ -231,7 +231,7 @@ class Pipeline:
         server = self.server_for(path)
         prefix, tz = self._prefix.get(path), self._tz.get(path)
         if now is not None and not self.dispatcher.paused and path not in self.clocks.offsets:  # a live read
-            self.clocks.learn(path, server, batch.lines, tz, now)
+            self.clocks.learn(path, server, batch, tz)
         tz = self.clocks.zone(path, tz)
         raw_ok = batch.raw_ok
         engine = self._engine(path)

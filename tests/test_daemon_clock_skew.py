@@ -76,3 +76,34 @@ def test_a_log_hours_off_the_host_clock_alerts_at_once_and_says_so(tmp_path, sla
         assert "logs[].timezone" in warnings[0] and "log_timezone" in warnings[0]
     finally:
         d.stop()
+
+
+def test_old_lines_read_after_a_restart_are_not_a_clock_offset(tmp_path):
+    """A daemon resumed from its saved offset reads lines written 30 minutes ago (it was down, the
+    server idle since): their stamps are behind the wall clock but not the file's mtime, so no
+    offset is learned, no warning, and the log is read in its configured zone."""
+    import os
+
+    log = tmp_path / "sglang.log"
+    _write(log, 0, {"TP0": 2.9})
+    d = SpecwatchDaemon(tmp_path, log, env={"TZ": "UTC"})
+    d.start()
+    try:
+        wait_for(lambda: d.scrape().get(("specwatch_decode_batches_total", TP0)) == 1, what="the first line")
+    finally:
+        d.stop()
+    _write(log, -1800, {"TP0": 2.9, "TP1": 2.9})  # written then; the daemon was down
+    then = time.time() - 1800
+    os.utime(log, (then, then))
+    d = SpecwatchDaemon(tmp_path, log, env={"TZ": "UTC"})
+    d.start()
+    try:
+        wait_for(lambda: d.scrape().get(("specwatch_decode_batches_total", TP0)) == 2, what="the old lines")
+        _write(log, 0, {"TP0": 2.9})  # and a fresh one
+        wait_for(lambda: d.scrape().get(("specwatch_decode_batches_total", TP0)) == 3, what="the new line")
+        assert d.scrape().get(("specwatch_log_clock_offset_seconds", (("server", "gpu-box-1"),)), 0) == 0
+        last = d.scrape()[("specwatch_last_decode_batch_timestamp_seconds", TP0)]
+        assert abs(last - time.time()) < 60
+    finally:
+        d.stop()
+    assert not [ln for ln in d.output.splitlines() if " WARNING " in ln and "clock" in ln], d.output
