@@ -23,6 +23,7 @@ from prometheus_client.registry import Collector
 from prometheus_client.samples import Sample
 
 from specwatch import __version__
+from specwatch.config import source_servers
 from specwatch.pipeline import KINDS, Pipeline
 from specwatch.rules.acceptance_ceiling import accept_length_ceiling
 from specwatch.rules.base import alert_names_of
@@ -94,6 +95,7 @@ class PipelineCollector(Collector):
         skew = GaugeMetricFamily("specwatch_log_clock_offset_seconds", "How far the timestamps of the server's logs run ahead of the wall clock (negative: behind), seconds, measured at the first live read; 0 within 5 minutes. Hours off: `logs[].timezone` is wrong or unset (specwatch/logclock.py).", labels=("server",))
         for server, off in p.clocks.by_server().items():
             skew.add_metric([server], off)
+        named = source_servers(p.config)
         with p.lock:
             ranks = list(p.ranks.values())
             servers = list(p.servers.items())
@@ -121,8 +123,9 @@ class PipelineCollector(Collector):
                     deciding = st.metrics_decide(st.metrics.timestamp, p.config.windows.max_gap)
                     add_scraped((accept_length, accept_rate, running, collapsed, positions), server, st.metrics,
                                 (lambda rank, s=server: p.collapse.collapsed(s, rank)) if deciding else None)
-                for kind in KINDS:
-                    lines.add_metric([server, kind], st.lines[kind])
+                if server in named or any(st.lines.values()):  # not the host-name default no source uses
+                    for kind in KINDS:
+                        lines.add_metric([server, kind], st.lines[kind])
                 for kind, n in st.errors.items():
                     errors.add_metric([server, kind], n)
                 for kind, ts in st.last_line.items():

@@ -138,3 +138,17 @@ def test_a_vllm_traceback_is_stamped_with_its_year_and_advised_for_vllm(tmp_path
     oom = LogError(None, "x.log", "cuda_oom", None, (), 1, engine="vllm")
     assert "`--gpu-memory-utilization`" in fixes_for("cuda_oom", oom)[0]
     assert "`--mem-fraction-static`" in fixes_for("cuda_oom", replace(oom, engine=""))[0]
+
+
+def test_no_line_counts_for_the_host_name_server_no_source_uses(tmp_path):
+    """Every log names its own server: the default `server` (GPU alerts carry it) has no
+    specwatch_log_lines_total series of zeros; the log's server has all kinds."""
+    log = tmp_path / "server.log"
+    log.write_text(decode("2026-03-01 10:00:00") + "\n")
+    cfg = build_config({"server": "host-1", "logs": [{"path": str(log), "server": "sglang-a"}]})
+    p = Pipeline(cfg, Dispatcher([], group_wait=0, group_interval=0))
+    p._stats("host-1")  # as the daemon's GPU and process samples create it
+    replay_files(p, [str(log)], 1 << 20)
+    servers = {dict(k)["server"] for (name, k) in scrape(p) if name == "specwatch_log_lines_total"}
+    assert servers == {"sglang-a"}
+    assert scrape(p)[("specwatch_log_lines_total", (("kind", "decode"), ("server", "sglang-a")))] == 1
