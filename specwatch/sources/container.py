@@ -36,8 +36,9 @@ ENVELOPES = ("auto", PLAIN, DOCKER, CRI)
 
 # "2026-11-30T10:00:00.123456789Z stderr F text": time, stream, P/F tag (more tags after ':').
 _CRI = re.compile(r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d)) (stdout|stderr) ([PF])(?::\S*)?(?: |$)")
-# Compose-style collector prefix "service  | " (recognised when none is configured).
-_COMPOSE = re.compile(r"[\w.@-]+\s*\| ")
+# Compose-style collector prefix "service  | " (recognised when none is configured), also with
+# the colours `docker compose logs` writes on a terminal: "\x1b[36msglang-1  |\x1b[0m ".
+_COMPOSE = re.compile(r"(?:\x1b\[[\d;]*m)?[\w.@-]+\s*\|(?:\x1b\[[\d;]*m)? ")
 
 
 def strip_container_prefix(text: str, container_prefix: re.Pattern | None) -> str:
@@ -45,7 +46,7 @@ def strip_container_prefix(text: str, container_prefix: re.Pattern | None) -> st
     if container_prefix is not None:
         m = container_prefix.match(text)
         return text[m.end():] if m else text
-    if text[:1] not in ("[", "(") and "| " in text[:80]:
+    if text[:1] not in ("[", "(") and ("| " in text[:80] or "|\x1b[" in text[:80]):
         m = _COMPOSE.match(text)
         if m:
             return text[m.end():]

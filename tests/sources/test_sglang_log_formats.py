@@ -402,7 +402,8 @@ def test_every_truncation_of_a_batch_line(line):
             assert type(got) is MalformedLine, f"{cut!r} -> {got!r}"
 
 
-@pytest.mark.parametrize("prefix", ["sglang-1  | ", "specwatch-sglang-decode-1  | ", "sglang_1 | "])
+@pytest.mark.parametrize("prefix", ["sglang-1  | ", "specwatch-sglang-decode-1  | ", "sglang_1 | ",
+                                    "\x1b[36msglang-1  |\x1b[0m "])  # `docker compose logs` on a terminal
 def test_compose_prefix_recognised_without_configuration(prefix):
     # docs/sglang-log-lines.md §6: strip a container prefix (configured, or recognised)
     line, exp = g.decode_line("0.5.23", rank={"DP": 1, "TP": 1}, accept_len=1.05, ms=250)
