@@ -637,14 +637,40 @@ class Follower:
                 return True
             # Checked after the read: a truncation before it shows as a changed head, so
             # bytes of the new content are never taken as the old file's continuation.
+            first = not s.head
             if not self._head_ok(s):
                 return False
+            if first and s.head:
+                self._read_missed(s)
             if size > s.size:
                 s.size = size
             self._consume(s, chunk)
             if len(chunk) < want:
                 return True
             want = self._chunk  # it grew past the stat: read on in whole chunks
+
+    def _read_missed(self, s: _Stream) -> None:
+        """`s` has just shown its first bytes: read the copies rotated after `s.prior` that are
+        older than `s`, before any of its lines. They were rotated after the copies were listed
+        and before `s` had data to tell it apart (a file opened just after another rotation, an
+        empty file after a copytruncate that got a whole content copied and truncated away), and
+        would otherwise be lost."""
+        if s.prior is _UNKNOWN:
+            return
+        files = rotated_files(self.path)
+        late = since(files, s.prior)
+        if s.prior is not None and len(late) == len(files):
+            return  # `prior` is gone: there is no telling
+        ours = s.fingerprint()
+        for f in late:
+            if f.is_(ours):  # `s` itself was rotated meanwhile: it is read from its fd
+                break
+            if f.head(HEAD_BYTES):
+                log.info("%s: a file rotated before its first bytes were seen", self.path)
+                self.rotations_total += 1
+                self._read_rotated(f, 0, s.prior)  # type: ignore[arg-type]
+                s.prior = f.fingerprint(HEAD_BYTES)
+        self._ckpt = s
 
     def _consume(self, s: _Stream, chunk: bytes) -> None:
         pos = s.emitted

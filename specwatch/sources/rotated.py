@@ -58,10 +58,14 @@ class RotatedFile:
         self._heads: dict[int, bytes] = {}
 
     def open(self) -> BinaryIO:
-        """Its content (decompressed), from byte 0. Raises OSError."""
+        """Its content (decompressed), from byte 0; a plain copy compressed (`.gz` written, the
+        plain one removed) since it was listed is read from its `.gz`. Raises OSError."""
         if self.compressed:
             return gzip.open(self.path, "rb")  # type: ignore[return-value]
-        return open(self.path, "rb", buffering=0)
+        try:
+            return open(self.path, "rb", buffering=0)
+        except FileNotFoundError:
+            return gzip.open(self.path + ".gz", "rb")  # type: ignore[return-value]
 
     def head(self, n: int) -> bytes:
         """The first `n` bytes of its content (fewer when shorter); b"" when unreadable."""
@@ -117,9 +121,17 @@ def rotated_files(path: str) -> list[RotatedFile]:
         try:
             st = os.stat(full)
         except OSError:
-            continue
+            # Compressed since the listing (`.gz` written, then the plain copy removed).
+            if m.group(2) or name + ".gz" in names:
+                continue
+            try:
+                st = os.stat(full + ".gz")
+            except OSError:
+                continue
+            full += ".gz"
+            key = (*key[:2], False)
         if stat.S_ISREG(st.st_mode):
-            keyed.append((key, RotatedFile(full, m.group(2) is not None, number, st)))
+            keyed.append((key, RotatedFile(full, full.endswith(".gz"), number, st)))
             newest[key[0]] = max(newest[key[0]], st.st_mtime_ns)
     if newest[0] > newest[1]:
         keyed = [((1 - k[0], *k[1:]), rf) for k, rf in keyed]

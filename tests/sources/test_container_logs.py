@@ -3,6 +3,7 @@ followed without loss, globs and server templates (issue 11 items 2, 3)."""
 
 from __future__ import annotations
 
+import difflib
 import json
 import subprocess
 import sys
@@ -134,6 +135,14 @@ def follow_writer(tmp_path: Path, fmt: str, mode: str, n: int, path: Path,
     return got, f, rotations
 
 
+def line_diff(got: list[str], want: list[str]) -> str:
+    """The lines that differ, as a short unified diff (got vs expected)."""
+    def short(d: str) -> str:  # a long line: its length, start and end (where a cut shows)
+        return d if len(d) <= 120 else f"{d[:70]}...{d[-40:]} ({len(d) - 1} chars)"
+    return "lines read differ from those written:\n" + "\n".join(
+        short(d) for d in difflib.unified_diff(want, got, "expected", "got", n=1, lineterm=""))
+
+
 @pytest.mark.parametrize("fmt,mode,pause", [("docker", "rename", 0.003), ("docker", "gzip", 0.003),
                                             ("docker", "gzip", 0.2), ("docker", "copy", 0.003),
                                             ("cri", "kubelet", 0.003), ("cri", "kubelet", 0.2),
@@ -152,7 +161,8 @@ def test_real_writer_with_partials_and_rotations_loses_and_repeats_nothing(tmp_p
         path = d / "0.log"
     got, f, rotations = follow_writer(tmp_path, fmt, mode, n, path, pause)
     assert rotations >= 5  # the writer did rotate, also in the middle of cut lines
-    assert got == expected_lines(n)
+    want = expected_lines(n)
+    assert got == want, line_diff(got, want)
     assert f.rotated_files_lost_total == 0
     if pause > 0.1:  # the slow reader found its file and the later ones among the rotated copies
         assert f.recovered_lines_total > 0
