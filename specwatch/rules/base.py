@@ -157,6 +157,23 @@ def log_paths_of(config: Config) -> dict[str, list[str]]:
     return paths
 
 
+COLUMNS_MIN = 512  # catch-up: fewer decode lines than this go one by one
+
+
+def decodes_left(columns: Callable, server: str, rows, a: int, b: int) -> tuple[int, int] | None:
+    """The decode rows [da, db) of the read's rows a..b that a rule takes one at a time after its
+    `columns(server, rows, da, db)` took what it could at C speed (it returns the first row it
+    left, db for all, None for none); None when it took them all (catch-up, `Rule.advance`)."""
+    da, db = rows.decodes(a, b)
+    if db - da >= COLUMNS_MIN:
+        upto = columns(server, rows, da, db)
+        if upto == db:
+            return None
+        if upto is not None:
+            da = upto  # the rest one line at a time: one of them alerts
+    return da, db
+
+
 def fmt(v: float | None, spec: str = ".2f") -> str:
     return "n/a" if v is None else format(v, spec)
 

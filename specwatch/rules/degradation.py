@@ -29,7 +29,7 @@ from specwatch.alerts.model import Alert
 from specwatch.config import Config, Count, Ratio, Seconds, Section, drop_hysteresis, rule_section
 from specwatch.events import DecodeBatch, ServerArgs
 from specwatch.rules.active import ActiveAlerts
-from specwatch.rules.base import Rule, RuleContext, ServerArgsMemory, alert_key, args_evidence, fmt, new_alert, register
+from specwatch.rules.base import Rule, RuleContext, ServerArgsMemory, alert_key, args_evidence, decodes_left, fmt, new_alert, register
 from specwatch.rules.collapse import CollapseConfig
 from specwatch.rules.stats import Baseline, Recent, drop_transition
 from specwatch.rules.windows import Window
@@ -64,7 +64,6 @@ class DegradationConfig(Section):
 
 ALERT_NAME = "AcceptanceDegradation"
 BASELINE_BUCKET = 300.0  # seconds per learned-baseline bucket
-COLUMNS_MIN = 512  # catch-up: fewer decode lines than this go one by one
 
 
 @dataclass
@@ -129,13 +128,10 @@ class DegradationRule(Rule):
         fires, and before a line of a rank that fires (it updates or resolves the alert handed out)."""
         if not self.config.enabled:
             return b, []
-        da, db = rows.decodes(a, b)
-        if db - da >= COLUMNS_MIN:
-            upto = self._columns(server, rows, da, db)
-            if upto == db:
-                return b, []
-            if upto is not None:
-                da = upto  # the rest one line at a time: one of them alerts
+        left = decodes_left(self._columns, server, rows, a, b)
+        if left is None:
+            return b, []
+        da, db = left
         observe, rank, ts, acc, running = self._observe, rows.d_rank, rows.d_ts, rows.d_acc, rows.d_running
         active, cmax = self.active, self.collapse_max
         for j in range(da, db):

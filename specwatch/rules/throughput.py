@@ -23,7 +23,7 @@ from specwatch.alerts.model import Alert
 from specwatch.config import Config, Count, Ratio, Seconds, Section, drop_hysteresis, rule_section
 from specwatch.events import DecodeBatch
 from specwatch.rules.active import ActiveAlerts
-from specwatch.rules.base import Rule, alert_key, fmt, new_alert, register
+from specwatch.rules.base import Rule, alert_key, decodes_left, fmt, new_alert, register
 from specwatch.rules.stats import Baseline, Recent, drop_transition
 from specwatch.rules.windows import Window
 
@@ -45,7 +45,6 @@ class ThroughputDropConfig(Section):
 
 ALERT_NAME = "ThroughputDrop"
 BASELINE_BUCKET = 300.0  # seconds per learned-baseline bucket
-COLUMNS_MIN = 512  # catch-up: fewer decode lines than this go one by one
 
 
 def load_level(running: int) -> int:
@@ -141,13 +140,10 @@ class ThroughputDropRule(Rule):
         fires, and before a line of a rank that fires (it may resolve the alert handed out)."""
         if not self.config.enabled:
             return b, []
-        da, db = rows.decodes(a, b)
-        if db - da >= COLUMNS_MIN:
-            upto = self._columns(server, rows, da, db)
-            if upto == db:
-                return b, []
-            if upto is not None:
-                da = upto  # the rest one line at a time: one of them alerts
+        left = decodes_left(self._columns, server, rows, a, b)
+        if left is None:
+            return b, []
+        da, db = left
         observe, rank, ts, running, thr = self._observe, rows.d_rank, rows.d_ts, rows.d_running, rows.d_thr
         active = self.active
         for j in compress(range(da, db), rows.d_thr_ok[da:db]):
