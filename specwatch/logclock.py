@@ -4,7 +4,7 @@ SGLang stamps its lines in the local time of its own container (no zone written)
 in a zone east or west of the host, with `logs[].timezone` / `log_timezone` unset, gives lines
 stamped hours ahead or behind: rules clock alerts by the log, the dispatcher by the wall, and
 mixed they misfire (alerts held, resolved at once, negative durations). The daemon measures each
-log's offset on its first live read that reaches the end of the file (its newest stamped line
+log's offset before it reads the log's first line (the newest stamp near the end of the file
 against the file's mtime), warns once, exports it, and reads the log in a zone shifted by it,
 so log time is wall time again.
 """
@@ -22,7 +22,7 @@ log = logging.getLogger(__name__)
 WARN_AFTER = 300.0  # seconds off the wall clock that say the log's zone is wrong
 ZONE_STEP = 900.0  # zones are whole quarter hours off UTC
 MAX_ZONE = 23 * 3600.0  # beyond this no zone explains it (and a tzinfo must stay under 24 h)
-PEEK = 16  # lines from the end of a read searched for a stamp
+TAIL_BYTES = 16384  # the end of a file searched for its newest stamp
 
 
 class LogClocks:
@@ -39,21 +39,22 @@ class LogClocks:
         the learned offset."""
         return self._zones.get(path, tz)
 
-    def learn(self, path: str, server: str, batch, tz: tzinfo | None) -> None:
-        """Measure `path`'s offset: the stamp of the newest stamped line of a read (`batch`, a
-        LineBatch) that ends at the end of the file, against the file's mtime (when that line was
-        written, so old lines read late, e.g. after a restart, do not count); no-op once known, for
-        a read short of the end, a path that is not a file (a journal) or no `[date time]` stamp."""
-        if path in self.offsets:
-            return
+    def learn(self, path: str, server: str, tz: tzinfo | None) -> None:
+        """Measure `path`'s offset once, before its first line is read: the newest `[date time]`
+        stamp in the file's last TAIL_BYTES against the file's mtime (when the last bytes were
+        written: old lines read late, e.g. after a restart, do not count). Offsets that are not
+        whole quarter hours off (a log idle for a while, then an unstamped line) and paths that
+        are not files (a journal) or hold no stamp (vLLM) record 0.0: read as configured."""
+        self.offsets[path] = 0.0
+        self.server_of[path] = server
         try:
-            st = os.stat(path)
+            with open(path, "rb") as f:
+                st = os.fstat(f.fileno())
+                f.seek(max(0, st.st_size - TAIL_BYTES))
+                tail = f.read(TAIL_BYTES).decode("utf-8", "replace").splitlines()
         except OSError:
             return
-        if batch.end < st.st_size:  # more to read: its last line is not the newest
-            return
-        lines = batch.lines
-        ts = next((t for t in (bracket_prefix(x, tz)[0] for x in reversed(lines[-PEEK:])) if t is not None), None)
+        ts = next((t for t in (bracket_prefix(x, tz)[0] for x in reversed(tail)) if t is not None), None)
         if ts is None:
             return
         off = ts - st.st_mtime
@@ -65,7 +66,9 @@ class LogClocks:
             self.offsets[path] = 0.0
             return
         zoned = round(off / ZONE_STEP) * ZONE_STEP
-        off = self.offsets[path] = zoned if abs(off - zoned) < 120 else float(round(off))
+        if abs(off - zoned) >= 120:  # not a zone: the log was idle, then wrote an unstamped line
+            return
+        off = self.offsets[path] = zoned
         base = (datetime.now(tz) if tz is not None else datetime.now().astimezone()).utcoffset()
         if abs(base.total_seconds() + off) >= 86400:
             self.offsets[path] = 0.0

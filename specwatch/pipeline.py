@@ -230,8 +230,8 @@ class Pipeline:
         path = self._path = batch.path
         server = self.server_for(path)
         prefix, tz = self._prefix.get(path), self._tz.get(path)
-        if now is not None and not self.dispatcher.paused and path not in self.clocks.offsets:  # a live read
-            self.clocks.learn(path, server, batch, tz)
+        if now is not None and path not in self.clocks.offsets:  # the daemon's first read of it
+            self.clocks.learn(path, server, tz)
         tz = self.clocks.zone(path, tz)
         raw_ok = batch.raw_ok
         engine = self._engine(path)

@@ -107,3 +107,45 @@ def test_old_lines_read_after_a_restart_are_not_a_clock_offset(tmp_path):
     finally:
         d.stop()
     assert not [ln for ln in d.output.splitlines() if " WARNING " in ln and "clock" in ln], d.output
+
+
+def test_a_backlog_hours_ahead_is_read_shifted_from_its_first_line(tmp_path, slack):
+    """The daemon starts on a log that already holds lines stamped 5 h ahead: the offset is
+    measured before the first line is read, so the backlog and the new lines are on one clock
+    (the last decode time is now, not 5 h ahead, from the start), and a collapse goes out at once."""
+    log = tmp_path / "sglang.log"
+    for _ in range(3):
+        _write(log, 5 * 3600, {"TP0": 2.9, "TP1": 2.9})
+    d = SpecwatchDaemon(tmp_path, log, env={"SW_HOOK": slack.url, "TZ": "UTC"}, alerts={
+        "group_wait": "1s", "group_interval": "1s", "slack": {"webhook_url_env": "SW_HOOK"}})
+    try:
+        d.start()
+        wait_for(lambda: d.scrape().get(("specwatch_decode_batches_total", TP0)) == 3, what="the backlog")
+        assert abs(d.scrape()[("specwatch_last_decode_batch_timestamp_seconds", TP0)] - time.time()) < 60
+        for _ in range(3):
+            fired_at = _write(log, 5 * 3600, {"TP0": 1.02, "TP1": 2.9})
+            time.sleep(0.3)
+        wait_for(lambda: slack.received, timeout=10, what="the firing message")
+        assert slack.times[0] - fired_at < 2.0
+        assert "AcceptanceCollapse" in slack.received[0]["text"]
+    finally:
+        d.stop()
+    assert len([ln for ln in d.output.splitlines() if " WARNING " in ln and "clock" in ln]) == 1, d.output
+
+
+def test_an_idle_log_then_an_unstamped_line_is_not_an_offset(tmp_path):
+    """The last stamped line is 400 s old and an unstamped uvicorn line came after it (the file's
+    mtime is now): not a zone (not whole quarter hours off), so nothing is shifted or warned."""
+    log = tmp_path / "sglang.log"
+    _write(log, -400, {"TP0": 2.9})
+    with log.open("a") as f:
+        f.write('INFO:     127.0.0.1:40000 - "GET /health HTTP/1.1" 200 OK\n')
+    d = SpecwatchDaemon(tmp_path, log, env={"TZ": "UTC"})
+    try:
+        d.start()
+        wait_for(lambda: d.scrape().get(("specwatch_decode_batches_total", TP0)) == 1, what="the line")
+        assert d.scrape().get(("specwatch_log_clock_offset_seconds", (("server", "gpu-box-1"),)), 0) == 0
+        assert abs(d.scrape()[("specwatch_last_decode_batch_timestamp_seconds", TP0)] - (time.time() - 400)) < 30
+    finally:
+        d.stop()
+    assert not [ln for ln in d.output.splitlines() if " WARNING " in ln and "clock" in ln], d.output

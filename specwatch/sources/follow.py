@@ -231,16 +231,23 @@ class FollowerGroup:
         last = time.monotonic()
         while not self._stop.is_set():
             until = last + self.poll_interval
-            due = self._due() if self._due is not None else None
-            if due is not None:
-                until = min(until, max(due, last + self._MIN_GAP))
-            # after reading, the next changes wait for the interval (events queue in the kernel)
-            woke = watcher.wait(until - time.monotonic(), files=not read)
-            if self._stop.is_set():
-                break
+            try:
+                due = self._due() if self._due is not None else None
+                if due is not None:
+                    until = min(until, max(due, last + self._MIN_GAP))
+                # after reading, the next changes wait for the interval (events queue in the kernel)
+                woke = watcher.wait(until - time.monotonic(), files=not read)
+                if self._stop.is_set():
+                    break
+                self._wake.clear()
+                watcher.drain()  # what this round reads; a later change wakes the next wait
+            except Exception:  # the thread must go on reading: this round as a plain poll
+                self.poll_errors_total += 1
+                log.exception("waiting on inotify failed; polling")
+                woke = False
+                if self._stop.wait(max(0.0, until - time.monotonic())):
+                    break
             last = time.monotonic()
-            self._wake.clear()
-            watcher.drain()  # what this round reads; a later change wakes the next wait
             read = self._round(woke) > 0
 
     def _round(self, woke: bool) -> int:

@@ -1038,6 +1038,35 @@ def test_group_updating_until_the_added_follower_was_polled(tmp_path):
         g.stop()
 
 
+def test_inotify_loop_survives_a_failing_due_hook(tmp_path, caplog):
+    """An exception in the inotify wait step (here the `due` hook, which takes the pipeline lock)
+    is logged and counted; the thread goes on reading (it ended, and every log with it)."""
+    p = tmp_path / "a.log"
+    p.write_text("")
+    got = Collector()
+    calls = []
+
+    def due():
+        calls.append(1)
+        if len(calls) <= 2:
+            raise RuntimeError("boom")
+        return None
+
+    g = FollowerGroup([Follower(p, got)], poll_interval=0.1, use_watchdog=False, inotify=True, due=due)
+    with caplog.at_level(logging.ERROR, logger="specwatch.sources.follow"):
+        g.start()
+        try:
+            with open(p, "a") as f:
+                f.write("x1\nx2\n")
+            deadline = time.monotonic() + 10
+            while len(got) < 2 and time.monotonic() < deadline:
+                time.sleep(0.02)
+            assert got.texts == ["x1", "x2"]
+            assert g.poll_errors_total >= 1 and "waiting on inotify failed" in caplog.text
+        finally:
+            g.stop()
+
+
 # ---------------------------------------------------------------------------- state helpers
 
 
