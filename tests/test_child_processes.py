@@ -42,19 +42,31 @@ def gone(pid: int) -> bool:
         return True
 
 
+def assert_dies_with(parent: subprocess.Popen, check, what: str) -> None:
+    """`parent` prints its child's pid; `check(pid)` looks at the child; then `parent` is
+    SIGKILLed (no cleanup code runs, as when a CI timeout or the OOM killer ends it) and the child
+    must end within 5 s. Both are killed whatever happens."""
+    child = None
+    try:
+        child = int(parent.stdout.readline())
+        check(child)
+        parent.send_signal(signal.SIGKILL)
+        parent.wait(10)
+        wait_for(lambda: gone(child), timeout=5, what=what)
+    finally:
+        parent.kill()
+        parent.wait()
+        if child is not None and not gone(child):
+            os.kill(child, signal.SIGKILL)
+
+
 def test_a_killed_test_run_takes_its_daemon_with_it(tmp_path):
     starter = popen([sys.executable, "-c", STARTER, str(TESTS), str(tmp_path)], stdout=subprocess.PIPE, text=True)
-    try:
-        daemon = int(starter.stdout.readline())
-        assert psutil.Process(daemon).cmdline()[1:4] == ["-m", "specwatch", "run"]
-        starter.send_signal(signal.SIGKILL)  # as a CI timeout kills a run: no cleanup code runs
-        starter.wait(10)
-        wait_for(lambda: gone(daemon), timeout=5, what="the daemon to die with its starter")
-    finally:
-        starter.kill()
-        starter.wait()
-        if "daemon" in locals() and not gone(daemon):
-            os.kill(daemon, signal.SIGKILL)
+
+    def is_daemon(pid):
+        assert psutil.Process(pid).cmdline()[1:4] == ["-m", "specwatch", "run"]
+
+    assert_dies_with(starter, is_daemon, "the daemon to die with its starter")
 
 
 # A daemon's journal source, its process killed: the follower starts `journalctl` (argv[1]) and
@@ -76,17 +88,11 @@ def test_a_killed_daemon_leaves_no_journalctl_even_one_that_ignores_the_closed_p
     stub.write_text("#!/bin/sh\nexec sleep 300\n")
     stub.chmod(0o755)
     daemon = popen([sys.executable, "-c", FOLLOWER, str(stub)], stdout=subprocess.PIPE, text=True, cwd=TESTS.parent)
-    try:
-        journalctl = int(daemon.stdout.readline())
-        assert psutil.Process(journalctl).ppid() == daemon.pid
-        daemon.send_signal(signal.SIGKILL)
-        daemon.wait(10)
-        wait_for(lambda: gone(journalctl), timeout=5, what="journalctl to end with the daemon")
-    finally:
-        daemon.kill()
-        daemon.wait()
-        if "journalctl" in locals() and not gone(journalctl):
-            os.kill(journalctl, signal.SIGKILL)
+
+    def is_child(pid):
+        assert psutil.Process(pid).ppid() == daemon.pid
+
+    assert_dies_with(daemon, is_child, "journalctl to end with the daemon")
 
 
 def test_a_killed_daemon_leaves_no_journalctl(tmp_path):
