@@ -2,8 +2,8 @@
 
 `Pipeline.feed_batch` hands a read here when it is large and plain: no container prefix, valid
 UTF-8, no open traceback, and every batch line in it is the canonical decode or prefill line of
-SGLang 0.5.5+ (`sources.sglang_log.canonical_rows`: one multiline match over the read, anchored
-at line starts, so text inside a request log never counts), with no `server_args` line, no
+SGLang 0.5.5+ (`sources.sglang_columns.parse`: read in numpy columns, each line only where it
+starts, so text inside a request log never counts), with no `server_args` line, no
 line the error stage could take and no vLLM line. Any other read takes the per-line path.
 
 The read is cut where the per-line path would tick (a batch line's clock a second past the last
@@ -20,8 +20,6 @@ import math
 import re
 from datetime import datetime
 from collections import Counter
-from itertools import accumulate, compress
-from operator import itemgetter, not_
 
 from specwatch.events import DecodeBatch, OtherLine, PrefillBatch
 from specwatch.rules.base import alert_key
@@ -31,13 +29,12 @@ from specwatch.sources.log_errors import maybe_error
 from specwatch.sources.vllm_log import maybe_event as vllm_maybe
 from specwatch.sources.sglang_log import _CANONICAL_DECODE as _DECODE
 from specwatch.sources.sglang_log import _CANONICAL_PREFILL as _PREFILL
-from specwatch.sources.sglang_log import _timestamp, canonical_decode, canonical_prefill, canonical_rows
+from specwatch.sources.sglang_log import canonical_decode, canonical_prefill
 
 MIN_LINES = 256  # smaller reads (a live tail) take the per-line path
 RETRIES = 16  # advances in a row that take nothing before a rule waits for the next piece
 
 _INF = math.inf
-_G = [itemgetter(i) for i in range(19)]
 
 
 class Rows:
@@ -52,17 +49,20 @@ class Rows:
     `d_code`: the rank as a number (first seen, first numbered).
     """
 
-    __slots__ = ("server", "tz", "raw", "dec", "clock", "rank", "dpos", "dcount", "d_ts", "d_rank", "d_running",
-                 "d_queued", "d_accept", "d_thr", "d_acc_ok", "d_thr_ok", "d_acc", "d_gap", "d_prefills",
+    __slots__ = ("server", "tz", "block", "start", "end", "dec", "clock", "rank", "dpos", "dcount", "d_ts", "d_rank",
+                 "d_running", "d_queued", "d_accept", "d_thr", "d_acc_ok", "d_thr_ok", "d_acc", "d_gap", "d_prefills",
                  "p_rank", "ppos", "_batches", "d_code", "_arrays")
 
     def batch(self, i: int) -> DecodeBatch | PrefillBatch:
         """Row i as the event the per-line parser makes of it (built once, on demand)."""
         b = self._batches.get(i)
         if b is None:
-            g = self.raw[i]
-            b = self._batches[i] = (canonical_decode(g[:11], self.tz) if self.dec[i]
-                                    else canonical_prefill(g[:3] + g[11:], self.tz))
+            line = self.block[self.start[i]:self.end[i]].decode()
+            if self.dec[i]:
+                b = canonical_decode(_DECODE.match(line).groups(), self.tz)
+            else:
+                b = canonical_prefill(_PREFILL.match(line).groups(), self.tz)
+            self._batches[i] = b
         return b
 
     def array(self, name: str):
@@ -108,48 +108,58 @@ class Rows:
         return self.ppos[a - self.dcount[a]:b - self.dcount[b]]
 
 
-def read(text: str, server: str, tz, windows, now: float | None) -> Rows | None:
-    """The read `text` (lines each ending in "\\n") as Rows, classifying its decode lines in
+def read(block: bytes, server: str, tz, windows, now: float | None) -> Rows | None:
+    """The read `block` (lines each ending in "\n") as Rows, classifying its decode lines in
     `windows` (the pipeline's WindowTracker, advanced past the read); None when the read needs
-    the per-line path (nothing is changed then)."""
-    if "server_args=" in text or maybe_error(text) or "]:[E" in text:
-        return None
-    raw = canonical_rows(text)
-    if raw is None or not raw:
-        return None
-    stamps = set(map(_G[0], raw))
+    the per-line path (nothing is changed then): a line holding "batch" that is not a canonical
+    batch line (`sglang_columns.parse`), or another line the error stage could take, a
+    `server_args` line."""
+    import numpy as np
+
+    from specwatch.sources import sglang_columns
+
     try:
-        seconds = {s: _timestamp(s, None, tz) for s in stamps}
+        cols = sglang_columns.parse(block, tz)
     except ValueError:
         return None  # an impossible date: the general parser says why
+    if cols is None or not len(cols.dec):
+        return None
+    other = cols.other
+    if b"server_args=" in other or b"]:[E" in other or maybe_error(other.decode()):
+        return None
     r = Rows()
-    r.server, r.tz, r.raw, r._batches, r._arrays = server, tz, raw, {}, {}
-    ts = list(map(seconds.__getitem__, map(_G[0], raw)))
-    if any(map(_G[1], raw)):  # SGLANG_LOG_MS: milliseconds, as `_timestamp` adds them
-        ts = [t + int(f) / 10 ** len(f) if f else t for t, f in zip(ts, map(_G[1], raw))]
-    # C-level passes only (map, compress): no Python code per line
-    r.dec = dec = list(map(bool, map(_G[3], raw)))
-    tokens = list(map(_G[2], raw))
-    r.rank = rank = list(map({x: x[1:] for x in set(tokens)}.__getitem__, tokens))
-    r.clock = ts if now is None else [now] * len(raw)
-    pre = list(map(not_, dec))
-    r.dpos = list(compress(range(len(raw)), dec))
-    r.dcount = [0, *accumulate(dec)]
-    draw = list(compress(raw, dec))
-    r.d_ts = list(compress(ts, dec))
-    r.d_rank = list(compress(rank, dec))
-    r.d_running = list(map(int, map(_G[3], draw)))
-    r.d_queued = list(map(int, map(_G[10], draw)))
-    r.d_accept = list(map(float, map(_G[6], draw)))
-    r.d_thr = list(map(float, map(_G[9], draw)))
-    r.p_rank = list(compress(rank, pre))
-    r.ppos = list(compress(range(len(raw)), pre))
-    r.d_code = list(map({x: i for i, x in enumerate(dict.fromkeys(r.d_rank))}.__getitem__, r.d_rank))
-    _classify(r, server, ts, windows)
+    r.server, r.tz, r._batches = server, tz, {}
+    r.block, r.start, r.end = block, cols.start.tolist(), cols.end.tolist()
+    dec, ts = cols.dec, cols.ts
+    d_ts = ts[dec]
+    r.dec = dec.tolist()
+    r.clock = ts.tolist() if now is None else [now] * len(dec)
+    names = cols.ranks
+    r.rank = list(map(names.__getitem__, cols.rank.tolist()))
+    r.dpos = np.flatnonzero(dec).tolist()
+    dcount = np.zeros(len(dec) + 1, np.int64)
+    np.cumsum(dec, out=dcount[1:])
+    r.dcount = dcount.tolist()
+    r.d_ts = d_ts.tolist()
+    r.d_running, r.d_queued = cols.running.tolist(), cols.queued.tolist()
+    r.d_accept, r.d_thr = cols.accept.tolist(), cols.thr.tolist()
+    pre = ~dec
+    r.ppos = np.flatnonzero(pre).tolist()
+    r.p_rank = list(map(names.__getitem__, cols.rank[pre].tolist()))
+    # d_code: the decode rows' ranks numbered in their first appearance among decode rows
+    drank = cols.rank[dec]
+    seen, first = np.unique(drank, return_index=True)
+    number = np.empty(len(names), np.int64)
+    number[seen[np.argsort(first)]] = np.arange(len(seen))
+    d_code = number[drank]
+    r.d_code = d_code.tolist()
+    r.d_rank = list(map(names.__getitem__, drank.tolist()))
+    r._arrays = {"d_ts": d_ts, "d_code": d_code, "d_thr": cols.thr, "d_accept": cols.accept}
+    _classify(r, server, cols, windows)
     return r
 
 
-def _classify(r: Rows, server: str, ts: list[float], tracker) -> None:
+def _classify(r: Rows, server: str, cols, tracker) -> None:
     """`WindowTracker.decode` / `.prefill` over the rows in order, per rank in numpy: each decode
     row's gap and prefill count, and the window flags; the tracker ends as after the per-line
     path (its dicts' keys in the same order)."""
@@ -157,19 +167,17 @@ def _classify(r: Rows, server: str, ts: list[float], tracker) -> None:
 
     cfg = tracker.config
     last, pre = tracker._last, tracker._prefills
-    n = len(r.dec)
-    dec = np.array(r.dec, dtype=bool)
-    t_all = np.array(ts, dtype=float)
-    names = list(dict.fromkeys(r.rank))
-    code = np.array(list(map({x: i for i, x in enumerate(names)}.__getitem__, r.rank)), dtype=np.int64)
+    dec, t_all, code, names = cols.dec, cols.ts, cols.rank, cols.ranks  # ranks numbered in first appearance
     dcount = np.concatenate(([0], np.cumsum(dec)))
     gaps = np.empty(len(r.dpos))
     first_gap = []  # decode ordinals whose rank had no earlier decode line: gap None
     prefills = np.zeros(len(r.dpos), dtype=np.int64)
     new_last, new_pre = [], []  # (row of insertion, key, value): dict order as per line
+    order = np.argsort(code, kind="stable")
+    bounds = np.searchsorted(code[order], np.arange(len(names) + 1))
     for c, rk in enumerate(names):
         key = (server, rk)
-        idx = np.flatnonzero(code == c)
+        idx = order[bounds[c]:bounds[c + 1]]
         isdec = dec[idx]
         didx = idx[isdec]
         carried = pre.get(key, 0)
@@ -205,11 +213,11 @@ def _classify(r: Rows, server: str, ts: list[float], tracker) -> None:
         g[j] = None
     r.d_gap, r.d_prefills = g, prefills.tolist()
     min_run, max_pre, max_gap = cfg.min_running_requests, cfg.max_prefill_batches, cfg.max_gap
-    running = np.array(r.d_running, dtype=float)
+    running = cols.running.astype(float)
     acc_ok = (running >= min_run) & (prefills <= max_pre)
     thr_ok = acc_ok & (gaps <= max_gap)
     thr_ok[first_gap] = False  # no earlier line: after a gap
-    accept = np.array(r.d_accept, dtype=float)
+    accept = cols.accept
     d_acc = np.where(acc_ok, accept, np.inf)
     r.d_acc_ok, r.d_thr_ok, r.d_acc = acc_ok.tolist(), thr_ok.tolist(), d_acc.tolist()
     r._arrays.update(d_acc=d_acc, d_running=running, d_ts=t_all[dec], d_accept=accept)
@@ -263,7 +271,8 @@ def take(pipeline, server: str, stats, grouper, engine, maybe_event, batch, tz, 
     # a tick every few lines, or a collapse: per line is cheaper (both paths decide the same)
     if now is None and _dense(text, len(batch)) or _collapsed(pipeline.collapse, server):
         return pipeline._feed_lines(server, stats, grouper, engine, maybe_event, batch.lines, None, None, tz, now)
-    rows = read(text, server, tz, pipeline.windows, now)
+    block = batch._block if batch._block is not None and batch._lines is None else text.encode()
+    rows = read(block, server, tz, pipeline.windows, now)
     if rows is not None:
         _settle(engine)
         return feed(pipeline, server, stats, rows, len(batch), now)
@@ -290,7 +299,7 @@ def take(pipeline, server: str, stats, grouper, engine, maybe_event, batch, tz, 
         part = None
         if j - i >= MIN_LINES:  # in columns, less the inert lines (each an OtherLine event, as per line)
             kept = [line for x, line in enumerate(lines[i:j], i) if x not in inert] if inert else lines[i:j]
-            part = read("\n".join(kept) + "\n", server, tz, pipeline.windows, now)
+            part = read(("\n".join(kept) + "\n").encode(), server, tz, pipeline.windows, now)
         if part is not None:
             _settle(engine)
             stats.lines["other"] += j - i - len(kept)

@@ -135,18 +135,21 @@ class LineBatch:
     `offsets()` are made on first use.
     """
 
-    __slots__ = ("path", "start", "end", "raw_ok", "_text", "_lines", "_block", "_bounds")
+    __slots__ = ("path", "start", "end", "raw_ok", "_text", "_lines", "_block", "_bounds", "_n")
 
     def __init__(self, path: str, start: int, end: int, *, block: bytes | None = None,
                  text: str | None = None, lines: list[str] | None = None,
                  raw_ok: list[bool] | None = None, bounds: list[int] | None = None) -> None:
         self.path, self.start, self.end, self.raw_ok = path, start, end, raw_ok
         self._text, self._lines, self._block, self._bounds = text, lines, block, bounds
+        self._n = None
 
     def __len__(self) -> int:
         if self._lines is not None:
             return len(self._lines)
-        return self._text.count("\n")  # type: ignore[union-attr]
+        if self._n is None:
+            self._n = self._text.count("\n")  # type: ignore[union-attr]
+        return self._n
 
     @property
     def text(self) -> str:

@@ -77,20 +77,6 @@ _CANONICAL_PREFILL = re.compile(
 )
 
 
-def _body(p: re.Pattern) -> str:
-    """A canonical pattern's text after its bracket prefix, without its end anchor."""
-    return p.pattern.split(r"\] ", 1)[1].removesuffix(r"[, \r]*\Z")
-
-
-# Both canonical lines in one multiline pattern (anchored at line starts and ends), for
-# `canonical_rows`: each row is (stamp, frac, rank, decode groups x8, prefill groups x9), the
-# groups of the other kind empty.
-_CANONICAL_ROWS = re.compile(
-    r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)(?:[.,](\d{1,6}))?((?: [A-Z][A-Z_]*\d+)*)\] "
-    rf"(?:{_body(_CANONICAL_DECODE)}|{_body(_CANONICAL_PREFILL)})[, \r]*$",
-    re.M,
-)
-
 _GRAPH_KEYS = ("cuda graph", "cpu graph", "npu graph", "musa graph")
 
 # server_args keys specwatch uses (`ServerArgs` fields: sglang/srt/server_args.py 0.5.11,
@@ -322,7 +308,7 @@ def _canonical_decode(m: re.Match, tz: tzinfo | None) -> DecodeBatch | None:
 
 
 def canonical_decode(groups: tuple, tz: tzinfo | None) -> DecodeBatch | None:
-    """The groups of a `_CANONICAL_DECODE` match (or a decode row of `canonical_rows`) → DecodeBatch."""
+    """The groups of a `_CANONICAL_DECODE` match  → DecodeBatch."""
     stamp, frac, rank, running, tokens, usage, al, ar, graph, thr, queued = groups
     try:
         ts = _timestamp(stamp, frac, tz)
@@ -341,7 +327,7 @@ def _canonical_prefill(m: re.Match, tz: tzinfo | None) -> PrefillBatch | None:
 
 
 def canonical_prefill(groups: tuple, tz: tzinfo | None) -> PrefillBatch | None:
-    """The groups of a `_CANONICAL_PREFILL` match (or a prefill row of `canonical_rows`) → PrefillBatch."""
+    """The groups of a `_CANONICAL_PREFILL` match  → PrefillBatch."""
     stamp, frac, rank, seqs, new, cached, usage, running, queued, pending, graph, thr = groups
     try:
         ts = _timestamp(stamp, frac, tz)
@@ -350,22 +336,11 @@ def canonical_prefill(groups: tuple, tz: tzinfo | None) -> PrefillBatch | None:
     rank = rank[1:]
     fields = {"#new-seq": seqs, "#new-token": new, "#cached-token": cached, "token usage": usage,
               "#running-req": running, "#queue-req": queued}
-    if pending:  # None (a match) or "" (a `canonical_rows` row) when not printed
+    if pending:  # None when not printed
         fields["#pending-token"] = pending
     fields["cuda graph"], fields["input throughput (token/s)"] = graph, thr
     return PrefillBatch(ts, rank, _ranks(rank), fields, int(running), int(queued), float(usage), graph == "True",
                         "cuda", None, int(seqs), int(new), int(cached), float(thr))
-
-
-def canonical_rows(text: str) -> list[tuple[str, ...]] | None:
-    """The batch lines of `text` (lines each ending in "\n") when every one of them is a canonical
-    decode or prefill line (`_CANONICAL_DECODE`, `_CANONICAL_PREFILL`) starting its line, in order:
-    each row (stamp, ms, rank tokens, the 8 decode fields, the 9 prefill fields), the other
-    kind's fields "". None when a line holds "batch" outside such a line (another form, a cut
-    line, request text): the read needs `parse_line`. A line is taken only where it starts, as
-    `parse_line` takes it."""
-    rows = _CANONICAL_ROWS.findall(text)
-    return rows if len(rows) == text.count("batch") else None
 
 
 def bracket_prefix(text: str, tz: tzinfo | None = None) -> tuple[float | None, str]:
