@@ -81,6 +81,7 @@ MAIN_EVERY = 5.0  # seconds between the main loop's health checks when the follo
 # A start-up backlog at least this large is read in columns (specwatch/catchup.py): numpy then stays
 # loaded (+14 MB RSS); below it (a restart after minutes down) per line costs at most a few CPU-s.
 COLUMNS_MIN_BYTES = 64 << 20
+CATCHUP_READ_BYTES = 4 << 20
 # Settings read once at start; a reload that changes them warns and keeps the running value.
 RESTART_ONLY = ("listen_address", "listen_port", "state_dir", "follow", "gpu", "process", "server_apis",
                 "server_metrics", "diagnosis")
@@ -136,8 +137,10 @@ class Daemon:
             from specwatch.sources.journal import JournalFollower
 
             return JournalFollower(src.journal, self._on_lines, max_line_bytes=limit, checkpoint=checkpoint)
+        # a backlog read in columns: reads as large as replay's (per-read costs of the rules)
+        chunk = CATCHUP_READ_BYTES if self.pipeline.columns_min_lines < math.inf else 1 << 20
         return Follower(src.path, on_lines=stage(src, self._on_lines, limit), max_line_bytes=limit,
-                        checkpoint=checkpoint)
+                        checkpoint=checkpoint, read_chunk_bytes=chunk)
 
     def _rescan(self) -> None:
         """Follow the files a `logs[].path` glob matches now (pods and containers that appeared),

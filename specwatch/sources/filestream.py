@@ -121,6 +121,18 @@ def _decode(raw: bytes) -> tuple[str, bool]:
 _PLUS_ONE = (1).__add__  # line length + its newline, without a Python-level loop
 
 
+def _lines_within(block: bytes, maxb: int) -> bool:
+    """No line of `block` (complete lines) is longer than `maxb` bytes: a jump to the last
+    newline within reach of each line start, a few searches per read."""
+    p, n = 0, len(block)
+    while n - p > maxb + 1:
+        nl = block.rfind(b"\n", p, p + maxb + 1)
+        if nl < 0:
+            return False
+        p = nl + 1
+    return True
+
+
 class LineBatch:
     """The complete lines of one read, in file order, as `Follower(on_lines=...)` hands them out.
 
@@ -727,7 +739,7 @@ class Follower:
                 len(block) <= maxb
                 # Only a block's first line can be longer than one read (see _consume).
                 or (self._chunk <= maxb and block.find(b"\n") <= maxb)
-                or max(map(len, block.split(b"\n"))) <= maxb
+                or _lines_within(block, maxb)
             )
         ):
             try:
