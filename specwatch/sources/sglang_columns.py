@@ -81,12 +81,12 @@ def _lit(w: np.ndarray, p: np.ndarray, text: bytes) -> np.ndarray:
 
 def _lead_digits(v: np.ndarray) -> np.ndarray:
     """How many of each word's bytes, from its first (lowest), are ASCII digits (0-8)."""
-    ge0 = (v | _HI) - np.uint64(0x3030303030303030)  # high bit: byte >= '0' (bytes < 0x80)
-    le9 = np.uint64(0xB9B9B9B9B9B9B9B9) - (v & np.uint64(0x7F7F7F7F7F7F7F7F))  # high bit: byte <= '9'
-    nondigit = ~(ge0 & le9 & ~v) & _HI
-    low = nondigit & (~nondigit + np.uint64(1))  # lowest non-digit byte's high bit (0: all digits)
-    _, exp = np.frexp(low.astype(float))
-    return np.where(low == 0, 8, (exp - 8) // 8)
+    t = v ^ np.uint64(0x3030303030303030)  # a digit byte becomes 0-9
+    # high bit of each byte: not a digit (>= 10 after the xor, or not ASCII); no carry between bytes
+    nondigit = (((t & np.uint64(0x7F7F7F7F7F7F7F7F)) + np.uint64(0x7676767676767676)) | t) & _HI
+    low = nondigit & (~nondigit + np.uint64(1))  # the first non-digit's high bit, 0 when none
+    bit = (low.astype(float).view(np.int64) >> 52) - 1023  # its index (-1023 for 0)
+    return np.minimum(((bit - 7) >> 3) & 15, 8)
 
 
 def _swar(v: np.ndarray, k: np.ndarray) -> np.ndarray:
