@@ -47,11 +47,32 @@ class Rows:
     `Window` flags `d_acc_ok` (`acceptance_valid`), `d_thr_ok` (`throughput_valid`); `d_acc` is
     the accept len where acceptance_valid, else +inf (so `min` over a slice reads the valid ones);
     `d_code`: the rank as a number (first seen, first numbered).
+
+    Each is a list made on first use from the read's numpy columns (`array`): a rule that reads
+    the arrays leaves the lists unmade (Python objects per row: CPU, and heap that stays).
     """
 
     __slots__ = ("server", "tz", "block", "start", "end", "dec", "clock", "rank", "dpos", "dcount", "d_ts", "d_rank",
                  "d_running", "d_queued", "d_accept", "d_thr", "d_acc_ok", "d_thr_ok", "d_acc", "d_gap", "d_prefills",
-                 "p_rank", "ppos", "_batches", "d_code", "_arrays")
+                 "p_rank", "ppos", "_batches", "d_code", "_arrays", "_names", "_now", "_first_gap")
+
+    def __getattr__(self, name: str):
+        """A list column, made from its array on first use."""
+        a = self._arrays
+        if name == "clock":
+            value = a["ts"].tolist() if self._now is None else [self._now] * len(a["dec"])
+        elif name in ("rank", "d_rank", "p_rank"):
+            value = list(map(self._names.__getitem__, a[name].tolist()))
+        elif name == "d_gap":
+            value = a["d_gap"].tolist()
+            for j in self._first_gap:
+                value[j] = None
+        elif name in _LISTS:
+            value = a["d_running_int" if name == "d_running" else name].tolist()
+        else:
+            raise AttributeError(name)
+        setattr(self, name, value)
+        return value
 
     def batch(self, i: int) -> DecodeBatch | PrefillBatch:
         """Row i as the event the per-line parser makes of it (built once, on demand)."""
@@ -66,13 +87,11 @@ class Rows:
         return b
 
     def array(self, name: str):
-        """Decode column `name` (d_ts, d_acc, d_running, d_thr, d_code) as a numpy array (made once)."""
-        a = self._arrays.get(name)
-        if a is None:
-            import numpy as np
-
-            a = self._arrays[name] = np.array(getattr(self, name), dtype=float if name != "d_code" else int)
-        return a
+        """Column `name` as a numpy array: decode columns d_ts, d_acc, d_accept, d_running (float),
+        d_thr, d_code, d_acc_ok, d_thr_ok, d_prefills, d_gap (first gaps: any value, see d_gap);
+        row columns dec, ts (the lines' timestamps), rank (codes into the read's rank names),
+        dpos, dcount, ppos."""
+        return self._arrays[name]
 
     def first_below(self, limit: float, da: int, db: int, inclusive: bool = False) -> int:
         """The first decode ordinal in [da, db) whose `d_acc` is below `limit` (at or below with
@@ -128,35 +147,26 @@ def read(block: bytes, server: str, tz, windows, now: float | None) -> Rows | No
     if b"server_args=" in other or b"]:[E" in other or maybe_error(other.decode()):
         return None
     r = Rows()
-    r.server, r.tz, r._batches = server, tz, {}
-    r.block, r.start, r.end = block, cols.start.tolist(), cols.end.tolist()
+    r.server, r.tz, r._batches, r._names, r._now = server, tz, {}, cols.ranks, now
+    r.block, r.start, r.end = block, cols.start, cols.end
     dec, ts = cols.dec, cols.ts
-    d_ts = ts[dec]
-    r.dec = dec.tolist()
-    r.clock = ts.tolist() if now is None else [now] * len(dec)
-    names = cols.ranks
-    r.rank = list(map(names.__getitem__, cols.rank.tolist()))
-    r.dpos = np.flatnonzero(dec).tolist()
     dcount = np.zeros(len(dec) + 1, np.int64)
     np.cumsum(dec, out=dcount[1:])
-    r.dcount = dcount.tolist()
-    r.d_ts = d_ts.tolist()
-    r.d_running, r.d_queued = cols.running.tolist(), cols.queued.tolist()
-    r.d_accept, r.d_thr = cols.accept.tolist(), cols.thr.tolist()
-    pre = ~dec
-    r.ppos = np.flatnonzero(pre).tolist()
-    r.p_rank = list(map(names.__getitem__, cols.rank[pre].tolist()))
-    # d_code: the decode rows' ranks numbered in their first appearance among decode rows
     drank = cols.rank[dec]
+    # d_code: the decode rows' ranks numbered in their first appearance among decode rows
     seen, first = np.unique(drank, return_index=True)
-    number = np.empty(len(names), np.int64)
+    number = np.empty(len(cols.ranks), np.int64)
     number[seen[np.argsort(first)]] = np.arange(len(seen))
-    d_code = number[drank]
-    r.d_code = d_code.tolist()
-    r.d_rank = list(map(names.__getitem__, drank.tolist()))
-    r._arrays = {"d_ts": d_ts, "d_code": d_code, "d_thr": cols.thr, "d_accept": cols.accept}
+    r._arrays = {"dec": dec, "ts": ts, "rank": cols.rank, "dpos": np.flatnonzero(dec), "dcount": dcount,
+                 "ppos": np.flatnonzero(~dec), "p_rank": cols.rank[~dec], "d_rank": drank, "d_code": number[drank],
+                 "d_ts": ts[dec], "d_running_int": cols.running, "d_running": cols.running.astype(float),
+                 "d_queued": cols.queued, "d_accept": cols.accept, "d_thr": cols.thr}
     _classify(r, server, cols, windows)
     return r
+
+
+_LISTS = frozenset(("dec", "dpos", "dcount", "ppos", "d_ts", "d_running", "d_queued", "d_accept", "d_thr", "d_code",
+                    "d_prefills", "d_acc_ok", "d_thr_ok", "d_acc"))
 
 
 def _classify(r: Rows, server: str, cols, tracker) -> None:
@@ -169,9 +179,10 @@ def _classify(r: Rows, server: str, cols, tracker) -> None:
     last, pre = tracker._last, tracker._prefills
     dec, t_all, code, names = cols.dec, cols.ts, cols.rank, cols.ranks  # ranks numbered in first appearance
     dcount = np.concatenate(([0], np.cumsum(dec)))
-    gaps = np.empty(len(r.dpos))
+    nd = int(dcount[-1])
+    gaps = np.empty(nd)
     first_gap = []  # decode ordinals whose rank had no earlier decode line: gap None
-    prefills = np.zeros(len(r.dpos), dtype=np.int64)
+    prefills = np.zeros(nd, dtype=np.int64)
     new_last, new_pre = [], []  # (row of insertion, key, value): dict order as per line
     order = np.argsort(code, kind="stable")
     bounds = np.searchsorted(code[order], np.arange(len(names) + 1))
@@ -208,19 +219,13 @@ def _classify(r: Rows, server: str, cols, tracker) -> None:
         last[key] = v
     for _, key, v in sorted(new_pre):
         pre[key] = v
-    g = gaps.tolist()
-    for j in first_gap:
-        g[j] = None
-    r.d_gap, r.d_prefills = g, prefills.tolist()
     min_run, max_pre, max_gap = cfg.min_running_requests, cfg.max_prefill_batches, cfg.max_gap
-    running = cols.running.astype(float)
-    acc_ok = (running >= min_run) & (prefills <= max_pre)
+    acc_ok = (cols.running >= min_run) & (prefills <= max_pre)
     thr_ok = acc_ok & (gaps <= max_gap)
     thr_ok[first_gap] = False  # no earlier line: after a gap
-    accept = cols.accept
-    d_acc = np.where(acc_ok, accept, np.inf)
-    r.d_acc_ok, r.d_thr_ok, r.d_acc = acc_ok.tolist(), thr_ok.tolist(), d_acc.tolist()
-    r._arrays.update(d_acc=d_acc, d_running=running, d_ts=t_all[dec], d_accept=accept)
+    r._first_gap = first_gap
+    r._arrays.update(d_gap=gaps, d_prefills=prefills, d_acc_ok=acc_ok, d_thr_ok=thr_ok,
+                     d_acc=np.where(acc_ok, cols.accept, np.inf))
 
 
 _STAMP = re.compile(r"\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)")
