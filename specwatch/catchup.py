@@ -228,22 +228,23 @@ def _classify(r: Rows, server: str, cols, tracker) -> None:
                      d_acc=np.where(acc_ok, cols.accept, np.inf))
 
 
-_STAMP = re.compile(r"\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)")
+_STAMP = re.compile(rb"\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)")
 TICK_LINES = 8  # fewer lines a second of log time than this: the read goes per line
 
 
-def _dense(text: str, lines: int) -> bool:
+def _dense(text: bytes, lines: int) -> bool:
     """The log's clock (its first and last bracket stamps) ticks more than once per TICK_LINES
     lines of the read: the catch-up's work per tick (every rule's `advance`) would cost more
     than the per-line path. Decides only which exact path runs."""
     first = _STAMP.search(text)
-    at = text.rfind("\n[", 0, len(text) - 1)
+    at = text.rfind(b"\n[", 0, len(text) - 1)
     last = _STAMP.match(text, at + 1) if at >= 0 else None
     if first is None or last is None:
         return False
     fmt = "%Y-%m-%d %H:%M:%S"
     try:
-        span = (datetime.strptime(last.group(1), fmt) - datetime.strptime(first.group(1), fmt)).total_seconds()
+        span = (datetime.strptime(last.group(1).decode(), fmt)
+                - datetime.strptime(first.group(1).decode(), fmt)).total_seconds()
     except ValueError:
         return False
     return span * TICK_LINES > lines
@@ -270,13 +271,12 @@ def take(pipeline, server: str, stats, grouper, engine, maybe_event, batch, tz, 
     `Pipeline._feed_lines` would take it; returns how many were other lines. A read with lines
     that need the parser (another batch line form, request text quoting one, `server_args`, an
     error) goes through `_feed_lines` at those lines and in columns between them."""
-    text = batch.text
-    if engine.name is None and vllm_maybe(text):  # vLLM lines may settle the engine: the read one by one
+    if engine.name is None and vllm_maybe(batch.text):  # vLLM lines may settle the engine: the read one by one
         return pipeline._feed_lines(server, stats, grouper, engine, maybe_event, batch.lines, None, None, tz, now)
+    block = batch._block if batch._block is not None and batch._lines is None else batch.text.encode()
     # a tick every few lines, or a collapse: per line is cheaper (both paths decide the same)
-    if now is None and _dense(text, len(batch)) or _collapsed(pipeline.collapse, server):
+    if now is None and _dense(block, len(batch)) or _collapsed(pipeline.collapse, server):
         return pipeline._feed_lines(server, stats, grouper, engine, maybe_event, batch.lines, None, None, tz, now)
-    block = batch._block if batch._block is not None and batch._lines is None else text.encode()
     rows = read(block, server, tz, pipeline.windows, now)
     if rows is not None:
         _settle(engine)

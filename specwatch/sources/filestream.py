@@ -143,8 +143,8 @@ class LineBatch:
     in bulk before anything is split). `raw_ok`: None when every line was valid UTF-8, else one
     flag per line (False: decoded with U+FFFD). Iterating yields the `LogLine`s `on_line` would get.
 
-    Built lazily: a read of clean lines (the usual case) is one decode; `lines`, `text` and
-    `offsets()` are made on first use.
+    Built lazily: a read of clean ASCII lines (the usual case) keeps its bytes (`_block`) only;
+    `lines`, `text` and `offsets()` are made on first use.
     """
 
     __slots__ = ("path", "start", "end", "raw_ok", "_text", "_lines", "_block", "_bounds", "_n")
@@ -160,26 +160,29 @@ class LineBatch:
         if self._lines is not None:
             return len(self._lines)
         if self._n is None:
-            self._n = self._text.count("\n")  # type: ignore[union-attr]
+            self._n = self._block.count(b"\n") if self._text is None else self._text.count("\n")  # type: ignore
         return self._n
 
     @property
     def text(self) -> str:
         if self._text is None:
-            self._text = "\n".join(self._lines) + "\n" if self._lines else ""  # type: ignore[arg-type]
+            if self._lines is None:  # an ASCII block: its text is its bytes
+                self._text = self._block.decode("ascii")  # type: ignore[union-attr]
+            else:
+                self._text = "\n".join(self._lines) + "\n" if self._lines else ""
         return self._text
 
     @property
     def lines(self) -> list[str]:
         if self._lines is None:
-            self._lines = self._text.split("\n")  # type: ignore[union-attr]
+            self._lines = self.text.split("\n")
             self._lines.pop()  # after the last "\n"
         return self._lines
 
     def _bounds_list(self) -> list[int]:
         """Start of each line, then `end` (len(self) + 1 offsets)."""
         if self._bounds is None:
-            if self.text.isascii():  # O(1) in CPython: characters are bytes
+            if self._block is None or self._block.isascii():  # characters are bytes
                 parts: list = self.lines
             else:
                 parts = self._block.split(b"\n")  # type: ignore[union-attr]
@@ -742,6 +745,8 @@ class Follower:
                 or _lines_within(block, maxb)
             )
         ):
+            if block.isascii():  # the usual read: text made only if asked for
+                return LineBatch(self.path, start, start + len(block), block=block)
             try:
                 text = block.decode("utf-8")
             except UnicodeDecodeError:
