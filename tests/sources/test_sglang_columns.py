@@ -155,3 +155,14 @@ def test_stamps_across_a_zone_change():
             for s in (0, 30, 59):
                 lines.append(DECODE.replace("2026-02-23 16:00:00", f"{day} {hour:02d}:{m:02d}:{s:02d}"))
     assert same(("\n".join(lines) + "\n").encode(), tz) == "rows"
+
+
+@pytest.mark.parametrize("line", [DECODE, PREFILL], ids=["decode", "prefill"])
+def test_a_line_cut_at_every_byte(line):
+    """A line cut short (a crash mid-write), last in the read or between others: refused, never
+    read past the block."""
+    for i in range(len(line) + 1):
+        cut = line[:i]
+        same("\n".join([DECODE, cut, ""]))
+        same("\n".join([DECODE, cut, PREFILL, ""]))
+        same(cut + "\n")
