@@ -86,8 +86,9 @@ def mtail(log: Path, out: Path) -> tuple[float, float, int]:
     return cpu, wall, int(matched)
 
 
-def catch_up(tmp: Path, log: Path, n: int) -> tuple[float, float, float]:
-    """`specwatch run` on a file holding n lines: (CPU s, wall s, RSS MB) when /metrics counts all n.
+def catch_up(tmp: Path, log: Path, n: int) -> tuple[float, float, float, float]:
+    """`specwatch run` on a file holding n lines: (CPU s, wall s, RSS MB) when /metrics counts all n,
+    and RSS MB 2 s later.
 
     Polls every 0.2 s (a scrape costs the daemon CPU); the catch-up is long next to that."""
     tmp.mkdir()  # its own state dir: no checkpoint of an earlier run
@@ -99,7 +100,9 @@ def catch_up(tmp: Path, log: Path, n: int) -> tuple[float, float, float]:
             if proc.poll() is not None:
                 raise RuntimeError(f"specwatch run exited with {proc.returncode} during catch-up")
             time.sleep(0.2)
-        return backlog.cpu_seconds(ps), time.monotonic() - t0, ps.memory_info().rss / 2**20
+        cpu, wall, rss = backlog.cpu_seconds(ps), time.monotonic() - t0, ps.memory_info().rss / 2**20
+        time.sleep(2)  # the round that read the backlog ends, and hands the freed heap back
+        return cpu, wall, rss, ps.memory_info().rss / 2**20
     finally:
         backlog.stop(proc)
 
@@ -123,6 +126,7 @@ def bench_file(tmp: Path, log: Path, repeats: int) -> dict:
         res[name] = {"cpu_s": round(cpu, 3), "wall_s": round(median(r[1] for r in rs), 3),
                      "lines_per_cpu_s": round(n / cpu), "cpu_s_runs": [round(r[0], 3) for r in rs]}
     res["run"]["rss_mb"] = round(max(r[2] for r in runs["run"]), 1)
+    res["run"]["rss_after_mb"] = round(max(r[3] for r in runs["run"]), 1)
     for name in ("replay", "run"):
         res[name]["x_mtail"] = round(res["mtail"]["cpu_s"] / res[name]["cpu_s"], 2)
     return res
@@ -252,6 +256,7 @@ def table(res: dict) -> str:
                 x = r.get("x_mtail")
                 rows.append(f"  {label:28}{r['cpu_s']:8.2f}{r['wall_s']:8.2f}{r['lines_per_cpu_s']:13,}"
                             + (f"{x:9.2f}  {verdict(x >= BACKLOG_RATIO)} (>= {BACKLOG_RATIO:g}x)" if x else ""))
+            rows.append(f"  run RSS: {f['run']['rss_mb']} MB when caught up, {f['run']['rss_after_mb']} MB 2 s later")
     if "start_up" in res:
         s = res["start_up"]
         rows.append(f"specwatch run start-up (empty file): {s['cpu_s']:.2f} CPU-s, {s['wall_s']:.2f} s, RSS {s['rss_mb']} MB")
