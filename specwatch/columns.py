@@ -97,36 +97,53 @@ def apply_recent(recent: Recent, steps: Steps, new: list[tuple]) -> None:
         recent._sum = float(steps.sums[-1])
 
 
-def baseline_steps(base: Baseline, t: np.ndarray, v: np.ndarray) -> tuple | None:
+def baseline_steps(base: Baseline, t: np.ndarray, v: np.ndarray) -> tuple:
     """`base.add(t[i], v[i])` for each sample in order, without changing `base`: (sums after
-    each add, counts after each add, buckets to store) or None when a bucket would be trimmed."""
+    each add, counts after each add, buckets to store, buckets to drop). A new bucket past
+    `max_buckets` drops the oldest (`Baseline._trim`): its final sum and count leave the totals
+    right after the add that made the new one, as they do one by one."""
     m = len(t)
     idx = np.floor(t / base.bucket)
     buckets = base.buckets
+    n_old = len(buckets)
     change = np.ones(m, bool)
     if m:
         change[1:] = idx[1:] != idx[:-1]
         change[0] = not buckets or buckets[-1][0] != idx[0]
     starts = np.flatnonzero(change)
-    if len(buckets) + len(starts) > base.max_buckets:
-        return None  # old buckets would leave the sum: one by one
-    sums = np.cumsum(np.concatenate(([base._sum], v)))[1:]
-    counts = base.count + np.arange(1, m + 1)
-    # each run of one bucket: its sum, added one sample at a time after what the bucket held
+    bounds = starts.tolist() + [m]
+    # each bucket's final (sum, count): the old ones, the last one grown by the samples before
+    # the first new bucket, then each run of one bucket, added one sample at a time
+    final = [(b[1], b[2]) for b in buckets]
     out = []
-    bounds = list(starts) + [m]
     if m and not change[0]:
         last = buckets[-1]
-        end = int(bounds[0])
-        out.append((last, float(np.cumsum(np.concatenate(([last[1]], v[:end])))[-1]), last[2] + end))
+        end = bounds[0]
+        grown = (float(np.cumsum(np.concatenate(([last[1]], v[:end])))[-1]), last[2] + end)
+        final[-1] = grown
+        out.append((last, *grown))
     for s, e in zip(bounds, bounds[1:]):
         total = float(np.cumsum(v[s:e])[-1])
-        out.append((None, total, int(e - s), int(idx[s])))
-    return sums, counts, out
+        final.append((total, e - s))
+        out.append((None, total, e - s, int(idx[s])))
+    # the k-th new bucket (global index n_old + k) drops bucket n_old + k - max_buckets, if any
+    first = max(0, base.max_buckets - n_old)
+    drop_at = starts[first:]  # samples whose add drops a bucket
+    dropped = final[:len(drop_at)]
+    ops = np.empty(m + len(drop_at))
+    before = np.searchsorted(drop_at, np.arange(m), side="left")  # drops before sample i
+    ops[np.arange(m) + before] = v
+    ops[drop_at + np.arange(1, len(drop_at) + 1)] = [-s for s, _ in dropped]
+    cs = np.cumsum(np.concatenate(([base._sum], ops)))
+    upto = np.searchsorted(drop_at, np.arange(m), side="right")  # drops up to sample i's add
+    sums = cs[np.arange(1, m + 1) + upto]
+    lost = np.concatenate(([0], np.cumsum([n for _, n in dropped], dtype=np.int64)))
+    counts = base.count + np.arange(1, m + 1) - lost[upto]
+    return sums, counts, out, len(drop_at)
 
 
 def apply_baseline(base: Baseline, steps: tuple) -> None:
-    sums, counts, out = steps
+    sums, counts, out, drops = steps
     if not len(sums):
         return
     for entry in out:
@@ -134,5 +151,7 @@ def apply_baseline(base: Baseline, steps: tuple) -> None:
             entry[0][1], entry[0][2] = entry[1], entry[2]
         else:
             base.buckets.append([entry[3], entry[1], entry[2]])
+    for _ in range(drops):
+        base.buckets.popleft()
     base._sum = float(sums[-1])
     base.count = int(counts[-1])

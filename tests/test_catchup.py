@@ -300,3 +300,33 @@ print(rc, (before - p.memory_info().rss) >> 20)
 """
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
     assert out[0] == "1" and int(out[1]) >= 100, out
+
+
+@pytest.mark.parametrize("max_buckets,old", [(1, 0), (3, 2), (4, 4), (40, 5)])
+def test_baseline_in_columns_drops_buckets_as_one_by_one(max_buckets, old):
+    """`columns.baseline_steps` over samples that go back and forth across bucket bounds (aged
+    samples of several ranks), past `max_buckets`: the same sums, counts and buckets as `add`."""
+    import numpy as np
+
+    from specwatch import columns
+    from specwatch.rules.stats import Baseline
+
+    rnd = random.Random(max_buckets * 7 + old)
+    t = sorted(1000.0 + rnd.random() * 3000 for _ in range(600))
+    t = [x + rnd.choice((-40.0, 0.0, 0.0, 40.0)) for x in t]  # flips between neighbouring buckets
+    v = [2.0 + rnd.random() for _ in t]
+    one, cols = Baseline(100.0, 100.0 * max_buckets), Baseline(100.0, 100.0 * max_buckets)
+    for i in range(old):  # the newest old bucket is the first samples' (it grows)
+        one.add(100.0 * (i + 11 - old) + 0.1 * i, 1.0 + 0.1 * i)
+        cols.add(100.0 * (i + 11 - old) + 0.1 * i, 1.0 + 0.1 * i)
+    sums, counts = [], []
+    for x, y in zip(t, v):
+        one.add(x, y)
+        sums.append(one._sum)
+        counts.append(one.count)
+    steps = columns.baseline_steps(cols, np.array(t), np.array(v))
+    assert [repr(x) for x in steps[0].tolist()] == [repr(x) for x in sums]
+    assert steps[1].tolist() == counts
+    assert steps[3] > 0
+    columns.apply_baseline(cols, steps)
+    assert dump(cols) == dump(one)

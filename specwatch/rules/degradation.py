@@ -148,7 +148,7 @@ class DegradationRule(Rule):
     def _columns(self, server: str, rows, da: int, db: int) -> int | None:
         """Decode rows [da, db) at C speed while none of them can alert (`specwatch/columns.py`):
         the decode ordinal up to which they were taken (db: all), None when they cannot be
-        (an alert fires, a rank is below its baseline, times out of order, old buckets leave)."""
+        (an alert fires, a rank is below its baseline, times out of order)."""
         import numpy as np
 
         from specwatch import columns
@@ -197,15 +197,13 @@ class DegradationRule(Rule):
         else:
             keys, lt, lv = np.empty(0, int), np.empty(0), np.empty(0)
         learning = columns.baseline_steps(base_now, lt, lv)
-        if learning is None:
-            return None
         configured = self._configured(*pair)
         if configured:
             base = np.full(n, configured[0])
         else:
             done = np.searchsorted(keys, np.arange(n), side="right")  # aged samples learned by each line
             lsum = np.concatenate(([base_now._sum], learning[0]))[done]
-            lcnt = base_now.count + done
+            lcnt = np.concatenate(([base_now.count], learning[1]))[done]
             base = np.where(lcnt >= cfg.min_baseline_batches, lsum / np.maximum(lcnt, 1), np.nan)
         check = (cnts >= cfg.min_window_batches) & ~np.isnan(base)
         with np.errstate(invalid="ignore"):

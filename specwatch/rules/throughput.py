@@ -157,7 +157,7 @@ class ThroughputDropRule(Rule):
     def _columns(self, server: str, rows, da: int, db: int) -> int | None:
         """Decode rows [da, db) at C speed while none of them can alert (`specwatch/columns.py`):
         the decode ordinal up to which they were taken (db: all), None when they cannot be (a
-        rank fires or is below its baseline, times out of order, old buckets would leave)."""
+        rank fires or is below its baseline, times out of order)."""
         import numpy as np
 
         from specwatch import columns
@@ -203,10 +203,8 @@ class ThroughputDropRule(Rule):
                 k = int(w.pruned[-1])
                 probe = learned if learned is not None else Baseline(BASELINE_BUCKET, cfg.baseline_window)
                 learning = columns.baseline_steps(probe, w.t[:k], w.v[:k])
-                if learning is None:
-                    return None
                 lsum = np.concatenate(([probe._sum], learning[0]))[w.pruned]
-                lcnt = probe.count + w.pruned
+                lcnt = np.concatenate(([probe.count], learning[1]))[w.pruned]
                 base = np.where(lcnt >= cfg.min_baseline_batches, lsum / np.maximum(lcnt, 1), 0.0)
                 # as per line: no lines count while the level has no baseline (None or 0.0), and a
                 # new level counts from its first line on
