@@ -155,3 +155,44 @@ def apply_baseline(base: Baseline, steps: tuple) -> None:
         base.buckets.popleft()
     base._sum = float(sums[-1])
     base.count = int(counts[-1])
+
+
+def cached(rows, key, make):
+    """`make()`, once per read (`catchup.Rows`): kept with the read's arrays under `key`."""
+    found = rows._arrays.get(key)
+    if found is None:
+        found = rows._arrays[key] = make()
+    return found
+
+
+def by_rank(rows, ordinals: np.ndarray | None = None, key: object = None) -> list[np.ndarray]:
+    """Per rank code (`Rows.d_code`: numbered as first seen), its decode ordinals in order:
+    all, or those among sorted `ordinals` (cached under `key`)."""
+    def make():
+        codes = rows.array("d_code")
+        n_codes = int(codes.max()) + 1 if len(codes) else 0
+        if ordinals is not None:
+            codes = codes[ordinals]
+        order = np.argsort(codes, kind="stable")
+        if ordinals is not None:
+            order = ordinals[order]
+        return np.split(order, np.cumsum(np.bincount(codes, minlength=n_codes))[:-1]) if n_codes else []
+    return cached(rows, ("by_rank", key), make)
+
+
+def rank_names(rows) -> list[str]:
+    """The ranks of a read by code (`Rows.d_code`)."""
+    return cached(rows, "rank_names", lambda: list(dict.fromkeys(rows.d_rank)))
+
+
+def counted(rows, low: float) -> np.ndarray:
+    """The decode ordinals whose accept len is valid (`Rows.d_acc` finite) and above `low`."""
+    def make():
+        acc = rows.array("d_acc")
+        return np.flatnonzero((acc > low) & (acc < np.inf))
+    return cached(rows, ("counted", low), make)
+
+
+def window(ordinals: np.ndarray, da: int, db: int) -> np.ndarray:
+    """The part of sorted `ordinals` in [da, db)."""
+    return ordinals[np.searchsorted(ordinals, da):np.searchsorted(ordinals, db)]

@@ -39,26 +39,30 @@ ARGS = ("server_args=ServerArgs(model_path='/models/m', speculative_algorithm='E
         "speculative_draft_model_path='/models/d', speculative_num_steps=3, tp_size=8, dp_size=8)")
 
 
-def scenario(path, seed: int = 3, ms: bool = False, hostile: bool = False) -> int:
+def scenario(path, seed: int = 3, ms: bool = False, hostile: bool = False, silent: bool = False) -> int:
     """A 40-minute log of 8 DP ranks with one episode of each kind; returns its line count.
     ms: milliseconds in the stamps and SGLang 0.5.11+'s prefill line (`#pending-token`).
     hostile: also lines the parser must read one by one: server_args (at the start, and a
-    restart at 34 min), request text quoting a decode line, a traceback."""
+    restart at 34 min), request text quoting a decode line, a traceback.
+    silent: restart gaps (drift's restart_gap: 5 min): DP4 silent over 5-11 min, and 8 more
+    minutes, every rank collapsed, with no line at all over 40-46.2."""
     rnd = random.Random(seed)
     t = datetime(2026, 3, 1, 10, 0, 0)
     start = t
     lines = [f"[{t:%Y-%m-%d %H:%M:%S}] {ARGS}"] if hostile else []
     stepped = restarted = crashed = False
-    while t - start < timedelta(minutes=40):
+    while t - start < timedelta(minutes=48 if silent else 40):
         t += timedelta(milliseconds=rnd.randint(5, 60))
         m = (t - start).total_seconds() / 60
-        if 27.0 < m < 27.5:
+        if 27.0 < m < 27.5 or silent and 40 < m < 46.2:
             continue  # a gap: every rank's next window is after_gap
         if 33.0 < m and not stepped:
             t -= timedelta(seconds=2)  # the clock steps back once
             stepped = True
         stamp = t.strftime("%Y-%m-%d %H:%M:%S") + (f".{t.microsecond // 1000:03d}" if ms else "")
         dp = rnd.randint(0, 7)
+        if silent and dp == 4 and 5 < m < 11:
+            continue
         if hostile and rnd.random() < 0.0005:  # request text quoting a collapsed decode line
             lines.append(f"[{stamp}] Receive: obj=GenerateReqInput(text='see [{stamp} DP0 TP0] Decode batch, "
                          "#running-req: 9, #token: 1200, token usage: 0.01, accept len: 1.00, accept rate: 0.00, "
@@ -77,7 +81,7 @@ def scenario(path, seed: int = 3, ms: bool = False, hostile: bool = False) -> in
             al = 2.4 + rnd.random() * 0.8 - (m - 3) * 0.02 * (m > 3 and m < 14)  # drift over 3-14 min
             thr = 400 + rnd.random() * 800
             running = rnd.randint(1, 64)
-            if 16 < m < 18.5:
+            if 16 < m < 18.5 or silent and m > 39:
                 al = 1.0 + rnd.random() * 0.06  # every rank collapsed
             elif 20 < m < 22 and dp == 3:
                 al = 1.02  # one rank collapsed
@@ -167,12 +171,13 @@ def run(path, *, fast: bool, chunk: int, clock: bool, monkeypatch) -> dict:
     } | ({"columns": sum(columns)} if fast else {})
 
 
-@pytest.mark.parametrize("chunk,clock,ms,hostile", [(1 << 20, False, False, False), (1 << 16, False, True, False),
-                                                   (1 << 18, True, False, False), (1 << 20, False, False, True),
-                                                   (1 << 18, True, True, True)])
-def test_catchup_decides_as_per_line(tmp_path, monkeypatch, chunk, clock, ms, hostile):
+@pytest.mark.parametrize("chunk,clock,ms,hostile,silent", [
+    (1 << 20, False, False, False, False), (1 << 16, False, True, False, False), (1 << 18, True, False, False, False),
+    (1 << 20, False, False, True, False), (1 << 18, True, True, True, False), (1 << 20, False, False, False, True),
+    (1 << 18, True, False, False, True)])
+def test_catchup_decides_as_per_line(tmp_path, monkeypatch, chunk, clock, ms, hostile, silent):
     log = tmp_path / "server.log"
-    n = scenario(log, ms=ms, hostile=hostile)
+    n = scenario(log, ms=ms, hostile=hostile, silent=silent)
     slow = run(log, fast=False, chunk=chunk, clock=clock, monkeypatch=monkeypatch)
     fast = run(log, fast=True, chunk=chunk, clock=clock, monkeypatch=monkeypatch)
     names = sorted({(a["labels"]["alertname"], a["status"]) for a in slow["alerts"]})
