@@ -346,6 +346,12 @@ class CollapseRule(ActiveAlertsRule):
         self._server_args: dict[str, dict[str, object]] = {}
         self._history: dict[str, _History] = {}
 
+    def quiet_until(self, server: str, rows, a: int) -> int:
+        """No diagnosis awaited (only a firing alert awaits one): on_tick does nothing."""
+        if self.diagnoser is None or not any(st.awaiting_diagnosis for st in self._ranks.values()):
+            return len(rows.dec)
+        return a
+
     def on_tick(self, now: float) -> list[Alert]:
         if self.diagnoser is None:
             return []

@@ -120,6 +120,13 @@ class DecodeStalledRule(ActiveAlertsRule):
             self._s[server].args = dict(event.args)
         return []
 
+    def quiet_until(self, server: str, rows, a: int) -> int:
+        """No server that is not firing had a failed health check (events set it, never log
+        lines): on_tick does nothing, whatever decode lines come."""
+        if not self.config.enabled or all(st.unhealthy is None or s in self.active for s, st in self._s.items()):
+            return len(rows.dec)
+        return a
+
     def on_tick(self, now: float) -> list[Alert]:
         if not self.config.enabled:
             return []
