@@ -32,6 +32,7 @@ RULES = {
     "drift": {"window": "1h", "bucket": "60s", "min_buckets": 6, "restart_gap": "5m",
               "min_decline_per_hour": 0.02, "min_total_decline": 0.03, "min_falling_fraction": 0.6},
     "windows": {"max_gap": "20s"},
+    "spec_metrics_missing": {"window": "60s"},
 }
 
 
@@ -39,18 +40,20 @@ ARGS = ("server_args=ServerArgs(model_path='/models/m', speculative_algorithm='E
         "speculative_draft_model_path='/models/d', speculative_num_steps=3, tp_size=8, dp_size=8)")
 
 
-def scenario(path, seed: int = 3, ms: bool = False, hostile: bool = False, silent: bool = False) -> int:
+def scenario(path, seed: int = 3, ms: bool = False, hostile: bool = False, silent: bool = False,
+             start: datetime = datetime(2026, 3, 1, 10, 0, 0)) -> int:
     """A 40-minute log of 8 DP ranks with one episode of each kind; returns its line count.
     ms: milliseconds in the stamps and SGLang 0.5.11+'s prefill line (`#pending-token`).
     hostile: also lines the parser must read one by one: server_args (at the start, and a
     restart at 34 min), request text quoting a decode line, a traceback.
     silent: restart gaps (drift's restart_gap: 5 min): DP4 silent over 5-11 min, and 8 more
-    minutes, every rank collapsed, with no line at all over 40-46.2."""
+    minutes, every rank collapsed, with no line at all over 40-46.2; no decode line over 12-15
+    min (prefill lines go on: SpecMetricsMissing) and a failed health check at 12.5 min
+    (DecodeStalled)."""
     rnd = random.Random(seed)
-    t = datetime(2026, 3, 1, 10, 0, 0)
-    start = t
+    t = start
     lines = [f"[{t:%Y-%m-%d %H:%M:%S}] {ARGS}"] if hostile else []
-    stepped = restarted = crashed = False
+    stepped = restarted = crashed = unhealthy = False
     while t - start < timedelta(minutes=48 if silent else 40):
         t += timedelta(milliseconds=rnd.randint(5, 60))
         m = (t - start).total_seconds() / 60
@@ -63,6 +66,10 @@ def scenario(path, seed: int = 3, ms: bool = False, hostile: bool = False, silen
         dp = rnd.randint(0, 7)
         if silent and dp == 4 and 5 < m < 11:
             continue
+        if silent and m > 12.5 and not unhealthy:
+            lines.append(f"[{stamp}] Health check failed. Server couldn't get a response from detokenizer for "
+                         f"last 20 seconds. tic start time: {t:%H:%M:%S}. last_heartbeat time: {t:%H:%M:%S}")
+            unhealthy = True
         if hostile and rnd.random() < 0.0005:  # request text quoting a collapsed decode line
             lines.append(f"[{stamp}] Receive: obj=GenerateReqInput(text='see [{stamp} DP0 TP0] Decode batch, "
                          "#running-req: 9, #token: 1200, token usage: 0.01, accept len: 1.00, accept rate: 0.00, "
@@ -77,7 +84,7 @@ def scenario(path, seed: int = 3, ms: bool = False, hostile: bool = False, silen
                       "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB."]
             crashed = True
         r = rnd.random()
-        if r < 0.55:
+        if r < 0.55 and not (silent and 12 < m < 15):
             al = 2.4 + rnd.random() * 0.8 - (m - 3) * 0.02 * (m > 3 and m < 14)  # drift over 3-14 min
             thr = 400 + rnd.random() * 800
             running = rnd.randint(1, 64)
@@ -136,13 +143,17 @@ def dump(x, seen=()):
     return [type(x).__module__ + "." + type(x).__name__, repr(x)]
 
 
-def run(path, *, fast: bool, chunk: int, clock: bool, monkeypatch) -> dict:
+def run(path, *, fast: bool, chunk: int, clock: bool, monkeypatch, then=None) -> dict:
+    """`path` read through a pipeline (fast: the catch-up path on), then the log `then` of a
+    second server ("b") if given; everything the pipeline and its rules hold at the end."""
     monkeypatch.setattr(catchup, "MIN_LINES", 256 if fast else 10 ** 12)
     columns = []  # rows taken in columns (catchup.feed)
     feed_rows = catchup.feed
     monkeypatch.setattr(catchup, "feed", lambda p_, s_, st, rows, *a: columns.append(len(rows.dec)) or feed_rows(p_, s_, st, rows, *a))
     cfg = build_config({"rules": RULES}, for_run=False)
     cfg.logs.append(LogSource(path=str(path), server=cfg.server))
+    if then is not None:
+        cfg.logs.append(LogSource(path=str(then), server="b"))
     dispatcher, _ = build_alerting(cfg, state_dir=None, replay=True, notify=False, slack_dry_run=None)
     p = Pipeline(cfg, dispatcher, diagnosis_background=False)
     next(r for r in p.rules if r.name == "metrics_crosscheck").watching = True  # as with /metrics configured: log lines kept
@@ -155,10 +166,11 @@ def run(path, *, fast: bool, chunk: int, clock: bool, monkeypatch) -> dict:
         else:
             p.feed_batch(batch)
 
-    f = Follower(str(path), on_lines=feed, max_line_bytes=1 << 20, read_chunk_bytes=chunk)
-    while f.poll():
-        pass
-    f.finish()
+    for log in [path] + ([then] if then is not None else []):
+        f = Follower(str(log), on_lines=feed, max_line_bytes=1 << 20, read_chunk_bytes=chunk)
+        while f.poll():
+            pass
+        f.finish()
     p.flush_errors()
     return {
         "alerts": [a.to_dict() for a in dispatcher.history],
@@ -187,8 +199,33 @@ def test_catchup_decides_as_per_line(tmp_path, monkeypatch, chunk, clock, ms, ho
             assert (name, "firing") in names, names
             assert (name, "resolved") in names or name == "AcceptanceDrift", names
         assert (("AcceptanceNearCeiling", "firing") in names) == hostile, names
+        for name in ("SpecMetricsMissing", "DecodeStalled"):
+            assert {(name, "firing"), (name, "resolved")} <= set(names) or not silent, names
     assert sum(sum(st["lines"].values()) for st in slow["servers"].values()) == n
     assert fast["columns"] > n // 2, fast["columns"]
+    for key in slow:
+        assert fast[key] == slow[key], key
+
+
+def test_catchup_ticks_another_servers_rules_as_per_line(tmp_path, monkeypatch):
+    """Ticks of one server's read reach the rules' state of another: server A's log ends with
+    12 prefill lines after its last decode line, 30 s before B's log starts; 30 s into B's
+    first read its ticks prune A's pending prefill times (spec_metrics_missing's window: 60 s)
+    to the newest."""
+    first, then = tmp_path / "a.log", tmp_path / "b.log"
+    scenario(first, start=datetime(2026, 3, 1, 9, 19, 30))
+    last = first.read_text().splitlines()[-1][1:20]
+    with first.open("a") as f:
+        for i in range(12):
+            f.write(f"[{last} DP{i % 8} TP{i % 8}] Prefill batch, #new-seq: 1, #new-token: 90, #cached-token: 0, "
+                    "token usage: 0.10, #running-req: 3, #queue-req: 0, cuda graph: True, "
+                    "input throughput (token/s): 900.00\n")
+    scenario(then, seed=5)
+    slow = run(first, fast=False, chunk=1 << 20, clock=False, monkeypatch=monkeypatch, then=then)
+    fast = run(first, fast=True, chunk=1 << 20, clock=False, monkeypatch=monkeypatch, then=then)
+    [a] = [s for s in slow["servers"] if s != "b"]
+    pending = dict((k, v) for k, v in slow["rules"]["spec_metrics_missing"][1]["_prefills"][1])
+    assert pending[a] == ["deque", [["float", repr(datetime.strptime(last, "%Y-%m-%d %H:%M:%S").timestamp())]]]
     for key in slow:
         assert fast[key] == slow[key], key
 
