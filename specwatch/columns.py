@@ -89,10 +89,14 @@ def recent_steps(recent: Recent, rows_t: np.ndarray, v: np.ndarray, at: np.ndarr
     return st
 
 
-def apply_recent(recent: Recent, steps: Steps, new: list[tuple]) -> None:
-    """Make `recent` what the adds of `new` (its samples, as (t, value) tuples) left it."""
+def apply_recent(recent: Recent, steps: Steps, ordinals: np.ndarray, times: list, values: list) -> None:
+    """Make `recent` what its adds left it: the new samples are (times[j], values[j]) of the
+    decode ordinals j in `ordinals` (the columns' Python numbers), made only for those that stay."""
     p = int(steps.pruned[-1]) if len(steps.pruned) else 0
-    recent.samples = deque(islice(chain(recent.samples, new), p, None))
+    old = len(recent.samples)
+    tail = ordinals[max(0, p - old):].tolist()
+    new = zip(map(times.__getitem__, tail), map(values.__getitem__, tail))
+    recent.samples = deque(chain(islice(recent.samples, p, None), new))
     if len(steps.sums):
         recent._sum = float(steps.sums[-1])
 

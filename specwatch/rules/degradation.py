@@ -215,10 +215,9 @@ class DegradationRule(Rule):
             if st is None:
                 st = self._ranks[(server, rank)] = _Rank(Recent(cfg.window), Recent(cfg.window))
                 st.akey = alert_key(server, rank)
-            js = counted[pos].tolist()
-            t_list = [rows.d_ts[j] for j in js]
-            columns.apply_recent(st.recent, w, list(zip(t_list, [rows.d_accept[j] for j in js])))
-            columns.apply_recent(st.running, r, list(zip(t_list, [rows.d_running[j] for j in js])))
+            js = counted[pos]
+            columns.apply_recent(st.recent, w, js, rows.d_ts, rows.d_accept)
+            columns.apply_recent(st.running, r, js, rows.d_ts, rows.d_running)
         if len(lv):
             if learned is None:
                 learned = self._baselines[pair[2]] = base_now

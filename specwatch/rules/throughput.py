@@ -232,14 +232,13 @@ class ThroughputDropRule(Rule):
                 st = self._ranks[(server, rank)] = _Rank()
             if st.akey is None:
                 st.akey = alert_key(server, rank)
-            js = valid[pos].tolist()
+            js = valid[pos]
             for level, lv, at, w, learned, probe, learning, k in level_plans:
                 if lv is None:
                     lv = st.levels[level] = _Level(level, len(st.terms), Recent(cfg.window), learned)
                     lv.base = self._usable(learned)
                     st.terms.append(0.0)
-                new = [(rows.d_ts[js[i]], rows.d_thr[js[i]]) for i in at.tolist()]
-                columns.apply_recent(lv.recent, w, new)
+                columns.apply_recent(lv.recent, w, js[at], rows.d_ts, rows.d_thr)
                 if k:
                     if lv.learned is None:
                         lv.learned = self._baselines.setdefault((server, rank, level), probe)
