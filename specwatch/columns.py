@@ -92,13 +92,97 @@ def recent_steps(recent: Recent, rows_t: np.ndarray, v: np.ndarray, at: np.ndarr
 def apply_recent(recent: Recent, steps: Steps, ordinals: np.ndarray, times: list, values: list) -> None:
     """Make `recent` what its adds left it: the new samples are (times[j], values[j]) of the
     decode ordinals j in `ordinals` (the columns' Python numbers), made only for those that stay."""
-    p = int(steps.pruned[-1]) if len(steps.pruned) else 0
-    old = len(recent.samples)
-    tail = ordinals[max(0, p - old):].tolist()
+    if len(steps.pruned):
+        set_recent(recent, int(steps.pruned[-1]), float(steps.sums[-1]), ordinals, times, values)
+
+
+def set_recent(recent: Recent, pruned: int, total: float, ordinals: np.ndarray, times: list, values: list) -> None:
+    """`recent` less its first `pruned` samples (old, then new), plus the new samples left, and
+    its sum `total` (`apply_recent`)."""
+    tail = ordinals[max(0, pruned - len(recent.samples)):].tolist()
     new = zip(map(times.__getitem__, tail), map(values.__getitem__, tail))
-    recent.samples = deque(chain(islice(recent.samples, p, None), new))
-    if len(steps.sums):
-        recent._sum = float(steps.sums[-1])
+    recent.samples = deque(chain(islice(recent.samples, pruned, None), new))
+    recent._sum = total
+
+
+class LevelSteps:
+    """What `levels_steps` found for L windows over m rows: `sums[l, r]`, `counts[l, r]`,
+    `pruned[l, r]` (samples aged out so far) after row r; per level the samples that aged out,
+    in order (`aged_t`, `aged_v`) and the row each aged at (`aged_rows`)."""
+
+    __slots__ = ("sums", "counts", "pruned", "aged_t", "aged_v", "aged_rows")
+
+
+def levels_steps(recents: list[Recent], t: np.ndarray, v: np.ndarray, li: np.ndarray) -> LevelSteps | None:
+    """One rank's rows at times `t`, in one pass: at row r `recents[li[r]].add(t[r], v[r])`,
+    then every other window pruned at t[r] (`ThroughputDropRule._observe`), without changing
+    them. None when the times (each window's old samples, then the rows) are not in order.
+    Each window's sum is rebuilt from its additions and subtractions in order, from 0.0 again
+    where a prune empties it, as `Recent` does."""
+    m, n_lv = len(t), len(recents)
+    span = recents[0].span if recents else 0.0
+    if not m or m > 1 and not (t[1:] >= t[:-1]).all() or any(r.span != span for r in recents):
+        return None
+    q = t - span  # a sample at time x ages out at the first row with x <= q
+    limit = float(q[-1])
+    n0 = np.array([len(r.samples) for r in recents])
+    nf = np.array([bisect_right(r.samples, limit, key=_time) for r in recents])
+    if any(k < len(r.samples) and r.samples[k][0] <= limit for r, k in zip(recents, nf.tolist())):
+        return None
+    n_front = int(nf.sum())
+    front = np.fromiter(chain.from_iterable(chain.from_iterable(islice(r.samples, k) for r, k in zip(recents, nf.tolist()))),
+                        float, 2 * n_front).reshape(n_front, 2)
+    ft, fv = front[:, 0], front[:, 1]
+    fl = np.repeat(np.arange(n_lv), nf)
+    if n_front and ((ft > limit).any() or not ((ft[1:] >= ft[:-1]) | (fl[1:] != fl[:-1])).all()):
+        return None
+    whole = nf == n0  # windows whose old samples all age out: then their new ones may, after them
+    present, first = np.unique(li, return_index=True)
+    ends = np.cumsum(nf)
+    last = whole[present] & (nf[present] > 0)
+    if (ft[ends[present[last]] - 1] > t[first[last]]).any():
+        return None
+    new_aged = np.where(whole[li], np.searchsorted(q, t, "left"), m)  # m: not in this read
+    sel = np.flatnonzero(new_aged < m)
+    n_pr = n_front + len(sel)
+    # every add and prune: by window, row, adds before prunes, prunes oldest first
+    lvl = np.concatenate((li, fl, li[sel]))
+    row = np.concatenate((np.arange(m), np.searchsorted(q, ft, "left"), new_aged[sel]))
+    phase = np.concatenate((np.zeros(m, np.int8), np.ones(n_pr, np.int8)))
+    seq = np.concatenate((np.arange(m), np.arange(n_front), n_front + sel))
+    order = np.lexsort((seq, phase, row, lvl))
+    lvl, row, prune = lvl[order], row[order], phase[order] == 1
+    val = np.concatenate((v, -fv, -v[sel]))[order]
+    when = np.concatenate((t, ft, t[sel]))[order]
+    bounds = np.searchsorted(lvl, np.arange(n_lv + 1))
+    cd = np.concatenate(([0], np.cumsum(np.where(prune, -1, 1))))
+    counts = n0[lvl] + cd[1:] - cd[bounds[lvl]]
+    cs = np.empty(len(val))
+    restarts = np.flatnonzero(counts == 0)  # a prune that empties a window: its sum is 0.0 again
+    for x in range(n_lv):
+        start, end, total = int(bounds[x]), int(bounds[x + 1]), recents[x].sum
+        for z in restarts[(restarts >= start) & (restarts < end)].tolist() + [end - 1]:
+            if z >= start:
+                cs[start:z + 1] = np.cumsum(np.concatenate(([total], val[start:z + 1])))[1:]
+                if counts[z] == 0:
+                    cs[z], total = 0.0, 0.0
+            start = z + 1
+    # each window after each row: its last event at or before the row, else as it was
+    key = lvl.astype(np.int64) * (m + 1) + row
+    ask = (np.arange(n_lv)[:, None] * (m + 1) + np.arange(m)).ravel()
+    at = np.searchsorted(key, ask, side="right") - 1
+    seen = at >= np.repeat(bounds[:-1], m)
+    pe = np.concatenate(([0], np.cumsum(prune)))
+    s = LevelSteps()
+    s.sums = np.where(seen, cs[at], np.repeat([r.sum for r in recents], m)).reshape(n_lv, m)
+    s.counts = np.where(seen, counts[at], np.repeat(n0, m)).reshape(n_lv, m)
+    s.pruned = np.where(seen, pe[at + 1] - np.repeat(pe[bounds[:-1]], m), 0).reshape(n_lv, m)
+    aged = np.flatnonzero(prune)
+    cut = np.searchsorted(aged, bounds)
+    s.aged_t = [when[aged[cut[x]:cut[x + 1]]] for x in range(n_lv)]
+    s.aged_v = [-val[aged[cut[x]:cut[x + 1]]] for x in range(n_lv)]
+    s.aged_rows = [row[aged[cut[x]:cut[x + 1]]] for x in range(n_lv)]
+    return s
 
 
 def baseline_steps(base: Baseline, t: np.ndarray, v: np.ndarray) -> tuple:
@@ -116,32 +200,31 @@ def baseline_steps(base: Baseline, t: np.ndarray, v: np.ndarray) -> tuple:
         change[0] = not buckets or buckets[-1][0] != idx[0]
     starts = np.flatnonzero(change)
     bounds = starts.tolist() + [m]
-    # each bucket's final (sum, count): the old ones, the last one grown by the samples before
-    # the first new bucket, then each run of one bucket, added one sample at a time
-    final = [(b[1], b[2]) for b in buckets]
+    # each bucket's final (sum, count): the last old one grown by the samples before the first
+    # new bucket, then each run of one bucket, added one sample at a time
     out = []
     if m and not change[0]:
         last = buckets[-1]
         end = bounds[0]
-        grown = (float(np.cumsum(np.concatenate(([last[1]], v[:end])))[-1]), last[2] + end)
-        final[-1] = grown
-        out.append((last, *grown))
+        out.append((last, float(np.cumsum(np.concatenate(([last[1]], v[:end])))[-1]), last[2] + end))
     for s, e in zip(bounds, bounds[1:]):
-        total = float(np.cumsum(v[s:e])[-1])
-        final.append((total, e - s))
-        out.append((None, total, e - s, int(idx[s])))
+        out.append((None, float(np.cumsum(v[s:e])[-1]), e - s, int(idx[s])))
     # the k-th new bucket (global index n_old + k) drops bucket n_old + k - max_buckets, if any
-    first = max(0, base.max_buckets - n_old)
-    drop_at = starts[first:]  # samples whose add drops a bucket
-    dropped = final[:len(drop_at)]
+    drop_at = starts[max(0, base.max_buckets - n_old):]  # samples whose add drops a bucket
+    if not len(drop_at):
+        return np.cumsum(np.concatenate(([base._sum], v)))[1:], base.count + np.arange(1, m + 1), out, 0
+    final = [(b[1], b[2]) for b in islice(buckets, min(len(drop_at), n_old))]
+    if out and out[0][0] is not None and len(final) == n_old:
+        final[-1] = out[0][1:]
+    final += [o[1:3] for o in out if o[0] is None][:len(drop_at) - len(final)]
     ops = np.empty(m + len(drop_at))
     before = np.searchsorted(drop_at, np.arange(m), side="left")  # drops before sample i
     ops[np.arange(m) + before] = v
-    ops[drop_at + np.arange(1, len(drop_at) + 1)] = [-s for s, _ in dropped]
+    ops[drop_at + np.arange(1, len(drop_at) + 1)] = [-s for s, _ in final]
     cs = np.cumsum(np.concatenate(([base._sum], ops)))
     upto = np.searchsorted(drop_at, np.arange(m), side="right")  # drops up to sample i's add
     sums = cs[np.arange(1, m + 1) + upto]
-    lost = np.concatenate(([0], np.cumsum([n for _, n in dropped], dtype=np.int64)))
+    lost = np.concatenate(([0], np.cumsum([n for _, n in final], dtype=np.int64)))
     counts = base.count + np.arange(1, m + 1) - lost[upto]
     return sums, counts, out, len(drop_at)
 

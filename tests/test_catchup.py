@@ -372,3 +372,56 @@ def test_baseline_in_columns_drops_buckets_as_one_by_one(max_buckets, old):
     assert steps[3] > 0
     columns.apply_baseline(cols, steps)
     assert dump(cols) == dump(one)
+
+
+@pytest.mark.parametrize("seed,lines", [(1, 300), (2, 300), (3, 300), (4, 103)])
+def test_level_windows_in_columns_as_one_by_one(seed, lines):
+    """`columns.levels_steps` (one rank's load-level windows over its rows, throughput_drop)
+    against the windows fed line by line: sums, counts, aged samples and rows, bit for bit;
+    with old samples (all aged out, or some left: a read of 3 lines), levels that empty (their
+    sums start again at 0.0) and one first seen."""
+    import numpy as np
+
+    from specwatch import columns
+    from specwatch.rules.stats import Recent
+
+    rnd = random.Random(seed)
+    span, levels = 30.0, 4
+    one = [Recent(span) for _ in range(levels)]
+    t, now = [], 1000.0
+    for _ in range(lines):  # old samples, then the read's rows (sparse levels empty between lines)
+        now += rnd.choice((0.05, 0.3, 0.3, 2.0, 9.0, 40.0))
+        t.append(now)
+    li = [rnd.choice((0, 0, 1, 2)) for _ in t[:100]] + [rnd.choice((0, 1, 1, 2, 3)) for _ in t[100:]]
+    v = [rnd.random() * 1000 for _ in t]
+    old = 100
+
+    def feed(r, sums, counts, aged):
+        x = one[li[r]]
+        aged[li[r]] += [(s, r) for s in x.add(t[r], v[r])]
+        for k, w in enumerate(one):
+            if k != li[r] and w.samples and w.samples[0][0] <= t[r] - span:
+                aged[k] += [(s, r) for s in w.prune(t[r])]
+            sums[k].append(w.sum)
+            counts[k].append(len(w))
+
+    for r in range(old):
+        feed(r, [[] for _ in one], [[] for _ in one], [[] for _ in one])
+    cols = [Recent(span) for _ in one]
+    for a, b in zip(cols, one):
+        a.samples, a._sum = type(b.samples)(b.samples), b.sum
+    sums, counts, aged = [[] for _ in one], [[] for _ in one], [[] for _ in one]
+    for r in range(old, len(t)):
+        feed(r, sums, counts, aged)
+    s = columns.levels_steps(cols, np.array(t[old:]), np.array(v[old:]), np.array(li[old:]))
+    for k in range(levels):
+        assert [repr(x) for x in s.sums[k].tolist()] == [repr(x) for x in sums[k]], k
+        assert s.counts[k].tolist() == counts[k]
+        assert s.aged_t[k].tolist() == [a[0][0] for a in aged[k]]
+        assert s.aged_v[k].tolist() == [a[0][1] for a in aged[k]]
+        assert (s.aged_rows[k] + old).tolist() == [a[1] for a in aged[k]]
+        assert s.pruned[k, -1] == len(aged[k])
+    if lines < 200:
+        return
+    assert counts[3][0] == 0  # a level first seen in the read
+    assert any(c and not d for k in range(levels) for c, d in zip(counts[k], counts[k][1:]))  # one empties
