@@ -89,18 +89,20 @@ def recent_steps(recent: Recent, rows_t: np.ndarray, v: np.ndarray, at: np.ndarr
     return st
 
 
-def apply_recent(recent: Recent, steps: Steps, ordinals: np.ndarray, times: list, values: list) -> None:
+def apply_recent(recent: Recent, steps: Steps, ordinals: np.ndarray, times: np.ndarray, values: np.ndarray) -> None:
     """Make `recent` what its adds left it: the new samples are (times[j], values[j]) of the
-    decode ordinals j in `ordinals` (the columns' Python numbers), made only for those that stay."""
+    decode ordinals j in `ordinals` (columns of the read; an int array gives ints), made only
+    for those that stay, as Python numbers."""
     if len(steps.pruned):
         set_recent(recent, int(steps.pruned[-1]), float(steps.sums[-1]), ordinals, times, values)
 
 
-def set_recent(recent: Recent, pruned: int, total: float, ordinals: np.ndarray, times: list, values: list) -> None:
+def set_recent(recent: Recent, pruned: int, total: float, ordinals: np.ndarray, times: np.ndarray,
+               values: np.ndarray) -> None:
     """`recent` less its first `pruned` samples (old, then new), plus the new samples left, and
     its sum `total` (`apply_recent`)."""
-    tail = ordinals[max(0, pruned - len(recent.samples)):].tolist()
-    new = zip(map(times.__getitem__, tail), map(values.__getitem__, tail))
+    tail = ordinals[max(0, pruned - len(recent.samples)):]
+    new = zip(times[tail].tolist(), values[tail].tolist())
     recent.samples = deque(chain(islice(recent.samples, pruned, None), new))
     recent._sum = total
 
@@ -283,3 +285,24 @@ def counted(rows, low: float) -> np.ndarray:
 def window(ordinals: np.ndarray, da: int, db: int) -> np.ndarray:
     """The part of sorted `ordinals` in [da, db)."""
     return ordinals[np.searchsorted(ordinals, da):np.searchsorted(ordinals, db)]
+
+
+def valid_counts(rows, da: int, db: int) -> dict[str, int]:
+    """rank → its decode lines in [da, db) with a valid accept len (`Rows.d_acc_ok`), ranks in
+    the order of their first such line (a `Counter` of them)."""
+    codes = rows.array("d_code")[da:db][rows.array("d_acc_ok")[da:db]]
+    found, first = np.unique(codes, return_index=True)
+    counts = np.bincount(codes)
+    names = rank_names(rows)
+    return {names[c]: int(counts[c]) for c in found[np.argsort(first)].tolist()}
+
+
+def last_by_rank(rows, da: int, db: int) -> list[tuple[int, int]]:
+    """(rank code, its last decode ordinal in [da, db)) of each rank with lines there, ranks in
+    the order of their first line there."""
+    out = []
+    for code, js in enumerate(by_rank(rows)):
+        lo, hi = np.searchsorted(js, (da, db))
+        if hi > lo:
+            out.append((int(js[lo]), code, int(js[hi - 1])))
+    return [(code, last) for _, code, last in sorted(out)]

@@ -89,8 +89,12 @@ class DecodeStalledRule(ActiveAlertsRule):
         if server in self.active:
             return a, []
         st = self._s[server]
+        from specwatch import columns
+
         st.last_decode = rows.clock[rows.dpos[db - 1]]
-        st.running.update(zip(rows.d_rank[da:db], zip(rows.d_running[da:db], rows.d_queued[da:db])))
+        names, running, queued = columns.rank_names(rows), rows.array("d_running"), rows.array("d_queued")
+        for code, j in columns.last_by_rank(rows, da, db):  # as a line at a time: each rank's last line
+            st.running[names[code]] = (int(running[j]), int(queued[j]))
         return b, []
 
     def on_restart(self, server: str, at: float, why: str) -> list[Alert]:

@@ -211,13 +211,14 @@ class DegradationRule(Rule):
         if low.any():
             stop = int(counted[int(np.argmax(low))])  # the first line below: one by one from there
             return stop if stop == int(counted[0]) else self._columns(server, rows, da, stop)
+        running_int = rows.array("d_running").astype(np.int64)  # the lines' running requests: ints, as per line
         for rank, st, pos, w, r in per_rank:
             if st is None:
                 st = self._ranks[(server, rank)] = _Rank(Recent(cfg.window), Recent(cfg.window))
                 st.akey = alert_key(server, rank)
             js = counted[pos]
-            columns.apply_recent(st.recent, w, js, rows.d_ts, rows.d_accept)
-            columns.apply_recent(st.running, r, js, rows.d_ts, rows.d_running)
+            columns.apply_recent(st.recent, w, js, rows.array("d_ts"), rows.array("d_accept"))
+            columns.apply_recent(st.running, r, js, rows.array("d_ts"), running_int)
         if len(lv):
             if learned is None:
                 learned = self._baselines[pair[2]] = base_now

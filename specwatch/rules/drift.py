@@ -159,11 +159,10 @@ class DriftRule(Rule):
         if cut == da:
             return rows.dpos[da], []
         spans.sort()
-        d_ts = rows.d_ts
         for first, code, lines in spans:
             if first < cut:
                 k = int(np.searchsorted(lines, cut)) - 1
-                seen[(server, names[code])] = d_ts[lines[k]]
+                seen[(server, names[code])] = float(ts[lines[k]])
         horizon = idx - cfg.window / width
         acc = rows.array("d_acc")
         opened = sorted((int(us[0]), code, us) for code, us in ((c, columns.window(u, da, cut))

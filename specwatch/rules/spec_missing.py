@@ -102,7 +102,7 @@ class SpecMetricsMissingRule(Rule):
                 if len(late):
                     quiet = min(quiet, a + int(late[0]))
         # this server: runs from each decode line (that ends its streak) to the next
-        dpos = columns.cached(rows, "dpos", lambda: np.array(rows.dpos, dtype=np.int64))
+        dpos = rows.array("dpos")
         d = dpos[np.searchsorted(dpos, a):] - a
         led = len(d) and d[0] == 0  # the first row is a decode line
         starts = d if led else np.concatenate(([0], d))

@@ -167,7 +167,7 @@ class ThroughputDropRule(Rule):
             self._refresh()
         if not self.active.empty():
             return None
-        valid = np.flatnonzero(np.array(rows.d_thr_ok[da:db], dtype=bool)) + da  # decode ordinals
+        valid = np.flatnonzero(rows.array("d_thr_ok")[da:db]) + da  # decode ordinals
         if not len(valid):
             return db
         codes = rows.array("d_code")[valid]
@@ -246,7 +246,7 @@ class ThroughputDropRule(Rule):
                     lv.base = self._usable(learned[x])
                     st.terms.append(0.0)
                 columns.set_recent(lv.recent, int(steps.pruned[x, -1]), float(steps.sums[x, -1]),
-                                   js[li == x], rows.d_ts, rows.d_thr)
+                                   js[li == x], rows.array("d_ts"), rows.array("d_thr"))
                 if len(steps.aged_t[x]):
                     if lv.learned is None:
                         lv.learned = self._baselines.setdefault((server, rank, level), probes[x])
