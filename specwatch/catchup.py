@@ -321,15 +321,12 @@ def take(pipeline, server: str, stats, grouper, engine, maybe_event, batch, tz, 
 def feed(pipeline, server: str, stats, rows: Rows, lines: int, now: float | None) -> int:
     """The pipeline's per-line work (`Pipeline._take`) for every row of `rows`, of a read of
     `lines` lines (caller holds the lock); returns how many were other lines."""
-    n = len(rows.dec)
-    nd = len(rows.dpos)
+    n = len(rows.array("dec"))
+    nd = len(rows.array("dpos"))
     # where the per-line path ticks: after a row whose clock is a second past the last tick
     cuts, last = [], pipeline._last_tick
     if now is None:
-        for i, c in enumerate(rows.clock):
-            if c - last >= 1.0:
-                cuts.append(i + 1)
-                last = c
+        cuts = _cuts(rows.array("ts"), last)
     elif now - last >= 1.0:
         cuts.append(1)
     if not cuts or cuts[-1] != n:
@@ -372,6 +369,26 @@ def feed(pipeline, server: str, stats, rows: Rows, lines: int, now: float | None
     stats.lines["decode"] += nd
     stats.lines["prefill"] += n - nd
     return lines - n
+
+
+def _cuts(clock, last: float) -> list[int]:
+    """The rows after which the per-line path ticks (a row whose clock is a second past the
+    last tick's, `last` first): at C speed for whole seconds in order (the log's stamps
+    without milliseconds: then every new second ticks), else one row at a time."""
+    import numpy as np
+
+    if len(clock) and (clock[1:] >= clock[:-1]).all() and (np.floor(clock) == clock).all():
+        first = int(np.argmax(clock - last >= 1.0))
+        if not clock[first] - last >= 1.0:
+            return []
+        later = np.flatnonzero(clock[first + 1:] > clock[first:-1]) + first + 1  # each new whole second
+        return [first + 1, *(later + 1).tolist()]
+    cuts = []
+    for i, c in enumerate(clock.tolist()):
+        if c - last >= 1.0:
+            cuts.append(i + 1)
+            last = c
+    return cuts
 
 
 def _stamp(stats, rows: Rows, a: int, b: int) -> None:

@@ -27,13 +27,16 @@ class Steps:
     it, `pruned[i]`: samples pruned before (cumulative, counting the old ones first); `aged`:
     `t`, `v`: old and new samples together; `aged_rows[k]`: the row at which sample k aged out."""
 
-    __slots__ = ("sums", "counts", "pruned", "old", "t", "v", "aged_rows")
+    __slots__ = ("sums", "counts", "pruned", "old", "t", "v", "aged_rows", "twin_sums")
 
 
-def recent_steps(recent: Recent, rows_t: np.ndarray, v: np.ndarray, at: np.ndarray | None = None) -> Steps | None:
+def recent_steps(recent: Recent, rows_t: np.ndarray, v: np.ndarray, at: np.ndarray | None = None,
+                 twin: Recent | None = None, twin_v: np.ndarray | None = None) -> Steps | None:
     """`recent` over rows at times `rows_t`: at row `at[i]` (every row when None) `add(t, v[i])`,
     at the others `prune(t)`; without changing `recent`. Arrays are per row. None when the
-    times (old samples and rows together) are not in order: then pruning is not a search."""
+    times (old samples and rows together) are not in order: then pruning is not a search.
+    `twin`: a window of the same samples' times (degradation's running requests) fed `twin_v`:
+    its sums too (`twin_sums`), None when its samples' times are not those of `recent`."""
     m = len(rows_t)
     if at is None:
         at = np.arange(m)
@@ -69,24 +72,39 @@ def recent_steps(recent: Recent, rows_t: np.ndarray, v: np.ndarray, at: np.ndarr
     aged_rows = np.searchsorted(pruned, k, side="right")  # first row whose prune passes sample k
     ops[added[aged_rows] + k] = -all_v[k]
     ends, counts = added + pruned, n0 + added - pruned
-    # a prune that empties the window sets its sum to 0.0 exactly: the sum starts again there
+    empties = np.flatnonzero(counts == 0).tolist()
+    st = Steps()
+    st.sums = _running(ops, recent.sum, empties, ends)
+    st.counts = counts
+    st.pruned = pruned
+    st.old, st.t, st.v = n0, all_t, all_v
+    st.aged_rows = aged_rows
+    st.twin_sums = None
+    if twin is not None and len(twin.samples) == n0 and twin.span == recent.span and \
+            (nf == n0 or twin.samples[nf][0] == old[nf][0]):
+        pair = np.fromiter(chain.from_iterable(islice(twin.samples, nf)), float, 2 * nf).reshape(nf, 2)
+        if (pair[:, 0] == ft).all():
+            ops[(prev_added + prev_pruned)[at]] = twin_v
+            ops[added[aged_rows] + k] = -(pair[:, 1] if nf < n0 else np.concatenate((pair[:, 1], twin_v)))[k]
+            st.twin_sums = _running(ops, twin.sum, empties, ends)
+    return st
+
+
+def _running(ops: np.ndarray, start_sum: float, empties: list[int], ends: np.ndarray) -> np.ndarray:
+    """The running sum after each row (`ends[r]`: operations done by then), added one operation
+    at a time; a prune that empties the window (rows `empties`) sets it to 0.0 exactly and the
+    sum starts again there, as `Recent.prune` does."""
     cs = np.empty(len(ops) + 1)
-    cs[0] = start_sum = recent.sum
+    cs[0] = start_sum
     start = 0
-    for z in np.flatnonzero(counts == 0).tolist():
+    for z in empties:
         end = int(ends[z])
         if end > start:
             cs[start + 1:end + 1] = np.cumsum(np.concatenate(([start_sum], ops[start:end])))[1:]
         cs[end], start_sum, start = 0.0, 0.0, end
     if start < len(ops):
         cs[start + 1:] = np.cumsum(np.concatenate(([start_sum], ops[start:])))[1:]
-    st = Steps()
-    st.sums = cs[ends]
-    st.counts = counts
-    st.pruned = pruned
-    st.old, st.t, st.v = n0, all_t, all_v
-    st.aged_rows = aged_rows
-    return st
+    return cs[ends]
 
 
 def apply_recent(recent: Recent, steps: Steps, ordinals: np.ndarray, times: np.ndarray, values: np.ndarray) -> None:

@@ -425,3 +425,27 @@ def test_level_windows_in_columns_as_one_by_one(seed, lines):
         return
     assert counts[3][0] == 0  # a level first seen in the read
     assert any(c and not d for k in range(levels) for c, d in zip(counts[k], counts[k][1:]))  # one empties
+
+
+def test_twin_window_sums_as_its_own():
+    """`columns.recent_steps(twin=...)`: a window of the same times (degradation's running
+    requests) summed with the first's searches equals it summed alone; another's times: None."""
+    import numpy as np
+
+    from specwatch import columns
+    from specwatch.rules.stats import Recent
+
+    rnd = random.Random(5)
+    a, b, c = Recent(20.0), Recent(20.0), Recent(20.0)
+    now = 100.0
+    for _ in range(50):
+        now += rnd.choice((0.5, 3.0, 25.0))
+        a.add(now, rnd.random() * 3)
+        b.add(now, rnd.randint(1, 64))
+        c.add(now + 0.25, 1)
+    t = np.cumsum([rnd.choice((0.5, 3.0, 25.0)) for _ in range(80)]) + now
+    v, w = np.array([rnd.random() * 3 for _ in t]), np.array([float(rnd.randint(1, 64)) for _ in t])
+    both = columns.recent_steps(a, t, v, twin=b, twin_v=w)
+    alone = columns.recent_steps(b, t, w)
+    assert [repr(x) for x in both.twin_sums.tolist()] == [repr(x) for x in alone.sums.tolist()]
+    assert columns.recent_steps(a, t, v, twin=c, twin_v=w).twin_sums is None

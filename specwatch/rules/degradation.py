@@ -175,10 +175,11 @@ class DegradationRule(Rule):
                 return None
             recent = st.recent if st is not None else Recent(cfg.window)
             running = st.running if st is not None else Recent(cfg.window)
-            w = columns.recent_steps(recent, t_all[pos], x_all[pos])
-            r = columns.recent_steps(running, t_all[pos], run_all[pos])
+            w = columns.recent_steps(recent, t_all[pos], x_all[pos], twin=running, twin_v=run_all[pos])
+            r = w if w is None or w.twin_sums is not None else columns.recent_steps(running, t_all[pos], run_all[pos])
             if w is None or r is None:
                 return None
+            r = (int(r.pruned[-1]), float((r.twin_sums if r is w else r.sums)[-1]))  # the running window's end
             sums[pos], cnts[pos] = w.sums, w.counts
             k = int(w.pruned[-1])
             if k:
@@ -218,7 +219,7 @@ class DegradationRule(Rule):
                 st.akey = alert_key(server, rank)
             js = counted[pos]
             columns.apply_recent(st.recent, w, js, rows.array("d_ts"), rows.array("d_accept"))
-            columns.apply_recent(st.running, r, js, rows.array("d_ts"), running_int)
+            columns.set_recent(st.running, *r, js, rows.array("d_ts"), running_int)
         if len(lv):
             if learned is None:
                 learned = self._baselines[pair[2]] = base_now
