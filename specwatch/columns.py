@@ -170,7 +170,7 @@ def levels_steps(recents: list[Recent], t: np.ndarray, v: np.ndarray, li: np.nda
     row = np.concatenate((np.arange(m), np.searchsorted(q, ft, "left"), new_aged[sel]))
     phase = np.concatenate((np.zeros(m, np.int8), np.ones(n_pr, np.int8)))
     seq = np.concatenate((np.arange(m), np.arange(n_front), n_front + sel))
-    order = np.lexsort((seq, phase, row, lvl))
+    order = np.argsort(((lvl * (m + 1) + row) * 2 + phase) * (n_front + 2 * m) + seq, kind="stable")
     lvl, row, prune = lvl[order], row[order], phase[order] == 1
     val = np.concatenate((v, -fv, -v[sel]))[order]
     when = np.concatenate((t, ft, t[sel]))[order]
@@ -188,15 +188,17 @@ def levels_steps(recents: list[Recent], t: np.ndarray, v: np.ndarray, li: np.nda
                     cs[z], total = 0.0, 0.0
             start = z + 1
     # each window after each row: its last event at or before the row, else as it was
-    key = lvl.astype(np.int64) * (m + 1) + row
-    ask = (np.arange(n_lv)[:, None] * (m + 1) + np.arange(m)).ravel()
-    at = np.searchsorted(key, ask, side="right") - 1
-    seen = at >= np.repeat(bounds[:-1], m)
+    key = lvl * (m + 1) + row
+    last = np.flatnonzero(np.append(key[1:] != key[:-1], True))  # each window's last event of a row
+    at = np.full((n_lv, m), -1)
+    at[lvl[last], row[last]] = last
+    at = np.maximum.accumulate(at, axis=1)
+    seen = at >= 0
     pe = np.concatenate(([0], np.cumsum(prune)))
     s = LevelSteps()
-    s.sums = np.where(seen, cs[at], np.repeat([r.sum for r in recents], m)).reshape(n_lv, m)
-    s.counts = np.where(seen, counts[at], np.repeat(n0, m)).reshape(n_lv, m)
-    s.pruned = np.where(seen, pe[at + 1] - np.repeat(pe[bounds[:-1]], m), 0).reshape(n_lv, m)
+    s.sums = np.where(seen, cs[at], np.array([r.sum for r in recents])[:, None])
+    s.counts = np.where(seen, counts[at], n0[:, None])
+    s.pruned = np.where(seen, pe[at + 1] - pe[bounds[:-1]][:, None], 0)
     aged = np.flatnonzero(prune)
     cut = np.searchsorted(aged, bounds)
     s.aged_t = [when[aged[cut[x]:cut[x + 1]]] for x in range(n_lv)]
