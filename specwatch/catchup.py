@@ -20,7 +20,6 @@ import math
 import re
 from bisect import bisect_right
 from datetime import datetime
-from collections import Counter
 
 from specwatch.events import DecodeBatch, OtherLine, PrefillBatch
 from specwatch.rules.base import alert_key
@@ -556,9 +555,10 @@ class _RankSync:
         rows, server, ranks = self.rows, self.server, self.p.ranks
         a = self.done
         if upto > a:
-            for rk in dict.fromkeys(rows.rank[a:upto]):  # RankStats made in first-appearance order, as per line
-                if (server, rk) not in ranks:
-                    self.p._rank(server, rows.batch(a + rows.rank[a:upto].index(rk)))
+            found, first = np.unique(rows.array("rank")[a:upto], return_index=True)
+            for code, i in sorted(zip(found.tolist(), first.tolist()), key=lambda e: e[1]):
+                if (server, rows._names[code]) not in ranks:  # RankStats made in first-appearance order, as per line
+                    self.p._rank(server, rows.batch(a + i))
             db = rows.dcount[upto]
             for e in self.per:
                 rk, js, vals, sums, _, count0, _, lo, _ = e
@@ -576,8 +576,10 @@ class _RankSync:
                 if mx > rs.accept_length_max:
                     rs.accept_length_max = mx
                 e[7] = hi
-            for rk, count in Counter(rows.p_rank[a - rows.dcount[a]:upto - rows.dcount[upto]]).items():
-                ranks[(server, rk)].prefill_batches += count
+            dcount = rows.array("dcount")
+            prefills = np.bincount(rows.array("p_rank")[a - int(dcount[a]):upto - int(dcount[upto])])
+            for code in np.flatnonzero(prefills).tolist():
+                ranks[(server, rows._names[code])].prefill_batches += int(prefills[code])
             self.done = upto
         if points > self.pdone:
             self._points(points, now_alerts)
