@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import math
 import re
+from bisect import bisect_right
 from datetime import datetime
-from collections import Counter
 
 from specwatch.events import DecodeBatch, OtherLine, PrefillBatch
 from specwatch.rules.base import alert_key
@@ -320,15 +320,12 @@ def take(pipeline, server: str, stats, grouper, engine, maybe_event, batch, tz, 
 def feed(pipeline, server: str, stats, rows: Rows, lines: int, now: float | None) -> int:
     """The pipeline's per-line work (`Pipeline._take`) for every row of `rows`, of a read of
     `lines` lines (caller holds the lock); returns how many were other lines."""
-    n = len(rows.dec)
-    nd = len(rows.dpos)
+    n = len(rows.array("dec"))
+    nd = len(rows.array("dpos"))
     # where the per-line path ticks: after a row whose clock is a second past the last tick
     cuts, last = [], pipeline._last_tick
     if now is None:
-        for i, c in enumerate(rows.clock):
-            if c - last >= 1.0:
-                cuts.append(i + 1)
-                last = c
+        cuts = _cuts(rows.array("ts"), last)
     elif now - last >= 1.0:
         cuts.append(1)
     if not cuts or cuts[-1] != n:
@@ -336,26 +333,35 @@ def feed(pipeline, server: str, stats, rows: Rows, lines: int, now: float | None
     decode_rules = pipeline._on_decode
     prefill_rules = set(map(id, pipeline._on_prefill))
     rules = [r for r in pipeline.rules if r in decode_rules or id(r) in prefill_rules]
-    a = 0
+    a, ci, end = 0, 0, len(cuts) - 1
     clock = rows.clock
     taken: list[tuple[int, list] | None] = [None] * len(rules)
     sync = _RankSync(pipeline, server, rows, taken)
-    pipeline._before_handle = sync.on_handle
+    ticks = _Ticks(pipeline, server, rows, rules)
+
+    def before_handle(alerts: list) -> None:
+        ticks.stale = True
+        sync.on_handle(alerts)
+
+    pipeline._before_handle = before_handle
     try:
-        for b in cuts:
-            _piece(pipeline, server, rows, rules, prefill_rules, a, b, taken, sync)
-            da, db = rows.decodes(a, b)
-            if db > da:
-                stats.last_line["decode"] = clock[rows.dpos[db - 1]]
-            if (b - a) > (db - da):
-                i = b - 1
-                while rows.dec[i]:
-                    i -= 1
-                stats.last_line["prefill"] = clock[i]
+        while ci <= end:
+            b = cuts[ci]
+            _piece(pipeline, server, rows, rules, prefill_rules, a, b, taken, sync, ticks)
+            _stamp(stats, rows, a, b)
             if b < n or (clock[b - 1] - pipeline._last_tick >= 1.0):
                 sync.upto = sync.points = b
-                pipeline.tick(clock[b - 1])
+                ticks.tick(b, clock[b - 1])
             a = b
+            ci += 1
+            # the next pieces whose rows every rule took and whose ticks are all quiet: at once
+            j = ticks.skip(cuts, ci, end, taken)
+            if j > ci:
+                b = cuts[j - 1]
+                _stamp(stats, rows, a, b)
+                sync.upto = sync.points = b
+                pipeline._last_tick = clock[b - 1]
+                a, ci = b, j
         sync.sync(n, n)
     finally:
         pipeline._before_handle = None
@@ -364,18 +370,122 @@ def feed(pipeline, server: str, stats, rows: Rows, lines: int, now: float | None
     return lines - n
 
 
+def _cuts(clock, last: float) -> list[int]:
+    """The rows after which the per-line path ticks (a row whose clock is a second past the
+    last tick's, `last` first): at C speed for whole seconds in order (the log's stamps
+    without milliseconds: then every new second ticks), else one row at a time."""
+    import numpy as np
+
+    if len(clock) and (clock[1:] >= clock[:-1]).all() and (np.floor(clock) == clock).all():
+        first = int(np.argmax(clock - last >= 1.0))
+        if not clock[first] - last >= 1.0:
+            return []
+        later = np.flatnonzero(clock[first + 1:] > clock[first:-1]) + first + 1  # each new whole second
+        return [first + 1, *(later + 1).tolist()]
+    cuts = []
+    for i, c in enumerate(clock.tolist()):
+        if c - last >= 1.0:
+            cuts.append(i + 1)
+            last = c
+    return cuts
+
+
+def _stamp(stats, rows: Rows, a: int, b: int) -> None:
+    """The clocks of the last decode and prefill lines of rows [a, b) (`ServerStats.last_line`)."""
+    da, db = rows.decodes(a, b)
+    clock = rows.clock
+    if db > da:
+        stats.last_line["decode"] = clock[rows.dpos[db - 1]]
+    if (b - a) > (db - da):
+        i = b - 1
+        while rows.dec[i]:
+            i -= 1
+        stats.last_line["prefill"] = clock[i]
+
+
+class _Ticks:
+    """The read's ticks, less what they would not change: each rule's `on_tick` is skipped
+    where `Rule.quiet_until` says it does nothing (asked when the rule advances, for a rule
+    with decode or prefill hooks, else at the start of the read and after its ticks), the
+    dispatcher's where `Dispatcher.idle_until` says so. `quiet`: per rule (by id) the last cut
+    whose tick it skips. While some file's traceback is open (its end is an event for the
+    rules) every tick runs whole and no rule advances past one, as before."""
+
+    def __init__(self, pipeline, server: str, rows: Rows, rules: list) -> None:
+        self.p, self.server, self.rows = pipeline, server, rows
+        self.rules = pipeline._on_tick
+        self.exact = any(g.group is not None for g in pipeline._groupers.values())
+        self.hooked = set(map(id, rules))  # learn theirs when they advance (before the first tick)
+        self.quiet = {id(r): 0 if id(r) in self.hooked else r.quiet_until(server, rows, 0) for r in self.rules}
+        self.stale = True  # an alert was handled since `idle` was read
+        self.idle = -math.inf
+
+    def reach(self, rule, a: int, b: int) -> int:
+        """The row up to which `rule` may advance from row a (a piece ends at b)."""
+        n = len(self.rows.dec)
+        x = id(rule)
+        if self.exact or x not in self.quiet:
+            return n if rule.advance_across_ticks else b
+        q = self.quiet[x] = rule.quiet_until(self.server, self.rows, a)
+        return n if rule.advance_across_ticks else max(b, q)
+
+    def alerted(self, rule, i: int) -> None:
+        """`rule` alerted at row i: its ticks after that run (until it advances again)."""
+        q = self.quiet.get(id(rule))
+        if q is not None and q > i:
+            self.quiet[id(rule)] = i
+
+    def _dispatch_idle(self) -> float:
+        if self.stale:
+            self.idle, self.stale = self.p.dispatcher.idle_until(), False
+        return self.idle
+
+    def tick(self, b: int, now: float) -> None:
+        """The tick after rows [0, b), at `now`."""
+        p = self.p
+        if self.exact:
+            p.tick(now)
+            return
+        due = [r for r in self.rules if self.quiet[id(r)] < b]
+        dispatch = now >= self._dispatch_idle()
+        if not due and not dispatch:
+            p._last_tick = now
+            return
+        p.tick(now, due, dispatch)
+        self.stale = True
+        for r in due:
+            if id(r) not in self.hooked:
+                self.quiet[id(r)] = r.quiet_until(self.server, self.rows, b)
+
+    def skip(self, cuts: list[int], ci: int, end: int, taken: list) -> int:
+        """The first piece from cuts[ci] on (before the last, `end`) that needs a row one by
+        one (not taken by some rule, or its alerts), a rule's advance, or a tick."""
+        if self.exact or ci >= end:
+            return ci
+        low = min(self.quiet.values(), default=len(self.rows.dec))
+        for k, alerts, _ in taken:
+            if (k - 1 if alerts else k) < low:
+                low = k - 1 if alerts else k
+        j = bisect_right(cuts, low, ci, end)
+        idle = self._dispatch_idle()
+        if j > ci and idle < math.inf:
+            clock = self.rows.clock
+            j = next((c for c in range(ci, j) if clock[cuts[c] - 1] >= idle), j)
+        return j
+
+
 def _piece(pipeline, server: str, rows: Rows, rules: list, prefill_rules: set, a: int, b: int,
-           taken: list, sync: "_RankSync") -> None:
+           taken: list, sync: "_RankSync", ticks: _Ticks) -> None:
     """Rows [a, b), between two ticks: each rule advances in aggregate (past b when it may),
     the rows it did not take go through its hooks one by one. `taken`: per rule, (first row
     it did not take, alerts of the row before it, how many advances in a row took nothing). A
     rule advances again after the row it stopped at (drift: a bucket closes), unless
     `RETRIES` advances in a row took nothing (it waits for the next piece then)."""
-    low, n = b, len(rows.dec)
+    low = b
     for x, rule in enumerate(rules):
         t = taken[x]
         if t is None or t[0] <= a:
-            t = taken[x] = (*rule.advance(server, rows, a, n if rule.advance_across_ticks else b), 0)
+            t = taken[x] = (*rule.advance(server, rows, a, ticks.reach(rule, a, b)), 0)
         k, alerts, _ = t
         first = k - 1 if alerts else k
         if first < low:
@@ -392,6 +502,7 @@ def _piece(pipeline, server: str, rows: Rows, rules: list, prefill_rules: set, a
             if i < k:  # taken in aggregate; its alerts (if any) are the last taken row's
                 if alerts and i == k - 1:
                     handle(alerts, clock[i])
+                    ticks.alerted(rule, i)
                 continue
             out = None
             if dec[i]:
@@ -402,8 +513,9 @@ def _piece(pipeline, server: str, rows: Rows, rules: list, prefill_rules: set, a
                 out = rule.on_prefill(server, rows.batch(i), clock[i])
             if out:
                 handle(out, clock[i])
+                ticks.alerted(rule, i)
             if i == k and i + 1 < b and misses < RETRIES:  # it stopped at this row: on from the next
-                k, alerts = rule.advance(server, rows, i + 1, n if rule.advance_across_ticks else b)
+                k, alerts = rule.advance(server, rows, i + 1, ticks.reach(rule, i + 1, b))
                 taken[x] = (k, alerts, 0 if k > i + 1 else misses + 1)
 
 
@@ -443,9 +555,10 @@ class _RankSync:
         rows, server, ranks = self.rows, self.server, self.p.ranks
         a = self.done
         if upto > a:
-            for rk in dict.fromkeys(rows.rank[a:upto]):  # RankStats made in first-appearance order, as per line
-                if (server, rk) not in ranks:
-                    self.p._rank(server, rows.batch(a + rows.rank[a:upto].index(rk)))
+            found, first = np.unique(rows.array("rank")[a:upto], return_index=True)
+            for code, i in sorted(zip(found.tolist(), first.tolist()), key=lambda e: e[1]):
+                if (server, rows._names[code]) not in ranks:  # RankStats made in first-appearance order, as per line
+                    self.p._rank(server, rows.batch(a + i))
             db = rows.dcount[upto]
             for e in self.per:
                 rk, js, vals, sums, _, count0, _, lo, _ = e
@@ -463,8 +576,10 @@ class _RankSync:
                 if mx > rs.accept_length_max:
                     rs.accept_length_max = mx
                 e[7] = hi
-            for rk, count in Counter(rows.p_rank[a - rows.dcount[a]:upto - rows.dcount[upto]]).items():
-                ranks[(server, rk)].prefill_batches += count
+            dcount = rows.array("dcount")
+            prefills = np.bincount(rows.array("p_rank")[a - int(dcount[a]):upto - int(dcount[upto])])
+            for code in np.flatnonzero(prefills).tolist():
+                ranks[(server, rows._names[code])].prefill_batches += int(prefills[code])
             self.done = upto
         if points > self.pdone:
             self._points(points, now_alerts)

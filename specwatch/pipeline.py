@@ -457,14 +457,16 @@ class Pipeline:
         stats.server_args = ServerArgs(event.timestamp, merged, event.source)
         return stats.server_args
 
-    def tick(self, now: float) -> None:
-        """Let time-based rules and alert repeats advance (caller holds `lock`)."""
+    def tick(self, now: float, rules: list[Rule] | None = None, dispatch: bool = True) -> None:
+        """Let time-based rules and alert repeats advance (caller holds `lock`). The catch-up
+        names the `rules` whose `on_tick` may do something, and whether the dispatcher's may."""
         self._last_tick = now
         if self._groupers:
             self._expire_errors(now)
-        for rule in self._on_tick:
+        for rule in self._on_tick if rules is None else rules:
             self._handle(rule.on_tick(now), now)
-        self.dispatcher.tick(now)
+        if dispatch:
+            self.dispatcher.tick(now)
 
     def _apply_rules(self, server: str, event: object, now: float) -> None:
         why = self._restarted(server, event)

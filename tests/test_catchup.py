@@ -32,6 +32,7 @@ RULES = {
     "drift": {"window": "1h", "bucket": "60s", "min_buckets": 6, "restart_gap": "5m",
               "min_decline_per_hour": 0.02, "min_total_decline": 0.03, "min_falling_fraction": 0.6},
     "windows": {"max_gap": "20s"},
+    "spec_metrics_missing": {"window": "60s"},
 }
 
 
@@ -39,26 +40,36 @@ ARGS = ("server_args=ServerArgs(model_path='/models/m', speculative_algorithm='E
         "speculative_draft_model_path='/models/d', speculative_num_steps=3, tp_size=8, dp_size=8)")
 
 
-def scenario(path, seed: int = 3, ms: bool = False, hostile: bool = False) -> int:
+def scenario(path, seed: int = 3, ms: bool = False, hostile: bool = False, silent: bool = False,
+             start: datetime = datetime(2026, 3, 1, 10, 0, 0)) -> int:
     """A 40-minute log of 8 DP ranks with one episode of each kind; returns its line count.
     ms: milliseconds in the stamps and SGLang 0.5.11+'s prefill line (`#pending-token`).
     hostile: also lines the parser must read one by one: server_args (at the start, and a
-    restart at 34 min), request text quoting a decode line, a traceback."""
+    restart at 34 min), request text quoting a decode line, a traceback.
+    silent: restart gaps (drift's restart_gap: 5 min): DP4 silent over 5-11 min, and 8 more
+    minutes, every rank collapsed, with no line at all over 40-46.2; no decode line over 12-15
+    min (prefill lines go on: SpecMetricsMissing) and a failed health check at 12.5 min
+    (DecodeStalled)."""
     rnd = random.Random(seed)
-    t = datetime(2026, 3, 1, 10, 0, 0)
-    start = t
+    t = start
     lines = [f"[{t:%Y-%m-%d %H:%M:%S}] {ARGS}"] if hostile else []
-    stepped = restarted = crashed = False
-    while t - start < timedelta(minutes=40):
+    stepped = restarted = crashed = unhealthy = False
+    while t - start < timedelta(minutes=48 if silent else 40):
         t += timedelta(milliseconds=rnd.randint(5, 60))
         m = (t - start).total_seconds() / 60
-        if 27.0 < m < 27.5:
+        if 27.0 < m < 27.5 or silent and 40 < m < 46.2:
             continue  # a gap: every rank's next window is after_gap
         if 33.0 < m and not stepped:
             t -= timedelta(seconds=2)  # the clock steps back once
             stepped = True
         stamp = t.strftime("%Y-%m-%d %H:%M:%S") + (f".{t.microsecond // 1000:03d}" if ms else "")
         dp = rnd.randint(0, 7)
+        if silent and dp == 4 and 5 < m < 11:
+            continue
+        if silent and m > 12.5 and not unhealthy:
+            lines.append(f"[{stamp}] Health check failed. Server couldn't get a response from detokenizer for "
+                         f"last 20 seconds. tic start time: {t:%H:%M:%S}. last_heartbeat time: {t:%H:%M:%S}")
+            unhealthy = True
         if hostile and rnd.random() < 0.0005:  # request text quoting a collapsed decode line
             lines.append(f"[{stamp}] Receive: obj=GenerateReqInput(text='see [{stamp} DP0 TP0] Decode batch, "
                          "#running-req: 9, #token: 1200, token usage: 0.01, accept len: 1.00, accept rate: 0.00, "
@@ -73,11 +84,11 @@ def scenario(path, seed: int = 3, ms: bool = False, hostile: bool = False) -> in
                       "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB."]
             crashed = True
         r = rnd.random()
-        if r < 0.55:
+        if r < 0.55 and not (silent and 12 < m < 15):
             al = 2.4 + rnd.random() * 0.8 - (m - 3) * 0.02 * (m > 3 and m < 14)  # drift over 3-14 min
             thr = 400 + rnd.random() * 800
             running = rnd.randint(1, 64)
-            if 16 < m < 18.5:
+            if 16 < m < 18.5 or silent and m > 39:
                 al = 1.0 + rnd.random() * 0.06  # every rank collapsed
             elif 20 < m < 22 and dp == 3:
                 al = 1.02  # one rank collapsed
@@ -132,13 +143,17 @@ def dump(x, seen=()):
     return [type(x).__module__ + "." + type(x).__name__, repr(x)]
 
 
-def run(path, *, fast: bool, chunk: int, clock: bool, monkeypatch) -> dict:
+def run(path, *, fast: bool, chunk: int, clock: bool, monkeypatch, then=None) -> dict:
+    """`path` read through a pipeline (fast: the catch-up path on), then the log `then` of a
+    second server ("b") if given; everything the pipeline and its rules hold at the end."""
     monkeypatch.setattr(catchup, "MIN_LINES", 256 if fast else 10 ** 12)
     columns = []  # rows taken in columns (catchup.feed)
     feed_rows = catchup.feed
     monkeypatch.setattr(catchup, "feed", lambda p_, s_, st, rows, *a: columns.append(len(rows.dec)) or feed_rows(p_, s_, st, rows, *a))
     cfg = build_config({"rules": RULES}, for_run=False)
     cfg.logs.append(LogSource(path=str(path), server=cfg.server))
+    if then is not None:
+        cfg.logs.append(LogSource(path=str(then), server="b"))
     dispatcher, _ = build_alerting(cfg, state_dir=None, replay=True, notify=False, slack_dry_run=None)
     p = Pipeline(cfg, dispatcher, diagnosis_background=False)
     next(r for r in p.rules if r.name == "metrics_crosscheck").watching = True  # as with /metrics configured: log lines kept
@@ -151,10 +166,11 @@ def run(path, *, fast: bool, chunk: int, clock: bool, monkeypatch) -> dict:
         else:
             p.feed_batch(batch)
 
-    f = Follower(str(path), on_lines=feed, max_line_bytes=1 << 20, read_chunk_bytes=chunk)
-    while f.poll():
-        pass
-    f.finish()
+    for log in [path] + ([then] if then is not None else []):
+        f = Follower(str(log), on_lines=feed, max_line_bytes=1 << 20, read_chunk_bytes=chunk)
+        while f.poll():
+            pass
+        f.finish()
     p.flush_errors()
     return {
         "alerts": [a.to_dict() for a in dispatcher.history],
@@ -167,12 +183,13 @@ def run(path, *, fast: bool, chunk: int, clock: bool, monkeypatch) -> dict:
     } | ({"columns": sum(columns)} if fast else {})
 
 
-@pytest.mark.parametrize("chunk,clock,ms,hostile", [(1 << 20, False, False, False), (1 << 16, False, True, False),
-                                                   (1 << 18, True, False, False), (1 << 20, False, False, True),
-                                                   (1 << 18, True, True, True)])
-def test_catchup_decides_as_per_line(tmp_path, monkeypatch, chunk, clock, ms, hostile):
+@pytest.mark.parametrize("chunk,clock,ms,hostile,silent", [
+    (1 << 20, False, False, False, False), (1 << 16, False, True, False, False), (1 << 18, True, False, False, False),
+    (1 << 20, False, False, True, False), (1 << 18, True, True, True, False), (1 << 20, False, False, False, True),
+    (1 << 18, True, False, False, True)])
+def test_catchup_decides_as_per_line(tmp_path, monkeypatch, chunk, clock, ms, hostile, silent):
     log = tmp_path / "server.log"
-    n = scenario(log, ms=ms, hostile=hostile)
+    n = scenario(log, ms=ms, hostile=hostile, silent=silent)
     slow = run(log, fast=False, chunk=chunk, clock=clock, monkeypatch=monkeypatch)
     fast = run(log, fast=True, chunk=chunk, clock=clock, monkeypatch=monkeypatch)
     names = sorted({(a["labels"]["alertname"], a["status"]) for a in slow["alerts"]})
@@ -182,8 +199,33 @@ def test_catchup_decides_as_per_line(tmp_path, monkeypatch, chunk, clock, ms, ho
             assert (name, "firing") in names, names
             assert (name, "resolved") in names or name == "AcceptanceDrift", names
         assert (("AcceptanceNearCeiling", "firing") in names) == hostile, names
+        for name in ("SpecMetricsMissing", "DecodeStalled"):
+            assert {(name, "firing"), (name, "resolved")} <= set(names) or not silent, names
     assert sum(sum(st["lines"].values()) for st in slow["servers"].values()) == n
     assert fast["columns"] > n // 2, fast["columns"]
+    for key in slow:
+        assert fast[key] == slow[key], key
+
+
+def test_catchup_ticks_another_servers_rules_as_per_line(tmp_path, monkeypatch):
+    """Ticks of one server's read reach the rules' state of another: server A's log ends with
+    12 prefill lines after its last decode line, 30 s before B's log starts; 30 s into B's
+    first read its ticks prune A's pending prefill times (spec_metrics_missing's window: 60 s)
+    to the newest."""
+    first, then = tmp_path / "a.log", tmp_path / "b.log"
+    scenario(first, start=datetime(2026, 3, 1, 9, 19, 30))
+    last = first.read_text().splitlines()[-1][1:20]
+    with first.open("a") as f:
+        for i in range(12):
+            f.write(f"[{last} DP{i % 8} TP{i % 8}] Prefill batch, #new-seq: 1, #new-token: 90, #cached-token: 0, "
+                    "token usage: 0.10, #running-req: 3, #queue-req: 0, cuda graph: True, "
+                    "input throughput (token/s): 900.00\n")
+    scenario(then, seed=5)
+    slow = run(first, fast=False, chunk=1 << 20, clock=False, monkeypatch=monkeypatch, then=then)
+    fast = run(first, fast=True, chunk=1 << 20, clock=False, monkeypatch=monkeypatch, then=then)
+    [a] = [s for s in slow["servers"] if s != "b"]
+    pending = dict((k, v) for k, v in slow["rules"]["spec_metrics_missing"][1]["_prefills"][1])
+    assert pending[a] == ["deque", [["float", repr(datetime.strptime(last, "%Y-%m-%d %H:%M:%S").timestamp())]]]
     for key in slow:
         assert fast[key] == slow[key], key
 
@@ -300,3 +342,110 @@ print(rc, (before - p.memory_info().rss) >> 20)
 """
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
     assert out[0] == "1" and int(out[1]) >= 100, out
+
+
+@pytest.mark.parametrize("max_buckets,old", [(1, 0), (3, 2), (4, 4), (40, 5)])
+def test_baseline_in_columns_drops_buckets_as_one_by_one(max_buckets, old):
+    """`columns.baseline_steps` over samples that go back and forth across bucket bounds (aged
+    samples of several ranks), past `max_buckets`: the same sums, counts and buckets as `add`."""
+    import numpy as np
+
+    from specwatch import columns
+    from specwatch.rules.stats import Baseline
+
+    rnd = random.Random(max_buckets * 7 + old)
+    t = sorted(1000.0 + rnd.random() * 3000 for _ in range(600))
+    t = [x + rnd.choice((-40.0, 0.0, 0.0, 40.0)) for x in t]  # flips between neighbouring buckets
+    v = [2.0 + rnd.random() for _ in t]
+    one, cols = Baseline(100.0, 100.0 * max_buckets), Baseline(100.0, 100.0 * max_buckets)
+    for i in range(old):  # the newest old bucket is the first samples' (it grows)
+        one.add(100.0 * (i + 11 - old) + 0.1 * i, 1.0 + 0.1 * i)
+        cols.add(100.0 * (i + 11 - old) + 0.1 * i, 1.0 + 0.1 * i)
+    sums, counts = [], []
+    for x, y in zip(t, v):
+        one.add(x, y)
+        sums.append(one._sum)
+        counts.append(one.count)
+    steps = columns.baseline_steps(cols, np.array(t), np.array(v))
+    assert [repr(x) for x in steps[0].tolist()] == [repr(x) for x in sums]
+    assert steps[1].tolist() == counts
+    assert steps[3] > 0
+    columns.apply_baseline(cols, steps)
+    assert dump(cols) == dump(one)
+
+
+@pytest.mark.parametrize("seed,lines", [(1, 300), (2, 300), (3, 300), (4, 103)])
+def test_level_windows_in_columns_as_one_by_one(seed, lines):
+    """`columns.levels_steps` (one rank's load-level windows over its rows, throughput_drop)
+    against the windows fed line by line: sums, counts, aged samples and rows, bit for bit;
+    with old samples (all aged out, or some left: a read of 3 lines), levels that empty (their
+    sums start again at 0.0) and one first seen."""
+    import numpy as np
+
+    from specwatch import columns
+    from specwatch.rules.stats import Recent
+
+    rnd = random.Random(seed)
+    span, levels = 30.0, 4
+    one = [Recent(span) for _ in range(levels)]
+    t, now = [], 1000.0
+    for _ in range(lines):  # old samples, then the read's rows (sparse levels empty between lines)
+        now += rnd.choice((0.05, 0.3, 0.3, 2.0, 9.0, 40.0))
+        t.append(now)
+    li = [rnd.choice((0, 0, 1, 2)) for _ in t[:100]] + [rnd.choice((0, 1, 1, 2, 3)) for _ in t[100:]]
+    v = [rnd.random() * 1000 for _ in t]
+    old = 100
+
+    def feed(r, sums, counts, aged):
+        x = one[li[r]]
+        aged[li[r]] += [(s, r) for s in x.add(t[r], v[r])]
+        for k, w in enumerate(one):
+            if k != li[r] and w.samples and w.samples[0][0] <= t[r] - span:
+                aged[k] += [(s, r) for s in w.prune(t[r])]
+            sums[k].append(w.sum)
+            counts[k].append(len(w))
+
+    for r in range(old):
+        feed(r, [[] for _ in one], [[] for _ in one], [[] for _ in one])
+    cols = [Recent(span) for _ in one]
+    for a, b in zip(cols, one):
+        a.samples, a._sum = type(b.samples)(b.samples), b.sum
+    sums, counts, aged = [[] for _ in one], [[] for _ in one], [[] for _ in one]
+    for r in range(old, len(t)):
+        feed(r, sums, counts, aged)
+    s = columns.levels_steps(cols, np.array(t[old:]), np.array(v[old:]), np.array(li[old:]))
+    for k in range(levels):
+        assert [repr(x) for x in s.sums[k].tolist()] == [repr(x) for x in sums[k]], k
+        assert s.counts[k].tolist() == counts[k]
+        assert s.aged_t[k].tolist() == [a[0][0] for a in aged[k]]
+        assert s.aged_v[k].tolist() == [a[0][1] for a in aged[k]]
+        assert (s.aged_rows[k] + old).tolist() == [a[1] for a in aged[k]]
+        assert s.pruned[k, -1] == len(aged[k])
+    if lines < 200:
+        return
+    assert counts[3][0] == 0  # a level first seen in the read
+    assert any(c and not d for k in range(levels) for c, d in zip(counts[k], counts[k][1:]))  # one empties
+
+
+def test_twin_window_sums_as_its_own():
+    """`columns.recent_steps(twin=...)`: a window of the same times (degradation's running
+    requests) summed with the first's searches equals it summed alone; another's times: None."""
+    import numpy as np
+
+    from specwatch import columns
+    from specwatch.rules.stats import Recent
+
+    rnd = random.Random(5)
+    a, b, c = Recent(20.0), Recent(20.0), Recent(20.0)
+    now = 100.0
+    for _ in range(50):
+        now += rnd.choice((0.5, 3.0, 25.0))
+        a.add(now, rnd.random() * 3)
+        b.add(now, rnd.randint(1, 64))
+        c.add(now + 0.25, 1)
+    t = np.cumsum([rnd.choice((0.5, 3.0, 25.0)) for _ in range(80)]) + now
+    v, w = np.array([rnd.random() * 3 for _ in t]), np.array([float(rnd.randint(1, 64)) for _ in t])
+    both = columns.recent_steps(a, t, v, twin=b, twin_v=w)
+    alone = columns.recent_steps(b, t, w)
+    assert [repr(x) for x in both.twin_sums.tolist()] == [repr(x) for x in alone.sums.tolist()]
+    assert columns.recent_steps(a, t, v, twin=c, twin_v=w).twin_sums is None

@@ -87,12 +87,20 @@ class Rule:
 
     def advance(self, server: str, rows, a: int, b: int) -> tuple[int, list[Alert]]:
         """Catch-up (`specwatch.catchup`): take rows [a, b) of one large read (`catchup.Rows`;
-        no tick among them unless `advance_across_ticks`) in aggregate, as far as that leaves the rule as `on_decode` /
+        no tick among them unless `advance_across_ticks` or `quiet_until` says so) in aggregate, as far as that leaves the rule as `on_decode` /
         `on_prefill` would, row by row. Returns (k, alerts): rows [a, k) were taken, and
         `alerts` are row k - 1's (stop after a row that alerts); rows k.. go through the hooks
         one by one. Taking a row must not change an alert already handed out (evidence, or
         resolving it: stop before such a row). By default nothing is taken (correct, slow)."""
         return a, []
+
+    def quiet_until(self, server: str, rows, a: int) -> int:
+        """Catch-up, for a rule with `on_tick`: a row q of the read (a <= q <= len(rows.dec)) such
+        that `on_tick` would return nothing and change nothing at every tick after rows [a, c),
+        a < c <= q, the rows taken one by one from the rule's state now (until the rule's own
+        next alert: it is asked again then). The catch-up skips those ticks for this rule and
+        lets it `advance` past them. By default a: ticked every time."""
+        return a
 
     def to_state(self) -> dict:
         return {}

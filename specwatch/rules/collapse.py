@@ -19,10 +19,8 @@ from __future__ import annotations
 
 import os
 import shlex
-from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from itertools import compress
 
 from specwatch.alerts.model import Alert, code
 from specwatch.config import AcceptLength, Config, Count, Section, rule_section
@@ -346,6 +344,12 @@ class CollapseRule(ActiveAlertsRule):
         self._server_args: dict[str, dict[str, object]] = {}
         self._history: dict[str, _History] = {}
 
+    def quiet_until(self, server: str, rows, a: int) -> int:
+        """No diagnosis awaited (only a firing alert awaits one): on_tick does nothing."""
+        if self.diagnoser is None or not any(st.awaiting_diagnosis for st in self._ranks.values()):
+            return len(rows.dec)
+        return a
+
     def on_tick(self, now: float) -> list[Alert]:
         if self.diagnoser is None:
             return []
@@ -385,8 +389,10 @@ class CollapseRule(ActiveAlertsRule):
         da, db = rows.decodes(a, b)
         if da == db:
             return b, []
+        from specwatch import columns
+
         j = rows.first_below(self.config.recover_accept_length, da, db)  # d_acc: +inf where not valid
-        runs = Counter(compress(rows.d_rank[da:j], rows.d_acc_ok[da:j]))
+        runs = columns.valid_counts(rows, da, j)
         ranks = self._ranks
         if not self.active.empty() and any(alert_key(server, rk) in self.active for rk in runs):
             return a, []  # a recovery on the way: one by one

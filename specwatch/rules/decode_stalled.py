@@ -89,8 +89,12 @@ class DecodeStalledRule(ActiveAlertsRule):
         if server in self.active:
             return a, []
         st = self._s[server]
+        from specwatch import columns
+
         st.last_decode = rows.clock[rows.dpos[db - 1]]
-        st.running.update(zip(rows.d_rank[da:db], zip(rows.d_running[da:db], rows.d_queued[da:db])))
+        names, running, queued = columns.rank_names(rows), rows.array("d_running"), rows.array("d_queued")
+        for code, j in columns.last_by_rank(rows, da, db):  # as a line at a time: each rank's last line
+            st.running[names[code]] = (int(running[j]), int(queued[j]))
         return b, []
 
     def on_restart(self, server: str, at: float, why: str) -> list[Alert]:
@@ -119,6 +123,13 @@ class DecodeStalledRule(ActiveAlertsRule):
         elif isinstance(event, ServerArgs):
             self._s[server].args = dict(event.args)
         return []
+
+    def quiet_until(self, server: str, rows, a: int) -> int:
+        """No server that is not firing had a failed health check (events set it, never log
+        lines): on_tick does nothing, whatever decode lines come."""
+        if not self.config.enabled or all(st.unhealthy is None or s in self.active for s, st in self._s.items()):
+            return len(rows.dec)
+        return a
 
     def on_tick(self, now: float) -> list[Alert]:
         if not self.config.enabled:

@@ -148,7 +148,7 @@ class DegradationRule(Rule):
     def _columns(self, server: str, rows, da: int, db: int) -> int | None:
         """Decode rows [da, db) at C speed while none of them can alert (`specwatch/columns.py`):
         the decode ordinal up to which they were taken (db: all), None when they cannot be
-        (an alert fires, a rank is below its baseline, times out of order, old buckets leave)."""
+        (an alert fires, a rank is below its baseline, times out of order)."""
         import numpy as np
 
         from specwatch import columns
@@ -175,10 +175,11 @@ class DegradationRule(Rule):
                 return None
             recent = st.recent if st is not None else Recent(cfg.window)
             running = st.running if st is not None else Recent(cfg.window)
-            w = columns.recent_steps(recent, t_all[pos], x_all[pos])
-            r = columns.recent_steps(running, t_all[pos], run_all[pos])
+            w = columns.recent_steps(recent, t_all[pos], x_all[pos], twin=running, twin_v=run_all[pos])
+            r = w if w is None or w.twin_sums is not None else columns.recent_steps(running, t_all[pos], run_all[pos])
             if w is None or r is None:
                 return None
+            r = (int(r.pruned[-1]), float((r.twin_sums if r is w else r.sums)[-1]))  # the running window's end
             sums[pos], cnts[pos] = w.sums, w.counts
             k = int(w.pruned[-1])
             if k:
@@ -197,15 +198,13 @@ class DegradationRule(Rule):
         else:
             keys, lt, lv = np.empty(0, int), np.empty(0), np.empty(0)
         learning = columns.baseline_steps(base_now, lt, lv)
-        if learning is None:
-            return None
         configured = self._configured(*pair)
         if configured:
             base = np.full(n, configured[0])
         else:
             done = np.searchsorted(keys, np.arange(n), side="right")  # aged samples learned by each line
             lsum = np.concatenate(([base_now._sum], learning[0]))[done]
-            lcnt = base_now.count + done
+            lcnt = np.concatenate(([base_now.count], learning[1]))[done]
             base = np.where(lcnt >= cfg.min_baseline_batches, lsum / np.maximum(lcnt, 1), np.nan)
         check = (cnts >= cfg.min_window_batches) & ~np.isnan(base)
         with np.errstate(invalid="ignore"):
@@ -213,14 +212,14 @@ class DegradationRule(Rule):
         if low.any():
             stop = int(counted[int(np.argmax(low))])  # the first line below: one by one from there
             return stop if stop == int(counted[0]) else self._columns(server, rows, da, stop)
+        running_int = rows.array("d_running").astype(np.int64)  # the lines' running requests: ints, as per line
         for rank, st, pos, w, r in per_rank:
             if st is None:
                 st = self._ranks[(server, rank)] = _Rank(Recent(cfg.window), Recent(cfg.window))
                 st.akey = alert_key(server, rank)
-            js = counted[pos].tolist()
-            t_list = [rows.d_ts[j] for j in js]
-            columns.apply_recent(st.recent, w, list(zip(t_list, [rows.d_accept[j] for j in js])))
-            columns.apply_recent(st.running, r, list(zip(t_list, [rows.d_running[j] for j in js])))
+            js = counted[pos]
+            columns.apply_recent(st.recent, w, js, rows.array("d_ts"), rows.array("d_accept"))
+            columns.set_recent(st.running, *r, js, rows.array("d_ts"), running_int)
         if len(lv):
             if learned is None:
                 learned = self._baselines[pair[2]] = base_now

@@ -109,67 +109,77 @@ class DriftRule(Rule):
 
     def advance(self, server: str, rows, a: int, b: int) -> tuple[int, list[Alert]]:
         """Lines that neither close a bucket nor follow a restart gap only add to the open
-        bucket of their rank: taken up to the first line that does either."""
+        bucket of their rank: taken up to the first line that does either. The rule stops at
+        every bucket's end, so each call reads only its lines up to there (searches in arrays
+        found once per read: `specwatch/columns.py`)."""
         cfg = self.config
         da, db = rows.decodes(a, b)
         if not cfg.enabled or da == db:
             return b, []
-        ts, ranks, acc = rows.d_ts, rows.d_rank, rows.d_acc
-        cmax, width, gap = self.collapse_max, cfg.bucket, cfg.restart_gap
         import numpy as np
 
-        counted = rows.array("d_acc")[da:db]
-        used_a = np.flatnonzero((counted > cmax) & (counted < np.inf)) + da
+        from specwatch import columns
+
+        cmax, width, gap = self.collapse_max, cfg.bucket, cfg.restart_gap
+        used = columns.counted(rows, cmax)
+        p0, p1 = (int(x) for x in np.searchsorted(used, (da, db)))
         cut, idx = db, 0
-        if len(used_a):
-            idxs = np.floor(rows.array("d_ts")[used_a] / width)  # math.floor's value, as a float
-            idx = int(idxs[0])
-            other = np.flatnonzero(idxs != idxs[0])
-            if len(other):
-                cut = int(used_a[other[0]])  # closes a bucket
-        used = used_a.tolist()
-        for rank, k in dict(zip(reversed([ranks[k] for k in used]), reversed(used))).items():
-            buckets = self._buckets.get((server, rank))
-            if buckets and buckets[-1][0] != idx and k < cut:
-                cut = k  # the rank's first line closes its bucket
-        seen = self._last_seen
-        if cut > da and max(ts[da:cut]) - min(ts[da:cut]) > gap:
-            last: dict[str, float] = {}
-            for k in range(da, cut):
-                prev = last.get(ranks[k], seen.get((server, ranks[k])))
-                if prev is not None and ts[k] - prev > gap:
-                    cut = k
-                    break
-                last[ranks[k]] = ts[k]
-        else:
-            for rank, k in dict(zip(reversed(ranks[da:cut]), reversed(range(da, cut)))).items():
-                prev = seen.get((server, rank))
-                if prev is not None and ts[k] - prev > gap and k < cut:
-                    cut = k  # the rank's first line follows a restart gap
+        if p1 > p0:
+            key = ("drift", cmax, width)
+            bidx = columns.cached(rows, key, lambda: np.floor(rows.array("d_ts")[used] / width))  # math.floor's value
+            steps = columns.cached(rows, (*key, "steps"), lambda: np.flatnonzero(bidx[1:] != bidx[:-1]) + 1)
+            idx = int(bidx[p0])
+            q = int(np.searchsorted(steps, p0, side="right"))
+            if q < len(steps) and steps[q] < p1:
+                cut = int(used[steps[q]])  # closes a bucket
+        names = columns.rank_names(rows)
+        used_by = columns.by_rank(rows, used, ("counted", cmax))
+        for code, us in enumerate(used_by):
+            k = int(np.searchsorted(us, da))
+            if k < len(us) and us[k] < cut:
+                buckets = self._buckets.get((server, names[code]))
+                if buckets and buckets[-1][0] != idx:
+                    cut = int(us[k])  # the rank's first line closes its bucket
+        seen, ts = self._last_seen, rows.array("d_ts")
+        spans = []  # per rank with lines before the cut: its lines
+        if cut > da:
+            within = float(ts[da:cut].max() - ts[da:cut].min()) <= gap  # no gap between two lines here
+            for code, js in enumerate(columns.by_rank(rows)):
+                lines = columns.window(js, da, cut)
+                if not len(lines):
+                    continue
+                spans.append((int(lines[0]), code, lines))
+                t = ts[lines]
+                prev = seen.get((server, names[code]))
+                late = np.flatnonzero(np.diff(t) > gap) + 1 if not within else np.empty(0, int)
+                if prev is not None and t[0] - prev > gap:
+                    late = [0]
+                if len(late) and lines[late[0]] < cut:
+                    cut = int(lines[late[0]])  # a line after a restart gap
         if cut == da:
             return rows.dpos[da], []
-        for rank, t in dict(zip(ranks[da:cut], ts[da:cut])).items():
-            seen[(server, rank)] = t
-        open_: dict[str, list] = {}
+        spans.sort()
+        for first, code, lines in spans:
+            if first < cut:
+                k = int(np.searchsorted(lines, cut)) - 1
+                seen[(server, names[code])] = float(ts[lines[k]])
         horizon = idx - cfg.window / width
-        for k in used:  # as _observe: one addition at a time, in line order
-            if k >= cut:
-                break
-            rank, x = ranks[k], acc[k]
-            last_bucket = open_.get(rank)
-            if last_bucket is None:
-                buckets = self._buckets.get((server, rank))
-                if buckets is None:
-                    buckets = self._buckets[(server, rank)] = []
-                if not buckets:
-                    buckets.append([idx, x, 1])
-                    open_[rank] = buckets[-1]
-                    continue
-                last_bucket = open_[rank] = buckets[-1]
-                while buckets and buckets[0][0] <= horizon:
-                    buckets.pop(0)
-            last_bucket[1] += x
-            last_bucket[2] += 1
+        acc = rows.array("d_acc")
+        opened = sorted((int(us[0]), code, us) for code, us in ((c, columns.window(u, da, cut))
+                                                             for c, u in enumerate(used_by)) if len(us))
+        for _, code, us in opened:  # as _observe: one addition at a time, in line order
+            xs = acc[us]
+            buckets = self._buckets.get((server, names[code]))
+            if buckets is None:
+                buckets = self._buckets[(server, names[code])] = []
+            if not buckets:
+                buckets.append([idx, float(np.cumsum(xs)[-1]), len(xs)])
+                continue
+            last = buckets[-1]
+            while buckets and buckets[0][0] <= horizon:
+                buckets.pop(0)
+            last[1] = float(np.cumsum(np.concatenate(([last[1]], xs)))[-1])
+            last[2] += len(xs)
         return (b if cut == db else rows.dpos[cut]), []
 
     def _reset(self, keys: list[tuple[str, str]], at: float, why: str) -> list[Alert]:

@@ -67,6 +67,7 @@ class LogSilentRule(ActiveAlertsRule):
     """log_paths: server → followed log files. path_exists: checked when the alert fires."""
 
     name = "log_silent"
+    advance_across_ticks = True  # no on_tick: the last decode line's clock is read by events only
     alert_names = (ALERT_NAME,)
     order = 20
 

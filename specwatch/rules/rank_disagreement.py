@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import shlex
 from collections import deque
-from itertools import compress
 
 from specwatch.alerts.model import Alert
 from specwatch.config import AcceptLength, Config, Count, Seconds, Section, rule_section
@@ -115,24 +114,28 @@ class RankDisagreementRule(Rule):
             self._rekind()
         if _COLLAPSED in self._kinds.get(server, {}).values():
             return a, []
+        import numpy as np
+
+        from specwatch import columns
+
         j = rows.first_below(cfg.max_accept_length, da, db, inclusive=True)
-        touched = {}
-        valid = compress(zip(rows.d_rank[da:j], rows.d_ts[da:j], rows.d_accept[da:j]), rows.d_acc_ok[da:j])
-        for rank, t, accept in valid:
-            lines = touched.get(rank)
+        valid = columns.cached(rows, "acc_ok", lambda: np.flatnonzero(rows.array("d_acc_ok")))
+        touched = []  # (first valid line, rank code, its valid lines in [da, j))
+        for code, js in enumerate(columns.by_rank(rows, valid, "acc_ok")):
+            lo, hi = np.searchsorted(js, (da, j))
+            if hi > lo:
+                touched.append((int(js[lo]), code, js[max(lo, hi - cfg.min_batches):hi]))
+        names, ts, accept = columns.rank_names(rows), rows.array("d_ts"), rows.array("d_accept")
+        for _, code, last in sorted(touched):  # ranks in the order of their first line, as per line
+            ranks = self._recent.get(server)
+            if ranks is None:
+                ranks = self._recent[server] = {}
+                self._kinds[server] = {}
+            lines = ranks.get(names[code])
             if lines is None:
-                ranks = self._recent.get(server)
-                if ranks is None:
-                    ranks = self._recent[server] = {}
-                    self._kinds[server] = {}
-                lines = ranks.get(rank)
-                if lines is None:
-                    lines = ranks[rank] = deque(maxlen=cfg.min_batches)
-                touched[rank] = lines
-            lines.append((t, accept))
-        kinds = self._kinds.get(server)
-        for rank, lines in touched.items():
-            kinds[rank] = self._kind(lines)
+                lines = ranks[names[code]] = deque(maxlen=cfg.min_batches)
+            lines.extend(zip(ts[last].tolist(), accept[last].tolist()))  # only the last min_batches stay
+            self._kinds[server][names[code]] = self._kind(lines)
         return (b if j == db else rows.dpos[j]), []
 
     def _kind(self, lines: deque) -> str:

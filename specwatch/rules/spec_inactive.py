@@ -57,7 +57,7 @@ class SpeculationInactiveRule(Rule):
 
     def advance(self, server: str, rows, a: int, b: int) -> tuple[int, list[Alert]]:
         da, db = rows.decodes(a, b)
-        if not self.config.enabled or not any(rows.d_running[da:db]):
+        if not self.config.enabled or not rows.array("d_running")[da:db].any():
             return b, []
         if server in self.active:
             return a, []  # a line with accept len resolves it: one by one

@@ -157,7 +157,7 @@ class ThroughputDropRule(Rule):
     def _columns(self, server: str, rows, da: int, db: int) -> int | None:
         """Decode rows [da, db) at C speed while none of them can alert (`specwatch/columns.py`):
         the decode ordinal up to which they were taken (db: all), None when they cannot be (a
-        rank fires or is below its baseline, times out of order, old buckets would leave)."""
+        rank fires or is below its baseline, times out of order)."""
         import numpy as np
 
         from specwatch import columns
@@ -167,7 +167,7 @@ class ThroughputDropRule(Rule):
             self._refresh()
         if not self.active.empty():
             return None
-        valid = np.flatnonzero(np.array(rows.d_thr_ok[da:db], dtype=bool)) + da  # decode ordinals
+        valid = np.flatnonzero(rows.array("d_thr_ok")[da:db]) + da  # decode ordinals
         if not len(valid):
             return db
         codes = rows.array("d_code")[valid]
@@ -185,67 +185,72 @@ class ThroughputDropRule(Rule):
             st = self._ranks.get((server, rank))
             if st is not None and st.low_since is not None:
                 return None
-            t, lev = t_all[pos], level_all[pos]
+            lev = level_all[pos]
             existing = list(st.levels.values()) if st is not None else []
             known = {lv.level for lv in existing}
-            new_levels = [int(x) for x in dict.fromkeys(lev.tolist()) if x not in known]
-            total = np.zeros(len(pos))
-            n = np.zeros(len(pos), np.int64)
-            level_plans = []
-            for level in [lv.level for lv in existing] + new_levels:
-                lv = st.levels.get(level) if st is not None else None
-                recent = lv.recent if lv is not None else Recent(cfg.window)
-                learned = lv.learned if lv is not None else self._baselines.get((server, rank, level))
-                at = np.flatnonzero(lev == level)
-                w = columns.recent_steps(recent, t, thr_all[pos][at], at)
-                if w is None:
-                    return None
-                k = int(w.pruned[-1])
-                probe = learned if learned is not None else Baseline(BASELINE_BUCKET, cfg.baseline_window)
-                learning = columns.baseline_steps(probe, w.t[:k], w.v[:k])
-                if learning is None:
-                    return None
-                lsum = np.concatenate(([probe._sum], learning[0]))[w.pruned]
-                lcnt = probe.count + w.pruned
-                base = np.where(lcnt >= cfg.min_baseline_batches, lsum / np.maximum(lcnt, 1), 0.0)
-                # as per line: no lines count while the level has no baseline (None or 0.0), and a
-                # new level counts from its first line on
-                exists = np.arange(len(pos)) >= at[0] if lv is None else np.ones(len(pos), bool)
-                count = np.where(exists & (base != 0.0), w.counts, 0)
-                with np.errstate(invalid="ignore", divide="ignore"):
-                    term = np.where(count > 0, w.sums / base, 0.0)
-                total = total + term
-                n = n + count
-                level_plans.append((level, lv, at, w, learned, probe, learning, k))
+            levels = [lv.level for lv in existing] + [int(x) for x in dict.fromkeys(lev.tolist()) if x not in known]
+            lut = np.zeros(max(levels) + 1, np.int64)
+            lut[levels] = np.arange(len(levels))
+            li = lut[lev]  # each row's level, by its index in `levels`
+            lvs = [st.levels.get(level) if st is not None else None for level in levels]
+            steps = columns.levels_steps([lv.recent if lv is not None else Recent(cfg.window) for lv in lvs],
+                                         t_all[pos], thr_all[pos], li)
+            if steps is None:
+                return None
+            m = len(pos)
+            learned, probes, learnings, lsums, lcnts = [], [], [], [], []
+            for x, (level, lv) in enumerate(zip(levels, lvs)):
+                known_base = lv.learned if lv is not None else self._baselines.get((server, rank, level))
+                probe = known_base if known_base is not None else Baseline(BASELINE_BUCKET, cfg.baseline_window)
+                learning = columns.baseline_steps(probe, steps.aged_t[x], steps.aged_v[x])
+                learned.append(known_base)
+                probes.append(probe)
+                learnings.append(learning)
+                lsums += [[probe._sum], learning[0]]
+                lcnts += [[probe.count], learning[1]]
+            # each level's baseline after each row: what it learned from the samples aged by then
+            at = steps.pruned + np.cumsum([0] + [len(ls) + 1 for ls in steps.aged_t[:-1]])[:, None]
+            lsum, lcnt = np.concatenate(lsums)[at], np.concatenate(lcnts)[at]
+            base = np.where(lcnt >= cfg.min_baseline_batches, lsum / np.maximum(lcnt, 1), 0.0)
+            # as per line: no lines count while the level has no baseline (None or 0.0), and a
+            # new level counts from its first line on
+            firsts = np.array([0 if lv is not None else int(np.argmax(li == x)) for x, lv in enumerate(lvs)])
+            count = np.where((np.arange(m) >= firsts[:, None]) & (base != 0.0), steps.counts, 0)
+            with np.errstate(invalid="ignore", divide="ignore"):
+                term = np.where(count > 0, steps.sums / base, 0.0)
+            total = np.zeros(m)
+            for x in range(len(levels)):  # one addition at a time, in level order (as per line)
+                total = total + term[x]
+            n = count.sum(axis=0)
             with np.errstate(invalid="ignore", divide="ignore"):
                 low[pos] = (n >= cfg.min_window_batches) & (total / n < thr_low)
-            plans.append((rank, st, pos, level_plans, total, n))
+            plans.append((rank, st, pos, levels, lvs, li, steps, learned, probes, learnings))
         if low.any():
             stop = int(valid[int(np.argmax(low))])  # the first line below: one by one from there
             return stop if stop == int(valid[0]) else self._columns(server, rows, da, stop)
         # new baselines in the order their first lines aged out (levels in their order), as per line
-        born = sorted(((int(pos[plan[3].aged_rows[0]]), x), rank, plan[0], plan[5])
-                      for rank, st, pos, level_plans, _, _ in plans
-                      for x, plan in enumerate(level_plans) if plan[7] and plan[4] is None)
+        born = sorted(((int(pos[steps.aged_rows[x][0]]), x), rank, levels[x], probes[x])
+                      for rank, st, pos, levels, lvs, li, steps, learned, probes, _ in plans
+                      for x in range(len(levels)) if len(steps.aged_t[x]) and learned[x] is None)
         for _, rank, level, probe in born:
             self._baselines.setdefault((server, rank, level), probe)
-        for rank, st, pos, level_plans, total, n in plans:
+        for rank, st, pos, levels, lvs, li, steps, learned, probes, learnings in plans:
             if st is None:
                 st = self._ranks[(server, rank)] = _Rank()
             if st.akey is None:
                 st.akey = alert_key(server, rank)
-            js = valid[pos].tolist()
-            for level, lv, at, w, learned, probe, learning, k in level_plans:
+            js = valid[pos]
+            for x, (level, lv) in enumerate(zip(levels, lvs)):
                 if lv is None:
-                    lv = st.levels[level] = _Level(level, len(st.terms), Recent(cfg.window), learned)
-                    lv.base = self._usable(learned)
+                    lv = st.levels[level] = _Level(level, len(st.terms), Recent(cfg.window), learned[x])
+                    lv.base = self._usable(learned[x])
                     st.terms.append(0.0)
-                new = [(rows.d_ts[js[i]], rows.d_thr[js[i]]) for i in at.tolist()]
-                columns.apply_recent(lv.recent, w, new)
-                if k:
+                columns.set_recent(lv.recent, int(steps.pruned[x, -1]), float(steps.sums[x, -1]),
+                                   js[li == x], rows.array("d_ts"), rows.array("d_thr"))
+                if len(steps.aged_t[x]):
                     if lv.learned is None:
-                        lv.learned = self._baselines.setdefault((server, rank, level), probe)
-                    columns.apply_baseline(lv.learned, learning)
+                        lv.learned = self._baselines.setdefault((server, rank, level), probes[x])
+                    columns.apply_baseline(lv.learned, learnings[x])
                     lv.base = self._usable(lv.learned)
                 base = lv.base
                 count = len(lv.recent.samples) if base else 0
