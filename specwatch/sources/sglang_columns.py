@@ -34,6 +34,8 @@ _STAMP_LIT_VALUES = np.frombuffer(b"[-- ::", np.uint8)
 
 _DECODE = b"Decode batch, #running-req: "
 _PREFILL = b"Prefill batch, #new-seq: "
+_DECODE_HEAD = np.uint64(int.from_bytes(_DECODE[:8], "little"))  # a batch line's first word
+_PREFILL_HEAD = np.uint64(int.from_bytes(_PREFILL[:8], "little"))
 # The fields after the first, in order: (the text before the value, the value's kind).
 _DECODE_FIELDS = ((b", #token: ", "int"), (b", token usage: ", "float"), (b", accept len: ", "float"),
                   (b", accept rate: ", "float"), (b", cuda graph: ", "bool"),
@@ -95,6 +97,14 @@ def _swar(v: np.ndarray, k: np.ndarray) -> np.ndarray:
     v = ((v & np.uint64(0x0F0F0F0F0F0F0F0F)) * np.uint64(2561)) >> np.uint64(8)
     v = ((v & np.uint64(0x00FF00FF00FF00FF)) * np.uint64(6553601)) >> np.uint64(16)
     return ((v & np.uint64(0x0000FFFF0000FFFF)) * np.uint64(42949672960001)) >> np.uint64(32)
+
+
+def _full(w: np.ndarray, p: np.ndarray, maybe: np.ndarray, text: bytes) -> np.ndarray:
+    """`maybe` (a mask over p) less the rows whose bytes at p are not `text`."""
+    at = np.flatnonzero(maybe)
+    out = np.zeros(len(p), bool)
+    out[at[_lit(w, p[at], text)]] = True
+    return out
 
 
 def _digits(w: np.ndarray, p: np.ndarray) -> np.ndarray:
@@ -224,13 +234,16 @@ def _seconds(w: np.ndarray, s: np.ndarray, block: bytes, tz: tzinfo | None) -> n
     return out
 
 
-def _ranks(near: np.ndarray, r: np.ndarray) -> tuple[list[str], np.ndarray] | None:
-    """Each row's rank tokens (`near`: 32 bytes from where they start, `r`: their length) as
-    (texts in first appearance, "DP0 TP0"; each row's index into them); None when one is not
-    rank tokens."""
-    words = (near * (np.arange(32) < r[:, None])).view(np.uint64)  # (rows, 4), zero past the tokens
-    key = words[:, 0] ^ words[:, 1] * np.uint64(0x9E3779B97F4A7C15) ^ words[:, 2] * np.uint64(0xC2B2AE3D27D4EB4F) \
-        ^ words[:, 3] * np.uint64(0x165667B19E3779F9)
+def _ranks(w: np.ndarray, q: np.ndarray, r: np.ndarray) -> tuple[list[str], np.ndarray] | None:
+    """Each row's rank tokens (from q, r bytes long, at most 32) as (texts in first appearance,
+    "DP0 TP0"; each row's index into them); None when one is not rank tokens."""
+    n = int(r.max()) // 8 + 1 if len(r) else 1  # words that hold the longest
+    words = np.stack([w[q + 8 * i] for i in range(n)], axis=1)
+    keep = np.arange(8 * n) < r[:, None]  # bytes of the tokens
+    words = (words.view(np.uint8) * keep).view(np.uint64)
+    key = words[:, 0]
+    for i in range(1, n):
+        key = key ^ words[:, i] * np.uint64(0x9E3779B97F4A7C15 + 2 * i)
     _, first, inv = np.unique(key, return_index=True, return_inverse=True)
     inv = inv.ravel()
     if not (words == words[first[inv]]).all():
@@ -240,7 +253,7 @@ def _ranks(near: np.ndarray, r: np.ndarray) -> tuple[list[str], np.ndarray] | No
     code[order] = np.arange(len(order))
     names = []
     for x in first[order].tolist():
-        text = bytes(near[x, :r[x]]).decode("ascii", "replace")
+        text = words[x].tobytes()[:r[x]].decode("ascii", "replace")
         if not _RANKS.fullmatch(text):
             return None
         names.append(text[1:])
@@ -276,20 +289,26 @@ def parse(block: bytes, tz: tzinfo | None) -> Columns | None:
         frac[has_frac] = _uint(w, fp, fk).astype(np.int64)
         q = q.copy()
         q[has_frac] = fp + fk
-    # "]" within 32 bytes (rank tokens hold none)
-    near = np.stack([w[q + i] for i in range(0, 32, 8)], axis=1).view(np.uint8)
-    close = near == 93
-    found = close.any(1)
-    r = np.argmax(close, axis=1)
+    # "] " after the rank tokens: at the first row's length for most rows (a server prints tokens
+    # of one length), else searched in 32 bytes (rank tokens hold no "]")
+    r = np.full(len(q), -1, np.int64)
+    if len(q):
+        x = int(q[0])
+        guess = block.find(b"]", x, x + 32) - x
+        if guess >= 0:
+            r[a[q + guess] == 93] = guess
+        miss = np.flatnonzero(r < 0)
+        if len(miss):
+            close = np.stack([w[q[miss] + i] for i in range(0, 32, 8)], axis=1).view(np.uint8) == 93
+            r[miss] = np.where(close.any(1), np.argmax(close, axis=1), -1)
     msg = q + r + 2
-    spaced = found & (a[np.minimum(q + r + 1, len(a) - 1)] == 32) & (flen >= 0)
-    isdec = spaced & _lit(w, msg, _DECODE)
-    ispre = spaced & ~isdec & _lit(w, msg, _PREFILL)
-    rows = isdec | ispre
+    head = w[msg]
+    spaced = (r >= 0) & (a[q + r + 1] == 32) & (flen >= 0)
+    isdec = _full(w, msg, spaced & (head == _DECODE_HEAD), _DECODE)
+    rows = isdec | _full(w, msg, spaced & (head == _PREFILL_HEAD), _PREFILL)
     s, q, r, msg, frac, flen, isdec = s[rows], q[rows], r[rows], msg[rows], frac[rows], flen[rows], isdec[rows]
-    near = near[rows]
     # rank tokens: one regex check per distinct text
-    ranks = _ranks(near, r)
+    ranks = _ranks(w, q, r)
     if ranks is None:
         return None
     c.ranks, c.rank = ranks
@@ -298,13 +317,10 @@ def parse(block: bytes, tz: tzinfo | None) -> Columns | None:
     row_index = np.searchsorted(starts, s)
     row_end[:] = ends[row_index]
     try:
-        dp = msg[isdec] + len(_DECODE)
-        dp, running = _field(w, dp, "int", True)
+        dp, running = _field(w, msg[isdec] + len(_DECODE), "int", True)
         dp, got = _walk(w, dp, _DECODE_FIELDS,
-                        {b", accept len: ": "accept", b", gen throughput (token/s): ": "thr",
-                         b", #queue-req: ": "queued"})
-        pp = msg[~isdec] + len(_PREFILL)
-        pp, _ = _field(w, pp, "int", False)
+                        {b", accept len: ": "accept", b", gen throughput (token/s): ": "thr", b", #queue-req: ": "queued"})
+        pp, _ = _field(w, msg[~isdec] + len(_PREFILL), "int", False)
         pp, _ = _walk(w, pp, _PREFILL_FIELDS, {})
     except _Bad:
         return None
