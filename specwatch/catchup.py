@@ -21,6 +21,7 @@ import re
 from bisect import bisect_right
 from datetime import datetime
 
+from specwatch import heap
 from specwatch.events import DecodeBatch, OtherLine, PrefillBatch
 from specwatch.rules.base import alert_key
 from specwatch.rules.windows import Window
@@ -137,6 +138,7 @@ def read(block: bytes, server: str, tz, windows, now: float | None) -> Rows | No
 
     from specwatch.sources import sglang_columns
 
+    heap.hold()  # reads of this size again: freed arrays stay in the heap for the next
     try:
         cols = sglang_columns.parse(block, tz)
     except ValueError:

@@ -53,7 +53,7 @@ from pathlib import Path
 from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client import ProcessCollector as OwnProcessCollector
 
-from specwatch import __version__
+from specwatch import __version__, heap
 from specwatch.alerting import build_alerting
 from specwatch.config import Config, ConfigError, LogSource, ProcessTies, load_run_config, source_servers
 from specwatch.listener import serve_quietly, stop_serving
@@ -83,20 +83,6 @@ MAIN_EVERY = 5.0  # seconds between the main loop's health checks when the follo
 COLUMNS_MIN_BYTES = 64 << 20
 CATCHUP_READ_BYTES = 4 << 20
 
-
-def release_heap() -> int:
-    """Hand the heap's free pages back to the OS (glibc `malloc_trim(0)`) after a large catch-up:
-    its reads (4 MiB blocks, columns, lists of rows) leave ~30 MB of freed heap that RSS would
-    keep counting for the daemon's life. Returns malloc_trim's result (1: memory released), -1
-    where there is no glibc."""
-    import ctypes
-    import gc
-
-    gc.collect()
-    try:
-        return int(ctypes.CDLL(None).malloc_trim(0))
-    except (OSError, AttributeError):  # musl, macOS: no malloc_trim
-        return -1
 
 
 # Settings read once at start; a reload that changes them warns and keeps the running value.
@@ -317,7 +303,7 @@ class Daemon:
         self._warn_missing_logs()
         if self._release_after_backlog and not self.followers.catching_up:
             self._release_after_backlog = False
-            release_heap()  # the large backlog's reads freed tens of MB the heap would keep
+            heap.release()  # the large backlog's reads freed tens of MB the heap would keep
         with self.pipeline.lock:
             if self.dispatcher.paused and not (self.followers.catching_up or self.followers.updating):
                 # the backlog (and any log a reload added) is read: notify from now

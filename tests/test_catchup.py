@@ -323,25 +323,34 @@ def test_catchup_reads_vllm_and_unrecognized_lines_as_per_line(tmp_path, monkeyp
         assert fast[key] == slow[key], key
 
 
-def test_release_heap_returns_freed_memory_to_the_os():
-    """`daemon.release_heap` (run after a start-up backlog read in columns) gives back the heap a
-    catch-up freed: 150 MB of 1 KiB objects freed around small live ones stays in RSS until then."""
+def test_heap_release_returns_freed_memory_to_the_os():
+    """`heap.release` (run after a start-up backlog read in columns) gives back the heap a
+    catch-up freed: 150 MB of 1 KiB objects freed around small live ones stays in RSS until then,
+    and while `heap.hold()` holds, 4 MiB blocks freed stay too."""
     import subprocess
     import sys
 
     code = """
 import psutil
-from specwatch.daemon import release_heap
+from specwatch import heap
 p = psutil.Process()
 big = [bytes(1000) + bytes([i % 256]) for i in range(150_000)]
 keep = big[::500]  # live objects all over the heap: nothing is freed at its top
 del big
 before = p.memory_info().rss
-rc = release_heap()
+rc = heap.release()
 print(rc, (before - p.memory_info().rss) >> 20)
+held = heap.hold()
+start = p.memory_info().rss
+blocks = [b"x" * (4 << 20) for _ in range(20)]
+del blocks
+kept = p.memory_info().rss - start
+heap.release()
+print(held, kept >> 20, (start + kept - p.memory_info().rss) >> 20)
 """
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
     assert out[0] == "1" and int(out[1]) >= 100, out
+    assert out[2] == "True" and int(out[3]) >= 60 and int(out[4]) >= 60, out  # 80 MB kept, then handed back
 
 
 @pytest.mark.parametrize("max_buckets,old", [(1, 0), (3, 2), (4, 4), (40, 5)])
