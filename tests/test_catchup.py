@@ -22,6 +22,7 @@ from specwatch import catchup
 from specwatch.alerting import build_alerting
 from specwatch.config import LogSource, build_config
 from specwatch.pipeline import Pipeline
+from specwatch.rules.stats import Pairs
 from specwatch.sources.filestream import Follower
 
 RULES = {
@@ -123,7 +124,7 @@ def dump(x, seen=()):
     seen = seen + (id(x),)
     if isinstance(x, dict):
         return ["dict", [[dump(k, seen), dump(v, seen)] for k, v in x.items()]]
-    if isinstance(x, (list, tuple, deque)):
+    if isinstance(x, (list, tuple, deque, Pairs)):  # a window's samples, not where its arrays start
         return [type(x).__name__, [dump(v, seen) for v in x]]
     names = list(getattr(x, "__dict__", {})) or [n for c in type(x).__mro__ for n in getattr(c, "__slots__", ())]
     if names and not callable(x):
