@@ -14,6 +14,7 @@ import math
 import sys
 from array import array
 from collections import deque
+from itertools import chain
 from collections.abc import Iterable, Iterator
 
 
@@ -26,10 +27,8 @@ class Pairs:
     __slots__ = ("t", "v", "head")
 
     def __init__(self, pairs: Iterable[tuple[float, float]] = ()):
-        self.t, self.v, self.head = array("d"), array("d"), 0
-        for t, v in pairs:
-            self.t.append(t)
-            self.v.append(v)
+        flat = array("d", chain.from_iterable(pairs))  # t0, v0, t1, v1, ...
+        self.t, self.v, self.head = flat[0::2], flat[1::2], 0
 
     def append(self, pair: tuple[float, float]) -> None:
         self.t.append(pair[0])
@@ -90,48 +89,60 @@ def _unpack(s: str) -> array:
 
 
 class Recent:
-    """Samples (t, value) of the last `span` seconds, oldest first (`samples`: `Pairs`), with
-    their running sum (`mean` is O(1): the rules call it on every decode line)."""
+    """Samples (t, value) of the last `span` seconds, oldest first, with their running sum
+    (`mean` is O(1): the rules call it on every decode line). `samples`: a `Pairs`, or the deque
+    of tuples a catch-up in columns hands over (`columns.apply_recent`: no float unboxed per
+    sample on that path), which then serves as the store from there on."""
 
     __slots__ = ("span", "_pairs", "_sum")
 
     def __init__(self, span: float):
         self.span = span
-        self._pairs = Pairs()
+        self._pairs: Pairs | deque = Pairs()
         self._sum = 0.0
 
     @property
-    def samples(self) -> Pairs:
+    def samples(self) -> Pairs | deque:
         return self._pairs
 
     @samples.setter
     def samples(self, pairs: Iterable[tuple[float, float]]) -> None:
-        self._pairs = pairs if isinstance(pairs, Pairs) else Pairs(pairs)
+        self._pairs = pairs if isinstance(pairs, (Pairs, deque)) else Pairs(pairs)
 
     def add(self, t: float, value: float) -> list[tuple[float, float]]:
         """Add a sample; returns the samples that fell out of the window (oldest first)."""
         p = self._pairs
-        ts = p.t
-        ts.append(t)
-        p.v.append(value)
+        if type(p) is Pairs:
+            ts = p.t
+            ts.append(t)
+            p.v.append(value)
+            oldest = ts[p.head]
+        else:
+            p.append((t, value))
+            oldest = p[0][0]
         self._sum += value
-        if ts[p.head] > t - self.span:
+        if oldest > t - self.span:
             return []  # nothing aged out (prune's test): no call, no list to build
         return self.prune(t)
 
     def prune(self, t: float) -> list[tuple[float, float]]:
         """Drop the samples older than `span` before `t`; returns them (oldest first)."""
         p = self._pairs
-        ts, limit = p.t, t - self.span
-        h = k = p.head
-        n = len(ts)
-        while k < n and ts[k] <= limit:
-            k += 1
-        out = list(zip(ts[h:k], p.v[h:k]))
-        for _, v in out:  # one by one, oldest first: the same float sum as ever
+        limit = t - self.span
+        if type(p) is Pairs:
+            ts, h = p.t, p.head
+            k, n = h, len(ts)
+            while k < n and ts[k] <= limit:
+                k += 1
+            out = list(zip(ts[h:k], p.v[h:k]))
+            if k > h:
+                p.drop(k - h)
+        else:
+            out = []
+            while p and p[0][0] <= limit:
+                out.append(p.popleft())
+        for _, v in out:  # one by one, oldest first: the same float sum either way
             self._sum -= v
-        if k > h:
-            p.drop(k - h)
         if not p:
             self._sum = 0.0  # no drift of float error across idle spells
         return out
@@ -148,8 +159,8 @@ class Recent:
 
     def to_state(self) -> dict:
         """The samples as {"t": ..., "v": ...}: base64 of float64 little-endian columns."""
-        h = self._pairs.head
-        return {"t": _pack(self._pairs.t[h:]), "v": _pack(self._pairs.v[h:])}
+        p = self._pairs if type(self._pairs) is Pairs else Pairs(self._pairs)
+        return {"t": _pack(p.t[p.head:]), "v": _pack(p.v[p.head:])}
 
     def load_state(self, state: dict | list) -> None:
         """Add the samples of `to_state()` (or a list of (t, value) pairs: earlier versions) in order."""
