@@ -14,33 +14,21 @@ import math
 import sys
 from array import array
 from collections import deque
-from itertools import chain
 from collections.abc import Iterable, Iterator
+from itertools import chain
 
 
 class Pairs:
     """Samples (t, value), oldest first, in two `array('d')` columns: 16 bytes a sample where a
-    deque of tuples takes ~100 (a tuple and two floats), for windows of thousands of lines. The
-    deque operations `Recent` and its readers use (`append`, `popleft`, `len`, `[i]`, iteration),
-    each sample read back as a (t, value) tuple of floats."""
+    deque of tuples takes ~100 (a tuple and two floats), for windows of thousands of lines.
+    Readers use it as that deque (`len`, `[i]`, iteration: (t, value) tuples of floats); `Recent`
+    appends to the columns and `drop`s the oldest."""
 
     __slots__ = ("t", "v", "head")
 
     def __init__(self, pairs: Iterable[tuple[float, float]] = ()):
         flat = array("d", chain.from_iterable(pairs))  # t0, v0, t1, v1, ...
         self.t, self.v, self.head = flat[0::2], flat[1::2], 0
-
-    def append(self, pair: tuple[float, float]) -> None:
-        self.t.append(pair[0])
-        self.v.append(pair[1])
-
-    def popleft(self) -> tuple[float, float]:
-        h = self.head
-        if h >= len(self.t):
-            raise IndexError("pop from an empty Pairs")
-        pair = (self.t[h], self.v[h])
-        self.drop(1)
-        return pair
 
     def drop(self, k: int) -> None:
         """Forget the oldest `k` samples (at most all)."""
