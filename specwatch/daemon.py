@@ -15,9 +15,10 @@ state, the line counters and each notifier's queue, committed in one transaction
 followers' thread after a poll round that queued or delivered a notification (at once: an alert
 transition is durable before it is sent), and otherwise at most every `STATE_EVERY` seconds
 when lines were read or a tick changed the rule state (a commit costs a few ms: one per poll
-round tripled the idle cost). A restart — after kill -9 too — resumes after the last line
-committed with the counters and rule state of that moment (ticks alone: `QUIET_EVERY`), so it
-reads again at most `STATE_EVERY` seconds of lines, counts no line twice and neither re-fires nor forgets an alert. The `state.json` and `<name>-queue.json` of earlier versions are read once and renamed
+round tripled the idle cost; a commit that costs more than `STATE_SHARE` of a core over that
+time, a large state, waits longer, up to `QUIET_EVERY`). A restart — after kill -9 too —
+resumes after the last line committed with the counters and rule state of that moment (ticks
+alone: `QUIET_EVERY`), so it reads again the lines of at most one such interval, counts no line twice and neither re-fires nor forgets an alert. The `state.json` and `<name>-queue.json` of earlier versions are read once and renamed
 `*.migrated`. Beside it: the silences (`silences.json`, re-read when `specwatch silence`
 changes it).
 
@@ -72,6 +73,9 @@ log = logging.getLogger("specwatch.daemon")
 MISSING_WARN_EVERY = 600.0
 STATE_EVERY = 5.0  # seconds between commits of line progress (notifications commit at once)
 QUIET_EVERY = 60.0  # ... and of what ticks alone changed (an idle daemon builds no state document)
+# Line progress waits longer than STATE_EVERY when a commit would take more than this share of a
+# core: the state of 8 ranks' 10-minute windows is ~130 KB, ~2 ms a commit.
+STATE_SHARE = 1e-4
 RETRY_EVERY = 1.0  # seconds between retries of a failed state write (disk full)
 DRAIN_AT_STOP = 5.0  # seconds a stop with an unwritable state_dir spends delivering what is queued
 LOCK_WAIT = 5.0  # seconds the main loop waits for the pipeline lock before calling it wedged
@@ -205,6 +209,7 @@ class Daemon:
             after_poll=self._after_poll, due=self._next_flush,
         )
         self._saved_doc: str | None = None  # the state document last committed
+        self._commit_cpu = 0.0  # CPU seconds of the last commit
         self._fed = False  # lines read since the last commit
         self.commit()  # the migrated files, and the first offsets
         if legacy and self.store.ok:
@@ -315,8 +320,9 @@ class Daemon:
                 self.dispatcher.flush_due(time.time())
         # On the followers' thread between poll rounds: offsets and rule state agree.
         since = time.monotonic() - self._last_save
+        every = min(QUIET_EVERY, max(STATE_EVERY, self._commit_cpu / STATE_SHARE)) if self._fed else QUIET_EVERY
         if (any(n.has_changes for n in list(self.notifiers.values()))
-                or since >= (STATE_EVERY if self._fed else QUIET_EVERY)
+                or since >= every
                 or not self.store.ok and since >= RETRY_EVERY):
             self.commit()
 
@@ -339,6 +345,7 @@ class Daemon:
         the same lines. Returns False when the write failed (counted and warned by the store;
         the next call writes everything still pending)."""
         self._last_save = time.monotonic()
+        cpu = time.thread_time()
         notifiers = list(self.notifiers.values())
         with self.pipeline.lock, self.store.lock:
             self._fed = False
@@ -356,6 +363,7 @@ class Daemon:
                 n.committed(ok, put, delete)
                 if ok:
                     n.migrated()
+        self._commit_cpu = time.thread_time() - cpu
         return ok
 
     # --- health (gates WATCHDOG=1) ---

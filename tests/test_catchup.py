@@ -22,6 +22,7 @@ from specwatch import catchup
 from specwatch.alerting import build_alerting
 from specwatch.config import LogSource, build_config
 from specwatch.pipeline import Pipeline
+from specwatch.rules.stats import Recent
 from specwatch.sources.filestream import Follower
 
 RULES = {
@@ -134,6 +135,8 @@ def dump(x, seen=()):
     seen = seen + (id(x),)
     if isinstance(x, dict):
         return ["dict", [[dump(k, seen), dump(v, seen)] for k, v in x.items()]]
+    if isinstance(x, Recent):  # a window: its samples as floats, in either of its stores
+        return ["Recent", dump(x.span), dump(x.sum), [[repr(float(t)), repr(float(v))] for t, v in x.samples]]
     if isinstance(x, (list, tuple, deque)):
         return [type(x).__name__, [dump(v, seen) for v in x]]
     names = list(getattr(x, "__dict__", {})) or [n for c in type(x).__mro__ for n in getattr(c, "__slots__", ())]

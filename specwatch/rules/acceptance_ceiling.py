@@ -225,7 +225,7 @@ class AcceptanceCeilingRule(Rule):
 
     def to_state(self) -> dict:
         return {"active": self.active.to_state(), "args": self.args.to_state(),
-                "ranks": [{"server": s, "rank": r, "steady": list(st.steady.samples), "high_run": st.high_run,
+                "ranks": [{"server": s, "rank": r, "steady": st.steady.to_state(), "high_run": st.high_run,
                            "low_run": st.low_run, "high_since": st.high_since, "steady_before": st.steady_before}
                           for (s, r), st in self._ranks.items()]}
 
@@ -237,6 +237,5 @@ class AcceptanceCeilingRule(Rule):
         for d in state.get("ranks", []):
             st = _Rank(Recent(self.config.steady_window), d["high_run"], d["low_run"], d["high_since"],
                        tuple(d["steady_before"]) if d.get("steady_before") else None)
-            for t, v in d["steady"]:
-                st.steady.add(t, v)
+            st.steady.load_state(d["steady"])
             self._ranks[(d["server"], d["rank"])] = st

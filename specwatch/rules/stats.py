@@ -9,38 +9,129 @@ Times are seconds (the batches' timestamps).
 
 from __future__ import annotations
 
+import base64
 import math
+import sys
+from array import array
 from collections import deque
+from collections.abc import Iterable, Iterator
+from itertools import chain
+
+
+class Pairs:
+    """Samples (t, value), oldest first, in two `array('d')` columns: 16 bytes a sample where a
+    deque of tuples takes ~100 (a tuple and two floats), for windows of thousands of lines.
+    Readers use it as that deque (`len`, `[i]`, iteration: (t, value) tuples of floats); `Recent`
+    appends to the columns and `drop`s the oldest."""
+
+    __slots__ = ("t", "v", "head")
+
+    def __init__(self, pairs: Iterable[tuple[float, float]] = ()):
+        flat = array("d", chain.from_iterable(pairs))  # t0, v0, t1, v1, ...
+        self.t, self.v, self.head = flat[0::2], flat[1::2], 0
+
+    def drop(self, k: int) -> None:
+        """Forget the oldest `k` samples (at most all)."""
+        h, ts = self.head + k, self.t
+        if h >= len(ts):
+            del ts[:], self.v[:]
+            h = 0
+        elif h >= 256 and 2 * h >= len(ts):  # the dropped front goes once it is half: O(1) amortized
+            del ts[:h], self.v[:h]
+            h = 0
+        self.head = h
+
+    def __len__(self) -> int:
+        return len(self.t) - self.head
+
+    def __getitem__(self, i: int) -> tuple[float, float]:
+        n = len(self.t) - self.head
+        if i < 0:
+            i += n
+        if not 0 <= i < n:
+            raise IndexError("Pairs index out of range")
+        i += self.head
+        return self.t[i], self.v[i]
+
+    def __iter__(self) -> Iterator[tuple[float, float]]:
+        h = self.head
+        return zip(self.t[h:], self.v[h:])  # copies: safe against changes while iterating
+
+    def __repr__(self) -> str:
+        return f"Pairs({list(self)!r})"
+
+
+def _pack(a: array) -> str:
+    """float64 column → base64 of its little-endian bytes (exact, and no float to format)."""
+    if sys.byteorder != "little":
+        a = array("d", a)
+        a.byteswap()
+    return base64.b64encode(a).decode("ascii")
+
+
+def _unpack(s: str) -> array:
+    a = array("d", base64.b64decode(s))
+    if sys.byteorder != "little":
+        a.byteswap()
+    return a
 
 
 class Recent:
     """Samples (t, value) of the last `span` seconds, oldest first, with their running sum
-    (`mean` is O(1): the rules call it on every decode line)."""
+    (`mean` is O(1): the rules call it on every decode line). `samples`: a `Pairs`, or the deque
+    of tuples a catch-up in columns hands over (`columns.apply_recent`: no float unboxed per
+    sample on that path), which then serves as the store from there on."""
 
-    __slots__ = ("span", "samples", "_sum")
+    __slots__ = ("span", "_pairs", "_sum")
 
     def __init__(self, span: float):
         self.span = span
-        self.samples: deque[tuple[float, float]] = deque()
+        self._pairs: Pairs | deque = Pairs()
         self._sum = 0.0
+
+    @property
+    def samples(self) -> Pairs | deque:
+        return self._pairs
+
+    @samples.setter
+    def samples(self, pairs: Iterable[tuple[float, float]]) -> None:
+        self._pairs = pairs if isinstance(pairs, (Pairs, deque)) else Pairs(pairs)
 
     def add(self, t: float, value: float) -> list[tuple[float, float]]:
         """Add a sample; returns the samples that fell out of the window (oldest first)."""
-        samples = self.samples
-        samples.append((t, value))
+        p = self._pairs
+        if type(p) is Pairs:
+            ts = p.t
+            ts.append(t)
+            p.v.append(value)
+            oldest = ts[p.head]
+        else:
+            p.append((t, value))
+            oldest = p[0][0]
         self._sum += value
-        if samples[0][0] > t - self.span:
+        if oldest > t - self.span:
             return []  # nothing aged out (prune's test): no call, no list to build
         return self.prune(t)
 
     def prune(self, t: float) -> list[tuple[float, float]]:
         """Drop the samples older than `span` before `t`; returns them (oldest first)."""
-        out = []
-        samples = self.samples
-        while samples and samples[0][0] <= t - self.span:
-            out.append(samples.popleft())
-            self._sum -= out[-1][1]
-        if not samples:
+        p = self._pairs
+        limit = t - self.span
+        if type(p) is Pairs:
+            ts, h = p.t, p.head
+            k, n = h, len(ts)
+            while k < n and ts[k] <= limit:
+                k += 1
+            out = list(zip(ts[h:k], p.v[h:k]))
+            if k > h:
+                p.drop(k - h)
+        else:
+            out = []
+            while p and p[0][0] <= limit:
+                out.append(p.popleft())
+        for _, v in out:  # one by one, oldest first: the same float sum either way
+            self._sum -= v
+        if not p:
             self._sum = 0.0  # no drift of float error across idle spells
         return out
 
@@ -49,10 +140,21 @@ class Recent:
         return self._sum
 
     def __len__(self) -> int:
-        return len(self.samples)
+        return len(self._pairs)
 
     def mean(self) -> float | None:
-        return self._sum / len(self.samples) if self.samples else None
+        return self._sum / len(self._pairs) if self._pairs else None
+
+    def to_state(self) -> dict:
+        """The samples as {"t": ..., "v": ...}: base64 of float64 little-endian columns."""
+        p = self._pairs if type(self._pairs) is Pairs else Pairs(self._pairs)
+        return {"t": _pack(p.t[p.head:]), "v": _pack(p.v[p.head:])}
+
+    def load_state(self, state: dict | list) -> None:
+        """Add the samples of `to_state()` (or a list of (t, value) pairs: earlier versions) in order."""
+        pairs = zip(_unpack(state["t"]), _unpack(state["v"])) if isinstance(state, dict) else state
+        for t, v in pairs:
+            self.add(t, v)
 
 
 class Baseline:

@@ -23,6 +23,7 @@ MASK = (C.IN_MODIFY | C.IN_CLOSE_WRITE | C.IN_CREATE | C.IN_DELETE | C.IN_MOVED_
 # Events that concern the watched directory itself (gone or moved) or lost events: always relevant.
 ALWAYS = C.IN_Q_OVERFLOW | C.IN_IGNORED | C.IN_DELETE_SELF | C.IN_MOVE_SELF
 _BUF = 64 * 1024
+_EVENT_MAX = 16 + 255 + 1  # struct inotify_event with the longest name (NAME_MAX) and its NUL
 
 
 class DirWatcher:
@@ -52,18 +53,31 @@ class DirWatcher:
         self._lock = threading.Lock()  # wake() (any thread) against close(): no write to a reused fd
         self._closed = False
         self._dirs: dict[int, str] = {}  # watch descriptor -> directory
-        self.interest: frozenset[str] = frozenset()
+        self._interest: frozenset[str] = frozenset()
+        # a read's bytes -> whether they name a file of interest: a busy log queues the same one
+        # IN_MODIFY event (the kernel merges repeats) between two rounds, parsed once
+        self._known: dict[bytes, bool] = {}
         self.events_total = 0  # relevant events read (for tests and metrics)
 
     @property
     def watched(self) -> set[str]:
         return set(self._dirs.values())
 
+    @property
+    def interest(self) -> frozenset[str]:
+        return self._interest
+
+    @interest.setter
+    def interest(self, paths: frozenset[str]) -> None:
+        self._interest = paths
+        self._known.clear()
+
     def watch(self, directory: str) -> None:
         wd = inotify_add_watch(self._fd, os.fsencode(directory), MASK)
         if wd == -1:
             InotifyFD._raise_error()
         self._dirs[wd] = directory
+        self._known.clear()
 
     def wake(self) -> None:
         """End a `wait` now (any thread; nothing once closed)."""
@@ -103,15 +117,31 @@ class DirWatcher:
                 raise
             if not buf:
                 return relevant
-            for wd, mask, _cookie, name in InotifyFD._parse_event_buffer(buf):
-                if mask & ALWAYS:
-                    if mask & C.IN_IGNORED:  # the directory is gone: watched again when it is back
-                        self._dirs.pop(wd, None)
-                    relevant = True
-                elif name and os.path.join(self._dirs.get(wd, ""), os.fsdecode(name)) in self.interest:
-                    relevant = True
-            if relevant:
+            known = self._known.get(buf)
+            if known is None:
+                known = self._parse(buf)
+            if known:
+                relevant = True
                 self.events_total += 1
+            if len(buf) <= _BUF - _EVENT_MAX:  # the next event would have fitted: none was queued
+                return relevant
+
+    def _parse(self, buf: bytes) -> bool:
+        """Whether the events in `buf` concern a file of `interest` (remembered unless one concerns
+        a watched directory itself or lost events)."""
+        relevant = always = False
+        for wd, mask, _cookie, name in InotifyFD._parse_event_buffer(buf):
+            if mask & ALWAYS:
+                if mask & C.IN_IGNORED:  # the directory is gone: watched again when it is back
+                    self._dirs.pop(wd, None)
+                relevant = always = True
+            elif name and os.path.join(self._dirs.get(wd, ""), os.fsdecode(name)) in self._interest:
+                relevant = True
+        if not always:
+            if len(self._known) >= 64:
+                self._known.clear()
+            self._known[buf] = relevant
+        return relevant
 
     def _drain_pipe(self) -> None:
         try:

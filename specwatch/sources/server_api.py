@@ -1,4 +1,4 @@
-"""The SGLang HTTP API: `/server_info`, `/model_info` and `/health`, polled with requests.
+"""The SGLang HTTP API: `/server_info`, `/model_info` and `/health`, polled (`sources/http_poll.py`).
 
 Facts (`sglang/srt/entrypoints/http_server.py` 0.4.6.post1-0.5.23; `avg_spec_accept_length` from
 `sglang/srt/managers/scheduler_components/internal_state.py` 0.5.23):
@@ -25,19 +25,19 @@ header and never logged.
 
 from __future__ import annotations
 
+import json
 import logging
-import os
 import re
 import threading
 from urllib.parse import urlsplit, urlunsplit
 from typing import Iterable
 
-import requests
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from specwatch.events import ApiSample, DpState, ServerArgs, ServerInfo
 from specwatch.sources.base import Emit, PollingSource
+from specwatch.sources.http_poll import PollClient, PollError
 from specwatch.sources.sglang_log import SERVER_ARG_KEYS
 from specwatch.sources.vllm_api import MODELS_PATH, VERSION_PATH, is_vllm_server_info, parse_vllm_info
 
@@ -104,23 +104,6 @@ def parse_server_info(doc: dict, endpoint: str = "/server_info") -> ServerInfo:
     )
 
 
-# What `requests` reads from the environment when `Session.trust_env` is on (requests 2.32,
-# sessions.py `merge_environment_settings` and utils.py `get_netrc_auth`)
-_PROXY_SETTINGS = ("http_proxy", "https_proxy", "all_proxy", "no_proxy", "netrc")
-
-
-def poll_session() -> requests.Session:
-    """A Session for a source that polls. Without proxy or .netrc settings it reads none from the
-    environment on each request (`requests` otherwise does: about 15 % of a `/server_info` poll's
-    CPU; docs/idle-cost.md); the CA bundle variables are read once here instead."""
-    session = requests.Session()
-    if not any(k.lower() in _PROXY_SETTINGS for k in os.environ) and not any(
-            os.path.exists(os.path.expanduser(f"~/{n}")) for n in (".netrc", "_netrc")):
-        session.trust_env = False
-        session.verify = os.environ.get("REQUESTS_CA_BUNDLE") or os.environ.get("CURL_CA_BUNDLE") or True
-    return session
-
-
 def shown_url(url: str) -> str:
     """`url` for logs and metrics: no user, password or query (`http://u:p@h:1/x?token=t` →
     `http://h:1/x`); they may hold credentials."""
@@ -149,14 +132,14 @@ class ServerApiSource(PollingSource):
 
     url: base URL (`http://127.0.0.1:30000`). server: name for events and metrics. api_key:
     the server's `--api-key` (a secret). interval / health_interval / timeout / backoff_max:
-    seconds. session: a requests.Session (default: `poll_session()`).
+    seconds. client: the `PollClient` to GET with (default: a new one).
     """
 
     name = "server_api"
 
     def __init__(self, url: str, emit: Emit, *, server: str, api_key: str | None = None,
                  interval: float = 10.0, health_interval: float = 60.0, timeout: float = 2.0,
-                 backoff_max: float = 120.0, session: requests.Session | None = None):
+                 backoff_max: float = 120.0, client: PollClient | None = None):
         super().__init__(interval)
         self.url = url.rstrip("/")
         self.shown = shown_url(self.url).rstrip("/")  # what logs, errors and metrics say
@@ -165,7 +148,7 @@ class ServerApiSource(PollingSource):
         self.health_interval = float(health_interval)
         self.timeout = float(timeout)
         self.backoff_max = max(float(backoff_max), self.interval)
-        self.session = session or poll_session()
+        self.client = client or PollClient()
         self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._info_path: str | None = None  # the endpoint that answered; None: probe again
         self._vllm = False  # a vLLM server: /version and /v1/models instead (sources/vllm_api.py)
@@ -188,27 +171,22 @@ class ServerApiSource(PollingSource):
         return f"ServerApiSource({self.shown!r}, server={self.server!r}, api_key={'<redacted>' if self._headers else None})"
 
     # --- HTTP ---
-    def _get(self, path: str, *, auth: bool = True) -> requests.Response:
+    def _get(self, path: str, *, auth: bool = True) -> tuple[int, bytes]:
+        """GET `path` → (status, body). Raises ApiError (no answer, or 401/403)."""
         with self.lock:
             self.requests_total[path] = self.requests_total.get(path, 0) + 1
         try:
-            r = self.session.get(self.url + path, headers=self._headers if auth else None,
-                                 timeout=(self.timeout, self.timeout), allow_redirects=False)
-        except requests.exceptions.ConnectTimeout:
-            raise self._error(path, "timeout", reachable=False) from None
-        except requests.exceptions.Timeout:
-            raise self._error(path, "timeout") from None
-        except requests.exceptions.ConnectionError:
-            raise self._error(path, "connection_error", reachable=False) from None
-        except requests.exceptions.RequestException:
-            raise self._error(path, "request_error", reachable=False) from None
-        if r.status_code in (401, 403):
+            status, body = self.client.get(self.url + path, headers=self._headers if auth else None,
+                                           timeout=self.timeout)
+        except PollError as e:
+            raise self._error(path, e.kind, reachable=e.reachable) from None
+        if status in (401, 403):
             if "unauthorized" not in self._warned:
                 self._warned.add("unauthorized")
                 log.warning("%s%s answered %d: set server_api.api_key (or _env/_file) to the server's "
-                            "--api-key", self.shown, path, r.status_code)
-            raise self._error(path, "unauthorized", r.status_code)
-        return r
+                            "--api-key", self.shown, path, status)
+            raise self._error(path, "unauthorized", status)
+        return status, body
 
     def _error(self, path: str, kind: str, status: int | None = None, reachable: bool = True) -> ApiError:
         with self.lock:
@@ -216,15 +194,16 @@ class ServerApiSource(PollingSource):
             self.errors_total[key] = self.errors_total.get(key, 0) + 1
         return ApiError(self.shown + path, kind, status, reachable)
 
-    def _json(self, path: str, r: requests.Response) -> dict:
-        if r.status_code != 200:
-            raise self._error(path, f"http_{r.status_code}", r.status_code)
+    def _json(self, path: str, answer: tuple[int, bytes]) -> dict:
+        status, body = answer
+        if status != 200:
+            raise self._error(path, f"http_{status}", status)
         try:
-            doc = r.json()
-        except ValueError:
-            raise self._error(path, "bad_response", r.status_code) from None
+            doc = json.loads(body)
+        except ValueError:  # not JSON, or not UTF-8/16/32
+            raise self._error(path, "bad_response", status) from None
         if not isinstance(doc, dict):
-            raise self._error(path, "bad_response", r.status_code)
+            raise self._error(path, "bad_response", status)
         return doc
 
     def _fetch(self, paths: tuple[str, str], current: str | None) -> tuple[dict, str]:
@@ -232,11 +211,10 @@ class ServerApiSource(PollingSource):
         if current is not None:
             return self._json(current, self._get(current)), current
         new, old = paths
-        r = self._get(new)
-        if r.status_code != 404:
-            return self._json(new, r), new
-        r = self._get(old)
-        return self._json(old, r), old
+        answer = self._get(new)
+        if answer[0] != 404:
+            return self._json(new, answer), new
+        return self._json(old, self._get(old)), old
 
     def server_info(self) -> ServerInfo:
         """`/server_info` (or `/get_server_info`) and `/model_info`, parsed; on a vLLM server
@@ -342,11 +320,11 @@ class ServerApiSource(PollingSource):
 
     def _poll_health(self, now: float) -> None:
         try:
-            r = self._get(HEALTH_PATH, auth=False)
-            self._health_status = r.status_code
-            self._healthy = r.status_code == 200
-            if r.status_code != 200:
-                self._error(HEALTH_PATH, f"http_{r.status_code}", r.status_code)
+            status, _ = self._get(HEALTH_PATH, auth=False)
+            self._health_status = status
+            self._healthy = status == 200
+            if status != 200:
+                self._error(HEALTH_PATH, f"http_{status}", status)
         except ApiError as e:
             self._healthy, self._health_status = False, e.status
         # while failing, ask again at the poll interval so recovery is seen soon

@@ -1,6 +1,6 @@
 """An inference engine's own Prometheus endpoint (`server_metrics[]`): SGLang or vLLM `/metrics`.
 
-Scraped with requests, read with prometheus-client's text parser
+Scraped with `sources/http_poll.py`, read with prometheus-client's text parser
 (`prometheus_client.parser.text_string_to_metric_families`); the engine is told from the metric
 names. Colon names and their underscore twins are the same family: prometheus-client >= 0.23
 renders `sglang:x` as `sglang_x` in OpenMetrics, its text format keeps the colon.
@@ -40,14 +40,14 @@ import threading
 import time
 from typing import Iterable
 
-import requests
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import Collector
 
 from specwatch.events import MetricsSample, RankMetrics
 from specwatch.sources.base import Emit, PollingSource
-from specwatch.sources.server_api import poll_session, shown_url
+from specwatch.sources.http_poll import PollClient, PollError
+from specwatch.sources.server_api import shown_url
 
 log = logging.getLogger("specwatch.sources.server_metrics")
 
@@ -241,13 +241,13 @@ class ServerMetricsSource(PollingSource):
     """Scrapes one engine's /metrics every `interval` seconds and emits a `MetricsSample`.
 
     url: the full /metrics URL. server: name for events and metrics. timeout / backoff_max:
-    seconds. session: a requests.Session (default: a new one).
+    seconds. client: the `PollClient` to GET with (default: a new one).
     """
 
     name = "server_metrics"
 
     def __init__(self, url: str, emit: Emit, *, server: str, interval: float = 5.0, timeout: float = 2.0,
-                 backoff_max: float = 120.0, session: requests.Session | None = None):
+                 backoff_max: float = 120.0, client: PollClient | None = None):
         super().__init__(interval)
         self.url = url
         self.shown = shown_url(url)
@@ -255,7 +255,7 @@ class ServerMetricsSource(PollingSource):
         self.server = server
         self.timeout = float(timeout)
         self.backoff_max = max(float(backoff_max), self.interval)
-        self.session = session or poll_session()
+        self.client = client or PollClient()
         self.filtered = True  # ask for SAMPLE_NAMES only (see `scrape`)
         self._sglang = SGLangReader()
         self._vllm = VllmReader()
@@ -292,18 +292,13 @@ class ServerMetricsSource(PollingSource):
     def fetch(self, filtered: bool = False) -> str:
         """GET the /metrics body (`filtered`: only SAMPLE_NAMES asked for). Raises ScrapeError."""
         try:
-            r = self.session.get(self.url, params={"name[]": SAMPLE_NAMES} if filtered else None,
-                                 timeout=(self.timeout, self.timeout), allow_redirects=False,
-                                 headers={"Accept": "text/plain;version=0.0.4"})
-        except requests.exceptions.Timeout:
-            raise ScrapeError("timeout") from None
-        except requests.exceptions.ConnectionError:
-            raise ScrapeError("connection_error") from None
-        except requests.exceptions.RequestException:
-            raise ScrapeError("request_error") from None
-        if r.status_code != 200:
-            raise ScrapeError(f"http_{r.status_code}")
-        return r.text
+            status, body = self.client.get(self.url, params={"name[]": SAMPLE_NAMES} if filtered else None,
+                                           timeout=self.timeout, headers={"Accept": "text/plain;version=0.0.4"})
+        except PollError as e:
+            raise ScrapeError(e.kind) from None
+        if status != 200:
+            raise ScrapeError(f"http_{status}")
+        return body.decode("utf-8", "replace")  # the text exposition format is UTF-8
 
     def scrape(self, now: float) -> MetricsSample:
         """One scrape → MetricsSample (its `error` set when it failed; never raises)."""
