@@ -136,6 +136,7 @@ def read(block: bytes, server: str, tz, windows, now: float | None) -> Rows | No
     `server_args` line."""
     import numpy as np
 
+    from specwatch import columns
     from specwatch.sources import sglang_columns
 
     heap.hold()  # reads of this size again: freed arrays stay in the heap for the next
@@ -156,7 +157,7 @@ def read(block: bytes, server: str, tz, windows, now: float | None) -> Rows | No
     np.cumsum(dec, out=dcount[1:])
     drank = cols.rank[dec]
     # d_code: the decode rows' ranks numbered in their first appearance among decode rows
-    seen, first = np.unique(drank, return_index=True)
+    seen, first = columns.unique_first(drank)
     number = np.empty(len(cols.ranks), np.int64)
     number[seen[np.argsort(first)]] = np.arange(len(seen))
     r._arrays = {"dec": dec, "ts": ts, "rank": cols.rank, "dpos": np.flatnonzero(dec), "dcount": dcount,
@@ -554,10 +555,12 @@ class _RankSync:
     def sync(self, upto: int, points: int, now_alerts: list = ()) -> None:
         import numpy as np
 
+        from specwatch import columns
+
         rows, server, ranks = self.rows, self.server, self.p.ranks
         a = self.done
         if upto > a:
-            found, first = np.unique(rows.array("rank")[a:upto], return_index=True)
+            found, first = columns.unique_first(rows.array("rank")[a:upto])
             for code, i in sorted(zip(found.tolist(), first.tolist()), key=lambda e: e[1]):
                 if (server, rows._names[code]) not in ranks:  # RankStats made in first-appearance order, as per line
                     self.p._rank(server, rows.batch(a + i))

@@ -30,6 +30,18 @@ class Steps:
     __slots__ = ("sums", "counts", "pruned", "old", "t", "v", "aged_rows", "twin_sums")
 
 
+def unique_first(codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """`np.unique(codes, return_index=True)` (the values in order, each one's first index) for
+    small non-negative integer codes (ranks, load levels) without sorting them: one comparison
+    per code and row."""
+    top = int(codes.max()) + 1 if len(codes) else 0
+    if not 0 < top <= 64 or codes.dtype.kind not in "iu":
+        return np.unique(codes, return_index=True)
+    hit = codes[:, None] == np.arange(top)
+    present = np.flatnonzero(hit.any(0))
+    return present, hit[:, present].argmax(0)
+
+
 def recent_steps(recent: Recent, rows_t: np.ndarray, v: np.ndarray, at: np.ndarray | None = None,
                  twin: Recent | None = None, twin_v: np.ndarray | None = None) -> Steps | None:
     """`recent` over rows at times `rows_t`: at row `at[i]` (every row when None) `add(t, v[i])`,
@@ -157,7 +169,7 @@ def levels_steps(recents: list[Recent], t: np.ndarray, v: np.ndarray, li: np.nda
     if n_front and ((ft > limit).any() or not ((ft[1:] >= ft[:-1]) | (fl[1:] != fl[:-1])).all()):
         return None
     whole = nf == n0  # windows whose old samples all age out: then their new ones may, after them
-    present, first = np.unique(li, return_index=True)
+    present, first = unique_first(li)
     ends = np.cumsum(nf)
     last = whole[present] & (nf[present] > 0)
     if (ft[ends[present[last]] - 1] > t[first[last]]).any():
@@ -311,7 +323,7 @@ def valid_counts(rows, da: int, db: int) -> dict[str, int]:
     """rank → its decode lines in [da, db) with a valid accept len (`Rows.d_acc_ok`), ranks in
     the order of their first such line (a `Counter` of them)."""
     codes = rows.array("d_code")[da:db][rows.array("d_acc_ok")[da:db]]
-    found, first = np.unique(codes, return_index=True)
+    found, first = unique_first(codes)
     counts = np.bincount(codes)
     names = rank_names(rows)
     return {names[c]: int(counts[c]) for c in found[np.argsort(first)].tolist()}

@@ -461,3 +461,19 @@ def test_twin_window_sums_as_its_own():
     alone = columns.recent_steps(b, t, w)
     assert [repr(x) for x in both.twin_sums.tolist()] == [repr(x) for x in alone.sums.tolist()]
     assert columns.recent_steps(a, t, v, twin=c, twin_v=w).twin_sums is None
+
+
+def test_unique_first_is_numpy_unique():
+    """`columns.unique_first` gives what `np.unique(..., return_index=True)` gives, codes over 64
+    and floats included (those go to numpy)."""
+    import numpy as np
+
+    from specwatch.columns import unique_first
+
+    rnd = np.random.default_rng(1)
+    for top in (1, 2, 8, 64, 65, 300):
+        for n in (0, 1, 5, 1000):
+            codes = rnd.integers(0, top, n)
+            for c in (codes, codes.astype(float)):
+                got, want = unique_first(c), np.unique(c, return_index=True)
+                assert got[0].tolist() == want[0].tolist() and got[1].tolist() == want[1].tolist()

@@ -163,7 +163,7 @@ class DegradationRule(Rule):
         codes = rows.array("d_code")[counted]
         t_all, x_all, run_all = rows.array("d_ts")[counted], rows.array("d_acc")[counted], rows.array("d_running")[counted]
         n = len(counted)
-        uniq, first = np.unique(codes, return_index=True)
+        uniq, first = columns.unique_first(codes)
         per_rank = []  # (rank, its _Rank or None, positions among counted, window steps, running steps)
         sums, cnts = np.empty(n), np.empty(n)
         aged_keys, aged_t, aged_v = [], [], []

@@ -176,7 +176,7 @@ class ThroughputDropRule(Rule):
         level_all = np.frexp(level_all.astype(float))[1]  # bit_length, exactly for these integers
         n_rows = len(valid)
         low = np.zeros(n_rows, bool)
-        uniq, first = np.unique(codes, return_index=True)
+        uniq, first = columns.unique_first(codes)
         plans = []
         thr_low = 1 - cfg.max_drop_ratio
         for code in uniq[np.argsort(first)]:
