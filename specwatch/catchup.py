@@ -497,7 +497,8 @@ def _piece(pipeline, server: str, rows: Rows, rules: list, prefill_rules: set, a
         return
     cfg = pipeline.windows.config
     handle, dec, clock = pipeline._handle, rows.dec, rows.clock
-    for i in range(low, b):
+    i = low
+    while i < b:
         window = None
         sync.upto, sync.points = i + 1, i  # an alert of row i sees the ranks with row i, points before it
         for x, rule in enumerate(rules):
@@ -520,6 +521,16 @@ def _piece(pipeline, server: str, rows: Rows, rules: list, prefill_rules: set, a
             if i == k and i + 1 < b and misses < RETRIES:  # it stopped at this row: on from the next
                 k, alerts = rule.advance(server, rows, i + 1, ticks.reach(rule, i + 1, b))
                 taken[x] = (k, alerts, 0 if k > i + 1 else misses + 1)
+        i += 1
+        # on to the next row a rule has to see: one it stopped at, or the row of its alerts
+        nxt = b
+        for k, alerts, _ in taken:
+            if alerts and k - 1 >= i:
+                k -= 1
+            if k < nxt:
+                nxt = k
+        if nxt > i:
+            i = nxt
 
 
 class _RankSync:
