@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 import re
+from bisect import bisect_left
 from bisect import bisect_right
 from datetime import datetime
 
@@ -577,7 +578,7 @@ class _RankSync:
                     self.p._rank(server, rows.batch(a + i))
             db = rows.dcount[upto]
             for e in self.per:
-                rk, js, vals, sums, _, count0, _, lo, _ = e
+                rk, js, vals, sums, _, count0, _, lo, _ = e[:9]
                 hi = int(np.searchsorted(js, db))
                 if hi == lo:
                     continue
@@ -610,23 +611,26 @@ class _RankSync:
         pending = list({id(a): a for a in later if "update" not in a.annotations}.values())
         state = self.p.alert_state
         for e in self.per:
-            rk, js, vals, sums, t, count0, ordered, _, k = e
+            rk, js, vals, sums, t, count0, ordered, _, k = e[:9]
             hi = int(np.searchsorted(js, db))
             if hi == k:
                 continue
             h = self.p.ranks[(self.server, rk)].history
             st = None
+            if len(e) == 9:  # the rank's columns as Python floats: one search and point per step
+                e += [t.tolist(), vals.tolist(), sums.tolist()]
+            tl, vl, sl = e[9:]
             while k < hi:
                 if ordered:
-                    k += int(np.searchsorted(t[k:hi], h.due))  # the first line at or after `due`
+                    k = bisect_left(tl, h.due, k, hi)  # the first line at or after `due`
                     if k >= hi:
                         break
-                elif t[k] < h.due:
+                elif tl[k] < h.due:
                     k += 1
                     continue
                 if st is None:
                     st = _state(state, self.server, rk, pending)
-                h.add(float(t[k]), float(vals[k]), float(sums[k]), count0 + k + 1, st)
+                h.add(tl[k], vl[k], sl[k], count0 + k + 1, st)
                 k += 1
             e[8] = hi
 
