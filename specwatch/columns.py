@@ -9,14 +9,14 @@ imports this module (and numpy), so a daemon that only tails a live log does not
 
 from __future__ import annotations
 
+from array import array
 from bisect import bisect_right
-from collections import deque
 from itertools import chain, islice
 from operator import itemgetter
 
 import numpy as np
 
-from specwatch.rules.stats import Baseline, Recent
+from specwatch.rules.stats import Baseline, Pairs, Recent
 
 
 _time = itemgetter(0)
@@ -42,6 +42,19 @@ def unique_first(codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return present, hit[:, present].argmax(0)
 
 
+def _first(samples, k: int) -> np.ndarray:
+    """A window's first k samples (`Recent.samples`: Pairs or a deque) as a (k, 2) array (t, value)."""
+    out = np.empty((k, 2))
+    if not k:
+        return out
+    if type(samples) is Pairs:
+        h = samples.head
+        out[:, 0] = np.frombuffer(samples.t[h:h + k], float)
+        out[:, 1] = np.frombuffer(samples.v[h:h + k], float)
+        return out
+    return np.fromiter(chain.from_iterable(islice(samples, k)), float, 2 * k).reshape(k, 2)
+
+
 def recent_steps(recent: Recent, rows_t: np.ndarray, v: np.ndarray, at: np.ndarray | None = None,
                  twin: Recent | None = None, twin_v: np.ndarray | None = None) -> Steps | None:
     """`recent` over rows at times `rows_t`: at row `at[i]` (every row when None) `add(t, v[i])`,
@@ -61,7 +74,7 @@ def recent_steps(recent: Recent, rows_t: np.ndarray, v: np.ndarray, at: np.ndarr
     # bisection, then checked (in order, at or before the limit, the next one after it)
     limit = float(rows_t[-1]) - recent.span if m else -np.inf
     nf = bisect_right(old, limit, key=_time)
-    front = np.fromiter(chain.from_iterable(islice(old, nf)), float, 2 * nf).reshape(nf, 2)
+    front = _first(old, nf)
     ft, fv = front[:, 0], front[:, 1]
     if nf and (ft[-1] > limit or nf > 1 and not (ft[1:] >= ft[:-1]).all()) or nf < n0 and old[nf][0] <= limit:
         return None
@@ -94,7 +107,7 @@ def recent_steps(recent: Recent, rows_t: np.ndarray, v: np.ndarray, at: np.ndarr
     st.twin_sums = None
     if twin is not None and len(twin.samples) == n0 and twin.span == recent.span and \
             (nf == n0 or twin.samples[nf][0] == old[nf][0]):
-        pair = np.fromiter(chain.from_iterable(islice(twin.samples, nf)), float, 2 * nf).reshape(nf, 2)
+        pair = _first(twin.samples, nf)
         if (pair[:, 0] == ft).all():
             ops[(prev_added + prev_pruned)[at]] = twin_v
             ops[added[aged_rows] + k] = -(pair[:, 1] if nf < n0 else np.concatenate((pair[:, 1], twin_v)))[k]
@@ -131,9 +144,19 @@ def set_recent(recent: Recent, pruned: int, total: float, ordinals: np.ndarray, 
                values: np.ndarray) -> None:
     """`recent` less its first `pruned` samples (old, then new), plus the new samples left, and
     its sum `total` (`apply_recent`)."""
-    tail = ordinals[max(0, pruned - len(recent.samples)):]
-    new = zip(times[tail].tolist(), values[tail].tolist())
-    recent.samples = deque(chain(islice(recent.samples, pruned, None), new))
+    old = recent.samples
+    tail = ordinals[max(0, pruned - len(old)):]
+    if type(old) is Pairs:
+        h = old.head + min(pruned, len(old))
+        t, v = old.t[h:], old.v[h:]
+    else:  # a window saved by an earlier version, or restored as a list
+        flat = array("d", chain.from_iterable(islice(old, pruned, None)))
+        t, v = flat[0::2], flat[1::2]
+    t.frombytes(times[tail].astype(float).tobytes())
+    v.frombytes(values[tail].astype(float).tobytes())
+    p = Pairs()
+    p.t, p.v = t, v
+    recent.samples = p  # the compact store the per-line path keeps
     recent._sum = total
 
 
@@ -162,8 +185,7 @@ def levels_steps(recents: list[Recent], t: np.ndarray, v: np.ndarray, li: np.nda
     if any(k < len(r.samples) and r.samples[k][0] <= limit for r, k in zip(recents, nf.tolist())):
         return None
     n_front = int(nf.sum())
-    front = np.fromiter(chain.from_iterable(chain.from_iterable(islice(r.samples, k) for r, k in zip(recents, nf.tolist()))),
-                        float, 2 * n_front).reshape(n_front, 2)
+    front = np.concatenate([_first(r.samples, k) for r, k in zip(recents, nf.tolist())] + [np.empty((0, 2))])
     ft, fv = front[:, 0], front[:, 1]
     fl = np.repeat(np.arange(n_lv), nf)
     if n_front and ((ft > limit).any() or not ((ft[1:] >= ft[:-1]) | (fl[1:] != fl[:-1])).all()):

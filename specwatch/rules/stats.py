@@ -78,9 +78,9 @@ def _unpack(s: str) -> array:
 
 class Recent:
     """Samples (t, value) of the last `span` seconds, oldest first, with their running sum
-    (`mean` is O(1): the rules call it on every decode line). `samples`: a `Pairs`, or the deque
-    of tuples a catch-up in columns hands over (`columns.apply_recent`: no float unboxed per
-    sample on that path), which then serves as the store from there on."""
+    (`mean` is O(1): the rules call it on every decode line). `samples`: a `Pairs` (the catch-up
+    in columns builds one from its arrays: `columns.set_recent`); a deque of (t, value) tuples
+    set here serves as the store as it is."""
 
     __slots__ = ("span", "_pairs", "_sum")
 
