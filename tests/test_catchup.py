@@ -477,3 +477,17 @@ def test_unique_first_is_numpy_unique():
             for c in (codes, codes.astype(float)):
                 got, want = unique_first(c), np.unique(c, return_index=True)
                 assert got[0].tolist() == want[0].tolist() and got[1].tolist() == want[1].tolist()
+
+
+def test_windows_left_by_the_catchup_are_compact(tmp_path, monkeypatch):
+    """Every rule window after a catch-up in columns is the per-line path's compact store
+    (`stats.Pairs`, 16 bytes a sample), not a deque of tuples kept for the daemon's life."""
+    import gc
+
+    from specwatch.rules.stats import Pairs, Recent
+
+    log = tmp_path / "server.log"
+    scenario(log)
+    run(log, fast=True, chunk=1 << 20, clock=False, monkeypatch=monkeypatch)
+    windows = [o for o in gc.get_objects() if type(o) is Recent and len(o)]
+    assert windows and all(type(w.samples) is Pairs for w in windows), {type(w.samples) for w in windows}
