@@ -22,7 +22,6 @@ from bisect import bisect_left
 from bisect import bisect_right
 from datetime import datetime
 
-from specwatch import heap
 from specwatch.events import DecodeBatch, OtherLine, PrefillBatch
 from specwatch.rules.base import alert_key
 from specwatch.rules.windows import Window
@@ -130,7 +129,7 @@ class Rows:
 
 
 def read(block: bytes, server: str, tz, windows, now: float | None) -> Rows | None:
-    """The read `block` (lines each ending in "\n") as Rows, classifying its decode lines in
+    """The read `block` (lines each ending in "\\n") as Rows, classifying its decode lines in
     `windows` (the pipeline's WindowTracker, advanced past the read); None when the read needs
     the per-line path (nothing is changed then): a line holding "batch" that is not a canonical
     batch line (`sglang_columns.parse`), or another line the error stage could take, a
@@ -140,7 +139,6 @@ def read(block: bytes, server: str, tz, windows, now: float | None) -> Rows | No
     from specwatch import columns
     from specwatch.sources import sglang_columns
 
-    heap.hold()  # reads of this size again: freed arrays stay in the heap for the next
     try:
         cols = sglang_columns.parse(block, tz)
     except ValueError:

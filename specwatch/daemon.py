@@ -85,8 +85,7 @@ MAIN_EVERY = 5.0  # seconds between the main loop's health checks when the follo
 # A start-up backlog at least this large is read in columns (specwatch/catchup.py): numpy then stays
 # loaded (+14 MB RSS); below it (a restart after minutes down) per line costs at most a few CPU-s.
 COLUMNS_MIN_BYTES = 64 << 20
-CATCHUP_READ_BYTES = 4 << 20
-
+CATCHUP_READ_BYTES = 4 << 20  # the follower's reads then (replay's size): the rules' per-read costs amortized
 
 
 # Settings read once at start; a reload that changes them warns and keeps the running value.
@@ -201,7 +200,9 @@ class Daemon:
         # (the daemon was down or killed meanwhile), and goes out.
         self._fresh_backlog = any(offsets.get(s.path) is None for s in cfg.logs)
         self._release_after_backlog = unread_bytes(cfg.logs, offsets) >= COLUMNS_MIN_BYTES
-        if not self._release_after_backlog:
+        if self._release_after_backlog:
+            heap.hold()  # until the backlog is read: freed arrays stay in the heap for the next read
+        else:
             self.pipeline.columns_min_lines = math.inf  # per line: numpy (+14 MB RSS) is not worth it
         self.followers = FollowerGroup(
             [self._make_follower(s, offsets.get(s.path)) for s in cfg.logs],

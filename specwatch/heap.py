@@ -4,7 +4,7 @@ A catch-up in columns allocates and frees arrays of 0.1-4 MiB thousands of times
 glibc serves each from a fresh `mmap` or grows and trims the heap top around it, and every new
 page is a page fault: a third of the catch-up's system time for nothing. `hold()` keeps the
 freed memory in the heap for the next read (`mallopt` M_MMAP_THRESHOLD, M_TRIM_THRESHOLD, see
-mallopt(3)); `release()` puts glibc's defaults back and hands the free pages back to the OS
+mallopt(3)); `release()` puts the default values back and hands the free pages back to the OS
 (`malloc_trim(0)`), so the daemon's RSS after the backlog is what it holds, not its peak.
 """
 
@@ -43,8 +43,9 @@ def hold() -> bool:
 
 
 def release() -> int:
-    """glibc's default thresholds again, and the heap's free pages back to the OS. Returns
-    malloc_trim's result (1: memory released, 0: none), -1 without glibc."""
+    """The thresholds back at glibc's default values (128 KiB; fixed from then on: once set,
+    glibc no longer raises its mmap threshold on its own, mallopt(3)), and the heap's free pages
+    back to the OS. Returns malloc_trim's result (1: memory released, 0: none), -1 without glibc."""
     global _held
     gc.collect()
     libc = _libc()

@@ -14,6 +14,7 @@ import shutil
 import tempfile
 from typing import Iterable, Iterator
 
+from specwatch import heap
 from specwatch.alerts.model import RESOLVED, Alert, iso8601
 from specwatch.pipeline import KINDS, Pipeline
 from specwatch.sources.filestream import Follower
@@ -24,6 +25,7 @@ def replay_files(pipeline: Pipeline, paths: Iterable[str], max_line_bytes: int) 
     """Feed every complete line of each file, in file order, through `pipeline`. A gzipped file
     (a rotated `server.log.2.gz`) is read decompressed. Raises OSError / EOFError for a file that
     cannot be read or a corrupt gzip stream."""
+    heap.hold()  # a backlog read in large reads: freed arrays stay in the heap for the next read
     for path in paths:
         with _readable(path) as readable:
             def feed(batch, _path=path):

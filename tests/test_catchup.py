@@ -491,3 +491,15 @@ def test_windows_left_by_the_catchup_are_compact(tmp_path, monkeypatch):
     run(log, fast=True, chunk=1 << 20, clock=False, monkeypatch=monkeypatch)
     windows = [o for o in gc.get_objects() if type(o) is Recent and len(o)]
     assert windows and all(type(w.samples) is Pairs for w in windows), {type(w.samples) for w in windows}
+
+
+def test_a_catchup_read_leaves_the_heap_as_it_is(tmp_path, monkeypatch):
+    """Only `replay` and the daemon's start-up backlog hold freed memory in the heap
+    (`heap.hold`); a large read later in the daemon's life does not turn it back on."""
+    from specwatch import heap
+
+    heap.release()
+    log = tmp_path / "server.log"
+    scenario(log)
+    assert run(log, fast=True, chunk=1 << 20, clock=True, monkeypatch=monkeypatch)["columns"] > 0
+    assert heap._held is False

@@ -11,7 +11,7 @@ they always did (requests 2.32, sessions.py `merge_environment_settings`, utils.
 from __future__ import annotations
 
 import os
-from urllib.parse import urlencode
+from urllib.parse import urlencode, urlsplit, urlunsplit
 
 import urllib3
 from urllib3.exceptions import (ConnectTimeoutError, HTTPError, NewConnectionError, ProtocolError, SSLError,
@@ -36,6 +36,15 @@ def environment_settings() -> bool:
         os.path.exists(os.path.expanduser(f"~/{n}")) for n in (".netrc", "_netrc"))
 
 
+def _certifi() -> str | None:
+    """certifi's CA bundle (what requests verifies against), else None: the system's store."""
+    try:
+        import certifi
+    except ImportError:
+        return None
+    return certifi.where()
+
+
 class PollClient:
     """GETs for one polling source: a urllib3 pool (keep-alive where the server allows), or a
     requests Session when `environment_settings()` (read once, here)."""
@@ -48,7 +57,7 @@ class PollClient:
 
             self._session = requests.Session()
         else:
-            ca = os.environ.get("REQUESTS_CA_BUNDLE") or os.environ.get("CURL_CA_BUNDLE")
+            ca = os.environ.get("REQUESTS_CA_BUNDLE") or os.environ.get("CURL_CA_BUNDLE") or _certifi()
             self._pool = urllib3.PoolManager(num_pools=2, maxsize=1, retries=False,
                                              **({"ca_certs": ca} if ca else {}))
 
@@ -58,7 +67,9 @@ class PollClient:
         retry → (status, body). `timeout`: seconds to connect, and between bytes read.
         Raises PollError."""
         if params:
-            url += ("&" if "?" in url else "?") + urlencode(params, doseq=True)
+            parts = urlsplit(url)
+            query = "&".join(filter(None, (parts.query, urlencode(params, doseq=True))))
+            url = urlunsplit(parts._replace(query=query))
         if self._session is not None:
             return self._requests_get(url, timeout, headers)
         try:

@@ -137,7 +137,7 @@ class DirWatcher:
                 relevant = always = True
             elif name and os.path.join(self._dirs.get(wd, ""), os.fsdecode(name)) in self._interest:
                 relevant = True
-        if not always:
+        if not always and len(buf) <= 1024:  # a busy log's usual read: a few events (64 KiB at most kept)
             if len(self._known) >= 64:
                 self._known.clear()
             self._known[buf] = relevant

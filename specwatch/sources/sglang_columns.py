@@ -10,7 +10,7 @@ caller takes the general path.
 No Python code runs per line: the block is viewed as one little-endian uint64 word at every
 byte offset (`_words`), so a label is checked and a number read with a few gathers and integer
 operations per field over all rows at once. Numbers equal Python's `int(s)` / `float(s)`: an
-integer of up to 16 digits is exact, and a decimal "I.F" is the integer IF (at most 15 digits,
+integer of up to 15 digits is exact (longer: the read goes the regex way), and a decimal "I.F" is the integer IF (at most 15 digits,
 exact in a float) divided by 10**len(F), one correctly rounded IEEE division, as `float` rounds.
 """
 
@@ -49,14 +49,14 @@ _PREFILL_FIELDS = ((b", #new-token: ", "int"), (b", #cached-token: ", "int"), (b
 class Columns:
     """The batch lines of a block, in file order (index: row).
 
-    `lines`: lines in the block; `start`/`end`: each row's byte offsets in the block (line start,
+    `start`/`end`: each row's byte offsets in the block (line start,
     its "\\n"); `dec`: decode row?; `ts`: timestamp, seconds since the epoch (as `_timestamp`);
     `rank`: index into `ranks` (the rank tokens without the leading space, "DP0 TP0", in
     first appearance); decode rows only, by decode ordinal: `running`, `queued` (int64),
     `accept` (accept len), `thr` (gen throughput, token/s) (float64). `other`: the block's
     other lines (those that are not rows) joined, for the caller's text checks."""
 
-    __slots__ = ("lines", "start", "end", "dec", "ts", "rank", "ranks", "running", "queued", "accept", "thr",
+    __slots__ = ("start", "end", "dec", "ts", "rank", "ranks", "running", "queued", "accept", "thr",
                  "other")
 
 
@@ -271,7 +271,6 @@ def parse(block: bytes, tz: tzinfo | None) -> Columns | None:
     starts[1:] = nl[:-1] + 1
     ends = nl
     c = Columns()
-    c.lines = len(nl)
     # candidates: "[" + stamp + " " or "." or "," or "]" at byte 20
     s = starts[(a[starts] == 91) & (ends - starts > 40)]
     s = s[_stamped(w, s)]

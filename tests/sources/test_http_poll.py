@@ -44,7 +44,9 @@ def server():
 
 
 @pytest.fixture
-def no_proxy_env(monkeypatch):
+def no_proxy_env(monkeypatch, tmp_path):
+    monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.netrc: the urllib3 path, not requests
+    monkeypatch.delenv("NETRC", raising=False)
     for k in ("http_proxy", "https_proxy", "all_proxy", "no_proxy", "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY"):
         monkeypatch.delenv(k, raising=False)
 
@@ -54,7 +56,8 @@ def test_get_with_query_headers_and_no_redirect(server, no_proxy_env):
     assert c.get(server + "/metrics", timeout=2, params={"name[]": ["a:b", "c"]}, headers={"Authorization": "Bearer k"}) \
         == (200, b"got /metrics?name%5B%5D=a%3Ab&name%5B%5D=c")
     assert c.get(server + "/moved", timeout=2) == (302, b"")  # the redirect is the answer
-    assert _Handler.seen == [("/metrics?name%5B%5D=a%3Ab&name%5B%5D=c", "Bearer k"), ("/moved", None)]
+    assert c.get(server + "/m?a=1#top", timeout=2, params={"b": 2})[1] == b"got /m?a=1&b=2"  # before the fragment
+    assert _Handler.seen == [("/metrics?name%5B%5D=a%3Ab&name%5B%5D=c", "Bearer k"), ("/moved", None), ("/m?a=1&b=2", None)]
 
 
 def test_failures_have_a_kind_and_say_whether_anything_answered(no_proxy_env):
