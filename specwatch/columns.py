@@ -37,9 +37,9 @@ def unique_first(codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     top = int(codes.max()) + 1 if len(codes) else 0
     if not 0 < top <= 64 or codes.dtype.kind not in "iu":
         return np.unique(codes, return_index=True)
-    hit = codes[:, None] == np.arange(top)
-    present = np.flatnonzero(hit.any(0))
-    return present, hit[:, present].argmax(0)
+    hit = np.arange(top)[:, None] == codes  # (code, row): each code's rows along a contiguous axis
+    present = np.flatnonzero(hit.any(1))
+    return present, hit[present].argmax(1)
 
 
 def _first(samples, k: int) -> np.ndarray:

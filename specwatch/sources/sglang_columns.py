@@ -345,4 +345,4 @@ def _others(block: bytes, starts: np.ndarray, is_row: np.ndarray) -> bytes:
     begin = np.flatnonzero(edge == -1)  # first non-row line of a stretch
     stop = np.flatnonzero(edge == 1)  # the row after it (or the end)
     bounds = np.append(starts, len(block))
-    return b"".join(block[x:y] for x, y in zip(bounds[begin].tolist(), bounds[stop].tolist()))
+    return b"".join(map(block.__getitem__, map(slice, bounds[begin].tolist(), bounds[stop].tolist())))
