@@ -199,6 +199,10 @@ class Daemon:
         # resumed from its saved offset holds only what came after: every episode there is news
         # (the daemon was down or killed meanwhile), and goes out.
         self._fresh_backlog = any(offsets.get(s.path) is None for s in cfg.logs)
+        # Until that history is read, the state document stays the previous one (no offsets for
+        # those logs): a daemon killed midway starts again from their first line, as history,
+        # instead of taking the rest of it for news. Queued notifications are saved meanwhile.
+        self._history_unsaved = self._fresh_backlog and not legacy
         self._release_after_backlog = unread_bytes(cfg.logs, offsets) >= COLUMNS_MIN_BYTES
         if self._release_after_backlog:
             heap.hold()  # until the backlog is read: freed arrays stay in the heap for the next read
@@ -314,6 +318,7 @@ class Daemon:
             if self.dispatcher.paused and not (self.followers.catching_up or self.followers.updating):
                 # the backlog (and any log a reload added) is read: notify from now
                 self.dispatcher.resume(time.time())
+                self._history_unsaved = False
                 self._tick()
             elif self._progress - self._ticked >= TICK_EVERY:  # here, not in a wake-up of its own
                 self._tick()
@@ -350,8 +355,9 @@ class Daemon:
         notifiers = list(self.notifiers.values())
         with self.pipeline.lock, self.store.lock:
             self._fed = False
-            doc = json.dumps({"version": 2, "offsets": self.followers.checkpoints(),
-                              "pipeline": self.pipeline.to_state()}, sort_keys=True)
+            doc = self._saved_doc if self._history_unsaved else json.dumps(
+                {"version": 2, "offsets": self.followers.checkpoints(), "pipeline": self.pipeline.to_state()},
+                sort_keys=True)
             changes = [n.changes() for n in notifiers]
             ok = True
             if doc != self._saved_doc or any(put or delete for put, delete in changes):
@@ -552,6 +558,8 @@ class Daemon:
             src.stop(timeout=5.0)
         if self.gpu is not None:
             self.gpu.stop(timeout=2.0)
+        if self._history_unsaved and self.followers.polled and not self.followers.catching_up:
+            self._history_unsaved = False  # the backlog was read (stopped before the round's end)
         if not self.commit():
             pending = sum(n.queue_depth for n in self.notifiers.values())
             log.error("stopping with state_dir unwritable: what was read since the last saved state is read "

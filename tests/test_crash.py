@@ -260,3 +260,26 @@ def test_state_json_and_queue_files_of_the_previous_version_are_migrated_once(tm
     time.sleep(1.0)
     assert lines_counted(d) == 1 and len(slack.received) == 1
     d.stop()
+
+
+def test_kill9_during_a_first_backlog_then_restart_notifies_none_of_it(tmp_path, slack):
+    """A daemon killed while it reads a log's history (first start, no saved offset) saves no
+    offset for it: the next start reads it again from its first line as history, and an episode
+    that fired and resolved there goes out to nobody (it went out as news before)."""
+    episode = "".join(decode_line(1.01, f"16:33:0{i}", running=50) for i in range(3)) + \
+        "".join(decode_line(2.50, f"16:33:1{i}", running=50) for i in range(3))
+    healthy = decode_line(2.50, "16:34:00", running=50)
+    log = tmp_path / "sglang.log"
+    n = 150_000
+    log.write_text(episode + healthy * (n - 6))
+    d = SpecwatchDaemon(tmp_path, log, alerts={**FAST, "slack": {"webhook_url": slack.url}}).start()
+    wait_for(lambda: lines_counted(d) > 0, what="the backlog's first read")
+    kill9(d)
+    doc, _ = read_state(d.state)
+    assert str(log) not in doc.get("offsets", {}), "an offset saved midway through the history"
+    d.start()
+    wait_for(lambda: lines_counted(d) == n, timeout=120, what="the whole backlog read")
+    time.sleep(1.5)  # a dispatcher tick or two
+    assert delivered(slack) == []
+    rc, out = d.stop()
+    assert rc == 0, out

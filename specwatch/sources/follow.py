@@ -85,6 +85,7 @@ class FollowerGroup:
         self.watch_errors_total = 0
         self.poll_errors_total = 0
         self.catching_up = False  # a follower had not read its first backlog at the last round
+        self.polled = False  # the thread's first poll (every file's backlog, a journal's first turn) ended
         self._pending: list[tuple[list[Follower], list[str]]] = []  # update() calls not yet applied
         self._pending_lock = threading.Lock()
         for f in followers:
@@ -211,6 +212,7 @@ class FollowerGroup:
                 self._run_inotify(watcher)
                 return
             self.poll_all()
+            self.polled = True
             while not self._stop.is_set():
                 woke = self._wake.wait(self.poll_interval)
                 if self._stop.is_set():
@@ -228,6 +230,7 @@ class FollowerGroup:
         """The loop with inotify: a round when a followed file changes (not before `poll_interval`
         after a round that read lines), or after `poll_interval` without a change."""
         read = self.poll_all() > 0
+        self.polled = True
         last = time.monotonic()
         while not self._stop.is_set():
             until = last + self.poll_interval
