@@ -20,6 +20,7 @@ import hashlib
 import logging
 import os
 import stat
+import threading
 import time
 import zlib
 from collections.abc import Callable, Iterator
@@ -249,6 +250,9 @@ class Follower:
         if (on_line is None) == (on_lines is None):
             raise ValueError("give exactly one of on_line and on_lines")
         self.path = os.fspath(path)
+        # set by its FollowerGroup: a stop ends a long read after its current chunk (a backlog
+        # of gigabytes is not read to its end by a daemon told to stop)
+        self.stopping: threading.Event | None = None
         self.max_line_bytes = max_line_bytes
         self._on_line = on_line
         self._on_lines = on_lines
@@ -663,7 +667,7 @@ class Follower:
             if size > s.size:
                 s.size = size
             self._consume(s, chunk)
-            if len(chunk) < want:
+            if len(chunk) < want or self.stopping is not None and self.stopping.is_set():
                 return True
             want = self._chunk  # it grew past the stat: read on in whole chunks
 

@@ -186,6 +186,7 @@ class FollowerGroup:
         total = 0
         more = catching_up = False
         for f in self._followers.values():
+            f.stopping = self._stop
             try:
                 total += f.poll()
             except Exception:

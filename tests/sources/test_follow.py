@@ -1183,3 +1183,24 @@ def test_group_inotify_wakes_when_the_hook_has_work_due(tmp_path):
         assert rounds[1] - t0 == pytest.approx(0.4, abs=0.15)
     finally:
         assert g.stop(5.0)
+
+
+def test_a_stop_ends_a_long_read_after_its_chunk(tmp_path):
+    """A follower whose group is stopping (`stopping` set) ends a backlog read after the chunk in
+    hand, its checkpoint after the lines passed on; the next poll reads on from there, every line
+    once (a daemon told to stop does not read gigabytes first)."""
+    import threading
+
+    log = tmp_path / "big.log"
+    log.write_text("".join(f"line {i:07d}\n" for i in range(200_000)))  # 2.6 MB
+    got = []
+    f = Follower(str(log), on_lines=lambda b: got.extend(b.lines), read_chunk_bytes=1 << 16)
+    f.stopping = threading.Event()
+    f.stopping.set()
+    f.poll()
+    first = len(got)
+    assert 0 < first < 20_000 and f.checkpoint()["offset"] == 13 * first  # a chunk or two of 64 KiB
+    f.stopping.clear()
+    f.poll()
+    assert got == [f"line {i:07d}" for i in range(200_000)]
+    f.close()
