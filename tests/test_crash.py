@@ -283,3 +283,25 @@ def test_kill9_during_a_first_backlog_then_restart_notifies_none_of_it(tmp_path,
     assert delivered(slack) == []
     rc, out = d.stop()
     assert rc == 0, out
+
+
+def test_sigterm_during_a_first_backlog_saves_no_offset_of_it(tmp_path, slack):
+    """SIGTERM while the history is read: the daemon stops at once, between two reads, and saves
+    no offset for the log, so the next start reads its history again as history (nothing sent)."""
+    episode = "".join(decode_line(1.01, f"16:33:0{i}", running=50) for i in range(3)) + \
+        "".join(decode_line(2.50, f"16:33:1{i}", running=50) for i in range(3))
+    log = tmp_path / "sglang.log"
+    n = 150_000
+    log.write_text(episode + decode_line(2.50, "16:34:00", running=50) * (n - 6))
+    d = SpecwatchDaemon(tmp_path, log, alerts={**FAST, "slack": {"webhook_url": slack.url}}).start()
+    wait_for(lambda: lines_counted(d) > 0, what="the backlog's first read")
+    rc, out = d.stop()
+    assert rc == 0, out
+    doc, _ = read_state(d.state)
+    assert str(log) not in doc.get("offsets", {}), "an offset saved midway through the history"
+    d.start()
+    wait_for(lambda: lines_counted(d) == n, timeout=120, what="the whole backlog read")
+    time.sleep(1.5)
+    assert delivered(slack) == []
+    rc, out = d.stop()
+    assert rc == 0, out

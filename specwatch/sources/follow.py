@@ -213,7 +213,7 @@ class FollowerGroup:
                 self._run_inotify(watcher)
                 return
             self.poll_all()
-            self.polled = True
+            self.polled = not self._stop.is_set()  # a stop may have cut the first reads short
             while not self._stop.is_set():
                 woke = self._wake.wait(self.poll_interval)
                 if self._stop.is_set():
@@ -231,7 +231,7 @@ class FollowerGroup:
         """The loop with inotify: a round when a followed file changes (not before `poll_interval`
         after a round that read lines), or after `poll_interval` without a change."""
         read = self.poll_all() > 0
-        self.polled = True
+        self.polled = not self._stop.is_set()  # a stop may have cut the first reads short
         last = time.monotonic()
         while not self._stop.is_set():
             until = last + self.poll_interval
