@@ -117,7 +117,7 @@ class Recent:
             if ts[h + 1] > limit:  # ts[h + 1] exists: this sample's t is > limit
                 v = p.v[h]
                 self._sum -= v
-                if h < 255:
+                if h < 255 or 2 * h + 2 < len(ts):  # `drop(1)` when it does not compact
                     p.head = h + 1
                 else:
                     p.drop(1)
