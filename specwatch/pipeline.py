@@ -334,13 +334,16 @@ class Pipeline:
 
     def _take(self, server: str, stats: ServerStats, event: object, now: float | None) -> None:
         """One parsed line of `server` (caller holds `lock`)."""
-        if type(event) is DecodeBatch:
+        if type(event) is DecodeBatch:  # the hot path: `_rank`'s lookup inline
             stats.lines["decode"] += 1
-            rs = self._rank(server, event)
+            rs = self.ranks.get((server, event.rank))
+            if rs is None:
+                rs = self._rank(server, event)
             rs.decode_batches += 1
             rs.last_decode = event
-            if event.accept_length is not None:
-                rs.add_accept(event.accept_length)
+            a = event.accept_length
+            if a is not None:
+                rs.add_accept(a)
             clock = event.timestamp if now is None else now
             stats.last_line["decode"] = clock
             window = self.windows.decode(server, event)
@@ -348,8 +351,8 @@ class Pipeline:
                 alerts = rule.on_decode(server, window, clock)
                 if alerts:  # rarely: most calls return []
                     self._handle(alerts, clock)
-            if event.timestamp >= rs.history.due and event.accept_length is not None:  # one point per STEP s
-                rs.history.add(event.timestamp, event.accept_length, rs.accept_length_sum,
+            if a is not None and event.timestamp >= rs.history.due:  # one point per STEP s
+                rs.history.add(event.timestamp, a, rs.accept_length_sum,
                                rs.accept_length_count, self.alert_state(server, event.rank))
             if clock - self._last_tick >= 1.0:  # time-based rules need no finer clock
                 self.tick(clock)

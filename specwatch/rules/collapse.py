@@ -462,12 +462,12 @@ class CollapseRule(ActiveAlertsRule):
         if st is None:
             st = self._ranks[key] = _RankState()
         cfg = self.config
-        akey = alert_key(server, batch.rank)
         if batch.accept_length <= cfg.max_accept_length:
             if st.low_run == 0:
                 st.low_since = batch.timestamp
             st.low_run += 1
             st.high_run = 0
+            akey = alert_key(server, batch.rank)
             alert = self.active.get(akey)
             if alert is None and st.low_run >= cfg.min_batches:
                 if not self._collapsed_ranks(server):  # a new episode (not another rank of this one)
@@ -478,7 +478,9 @@ class CollapseRule(ActiveAlertsRule):
         elif batch.accept_length >= cfg.recover_accept_length:
             st.high_run += 1
             st.low_run = 0
-            if akey in self.active and st.high_run >= cfg.min_batches:
+            # the key is built only while some alert fires: a healthy line formats nothing
+            if st.high_run >= cfg.min_batches and not self.active.empty() \
+                    and (akey := alert_key(server, batch.rank)) in self.active:
                 st.awaiting_diagnosis = False
                 hist = self._history.setdefault(server, _History())
                 if not hist.counted:  # recovered by itself (a restart resolves in on_restart), once an episode

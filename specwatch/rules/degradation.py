@@ -288,22 +288,29 @@ class DegradationRule(Rule):
         akey = st.akey
         if akey is None:
             akey = st.akey = alert_key(server, rank)
-        aged = st.recent.add(t, accept)
+        recent = st.recent
+        aged = recent.add(t, accept)
         st.running.add(t, running)
         firing = akey in self.active
+        pair = self._pairs.get(server) or self._pair(server)
+        learned = self._baselines.get(pair[2])
         if st.low_since is None and not firing and aged:
-            pair = self._pair(server)[2]
-            learned = self._baselines.get(pair)
             if learned is None:
-                learned = self._baselines[pair] = Baseline(BASELINE_BUCKET, cfg.baseline_window)
+                learned = self._baselines[pair[2]] = Baseline(BASELINE_BUCKET, cfg.baseline_window)
             for at, v in aged:
                 learned.add(at, v)
-        if len(st.recent) < cfg.min_window_batches:
+        n = len(recent)
+        if n < cfg.min_window_batches:
             return []
-        base = self._base(server)
-        if base is None:
+        # `_base(server)`, inline: the configured value of the pair, else the learned mean once usable
+        configured = self._configured(*pair)
+        if configured:
+            base = configured[0]
+        elif learned is not None and learned.count >= cfg.min_baseline_batches:
+            base = learned.mean()
+        else:
             return []
-        mean = st.recent.mean()
+        mean = recent.sum / n
         if not firing and not mean / base < 1 - cfg.max_drop_ratio:
             st.low_since = None  # what drop_transition says in the common, healthy case
             return []

@@ -98,14 +98,17 @@ class DriftRule(Rule):
             return []
         event = w.batch
         key = (server, event.rank)
-        out = []
+        t = event.timestamp
         last = self._last_seen.get(key)
-        self._last_seen[key] = event.timestamp
-        if last is not None and event.timestamp - last > self.config.restart_gap:
-            out = self._reset([key], event.timestamp, f"no decode line for {event.timestamp - last:.0f}s")
+        self._last_seen[key] = t
+        if last is not None and t - last > self.config.restart_gap:
+            out = self._reset([key], t, f"no decode line for {t - last:.0f}s")
+            if w.acceptance_valid and event.accept_length > self.collapse_max:
+                out += self._observe(server, event)
+            return out
         if w.acceptance_valid and event.accept_length > self.collapse_max:
-            out += self._observe(server, event)
-        return out
+            return self._observe(server, event)
+        return []
 
     def advance(self, server: str, rows, a: int, b: int) -> tuple[int, list[Alert]]:
         """Lines that neither close a bucket nor follow a restart gap only add to the open

@@ -109,8 +109,19 @@ class Recent:
             p.append((t, value))
             oldest = p[0][0]
         self._sum += value
-        if oldest > t - self.span:
+        limit = t - self.span
+        if oldest > limit:
             return []  # nothing aged out (prune's test): no call, no list to build
+        if type(p) is Pairs:  # a steady window: one sample in, one out (prune's result, inline)
+            h = p.head
+            if ts[h + 1] > limit:  # ts[h + 1] exists: this sample's t is > limit
+                v = p.v[h]
+                self._sum -= v
+                if h < 255 or 2 * h + 2 < len(ts):  # `drop(1)` when it does not compact
+                    p.head = h + 1
+                else:
+                    p.drop(1)
+                return [(oldest, v)]
         return self.prune(t)
 
     def prune(self, t: float) -> list[tuple[float, float]]:

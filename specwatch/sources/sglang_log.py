@@ -302,13 +302,9 @@ def parse_server_args(text: str) -> dict[str, object]:
     return args
 
 
-def _canonical_decode(m: re.Match, tz: tzinfo | None) -> DecodeBatch | None:
-    """A `_CANONICAL_DECODE` match → DecodeBatch, the same one the general path builds."""
-    return canonical_decode(m.groups(), tz)
-
-
 def canonical_decode(groups: tuple, tz: tzinfo | None) -> DecodeBatch | None:
-    """The groups of a `_CANONICAL_DECODE` match  → DecodeBatch."""
+    """The groups of a `_CANONICAL_DECODE` match → DecodeBatch, the same one the general path
+    builds (None: an impossible date, which the general path reports)."""
     stamp, frac, rank, running, tokens, usage, al, ar, graph, thr, queued = groups
     try:
         ts = _timestamp(stamp, frac, tz)
@@ -317,17 +313,14 @@ def canonical_decode(groups: tuple, tz: tzinfo | None) -> DecodeBatch | None:
     rank = rank[1:]
     fields = {"#running-req": running, "#token": tokens, "token usage": usage, "accept len": al,
               "accept rate": ar, "cuda graph": graph, "gen throughput (token/s)": thr, "#queue-req": queued}
-    return DecodeBatch(ts, rank, _ranks(rank), fields, int(running), int(queued), float(usage), graph == "True",
+    return DecodeBatch(ts, rank, _rank_cache.get(rank) or _ranks(rank), fields, int(running), int(queued),
+                       float(usage), graph == "True",
                        "cuda", None, float(al), float(ar), float(thr), int(tokens))
 
 
-def _canonical_prefill(m: re.Match, tz: tzinfo | None) -> PrefillBatch | None:
-    """A `_CANONICAL_PREFILL` match → PrefillBatch, the same one the general path builds."""
-    return canonical_prefill(m.groups(), tz)
-
-
 def canonical_prefill(groups: tuple, tz: tzinfo | None) -> PrefillBatch | None:
-    """The groups of a `_CANONICAL_PREFILL` match  → PrefillBatch."""
+    """The groups of a `_CANONICAL_PREFILL` match → PrefillBatch, the same one the general path
+    builds (None: an impossible date)."""
     stamp, frac, rank, seqs, new, cached, usage, running, queued, pending, graph, thr = groups
     try:
         ts = _timestamp(stamp, frac, tz)
@@ -393,13 +386,13 @@ def parse_line(text: str, *, container_prefix: re.Pattern | None = None, tz: tzi
     if container_prefix is None and text[:1] == "[":
         m = _CANONICAL_DECODE.match(text)
         if m is not None:
-            event = _canonical_decode(m, tz)
+            event = canonical_decode(m.groups(), tz)
             if event is not None:
                 return event
         else:
             m = _CANONICAL_PREFILL.match(text)
             if m is not None:
-                event = _canonical_prefill(m, tz)
+                event = canonical_prefill(m.groups(), tz)
                 if event is not None:
                     return event
     if container_prefix is not None or text[:1] != "[":
