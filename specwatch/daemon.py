@@ -199,10 +199,12 @@ class Daemon:
         # resumed from its saved offset holds only what came after: every episode there is news
         # (the daemon was down or killed meanwhile), and goes out.
         self._fresh_backlog = any(offsets.get(s.path) is None for s in cfg.logs)
-        # Until that history is read, the state document stays the previous one (no offsets for
-        # those logs): a daemon killed midway starts again from their first line, as history,
-        # instead of taking the rest of it for news. Queued notifications are saved meanwhile.
-        self._history_unsaved = self._fresh_backlog and not legacy
+        # Until a new log file's history is read, the state document stays the previous one (no
+        # offset for it): a daemon killed midway starts again from its first line, as history,
+        # instead of taking the rest for news. Queued notifications are saved meanwhile. (A
+        # journal resumes by cursor, and its first turn may not end before a stop.)
+        self._history_unsaved = not legacy and any(offsets.get(s.path) is None and s.journal is None
+                                                   for s in cfg.logs)
         self._release_after_backlog = unread_bytes(cfg.logs, offsets) >= COLUMNS_MIN_BYTES
         if self._release_after_backlog:
             heap.hold()  # until the backlog is read: freed arrays stay in the heap for the next read
