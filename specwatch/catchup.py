@@ -89,7 +89,7 @@ class Rows:
 
     def array(self, name: str):
         """Column `name` as a numpy array: decode columns d_ts, d_acc, d_accept, d_running (float),
-        d_thr, d_code, d_acc_ok, d_thr_ok, d_prefills, d_gap (first gaps: any value, see d_gap);
+        d_running_int, d_queued, d_thr, d_code, d_acc_ok, d_thr_ok, d_prefills, d_gap (first gaps: any value, see d_gap);
         row columns dec, ts (the lines' timestamps), rank (codes into the read's rank names),
         dpos, dcount, ppos."""
         return self._arrays[name]

@@ -212,7 +212,7 @@ class DegradationRule(Rule):
         if low.any():
             stop = int(counted[int(np.argmax(low))])  # the first line below: one by one from there
             return stop if stop == int(counted[0]) else self._columns(server, rows, da, stop)
-        running_int = rows.array("d_running").astype(np.int64)  # the lines' running requests: ints, as per line
+        running_int = rows.array("d_running_int")  # the lines' running requests: ints, as per line
         for rank, st, pos, w, r in per_rank:
             if st is None:
                 st = self._ranks[(server, rank)] = _Rank(Recent(cfg.window), Recent(cfg.window))
