@@ -55,7 +55,7 @@ class Rows:
 
     __slots__ = ("server", "tz", "block", "start", "end", "dec", "clock", "rank", "dpos", "dcount", "d_ts", "d_rank",
                  "d_running", "d_queued", "d_accept", "d_thr", "d_acc_ok", "d_thr_ok", "d_acc", "d_gap", "d_prefills",
-                 "p_rank", "ppos", "_batches", "d_code", "_arrays", "_names", "_now", "_first_gap")
+                 "p_rank", "ppos", "_batches", "d_code", "_arrays", "_names", "_d_names", "_now", "_first_gap")
 
     def __getattr__(self, name: str):
         """A list column, made from its array on first use."""
@@ -157,8 +157,10 @@ def read(block: bytes, server: str, tz, windows, now: float | None) -> Rows | No
     drank = cols.rank[dec]
     # d_code: the decode rows' ranks numbered in their first appearance among decode rows
     seen, first = columns.unique_first(drank)
+    in_order = seen[np.argsort(first)]
     number = np.empty(len(cols.ranks), np.int64)
-    number[seen[np.argsort(first)]] = np.arange(len(seen))
+    number[in_order] = np.arange(len(seen))
+    r._d_names = [cols.ranks[c] for c in in_order.tolist()]  # the ranks by d_code
     r._arrays = {"dec": dec, "ts": ts, "rank": cols.rank, "dpos": np.flatnonzero(dec), "dcount": dcount,
                  "ppos": np.flatnonzero(~dec), "p_rank": cols.rank[~dec], "d_rank": drank, "d_code": number[drank],
                  "d_ts": ts[dec], "d_running_int": cols.running, "d_running": cols.running.astype(float),
@@ -549,7 +551,7 @@ class _RankSync:
         ranks = pipeline.ranks
         codes, acc, ts = rows.array("d_code"), rows.array("d_accept"), rows.array("d_ts")
         self.per = []  # per rank code: (rank, decode ordinals, accept lens, running sums, times, counts before)
-        for code, rk in enumerate(dict.fromkeys(rows.d_rank)):  # d_code numbers ranks in this order
+        for code, rk in enumerate(rows._d_names):
             js = np.flatnonzero(codes == code)
             vals = acc[js]
             rs = ranks.get((server, rk))

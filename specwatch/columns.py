@@ -325,7 +325,7 @@ def by_rank(rows, ordinals: np.ndarray | None = None, key: object = None) -> lis
 
 def rank_names(rows) -> list[str]:
     """The ranks of a read by code (`Rows.d_code`)."""
-    return cached(rows, "rank_names", lambda: list(dict.fromkeys(rows.d_rank)))
+    return rows._d_names
 
 
 def counted(rows, low: float) -> np.ndarray:
