@@ -151,7 +151,7 @@ class FollowConfig(Section):
     # quiet spell is read at once, a busy file at most once per poll_interval, and every file is
     # polled each poll_interval without a change. watchdog's observer instead wakes three threads
     # for every line SGLang writes (8 ranks x 1 line/s: 0.6 % of a core; docs/idle-cost.md).
-    poll_interval: Annotated[float, Meta(ge=0.05, le=YEAR, extra=DURATION)] = 0.5
+    poll_interval: Annotated[float, Meta(ge=0.05, le=YEAR, extra=DURATION)] = 0.75
     inotify: bool = True
     # a longer line is skipped; bounded: the follower holds one line in memory (the RSS budget)
     max_line_bytes: Annotated[int, Meta(ge=1024, le=16 * 1024 * 1024)] = 1_048_576

@@ -61,6 +61,7 @@ from specwatch.listener import serve_quietly, stop_serving
 from specwatch.metrics import FollowerCollector, PipelineCollector, SelfCollector, ServerCollector
 from specwatch.pipeline import Pipeline
 from specwatch.sdnotify import Watchdog, monotonic_usec, notify
+from specwatch.sources.engines import low_accept_in
 from specwatch.sources.filestream import Follower
 from specwatch.sources.follow import FollowerGroup
 from specwatch.sources.logfiles import LogSet, stage
@@ -75,12 +76,15 @@ STATE_EVERY = 5.0  # seconds between commits of line progress (notifications com
 QUIET_EVERY = 60.0  # ... and of what ticks alone changed (an idle daemon builds no state document)
 # Line progress waits longer than STATE_EVERY when a commit would take more than this share of a
 # core: the state of 8 ranks' 10-minute windows is ~130 KB, ~2 ms a commit.
-STATE_SHARE = 1e-4
+STATE_SHARE = 5e-5
 RETRY_EVERY = 1.0  # seconds between retries of a failed state write (disk full)
 DRAIN_AT_STOP = 5.0  # seconds a stop with an unwritable state_dir spends delivering what is queued
 LOCK_WAIT = 5.0  # seconds the main loop waits for the pipeline lock before calling it wedged
 STATUS_EVERY = 10.0  # seconds between STATUS= updates while nothing else changes
 TICK_EVERY = 1.0  # seconds between ticks of the time-based rules (on the followers' thread when it polls as often)
+# A busy log's lines without a collapse line wait up to this many poll intervals for a round
+# (its new bytes are peeked at each interval; a round runs the rules with cold caches: ~1 ms)
+HOLD_ROUNDS = 2
 MAIN_EVERY = 5.0  # seconds between the main loop's health checks when the followers' thread ticks
 # A start-up backlog at least this large is read in columns (specwatch/catchup.py): numpy then stays
 # loaded (+14 MB RSS); below it (a restart after minutes down) per line costs at most a few CPU-s.
@@ -135,6 +139,7 @@ class Daemon:
         self._lock_stuck = False
         self.reload_success = True
         self.last_reload_success = time.time()  # start-up counts, as for Prometheus' own metric
+        self._opaque: set[str] = set()  # logs whose raw bytes cannot show a collapse (`_urgent`)
 
     # --- wiring ---
     def _make_follower(self, src: LogSource, checkpoint=None):
@@ -143,6 +148,8 @@ class Daemon:
             from specwatch.sources.journal import JournalFollower
 
             return JournalFollower(src.journal, self._on_lines, max_line_bytes=limit, checkpoint=checkpoint)
+        if src.grammar is not None:  # a `format:` grammar: the raw bytes do not say a line is urgent
+            self._opaque.add(src.path)
         # a backlog read in columns: reads as large as replay's (per-read costs of the rules)
         chunk = CATCHUP_READ_BYTES if self.pipeline.columns_min_lines < math.inf else 1 << 20
         return Follower(src.path, on_lines=stage(src, self._on_lines, limit), max_line_bytes=limit,
@@ -213,7 +220,7 @@ class Daemon:
         self.followers = FollowerGroup(
             [self._make_follower(s, offsets.get(s.path)) for s in cfg.logs],
             poll_interval=cfg.follow.poll_interval, use_watchdog=cfg.follow.watchdog, inotify=cfg.follow.inotify,
-            after_poll=self._after_poll, due=self._next_flush,
+            after_poll=self._after_poll, due=self._next_flush, urgent=self._urgent, hold=HOLD_ROUNDS,
         )
         self._saved_doc: str | None = None  # the state document last committed
         self._commit_cpu = 0.0  # CPU seconds of the last commit
@@ -322,7 +329,7 @@ class Daemon:
                 self.dispatcher.resume(time.time())
                 self._history_unsaved = False
                 self._tick()
-            elif self._progress - self._ticked >= TICK_EVERY:  # here, not in a wake-up of its own
+            elif self._tick_due():  # here, not in a wake-up of its own
                 self._tick()
             else:  # a group_wait ending now goes out within a poll interval, not at the next tick
                 self.dispatcher.flush_due(time.time())
@@ -334,12 +341,26 @@ class Daemon:
                 or not self.store.ok and since >= RETRY_EVERY):
             self.commit()
 
+    def _urgent(self, path: str, data: bytes) -> bool:
+        """Whether a busy log's new bytes need a round now (`FollowerGroup`'s `urgent`): a line
+        that may start a collapse (accept length at most `rules.collapse.max_accept_length`), or
+        any bytes of a log with a `format:` grammar. Other lines wait up to one more
+        `follow.poll_interval` (docs/idle-cost.md)."""
+        return path in self._opaque or low_accept_in(data, self.config.collapse.max_accept_length)
+
     def _next_flush(self) -> float | None:
         """`time.monotonic()` of the dispatcher's next group timer: the followers' thread, which
         reads a busy log once a second, flushes then (a group_wait ending between two reads)."""
         with self.pipeline.lock:
             t = self.dispatcher.next_flush()
         return None if t is None else time.monotonic() + t - time.time()
+
+    def _tick_due(self) -> bool:
+        """TICK_EVERY passed since the last tick, this daemon's or the one the pipeline gives
+        itself while it reads lines (`Pipeline.last_tick`, the lines' wall clock; a clock set
+        back makes a tick due). Caller holds the pipeline lock."""
+        since = time.time() - self.pipeline.last_tick
+        return time.monotonic() - self._ticked >= TICK_EVERY and not 0 <= since < TICK_EVERY
 
     def _tick(self) -> None:
         """Let time-based rules advance (caller holds the pipeline lock)."""
@@ -596,7 +617,7 @@ class Daemon:
             # A bounded wait: a wedged pipeline shows up in health() instead of hanging here.
             if self.pipeline.lock.acquire(timeout=LOCK_WAIT):
                 try:
-                    if time.monotonic() - self._ticked >= TICK_EVERY:  # the followers' thread did not
+                    if self._tick_due():  # the followers' thread did not
                         self._tick()
                 finally:
                     self.pipeline.lock.release()

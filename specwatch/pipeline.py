@@ -460,6 +460,11 @@ class Pipeline:
         stats.server_args = ServerArgs(event.timestamp, merged, event.source)
         return stats.server_args
 
+    @property
+    def last_tick(self) -> float:
+        """The clock of the last tick (the caller's wall time, a replayed line's stamp; -inf)."""
+        return self._last_tick
+
     def tick(self, now: float, rules: list[Rule] | None = None, dispatch: bool = True) -> None:
         """Let time-based rules and alert repeats advance (caller holds `lock`). The catch-up
         names the `rules` whose `on_tick` may do something, and whether the dispatcher's may."""

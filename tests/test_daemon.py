@@ -258,3 +258,51 @@ def test_daemon_modules_leave_heavy_libraries_unloaded():
                        cwd=Path(__file__).resolve().parents[1])
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == "[]"
+
+
+def _built_daemon(tmp_path: Path):
+    from specwatch.config import build_config
+    from specwatch.daemon import Daemon
+
+    cfg = build_config({"state_dir": str(tmp_path / "state"), "gpu": {"enabled": False}, "logs": [
+        {"path": str(tmp_path / "sglang.log"), "server": "box"},
+        {"path": str(tmp_path / "custom.log"), "server": "other",
+         "format": {"regex": r"(?P<timestamp>\S+ \S+) (?P<message>.*)"}}]}, for_run=True)
+    d = Daemon(cfg)
+    d._build()
+    return d
+
+
+def test_a_busy_logs_lines_wait_for_a_round_unless_one_may_start_a_collapse(tmp_path):
+    """The followers' `urgent` (docs/idle-cost.md): new bytes with an accept len at or below
+    rules.collapse.max_accept_length (1.10) make a round now; a log with a `format:` grammar
+    always does (its raw bytes need not spell `accept len`)."""
+    d = _built_daemon(tmp_path)
+    assert d.followers.urgent is not None and d.followers.hold >= 1
+    sglang, custom = str(tmp_path / "sglang.log"), str(tmp_path / "custom.log")
+
+    def line(a: float) -> bytes:
+        return decode_line(a, "10:00:00").encode()
+
+    assert not d._urgent(sglang, line(2.5) * 8)
+    assert d._urgent(sglang, line(2.5) * 3 + line(1.10) + line(2.5))
+    assert not d._urgent(sglang, line(1.11))
+    assert d._urgent(custom, line(2.5)) and d._urgent(custom, b"2026-03-01 10:00:00 acc=2.5\n")
+
+
+def test_the_after_poll_tick_skips_a_second_tick_the_lines_gave(tmp_path):
+    """A round whose lines ticked the pipeline (`Pipeline.last_tick`, the lines' wall clock) needs
+    no tick from the after-poll hook within TICK_EVERY; a clock set back makes one due."""
+    from specwatch.daemon import TICK_EVERY
+
+    d = _built_daemon(tmp_path)
+    with d.pipeline.lock:
+        assert d._tick_due()  # never ticked
+        d.pipeline.tick(time.time())
+        assert not d._tick_due()
+        d.pipeline.tick(time.time() - 2 * TICK_EVERY)
+        assert d._tick_due()
+        d.pipeline.tick(time.time() + 3600)  # then the clock was set back an hour
+        assert d._tick_due()
+        d._tick()
+        assert not d._tick_due()  # this daemon's own tick

@@ -11,34 +11,28 @@ from specwatch.alerts.model import FIRING, RESOLVED, Alert
 from specwatch.rules.base import Rule
 
 
-class ActiveAlerts:
-    def __init__(self) -> None:
-        self._alerts: dict[str, Alert] = {}
-
-    def __contains__(self, key: str) -> bool:
-        return key in self._alerts
+class ActiveAlerts(dict):
+    """Firing alerts by key: a dict (`key in active` and `get` are the dict's own: the rules ask
+    on every decode line) with the transitions the rules make."""
 
     def empty(self) -> bool:
         """Nothing is firing (lets rules skip work in the common, healthy case)."""
-        return not self._alerts
+        return not self
 
-    def get(self, key: str) -> Alert | None:
-        return self._alerts.get(key)
-
-    def keys(self) -> list[str]:
-        return list(self._alerts)
+    def keys(self) -> list[str]:  # a copy: callers resolve while they iterate
+        return list(super().keys())
 
     def fire(self, key: str, alert: Alert) -> list[Alert]:
         """Record a firing alert; [] when one is already firing under `key`."""
-        if key in self._alerts:
+        if key in self:
             return []
         alert.status = FIRING
-        self._alerts[key] = alert
+        self[key] = alert
         return [alert]
 
     def resolve(self, key: str, now: float, *evidence: tuple[str, str]) -> list[Alert]:
         """The firing alert under `key`, resolved at `now` with extra evidence; [] if none."""
-        alert = self._alerts.pop(key, None)
+        alert = self.pop(key, None)
         if alert is None:
             return []
         alert.status = RESOLVED
@@ -49,16 +43,16 @@ class ActiveAlerts:
     def resolve_server(self, server: str, now: float, *evidence: tuple[str, str]) -> list[Alert]:
         """Every firing alert of `server` (its `server` label), resolved at `now` with `evidence`."""
         out = []
-        for key in [k for k, a in self._alerts.items() if a.labels.get("server") == server]:
+        for key in [k for k, a in self.items() if a.labels.get("server") == server]:
             out += self.resolve(key, now, *evidence)
         return out
 
     def to_state(self) -> dict:
-        return {k: a.to_dict() for k, a in self._alerts.items()}
+        return {k: a.to_dict() for k, a in self.items()}
 
     def load_state(self, state: dict) -> None:
         for k, d in (state or {}).items():
-            self._alerts[k] = Alert.from_dict(d)
+            self[k] = Alert.from_dict(d)
 
 
 class ActiveAlertsRule(Rule):

@@ -36,6 +36,23 @@ def parse_line(text: str, *, container_prefix: re.Pattern | None = None, tz: tzi
     return event
 
 
+_ACCEPT_LEN = re.compile(rb"accept len: (\d+(?:\.\d+)?)")
+
+
+def low_accept_in(data: bytes, at_most: float) -> bool:
+    """Whether raw log bytes (plain, or in a Docker JSON or CRI envelope) may hold a decode line
+    whose accept length is at most `at_most`: SGLang's `accept len: X` (also `block accept len`,
+    0.5.18+) with X <= at_most, or any vLLM `Mean acceptance length` (its spec-decoding lines come
+    every few seconds: never held back). False for no such line; a line cut short may say True."""
+    if b"acceptance length" in data:
+        return True
+    if b"accept len: " not in data:
+        return False
+    if at_most < 2.0 and b"accept len: 0" not in data and b"accept len: 1" not in data:
+        return False  # the usual read: every value is 2 or more (SGLang prints no sign, no space)
+    return any(float(m[1]) <= at_most for m in _ACCEPT_LEN.finditer(data))
+
+
 class LogEngine:
     """The grammar of one log source: `maybe_event(text)` and `parse_line(text, *,
     container_prefix, tz)` as the module's functions, those of both engines while `name` is None,

@@ -38,6 +38,14 @@ class FollowerGroup:
     one per line), and without any change the files are polled every `poll_interval` (rotation
     missed, NFS, no inotify). Wake-ups, not reads, set an idle daemon's cost (docs/idle-cost.md).
 
+    With `urgent` as well, a busy file is only looked at between rounds: when the interval ends
+    after a round that read lines, every follower's new bytes (`Follower.peek`) go to
+    `urgent(path, bytes)`, and a round comes only when it says True (a collapse line), a follower
+    cannot peek (rotated, truncated, a journal, more than `PEEK_BYTES` new), nothing is new, or
+    `hold` intervals passed without a round: a busy, healthy log is read every `hold + 1`
+    intervals, an urgent line within one. A peek is a `stat` and a `pread`; a round runs the
+    whole pipeline for its lines, mostly with cold caches.
+
     Counters: `watch_errors_total` (watchdog could not start or watch a directory; those paths
     are polled only), `poll_errors_total` (unexpected exceptions from a follower, logged).
     `watching` is True while watchdog watches at least one directory.
@@ -45,6 +53,7 @@ class FollowerGroup:
 
     _WATCH_RETRY_S = 30.0
     _MIN_GAP = 0.05  # seconds between rounds woken by `due`
+    PEEK_BYTES = 1 << 20  # a peek that finds more new bytes makes a round
 
     def __init__(
         self,
@@ -56,12 +65,16 @@ class FollowerGroup:
         after_poll: Callable[[], None] | None = None,
         inotify: bool = False,
         due: Callable[[], float | None] | None = None,
+        urgent: Callable[[str, bytes], bool] | None = None,
+        hold: int = 1,
     ) -> None:
         """`poll_interval`: seconds between polls when no event arrives (> 0).
         `after_poll`: called on the group's thread after each poll round, when no `on_line` call
         is in flight, so it can persist `checkpoints()` together with the consumer's state.
         `due`: with inotify, when (`time.monotonic()`) the after-poll hook next has work due (a
         notification's group_wait ending), None for nothing: a round comes then at the latest.
+        `urgent`, `hold`: with inotify, whether new bytes of a busy file need a round now, and
+        how many intervals in a row may pass without one (see the class docstring); settable.
 
         Raises ValueError for a bad poll_interval or two followers of the same path.
         """
@@ -74,6 +87,9 @@ class FollowerGroup:
         self._name = name
         self._after_poll = after_poll
         self._due = due
+        self.urgent = urgent
+        self.hold = hold
+        self.peeks_total = 0  # intervals that ended in a peek and no round (tests, docs)
         self._followers: dict[str, Follower] = {}
         self._wake = threading.Event()
         self._stop = threading.Event()
@@ -233,6 +249,7 @@ class FollowerGroup:
         read = self.poll_all() > 0
         self.polled = not self._stop.is_set()  # a stop may have cut the first reads short
         last = time.monotonic()
+        held = 0  # intervals since the last round that ended in a peek
         while not self._stop.is_set():
             until = last + self.poll_interval
             try:
@@ -244,6 +261,12 @@ class FollowerGroup:
                 if self._stop.is_set():
                     break
                 self._wake.clear()
+                if read and not woke and held < self.hold and (due is None or until < due) and self._calm():
+                    held += 1  # a busy, healthy log: its lines wait for the next round
+                    self.peeks_total += 1
+                    last = time.monotonic()
+                    continue
+                held = 0
                 watcher.drain()  # what this round reads; a later change wakes the next wait
             except Exception:  # the thread must go on reading: this round as a plain poll
                 self.poll_errors_total += 1
@@ -253,6 +276,21 @@ class FollowerGroup:
                     break
             last = time.monotonic()
             read = self._round(woke) > 0
+
+    def _calm(self) -> bool:
+        """Every follower's new bytes say a round can wait (`urgent`, `hold`): none is urgent,
+        some are new, every follower could peek, no update or catch-up is under way."""
+        urgent = self.urgent
+        if urgent is None or self.catching_up or self._pending:
+            return False
+        new = False
+        for path, f in self._followers.items():
+            peek = getattr(f, "peek", None)  # a journal cannot
+            data = peek(self.PEEK_BYTES) if peek is not None else None
+            if data is None or data and urgent(path, data):
+                return False
+            new = new or bool(data)
+        return new
 
     def _round(self, woke: bool) -> int:
         """Apply queued updates, poll every follower, call the after-poll hook; the lines read."""

@@ -222,6 +222,15 @@ FULL_PASS = 300.0  # seconds between re-reads of every process (a late exec, a r
 LIST_EVERY = 60.0  # seconds between listings of /proc while every server of `process.servers` runs
 
 
+def _read_proc(path: str) -> bytes:
+    """A small /proc file in one read (os-level: no buffered file object per read)."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        return os.read(fd, 4096)
+    finally:
+        os.close(fd)
+
+
 def _cmdline(pid: int) -> tuple[str, ...] | None:
     """`/proc/<pid>/cmdline` split as psutil splits it (spaces when setproctitle left no NULs,
     psutil issue 1179); None when gone. A plain read: the scan reads every new process once,
@@ -247,8 +256,7 @@ def _last_pid() -> int | None:
     last field of `/proc/loadavg` (proc(5)); None when unreadable. Unchanged since the last scan:
     nothing was forked, so no new process needs reading."""
     try:
-        with open("/proc/loadavg", "rb") as f:
-            return int(f.read().rsplit(None, 1)[1])
+        return int(_read_proc("/proc/loadavg").rsplit(None, 1)[1])
     except (OSError, ValueError, IndexError):
         return None
 
@@ -256,8 +264,7 @@ def _last_pid() -> int | None:
 def _parent(pid: int) -> int | None:
     """The parent pid from `/proc/<pid>/stat` (field 4, after the parenthesised name); None when gone."""
     try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            data = f.read()
+        data = _read_proc(f"/proc/{pid}/stat")
         return int(data[data.rfind(b")") + 2:].split(None, 2)[1])
     except (OSError, ValueError, IndexError):
         return None
@@ -271,12 +278,9 @@ def _usage(pid: int) -> tuple[int, float, int] | None:
     """(start time in clock ticks since boot, CPU seconds user + system, RSS bytes) from
     `/proc/<pid>/stat` fields 14, 15, 22 and `statm` field 2 (proc(5)), as psutil computes them;
     None when gone. Two plain reads: psutil's `oneshot()` of the same and the command line cost
-    twice as much per process and scan."""
+    twice as much per process and scan (and `open()`'s buffered file objects twice `os.read`)."""
     try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            stat = f.read()
-        with open(f"/proc/{pid}/statm", "rb") as f:
-            statm = f.read()
+        stat, statm = _read_proc(f"/proc/{pid}/stat"), _read_proc(f"/proc/{pid}/statm")
         fields = stat[stat.rfind(b")") + 2:].split()  # from field 3 (state)
         return int(fields[19]), (int(fields[11]) + int(fields[12])) / _TICKS, int(statm.split()[1]) * _PAGE
     except (OSError, ValueError, IndexError):

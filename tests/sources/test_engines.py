@@ -62,3 +62,45 @@ def test_a_log_whose_engine_is_not_known_yet_reads_either(tmp_path):
     assert p._engines[path].name == "vllm" and p.servers["box"].lines["decode"] == 1
     p, path = replay(tmp_path, [ACCESS], format="sglang")
     assert p._engines[path].name == "sglang"
+
+
+# --- low_accept_in: the followers' peek between rounds (sources/follow.py) -----------------------
+
+def _sample_lines() -> list[str]:
+    from procs import SAMPLES
+    files = [SAMPLES / "sglang-public-lines.txt", SAMPLES / "kimi-k25-eagle3-collapse.log",
+             *sorted((SAMPLES / "bugreport-logs").glob("*.log"))]
+    return [line for f in files for line in f.read_text(errors="replace").splitlines()]
+
+
+def test_low_accept_in_flags_every_real_decode_line_at_or_below_the_threshold():
+    """A peek that missed a collapse line would hold it back a poll interval: every sample line
+    the grammar reads as a decode batch with accept len <= t says True, each alone and among others."""
+    lines = _sample_lines()
+    decodes = [(line, e.accept_length) for line in lines
+               if type(e := sglang_log.parse_line(line)) is DecodeBatch and e.accept_length is not None]
+    assert len(decodes) > 50 and min(a for _, a in decodes) <= 1.05 and max(a for _, a in decodes) >= 2.5
+    for t in (1.0, 1.1, 1.5, 2.0):
+        low = [(line, a) for line, a in decodes if a <= t]
+        assert low, t
+        for line, a in decodes:
+            assert engines.low_accept_in((line + "\n").encode(), t) == (a <= t), (t, line)
+        healthy = "\n".join(line for line, a in decodes if a > t).encode()
+        assert not engines.low_accept_in(healthy, t)
+        assert engines.low_accept_in(healthy + b"\n" + low[0][0].encode() + b"\n", t)
+
+
+def test_low_accept_in_other_lines_envelopes_and_vllm():
+    low = sglang_lines.decode_line("0.5.23", ts="2026-03-01 10:00:00", accept_len=1.04, running=4)[0]
+    assert not engines.low_accept_in(f"{ACCESS}\n{SG_DECODE}\n".encode(), 1.1)
+    assert not engines.low_accept_in(b"", 1.1)
+    assert engines.low_accept_in(low.encode(), 1.1) and not engines.low_accept_in(low.encode(), 1.0)
+    # Docker's JSON envelope and CRI's prefix leave `accept len: X` as it is
+    docker = '{"log":"%s\\n","stream":"stderr","time":"2026-03-01T10:00:00.1Z"}\n' % low.replace('"', '\\"')
+    assert engines.low_accept_in(docker.encode(), 1.1)
+    assert engines.low_accept_in(f"2026-03-01T10:00:00.1Z stderr F {low}\n".encode(), 1.1)
+    # 0.5.18+ DSpark lines: `block accept len` too
+    assert engines.low_accept_in(SG_DECODE.replace("#queue-req", "block accept len: 1.00, #queue-req").encode(), 1.1)
+    # a vLLM spec line is never held back, whatever it says (its 0.8.5 form prints length - 1)
+    assert engines.low_accept_in((VLLM_LINES[1] + "\n").encode(), 1.1)
+    assert not engines.low_accept_in((VLLM_LINES[0] + "\n").encode(), 1.1)

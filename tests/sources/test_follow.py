@@ -1206,3 +1206,67 @@ def test_a_stop_ends_a_long_read_after_its_chunk(tmp_path):
     f.poll()
     assert got == [f"line {i:07d}" for i in range(200_000)]
     f.close()
+
+
+def test_peek_shows_new_bytes_and_moves_nothing(tmp_path):
+    """`Follower.peek`: the unfinished line plus what was appended since the last read, without
+    reading it for good (the next poll passes the same lines on); None whenever the file is not
+    simply longer: rotated, truncated, grown by more than the limit, not open."""
+    p = tmp_path / "server.log"
+    got = Collector()
+    f = Follower(p, got)
+    assert f.peek(1 << 20) is None  # not open (no file yet)
+    p.write_text("a\nb")
+    f.poll()
+    assert got.texts == ["a"]
+    assert f.peek(1 << 20) == b"b"  # the unfinished line only: nothing new
+    with open(p, "a") as w:
+        w.write("c\nd\n")
+    ck = f.checkpoint()
+    assert f.peek(1 << 20) == b"bc\nd\n" and f.peek(3) is None  # more than the limit: None
+    assert f.checkpoint() == ck
+    f.poll()
+    assert got.texts == ["a", "bc", "d"]
+    assert f.peek(1 << 20) == b""
+    os.rename(p, tmp_path / "server.log.1")
+    p.write_text("e\n")
+    assert f.peek(1 << 20) is None  # another file at the path
+    f.poll()
+    assert got.texts == ["a", "bc", "d", "e"]
+    p.write_text("")  # truncated below the offset
+    assert f.peek(1 << 20) is None
+    f.close()
+
+
+def test_group_inotify_holds_a_busy_file_until_a_line_is_urgent(tmp_path):
+    """With `urgent`, a busy file is peeked at each interval and read every `hold + 1` intervals,
+    its lines in order; a line `urgent` flags is read at the end of the interval it came in."""
+    p = tmp_path / "server.log"
+    got = Collector()
+    rounds, seen = [], []
+
+    def urgent(path: str, data: bytes) -> bool:
+        seen.append((path, data))
+        return b"LOW" in data
+
+    g = FollowerGroup([Follower(p, got)], poll_interval=0.25, use_watchdog=False, inotify=True,
+                      after_poll=lambda: rounds.append((time.monotonic(), len(got))), urgent=urgent, hold=7)
+    g.start()
+    try:
+        with open(p, "a", buffering=1) as f:
+            start = time.monotonic()
+            for i in range(80):  # 40 lines a second for 2 s: a round at most every 2 s after the first
+                f.write(f"l{i}\n")
+                time.sleep(0.025)
+            wait_for(lambda: g.peeks_total >= 3, 10, what="peeks")
+            reads = [t for (t, n), (_, before) in zip(rounds, [(0.0, 0)] + rounds) if n > before]
+            # the creation's round, the first line's, then one per 2 s (not one per 0.25 s)
+            assert len(reads) <= 2 + (time.monotonic() - start) / 2.0, reads
+            assert all(path == str(p) for path, _ in seen) and any(d.startswith(b"l") for _, d in seen)
+            t0 = time.monotonic()
+            f.write("LOW\n")
+            wait_for(lambda: got.texts[-1:] == ["LOW"], 10, what="the urgent line")
+            assert time.monotonic() - t0 < 1.0  # one interval (0.25 s) and a round, not 2 s
+        assert got.texts == [f"l{i}" for i in range(80)] + ["LOW"]
+    finally:
+        assert g.stop(5.0)
