@@ -1,14 +1,16 @@
 """`specwatch run`: lifecycle of the daemon — threads, signals, state, HTTP listener.
 
-Threads: the follower group (reads lines and feeds the pipeline; after a poll round it flushes
-due alert groups and, once a second, ticks the time-based rules, which re-sends to Alertmanager),
-the HTTP server (scrapes; it sleeps until a connection comes), one delivery thread per notifier,
-one thread per source (process scan, each HTTP API, NVML sampling and XID events; each hands its
-events to the pipeline), and the main thread, which waits on an Event for signals and wakes every
-`MAIN_EVERY` seconds for health and sd_notify (and to tick when the followers poll less often
-than once a second). Nothing spins: idle CPU is the followers' poll (one stat per file per poll
-interval), one scan of /proc every `process.interval`, one HTTP GET per `server_api.interval`,
-one per `server_metrics[].interval`, plus these wake-ups (each costs: README "Performance").
+Threads: the follower group (reads lines and feeds the pipeline; after a round it flushes due
+alert groups and, at most once a second, ticks the time-based rules, which re-sends to
+Alertmanager; a busy log's new bytes are only peeked at between rounds unless a line may start a
+collapse: `HOLD_ROUNDS`), the HTTP server (scrapes; it sleeps until a connection comes), one
+delivery thread per notifier, one thread per source (process scan, each HTTP API, NVML sampling
+and XID events; each hands its events to the pipeline), and the main thread, which waits on an
+Event for signals and wakes every `MAIN_EVERY` seconds for health and sd_notify (`ALONE_EVERY`
+without systemd; and to tick when the followers poll less often than once a second). Nothing
+spins: idle CPU is the followers' poll (one stat per file per poll interval), one scan of /proc
+every `process.interval`, one HTTP GET per `server_api.interval`, one per
+`server_metrics[].interval`, plus these wake-ups (each costs: README "Performance").
 
 State (`<state_dir>/state.db`, `specwatch.storage.StateStore`): file offsets, the rule/alert
 state, the line counters and each notifier's queue, committed in one transaction by the
@@ -86,6 +88,7 @@ TICK_EVERY = 1.0  # seconds between ticks of the time-based rules (on the follow
 # (its new bytes are peeked at each interval; a round runs the rules with cold caches: ~1 ms)
 HOLD_ROUNDS = 2
 MAIN_EVERY = 5.0  # seconds between the main loop's health checks when the followers' thread ticks
+ALONE_EVERY = 15.0  # ... without systemd (no NOTIFY_SOCKET): only the log hears of health
 # A start-up backlog at least this large is read in columns (specwatch/catchup.py): numpy then stays
 # loaded (+14 MB RSS); below it (a restart after minutes down) per line costs at most a few CPU-s.
 COLUMNS_MIN_BYTES = 64 << 20
@@ -602,7 +605,8 @@ class Daemon:
         (it ticks after its poll rounds when they come at least every TICK_EVERY seconds): every
         wake-up of a thread costs (README "Performance")."""
         watchdog = Watchdog()
-        wait = TICK_EVERY if self.config.follow.poll_interval > TICK_EVERY else MAIN_EVERY
+        every = MAIN_EVERY if os.environ.get("NOTIFY_SOCKET") else ALONE_EVERY  # STATUS= has a reader
+        wait = TICK_EVERY if self.config.follow.poll_interval > TICK_EVERY else every
         if watchdog.period is not None:
             wait = min(wait, watchdog.period / 2)
         problem, status_at = None, time.monotonic()

@@ -472,7 +472,9 @@ class Pipeline:
         if self._groupers:
             self._expire_errors(now)
         for rule in self._on_tick if rules is None else rules:
-            self._handle(rule.on_tick(now), now)
+            alerts = rule.on_tick(now)
+            if alerts:  # rarely
+                self._handle(alerts, now)
         if dispatch:
             self.dispatcher.tick(now)
 
