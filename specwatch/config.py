@@ -250,7 +250,9 @@ class GpuConfig(Section):
 
 class ProcessConfig(Section):
     enabled: bool = True  # psutil scan of the SGLang processes
-    interval: Seconds = 5.0
+    # a scan ~0.5 ms with cold caches (docs/idle-cost.md); a death alerts after server.down_for
+    # (30 s) anyway, and Prometheus scrapes the CPU and memory figures every 15 s or more
+    interval: Seconds = 10.0
     match: str | None = None  # regex: command lines that are launchers too (wrappers)
     # --port -> server name; empty = all, auto-named
     servers: Annotated[dict[Annotated[int, Meta(ge=1, le=65535, description="a port number (the server's --port), e.g. "
