@@ -353,7 +353,7 @@ class Daemon:
 
     def _next_flush(self) -> float | None:
         """`time.monotonic()` of the dispatcher's next group timer: the followers' thread, which
-        reads a busy log once a second, flushes then (a group_wait ending between two reads)."""
+        reads a busy log every few poll intervals, flushes then (a group_wait ending between two reads)."""
         with self.pipeline.lock:
             t = self.dispatcher.next_flush()
         return None if t is None else time.monotonic() + t - time.time()

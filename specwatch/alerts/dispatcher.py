@@ -212,7 +212,7 @@ class Dispatcher:
     def next_flush(self) -> float | None:
         """When the earliest group timer is due (the caller's clock: wall time in the daemon,
         seconds), None without groups or while paused: the daemon's followers' thread, which
-        reads a busy log once a second, wakes then for `flush_due`."""
+        reads a busy log every few poll intervals, wakes then for `flush_due`."""
         if self.paused or not self._groups:
             return None
         return min(g.next_flush for g in self._groups.values())

@@ -10,8 +10,8 @@ the hooks a rule overrides, on its thread, under its lock:
 - `on_prefill(server, batch, now)`: each prefill line;
 - `on_event(server, event, now)`: every other event (ServerArgs, process, HTTP API, GPU);
 - `on_restart(server, at, why)`: the server restarted (the pipeline decides it once);
-- `on_tick(now)`: time passed (about once a second in the daemon, at each timestamped line in
-  replay), for rules that fire on silence or duration;
+- `on_tick(now)`: time passed (every 1-3 s in the daemon, at each timestamped line in replay),
+  for rules that fire on silence or duration;
 - `forget(server)`: the server is gone for good (a deleted pod): drop its state (by default every
   dict entry of the rule keyed by the server or by (server, ...)).
 
