@@ -42,9 +42,11 @@ _ACCEPT_LEN = re.compile(rb"accept len: (\d+(?:\.\d+)?)")
 def low_accept_in(data: bytes, at_most: float) -> bool:
     """Whether raw log bytes (plain, or in a Docker JSON or CRI envelope) may hold a decode line
     whose accept length is at most `at_most`: SGLang's `accept len: X` (also `block accept len`,
-    0.5.18+) with X <= at_most, or any vLLM `Mean acceptance length` (its spec-decoding lines come
-    every few seconds: never held back). False for no such line; a line cut short may say True."""
-    if b"acceptance length" in data:
+    0.5.18+) with X <= at_most, or any vLLM spec-decoding line (every form says `acceptance`: V1
+    `Mean acceptance length` / `Draft acceptance rate`, V0 `Speculative metrics: Draft acceptance
+    rate`; they come every few seconds: never held back). False for no such line; a line cut
+    short may say True."""
+    if b"acceptance" in data:
         return True
     if b"accept len: " not in data:
         return False

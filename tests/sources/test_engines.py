@@ -104,3 +104,19 @@ def test_low_accept_in_other_lines_envelopes_and_vllm():
     # a vLLM spec line is never held back, whatever it says (its 0.8.5 form prints length - 1)
     assert engines.low_accept_in((VLLM_LINES[1] + "\n").encode(), 1.1)
     assert not engines.low_accept_in((VLLM_LINES[0] + "\n").encode(), 1.1)
+
+
+def test_low_accept_in_flags_every_vllm_spec_line_form():
+    """Review: every vLLM spec-decoding form the grammar reads (vllm_lines.VERSIONS) is urgent,
+    as the docstring says ("any vLLM spec line"): V0 `Speculative metrics:` and V1 0.8.3-0.8.4
+    print no `Mean acceptance length`."""
+    missed = []
+    for v in vllm_lines.VERSIONS:
+        if vllm_lines.is_v0(v):
+            line = vllm_lines.v0_spec_line(v, k=5, accepted=1, draft=50, emitted=11)
+        else:
+            line = vllm_lines.spec_line(v, accepted=1, drafted=90, positions=[0.01, 0.0, 0.0])
+        assert isinstance(vllm_log.parse_line(line), (vllm_log.VllmSpecDecoding, vllm_log.VllmV0Spec)), line
+        if not engines.low_accept_in((line + "\n").encode(), 1.1):
+            missed.append(v)
+    assert missed == [], missed
