@@ -8,9 +8,10 @@ delivery thread per notifier, one thread per source (process scan, each HTTP API
 and XID events; each hands its events to the pipeline), and the main thread, which waits on an
 Event for signals and wakes every `MAIN_EVERY` seconds for health and sd_notify (`ALONE_EVERY`
 without systemd; and to tick when the followers poll less often than once a second). Nothing
-spins: idle CPU is the followers' poll (one stat per file per poll interval), one scan of /proc
-every `process.interval`, one HTTP GET per `server_api.interval`, one per
-`server_metrics[].interval`, plus these wake-ups (each costs: README "Performance").
+spins: idle CPU is the followers' poll (a stat per file per poll interval, and a pread of a busy
+log's new bytes), one scan of /proc every `process.interval`, one HTTP GET per
+`server_api.interval`, one per `server_metrics[].interval`, plus these wake-ups (each costs:
+README "Performance").
 
 State (`<state_dir>/state.db`, `specwatch.storage.StateStore`): file offsets, the rule/alert
 state, the line counters and each notifier's queue, committed in one transaction by the
@@ -142,7 +143,6 @@ class Daemon:
         self._lock_stuck = False
         self.reload_success = True
         self.last_reload_success = time.time()  # start-up counts, as for Prometheus' own metric
-        self._opaque: set[str] = set()  # logs whose raw bytes cannot show a collapse (`_urgent`)
 
     # --- wiring ---
     def _make_follower(self, src: LogSource, checkpoint=None):
@@ -151,8 +151,6 @@ class Daemon:
             from specwatch.sources.journal import JournalFollower
 
             return JournalFollower(src.journal, self._on_lines, max_line_bytes=limit, checkpoint=checkpoint)
-        if src.grammar is not None:  # a `format:` grammar: the raw bytes do not say a line is urgent
-            self._opaque.add(src.path)
         # a backlog read in columns: reads as large as replay's (per-read costs of the rules)
         chunk = CATCHUP_READ_BYTES if self.pipeline.columns_min_lines < math.inf else 1 << 20
         return Follower(src.path, on_lines=stage(src, self._on_lines, limit), max_line_bytes=limit,
@@ -223,7 +221,7 @@ class Daemon:
         self.followers = FollowerGroup(
             [self._make_follower(s, offsets.get(s.path)) for s in cfg.logs],
             poll_interval=cfg.follow.poll_interval, use_watchdog=cfg.follow.watchdog, inotify=cfg.follow.inotify,
-            after_poll=self._after_poll, due=self._next_flush, urgent=self._urgent, hold=HOLD_ROUNDS,
+            after_poll=self._after_poll, due=self._next_flush, urgent=self._urgent, hold=self._hold(cfg),
         )
         self._saved_doc: str | None = None  # the state document last committed
         self._commit_cpu = 0.0  # CPU seconds of the last commit
@@ -346,10 +344,16 @@ class Daemon:
 
     def _urgent(self, path: str, data: bytes) -> bool:
         """Whether a busy log's new bytes need a round now (`FollowerGroup`'s `urgent`): a line
-        that may start a collapse (accept length at most `rules.collapse.max_accept_length`), or
-        any bytes of a log with a `format:` grammar. Other lines wait up to one more
-        `follow.poll_interval` (docs/idle-cost.md)."""
-        return path in self._opaque or low_accept_in(data, self.config.collapse.max_accept_length)
+        that may start a collapse (accept length at most `rules.collapse.max_accept_length`; a
+        `format:` grammar rewrites a line's prefix only, its message keeps `accept len: X`).
+        Other lines wait up to `HOLD_ROUNDS` more `follow.poll_interval`s (docs/idle-cost.md)."""
+        return low_accept_in(data, self.config.collapse.max_accept_length)
+
+    def _hold(self, cfg: Config) -> int:
+        """`HOLD_ROUNDS`, or 0 (a round every poll interval) when an API poll's `log_silent`
+        intervals in a row could pass within one hold: held decode lines would look missing."""
+        span = (HOLD_ROUNDS + 1) * cfg.follow.poll_interval
+        return 0 if any(a.interval * cfg.log_silent.intervals <= 2 * span for a in cfg.server_apis) else HOLD_ROUNDS
 
     def _next_flush(self) -> float | None:
         """`time.monotonic()` of the dispatcher's next group timer: the followers' thread, which
@@ -403,7 +407,8 @@ class Daemon:
     @property
     def wedged_after(self) -> float:
         """Seconds without a line or a finished poll round after which the followers count as
-        wedged. Rounds end every poll_interval when idle, and a long catch-up emits lines."""
+        wedged. Rounds end every poll_interval when idle, at least every HOLD_ROUNDS + 1 of them on a
+        busy log, and a long catch-up emits lines."""
         return max(10 * self.config.follow.poll_interval, 5.0)
 
     def health(self) -> str | None:
@@ -481,6 +486,7 @@ class Daemon:
         if self.process is not None:  # the servers of the followed logs are configured servers
             self.process.tie(ProcessTies.of(new))
         self._register_journal_metrics(new)
+        self.followers.hold = self._hold(new)  # rules.log_silent.intervals may have changed
         added = [s for s in new.logs if s.path not in old_paths]
         with self.pipeline.lock:  # _after_poll sees both or neither: no resume before they are followed
             if added:  # read from their first line: their history is not news (as at a first start)

@@ -260,11 +260,11 @@ def test_daemon_modules_leave_heavy_libraries_unloaded():
     assert r.stdout.strip() == "[]"
 
 
-def _built_daemon(tmp_path: Path):
+def _built_daemon(tmp_path: Path, **extra):
     from specwatch.config import build_config
     from specwatch.daemon import Daemon
 
-    cfg = build_config({"state_dir": str(tmp_path / "state"), "gpu": {"enabled": False}, "logs": [
+    cfg = build_config({"state_dir": str(tmp_path / "state"), "gpu": {"enabled": False}, **extra, "logs": [
         {"path": str(tmp_path / "sglang.log"), "server": "box"},
         {"path": str(tmp_path / "custom.log"), "server": "other",
          "format": {"regex": r"(?P<timestamp>\S+ \S+) (?P<message>.*)"}}]}, for_run=True)
@@ -274,11 +274,13 @@ def _built_daemon(tmp_path: Path):
 
 
 def test_a_busy_logs_lines_wait_for_a_round_unless_one_may_start_a_collapse(tmp_path):
-    """The followers' `urgent` (docs/idle-cost.md): new bytes with an accept len at or below
-    rules.collapse.max_accept_length (1.10) make a round now; a log with a `format:` grammar
-    always does (its raw bytes need not spell `accept len`)."""
+    """The followers' `urgent` and `hold` (docs/idle-cost.md): new bytes with an accept len at or
+    below rules.collapse.max_accept_length (1.10) make a round now, in a log with a `format:`
+    grammar too (it rewrites the prefix; the message keeps `accept len: X`)."""
+    from specwatch.daemon import HOLD_ROUNDS
+
     d = _built_daemon(tmp_path)
-    assert d.followers.urgent is not None and d.followers.hold >= 1
+    assert d.followers.urgent is not None and d.followers.hold == HOLD_ROUNDS >= 1
     sglang, custom = str(tmp_path / "sglang.log"), str(tmp_path / "custom.log")
 
     def line(a: float) -> bytes:
@@ -287,7 +289,17 @@ def test_a_busy_logs_lines_wait_for_a_round_unless_one_may_start_a_collapse(tmp_
     assert not d._urgent(sglang, line(2.5) * 8)
     assert d._urgent(sglang, line(2.5) * 3 + line(1.10) + line(2.5))
     assert not d._urgent(sglang, line(1.11))
-    assert d._urgent(custom, line(2.5)) and d._urgent(custom, b"2026-03-01 10:00:00 acc=2.5\n")
+    custom_line = b"2026-02-23 10:00:00 " + line(1.05).split(b"] ", 1)[1]
+    assert d._urgent(custom, custom_line) and not d._urgent(custom, custom_line.replace(b"1.05", b"2.50"))
+
+
+def test_no_hold_when_the_log_silent_polls_come_faster_than_a_hold(tmp_path):
+    """rules.log_silent fires after `intervals` API polls without a decode line: with polls that
+    close together, lines held back would look missing, so every interval gets a round."""
+    fast = _built_daemon(tmp_path / "a", server_api={"url": "http://127.0.0.1:1", "interval": "1s", "timeout": "0.5s"})
+    assert fast.followers.hold == 0
+    slow = _built_daemon(tmp_path / "b", server_api={"url": "http://127.0.0.1:1", "interval": "10s"})
+    assert slow.followers.hold >= 1
 
 
 def test_the_after_poll_tick_skips_a_second_tick_the_lines_gave(tmp_path):

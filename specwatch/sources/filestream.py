@@ -311,20 +311,25 @@ class Follower:
         return self.lines_total - before
 
     def peek(self, limit: int) -> bytes | None:
-        """The bytes appended since the last read, with the unfinished line before them, when
-        that is all that changed: the same file, grown by at most `limit` bytes (b"" when it did
-        not grow). None otherwise (not open, rotated, truncated, over-long line being skipped,
-        more than `limit` new bytes, an I/O error): the caller polls instead. Reads nothing
-        for good and moves no offset (a later `poll()` reads the same bytes; a truncation that
-        grew back past the offset shows only there); never raises."""
+        """The bytes appended since the last read, after the unfinished line before them, when
+        that is all that changed: the same file, grown by at most `limit` bytes. b"" when it did
+        not grow (or does not exist yet: nothing to read). None otherwise (rotated, truncated,
+        an over-long line being skipped, more than `limit` new bytes, opened but not read yet,
+        an I/O error): the caller polls instead. Reads nothing for good and moves no offset (a
+        later `poll()` reads the same bytes; a truncation that grew back past the offset shows
+        only there); never raises."""
         s = self._cur
-        if s is None or s.skipping:
+        if s is None:
+            return b"" if self._resume is None and not os.path.lexists(self.path) else None
+        if s.skipping:
             return None
         try:
             st = os.stat(self.path)
             if st.st_ino != s.ino or st.st_dev != s.dev or not s.offset <= st.st_size <= s.offset + limit:
                 return None
-            new = os.pread(s.fd, st.st_size - s.offset, s.offset) if st.st_size > s.offset else b""
+            if st.st_size == s.offset:
+                return b""
+            new = os.pread(s.fd, st.st_size - s.offset, s.offset)
         except OSError:
             return None
         return s.buf + new if s.buf else new

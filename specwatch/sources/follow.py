@@ -245,7 +245,8 @@ class FollowerGroup:
 
     def _run_inotify(self, watcher: Any) -> None:
         """The loop with inotify: a round when a followed file changes (not before `poll_interval`
-        after a round that read lines), or after `poll_interval` without a change."""
+        after a round that read lines), or after `poll_interval` without a change; after a round
+        that read lines, an interval may end in a peek instead (`_calm`, at most `hold` in a row)."""
         read = self.poll_all() > 0
         self.polled = not self._stop.is_set()  # a stop may have cut the first reads short
         last = time.monotonic()

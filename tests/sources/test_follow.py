@@ -1211,15 +1211,17 @@ def test_a_stop_ends_a_long_read_after_its_chunk(tmp_path):
 def test_peek_shows_new_bytes_and_moves_nothing(tmp_path):
     """`Follower.peek`: the unfinished line plus what was appended since the last read, without
     reading it for good (the next poll passes the same lines on); None whenever the file is not
-    simply longer: rotated, truncated, grown by more than the limit, not open."""
+    simply longer: rotated, truncated, grown by more than the limit, there but not read yet."""
     p = tmp_path / "server.log"
     got = Collector()
     f = Follower(p, got)
-    assert f.peek(1 << 20) is None  # not open (no file yet)
+    f.poll()
+    assert f.peek(1 << 20) == b""  # no file yet: nothing to read
     p.write_text("a\nb")
+    assert f.peek(1 << 20) is None  # there now, not opened: a poll opens it
     f.poll()
     assert got.texts == ["a"]
-    assert f.peek(1 << 20) == b"b"  # the unfinished line only: nothing new
+    assert f.peek(1 << 20) == b""  # an unfinished line, nothing new (not news at every peek)
     with open(p, "a") as w:
         w.write("c\nd\n")
     ck = f.checkpoint()
@@ -1253,20 +1255,26 @@ def test_group_inotify_holds_a_busy_file_until_a_line_is_urgent(tmp_path):
                       after_poll=lambda: rounds.append((time.monotonic(), len(got))), urgent=urgent, hold=7)
     g.start()
     try:
+        low_at = low_read = None
         with open(p, "a", buffering=1) as f:
             start = time.monotonic()
-            for i in range(80):  # 40 lines a second for 2 s: a round at most every 2 s after the first
+            for i in range(120):  # 40 lines a second for 3 s: a round every 2 s after the first
+                if i == 80:
+                    # the first 2 s: the creation's round, the first line's, then one per 2 s
+                    # (not one per 0.25 s); +1: a writer stalled a whole interval
+                    reads = [t for (t, n), (_, before) in zip(rounds, [(0.0, 0)] + rounds) if n > before]
+                    assert len(reads) <= 3 + (time.monotonic() - start) / 2.0, reads
+                    assert g.peeks_total >= 3 and all(path == str(p) for path, _ in seen)
+                    f.write("LOW\n")
+                    low_at = time.monotonic()
+                if low_at is not None and low_read is None and "LOW" in got.texts:
+                    low_read = time.monotonic()
                 f.write(f"l{i}\n")
                 time.sleep(0.025)
-            wait_for(lambda: g.peeks_total >= 3, 10, what="peeks")
-            reads = [t for (t, n), (_, before) in zip(rounds, [(0.0, 0)] + rounds) if n > before]
-            # the creation's round, the first line's, then one per 2 s (not one per 0.25 s)
-            assert len(reads) <= 2 + (time.monotonic() - start) / 2.0, reads
-            assert all(path == str(p) for path, _ in seen) and any(d.startswith(b"l") for _, d in seen)
-            t0 = time.monotonic()
-            f.write("LOW\n")
-            wait_for(lambda: got.texts[-1:] == ["LOW"], 10, what="the urgent line")
-            assert time.monotonic() - t0 < 1.0  # one interval (0.25 s) and a round, not 2 s
-        assert got.texts == [f"l{i}" for i in range(80)] + ["LOW"]
+        wait_for(lambda: len(got) >= 121, 10, what="every line")
+        assert got.texts == [f"l{i}" for i in range(80)] + ["LOW"] + [f"l{i}" for i in range(80, 120)]
+        # one interval (0.25 s) and a round, not the 2 s of a hold; found by a peek
+        assert low_read is not None and low_read - low_at < 1.0
+        assert any(b"LOW" in d for _, d in seen)
     finally:
         assert g.stop(5.0)
