@@ -357,7 +357,8 @@ class Daemon:
 
     def _next_flush(self) -> float | None:
         """`time.monotonic()` of the dispatcher's next group timer: the followers' thread, which
-        reads a busy log every few poll intervals, flushes then (a group_wait ending between two reads)."""
+        reads a busy log every few poll intervals, flushes then (a group_wait ending between two
+        reads)."""
         with self.pipeline.lock:
             t = self.dispatcher.next_flush()
         return None if t is None else time.monotonic() + t - time.time()
@@ -407,8 +408,8 @@ class Daemon:
     @property
     def wedged_after(self) -> float:
         """Seconds without a line or a finished poll round after which the followers count as
-        wedged. Rounds end every poll_interval when idle, at least every HOLD_ROUNDS + 1 of them on a
-        busy log, and a long catch-up emits lines."""
+        wedged. Rounds end every poll_interval when idle, at least every HOLD_ROUNDS + 1 of them
+        on a busy log, and a long catch-up emits lines."""
         return max(10 * self.config.follow.poll_interval, 5.0)
 
     def health(self) -> str | None:

@@ -35,8 +35,9 @@ class FollowerGroup:
     With `inotify=True` (and `use_watchdog=False`) the thread itself waits on inotify
     (`DirWatcher`): a change to a followed file after a quiet spell is read at once, a file that
     keeps changing at most once per `poll_interval` (a busy log: one wake-up per interval, not
-    one per line; with `urgent`, below, mostly a peek), and without any change the files are polled every `poll_interval` (rotation
-    missed, NFS, no inotify). Wake-ups, not reads, set an idle daemon's cost (docs/idle-cost.md).
+    one per line; with `urgent`, below, mostly a peek), and without any change the files are
+    polled every `poll_interval` (rotation missed, NFS, no inotify). Wake-ups, not reads, set an
+    idle daemon's cost (docs/idle-cost.md).
 
     With `urgent` as well, a busy file is only looked at between rounds: when the interval ends
     after a round that read lines, every follower's new bytes (`Follower.peek`) go to
