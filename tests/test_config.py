@@ -41,7 +41,7 @@ def test_example_config_is_valid_and_matches_defaults():
     assert (cfg.group_by, cfg.group_wait, cfg.group_interval) == (["alertname", "server"], 1, 60)
     assert cfg.alertmanager.resend_delay == 60 and cfg.alertmanager.resolved_retention == 900
     assert cfg.degradation.hold == 600 and cfg.throughput_drop.max_drop_ratio == 0.4
-    assert cfg.process == default.process and cfg.process.enabled and cfg.process.interval == 5.0
+    assert cfg.process == default.process and cfg.process.enabled and cfg.process.interval == 10.0
     assert cfg.server_apis == default.server_apis == []  # url: null = not polled
     assert cfg.server_rule == default.server_rule
     assert (cfg.server_rule.down_for, cfg.server_rule.restart_window, cfg.server_rule.unhealthy_for) == (30, 600, 120)
