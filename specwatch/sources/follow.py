@@ -251,7 +251,7 @@ class FollowerGroup:
         read = self.poll_all() > 0
         self.polled = not self._stop.is_set()  # a stop may have cut the first reads short
         last = time.monotonic()
-        held = 0  # intervals since the last round that ended in a peek
+        held = 0  # intervals in a row that ended in a peek, not a round
         while not self._stop.is_set():
             until = last + self.poll_interval
             try:
