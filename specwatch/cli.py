@@ -303,13 +303,23 @@ def _settings(args):
 
 
 def _facts(args):
-    from specwatch.diagnosis import facts_for
+    """The SGLang facts: --sglang-root, else the server process's (--pid, else the running server
+    whose command line names --draft), else the importable sglang, else the table for
+    --sglang-version. Raises NoSGLangSource (nothing checked) when none of them is there."""
+    from specwatch.diagnosis import NoSGLangSource, facts_for, server_of_draft
     from specwatch.probes.sglang_source import sglang_root_of_process
 
-    root = args.sglang_root
-    if root is None and args.pid:
-        root = sglang_root_of_process(args.pid)
-    return facts_for(root, args.sglang_version)
+    root, pid = args.sglang_root, args.pid
+    if root is None and pid is None:
+        pid = server_of_draft(args.draft)
+    if root is None and pid:
+        root = sglang_root_of_process(pid)
+        if root is None and args.pid and not args.sglang_version:
+            raise NoSGLangSource(f"none readable for pid {pid}: pass --sglang-root")
+    facts = facts_for(root, args.sglang_version)
+    if pid and root is not None:
+        facts.notes.append(f"SGLang of the server process {pid}" + ("" if args.pid else " (its command line names this draft)"))
+    return facts
 
 
 def _vllm_facts(args, found: dict):
@@ -375,9 +385,12 @@ def _diagnosis_args(p: argparse.ArgumentParser) -> None:
                    help="target model folder, or its config.json: the same either way (the folder's weights, "
                         "when present, are read for the lm_head check)")
     p.add_argument("--sglang-root", metavar="DIR",
-                   help="folder containing the sglang package the server runs (default: the importable one, found "
-                        "without importing it; else specwatch's table of known versions)")
-    p.add_argument("--sglang-version", metavar="X.Y.Z", help="version for the fallback table when no source is found")
+                   help="folder containing the sglang package the server runs (default: that of --pid, else of the "
+                        "running server whose command line names --draft, else the importable one; read, never "
+                        "imported or run)")
+    p.add_argument("--sglang-version", metavar="X.Y.Z",
+                   help="judge against specwatch's table for this version when no source is found (without it and "
+                        "without a source nothing is checked: exit 2)")
     p.add_argument("--algorithm", help="--speculative-algorithm of the server (EAGLE3, EAGLE, NEXTN)")
     p.add_argument("--num-steps", type=int, help="--speculative-num-steps")
     p.add_argument("--eagle-topk", type=int, help="--speculative-eagle-topk")

@@ -68,16 +68,53 @@ class Report:
         return "\n".join(lines)
 
 
+NO_SOURCE = "not checked: no SGLang source found"
+
+
+class NoSGLangSource(FileNotFoundError):
+    """No SGLang source to read the facts from, and no version asked of the table: the probes
+    would judge the draft against a guess, so nothing is checked. The message says how to point
+    specwatch at the server's SGLang."""
+
+    def __init__(self, how: str = "pass --sglang-root or --pid"):
+        super().__init__(f"{NO_SOURCE} ({how})")
+
+
 def facts_for(sglang_root: str | Path | None = None, version: str | None = None, *, discover: bool = True):
     """SGLang facts: from `sglang_root`, else the importable `sglang` (found, never imported),
-    else specwatch's table for `version`. Raises FileNotFoundError for a bad `sglang_root`."""
+    else specwatch's table for `version` (asked for explicitly). Raises FileNotFoundError for a
+    bad `sglang_root`, NoSGLangSource when there is neither a source nor a `version`."""
     from specwatch.probes.known_versions import TableFacts
     from specwatch.probes.sglang_source import SourceFacts, find_sglang_root
 
     if sglang_root:
         return SourceFacts(sglang_root)
     root = find_sglang_root() if discover else None
-    return SourceFacts(root) if root else TableFacts(version)
+    if root:
+        return SourceFacts(root)
+    if version:
+        return TableFacts(version)
+    raise NoSGLangSource()
+
+
+def server_of_draft(draft: str | Path) -> int | None:
+    """The pid of a running SGLang server whose command line names `draft` (the same folder
+    once resolved) as its `--speculative-draft-model-path`, or None. Command lines are read as
+    data (any user's are readable); nothing is run."""
+    import psutil
+
+    from specwatch.sources.server_settings import launcher_args, parse_server_argv
+
+    want = Path(draft).resolve()
+    for proc in psutil.process_iter(["pid", "cmdline"]):
+        argv = proc.info.get("cmdline") or []
+        if not any(want.name in a for a in argv):
+            continue  # the cheap test first: most processes name no draft
+        args = launcher_args(argv)
+        path = parse_server_argv(args).get("speculative_draft_model_path") if args is not None else None
+        if path and Path(str(path)).resolve() == want:
+            return proc.info["pid"]
+    return None
 
 
 def resolve_model_dir(path: str) -> Path | None:
@@ -164,6 +201,7 @@ class Diagnoser:
         self._current: dict[str, Inputs] = {}
         self._reports: dict[str, tuple[Inputs, Report | None]] = {}
         self._running: dict[str, tuple[Inputs, float]] = {}
+        self._why: dict[str, tuple[Inputs, str]] = {}  # why the last run of these inputs gave no report
 
     def inputs_for(self, server_args: dict, sglang_root: str | None = None) -> Inputs | None:
         """`sglang_root`: the site directory of the SGLang the server process really imports
@@ -221,9 +259,24 @@ class Diagnoser:
             done = self._reports.get(server)
             return done[1] if done and done[0] == self._current.get(server) else None
 
+    def note(self, server: str) -> str:
+        """Why `report(server)` is None, in one line for an alert (not checked and why, failed,
+        still running)."""
+        with self._lock:
+            current = self._current.get(server)
+            why, running = self._why.get(server), self._running.get(server)
+        if why is not None and why[0] == current:
+            return why[1]
+        if running is not None and running[0] == current:
+            return "not checked yet: the probes are still running"
+        return "not checked: no draft known (no server_args line naming one, no diagnosis.draft)"
+
     def _run(self, server: str, inputs: Inputs) -> None:
         started = time.monotonic()
-        report = self._diagnose(inputs)
+        try:
+            report, why = self._diagnose(inputs), ""
+        except _NotChecked as e:
+            report, why = None, str(e)
         with self._lock:
             current = self._running.get(server)
             if current is None or current[0] != inputs:
@@ -232,23 +285,39 @@ class Diagnoser:
             if time.monotonic() - started > self.timeout:
                 log.warning("diagnosis of %s took %.0fs, over diagnosis.timeout: result discarded", server,
                             time.monotonic() - started)
+                self._why[server] = (inputs, f"not checked: the probes took over diagnosis.timeout ({self.timeout:g}s)")
                 return
             self._reports[server] = (inputs, report)
+            if why:
+                self._why[server] = (inputs, why)
 
-    def _diagnose(self, inputs: Inputs) -> Report | None:
+    def _diagnose(self, inputs: Inputs) -> Report:
+        """Raises _NotChecked saying why no report was made."""
         draft = resolve_model_dir(inputs.draft)
         if draft is None:
             log.info("diagnosis skipped: draft %s is not a local folder or cached Hugging Face repo", inputs.draft)
-            return None
+            raise _NotChecked(f"not checked: draft {inputs.draft} is not a local folder or cached Hugging Face repo")
         target = resolve_model_dir(inputs.target) if inputs.target else None
         try:
             if inputs.engine == "vllm":
-                return _diagnose_vllm(draft, target, inputs.sglang_root)
+                report = _diagnose_vllm(draft, target, inputs.sglang_root)
+                if report is None:
+                    raise _NotChecked("not checked: no vLLM source found (set diagnosis.vllm_root)")
+                return report
             facts = facts_for(inputs.sglang_root) if inputs.sglang_root else _discover_facts()
             return diagnose(draft, target, facts=facts, settings=inputs.settings)
+        except NoSGLangSource as e:
+            log.warning("diagnosis of draft %s: %s", inputs.draft, e)
+            raise _NotChecked(str(e)) from None
+        except _NotChecked:
+            raise
         except Exception as e:  # bad paths, unreadable target: the alert keeps its generic causes
             log.warning("diagnosis of draft %s failed: %s", inputs.draft, e)
-            return None
+            raise _NotChecked(f"not checked: the diagnosis failed: {e}") from None
+
+
+class _NotChecked(Exception):
+    """No report: the message says why (for the alert)."""
 
 
 def _diagnose_vllm(draft: Path, target: Path | None, root: str | None) -> Report | None:
@@ -265,18 +334,13 @@ def _diagnose_vllm(draft: Path, target: Path | None, root: str | None) -> Report
 
 
 def _discover_facts():
-    """Facts from the importable sglang, else the SGLang server process's interpreter, else the table."""
-    from specwatch.probes.known_versions import TableFacts
-    from specwatch.probes.sglang_source import SourceFacts, find_sglang_root, sglang_root_of_process
+    """Facts from the importable sglang (specwatch's own environment). The server's own SGLang
+    comes from its process (`Diagnoser.observe_install`, fed by the process source for the
+    configured servers only); nothing found on the box is ever run. Raises NoSGLangSource."""
+    from specwatch.probes.sglang_source import SourceFacts, find_sglang_root
 
     root = find_sglang_root()
     if root is None:
-        import psutil
-
-        for proc in psutil.process_iter(["pid", "cmdline"]):
-            cmd = " ".join(proc.info.get("cmdline") or [])
-            if "sglang.launch_server" in cmd or "sglang serve" in cmd:
-                root = sglang_root_of_process(proc.info["pid"])
-                if root:
-                    break
-    return SourceFacts(root) if root else TableFacts(None)
+        raise NoSGLangSource("set diagnosis.sglang_root to the site-packages folder of the SGLang the server "
+                             "runs, or run specwatch where it can read the server process")
+    return SourceFacts(root)

@@ -169,21 +169,19 @@ def find_sglang_root() -> Path | None:
     return Path(list(spec.submodule_search_locations)[0]).parent
 
 
-def sglang_root_of_process(pid: int, timeout: float = 10.0) -> Path | None:
-    """The `sglang` folder of the interpreter running process `pid` (e.g. the SGLang server):
-    that interpreter is asked for `find_spec("sglang").origin`, which does not import sglang."""
-    import subprocess
-
+def sglang_root_of_process(pid: int) -> Path | None:
+    """The folder holding the `sglang` package the process `pid` (the SGLang server) imports,
+    read from `/proc/<pid>` and the files it names (`sources.process.package_site`; nothing is
+    run). None when not found or the process cannot be read."""
     import psutil
 
+    from specwatch.sources.process import package_site
+
     try:
-        exe = psutil.Process(pid).exe()
-        out = subprocess.run(
-            [exe, "-c", "import importlib.util as u; s = u.find_spec('sglang'); print(s.origin if s else '')"],
-            capture_output=True, text=True, timeout=timeout, check=False).stdout.strip()
-    except (psutil.Error, OSError, subprocess.SubprocessError):
+        site = package_site(pid, "sglang")
+    except (psutil.Error, OSError):
         return None
-    return Path(out).parent.parent if out else None
+    return Path(site) if site else None
 
 
 def read_version(root: Path) -> str | None:

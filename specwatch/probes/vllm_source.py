@@ -423,20 +423,9 @@ def find_vllm_root() -> Path | None:
 
 def vllm_root_of_process(pid: int) -> Path | None:
     """The folder holding the `vllm` package the server process `pid` imports, on this host's
-    paths (its interpreter's site directories read as the process source reads them; nothing
-    is run). None when not found. Raises psutil.Error for a process that cannot be read."""
-    import os
+    paths (`sources.process.package_site`: read from `/proc/<pid>`, nothing is run). None when
+    not found. Raises psutil.Error for a process that cannot be read."""
+    from specwatch.sources.process import package_site
 
-    import psutil
-
-    from specwatch.sources import process as ps
-
-    proc = psutil.Process(pid)
-    fs_root = ps._fs_root(pid)
-    interp = ps._interpreter(proc, tuple(proc.cmdline()), fs_root)
-    try:
-        environ = proc.environ()
-    except (psutil.Error, OSError):
-        environ = {}
-    _, location = ps.find_sglang(interp, fs_root, environ, "vllm") if interp else (None, None)
-    return Path(os.path.join(fs_root, location.lstrip("/"))) if location else None
+    site = package_site(pid, "vllm")
+    return Path(site) if site else None

@@ -359,16 +359,21 @@ class CollapseRule(ActiveAlertsRule):
             if alert is None:
                 continue
             report = self.diagnoser.report(server)
-            if report is None:
-                if not self.diagnoser.pending(server):
-                    st.awaiting_diagnosis = False  # failed or gave up: the generic causes stand
+            if report is None and self.diagnoser.pending(server):
                 continue
             st.awaiting_diagnosis = False
-            if report.actionable():
+            if report is not None and report.actionable():
                 self._apply_diagnosis(alert, server, report)
                 alert.annotations["update"] = f"specwatch diagnose: {_summary(report)}"
                 updates.append(alert)
+            else:  # not checked, failed, or nothing found: the generic causes stand, and say why
+                self._note_no_findings(alert, server)
         return updates
+
+    def _note_no_findings(self, alert: Alert, server: str) -> None:
+        report = self.diagnoser.report(server)
+        note = _summary(report) if report is not None else self.diagnoser.note(server)
+        alert.evidence = [p for p in alert.evidence if p[0] != "diagnosis"] + [("diagnosis", note)]
 
     def _apply_diagnosis(self, alert: Alert, server: str, report) -> None:
         # Once per episode (at firing, or in one update): the findings go before the other fixes.
@@ -558,6 +563,8 @@ class CollapseRule(ActiveAlertsRule):
                 self._apply_diagnosis(alert, server, report)
             elif report is None and self.diagnoser.pending(server):
                 st.awaiting_diagnosis = True
+            else:
+                self._note_no_findings(alert, server)
         return alert
 
     # --- persistence (the daemon saves this with the file offsets, atomically) ---

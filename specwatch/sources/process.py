@@ -215,6 +215,58 @@ def find_sglang(interpreter: str, fs_root: str = "/", environ: dict[str, str] | 
     return None, None
 
 
+def package_site(pid: int, package: str = "sglang") -> str | None:
+    """The folder holding `package/__init__.py` that process `pid` would import, as a path on
+    this host (under `/proc/<pid>/root` for a container), or None when none is found.
+
+    Read as data, never run (running a process's interpreter runs that user's `.pth` files and
+    `sitecustomize` with specwatch's privileges): its working directory for `-m`/`-c` (the
+    first entry of its `sys.path`), then `find_sglang` over the interpreter's site directories
+    (PYTHONPATH from `/proc/<pid>/environ` where readable, `pyvenv.cfg`), then the plain
+    directory lines of those directories' `.pth` files (editable installs; `import` lines are
+    never run). Raises psutil.Error for a process that cannot be read.
+    """
+    proc = psutil.Process(pid)
+    argv = tuple(proc.cmdline())
+    fs_root = _fs_root(pid)
+    host = _host(fs_root)
+    try:
+        environ = proc.environ()
+    except (psutil.Error, OSError):
+        environ = {}
+    interp = _interpreter(proc, argv, fs_root)
+    dirs: list[str] = []
+    if "-m" in argv[1:] or "-c" in argv[1:]:
+        try:
+            dirs.append(proc.cwd())
+        except (psutil.Error, OSError):
+            pass
+    sites = site_dirs(interp, fs_root, environ) if interp else []
+    if interp:
+        _, location = find_sglang(interp, fs_root, environ, package)
+        dirs += [location] if location else []
+    for d in sites:
+        for pth in sorted(_listdir(host(d))):
+            if pth.endswith(".pth"):
+                dirs += _pth_dirs(host(os.path.join(d, pth)), d)
+    for d in dirs:
+        if os.path.isfile(os.path.join(host(d), package, "__init__.py")):
+            return host(d)
+    return None
+
+
+def _pth_dirs(path: str, site: str) -> list[str]:
+    """The directory lines of a `.pth` file in `site` (site.py adds them to sys.path, relative
+    ones from `site`); `import` lines, which site.py would execute, are skipped."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            lines = f.read(65536).splitlines()
+    except OSError:
+        return []
+    return [os.path.join(site, ln.strip()) for ln in lines
+            if ln.strip() and not ln.startswith(("#", "import ", "import\t"))]
+
+
 # ------------------------------------------------------------------ the scan
 
 
