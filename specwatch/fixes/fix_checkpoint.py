@@ -12,8 +12,9 @@ What it changes (each only when needed, each listed in the result):
 - d2t: absolute ids re-encoded as offsets (d2t − arange(Vd)); an all-zero or missing d2t rebuilt
   from t2d when t2d marks exactly Vd ids that are not its initial/identity pattern.
 What it cannot change (norm_before_residual, a flag the installed SGLang ignores) stays and is
-reported by the probes run on the output. The input directory is only read; the output files keep
-the input files' permission bits (config.json's, the weights').
+reported by the probes run on the output. The input directory is only read, and only what resolves
+inside it (`checkpoint.inside`): a file linking out of it is neither read nor copied. The output files
+keep the input files' permission bits (config.json's, the weights').
 """
 
 from __future__ import annotations
@@ -26,7 +27,8 @@ from pathlib import Path
 
 from specwatch.fixes.safetensors_io import from_numpy, write_safetensors
 from specwatch.probes.base import ProbeContext, ServerSettings
-from specwatch.probes.checkpoint import CheckpointError, detect_format, flatten_config, load_draft, load_target
+from specwatch.probes.checkpoint import (OUTSIDE, CheckpointError, detect_format, flatten_config, inside, load_draft,
+                                         load_target)
 
 EAGLE3_ARCH = "LlamaForCausalLMEagle3"
 IDS_KEY = "eagle_aux_hidden_state_layer_ids"
@@ -157,6 +159,10 @@ def fix_checkpoint(draft: str | Path, out: str | Path, *, facts, target: str | P
     for extra in sorted(draft.iterdir()):  # tokenizer files, README, generation config
         if extra.is_file() and extra.name != "config.json" and not extra.name.endswith(
                 (".safetensors", ".bin", ".safetensors.index.json", ".pt", ".pth")):
+            if not inside(ckpt.store.bounds, extra):  # a link out of the folder: its target is not the draft's
+                actions.append(f"skipped {extra.name}: a link that resolves {OUTSIDE} (not copied; copy the "
+                               "file itself into the draft folder if the output needs it)")
+                continue
             shutil.copy2(extra, out / extra.name)
     actions.append(f"wrote {out}/config.json and {out}/model.safetensors ({len(tensors)} tensors)")
     result.report = diagnose(out, tgt.path if tgt is not None else None, facts=facts, settings=settings)

@@ -44,6 +44,32 @@ class CheckpointError(Exception):
     """The path cannot be used at all (not a directory, no config). Bad usage, not a finding."""
 
 
+OUTSIDE = "outside the checkpoint folder"
+
+
+def checkpoint_bounds(root: Path) -> Path:
+    """The resolved folder every file of checkpoint `root` must resolve into: `root` itself,
+    or for a Hugging Face cache snapshot (`models--ORG--NAME/snapshots/REV/`, whose files are
+    links to `../../blobs/`) the repo folder `models--ORG--NAME/`."""
+    real = root.resolve()
+    if real.parent.name == "snapshots" and real.parent.parent.name.startswith("models--"):
+        return real.parent.parent
+    return real
+
+
+def inside(bounds: Path, path: Path) -> bool:
+    """`path`, every link and `..` resolved, is `bounds` or within it (a name from the
+    checkpoint, such as a weight_map entry `/etc/shadow` or `../x`, or a link out of the
+    folder, is not)."""
+    real = path.resolve()
+    return real == bounds or bounds in real.parents
+
+
+def outside_problem(name: str, what: str = "") -> str:
+    """The problem line for a file that resolves outside the checkpoint folder (never opened)."""
+    return f"{name}: {what + ' ' if what else ''}resolves {OUTSIDE}: not read"
+
+
 @dataclass(frozen=True)
 class TensorInfo:
     """One tensor as its header declares it. shape: PyTorch order `[out, in]` for weights."""
@@ -122,7 +148,11 @@ def read_raw_header(path: Path) -> RawHeader:
     return RawHeader(8 + n, entries)
 
 
-def _read_json(path: Path) -> tuple[dict | None, str | None]:
+def _read_json(path: Path, bounds: Path | None = None) -> tuple[dict | None, str | None]:
+    """(the JSON object, None) or (None, the problem). With `bounds`, a file resolving outside
+    it is not opened."""
+    if bounds is not None and path.exists() and not inside(bounds, path):
+        return None, outside_problem(path.name)
     try:
         doc = json.loads(path.read_text())
     except FileNotFoundError:
@@ -138,14 +168,18 @@ class TensorStore:
     """Tensor headers of a model directory, and bounded reads of their values.
 
     `tensors`: name → TensorInfo. `problems`: one line per file or index entry that could not be
-    read (each is an error finding for the probes). Reads `*.safetensors` (sharded through
-    `model.safetensors.index.json` when present), else `pytorch_model.bin` through torch.
+    read (each is an error finding for the probes); `outside`: those of them naming a file that
+    resolves outside the folder (`checkpoint_bounds`), which is never opened. Reads
+    `*.safetensors` (sharded through `model.safetensors.index.json` when present), else
+    `pytorch_model.bin` through torch.
     """
 
     def __init__(self, root: Path):
         self.root = root
+        self.bounds = checkpoint_bounds(root)
         self.tensors: dict[str, TensorInfo] = {}
         self.problems: list[str] = []
+        self.outside: list[str] = []
         self.format: str | None = None  # "safetensors" | "bin" | None (no weights)
         self._raw: dict[str, RawHeader] = {}
         self._bin: dict[str, Any] = {}
@@ -155,9 +189,10 @@ class TensorStore:
     def _scan(self) -> None:
         index_path = self.root / "model.safetensors.index.json"
         files = sorted(p.name for p in self.root.glob("*.safetensors"))
+        self._globbed = set(files)
         expected: dict[str, str] = {}
         if index_path.exists():
-            index, err = _read_json(index_path)
+            index, err = _read_json(index_path, self.bounds)
             wmap = (index or {}).get("weight_map")
             if err or not isinstance(wmap, dict):
                 self.problems.append(f"model.safetensors.index.json: {err or 'no weight_map object'}")
@@ -170,7 +205,7 @@ class TensorStore:
                 self._scan_safetensors(name)
             for key, fname in expected.items():
                 info = self.tensors.get(key)
-                if info is None and (self.root / fname).exists() and not any(p.startswith(fname) for p in self.problems):
+                if info is None and not any(p.startswith(fname) for p in self.problems) and (self.root / fname).exists():
                     self.problems.append(f"model.safetensors.index.json maps {key!r} to {fname}, which has no such tensor")
             return
         bins = sorted(p.name for p in self.root.glob("*.bin"))
@@ -179,8 +214,19 @@ class TensorStore:
             for name in bins:
                 self._scan_bin(name)
 
+    def _refused(self, fname: str, what: str = "") -> bool:
+        """True (and the problem recorded) when `fname` resolves outside the folder."""
+        if inside(self.bounds, self.root / fname):
+            return False
+        problem = outside_problem(fname, what)
+        self.problems.append(problem)
+        self.outside.append(problem)
+        return True
+
     def _scan_safetensors(self, fname: str) -> None:
         path = self.root / fname
+        if self._refused(fname, "listed in model.safetensors.index.json," if fname not in self._globbed else ""):
+            return
         if not path.is_file():
             self.problems.append(f"{fname}: listed in model.safetensors.index.json but missing")
             return
@@ -200,6 +246,8 @@ class TensorStore:
             self.problems.append(f"{fname}: unreadable safetensors header: {reason}")
 
     def _scan_bin(self, fname: str) -> None:
+        if self._refused(fname):
+            return
         try:
             import torch
         except ImportError:
@@ -391,7 +439,7 @@ def load_draft(path: str | Path) -> DraftCheckpoint:
     root = Path(path)
     if not root.is_dir():
         raise CheckpointError(f"{path}: not a directory (give the draft checkpoint folder)")
-    config, problem = _read_json(root / "config.json")
+    config, problem = _read_json(root / "config.json", checkpoint_bounds(root))
     config = config or {}
     return DraftCheckpoint(root, config, problem, TensorStore(root), flatten_config(config), detect_format(config))
 
@@ -447,7 +495,7 @@ def load_target(path: str | Path) -> TargetModel:
     (the target's config is an input the user gave)."""
     p = Path(path)
     cfg_path = p / "config.json" if p.is_dir() else p
-    config, problem = _read_json(cfg_path)
+    config, problem = _read_json(cfg_path, checkpoint_bounds(p) if p.is_dir() else None)
     if config is None:
         raise CheckpointError(f"{path}: target config: {problem}")
     if p.name == "config.json" and p.is_file():

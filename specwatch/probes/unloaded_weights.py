@@ -25,6 +25,13 @@ def run(ctx: ProbeContext) -> list[Finding]:
     d = ctx.draft
     out: list[Finding] = []
     for problem in d.store.problems:
+        if problem in d.store.outside:
+            out.append(Finding(PROBE_ID, "outside_checkpoint", ERROR, f"weights not read: {problem}",
+                               {"path": str(d.path), "problem": problem},
+                               "Keep every weight file inside the checkpoint folder (a regular file, or a link that "
+                               "stays inside it) and name it by its file name in model.safetensors.index.json's "
+                               "weight_map; specwatch opens nothing that resolves outside the folder."))
+            continue
         out.append(Finding(PROBE_ID, "unreadable_weights", ERROR, f"weights cannot be read: {problem}",
                            {"path": str(d.path), "problem": problem},
                            "Re-export the checkpoint (the file is corrupt, truncated or not what its header says); "
