@@ -17,7 +17,7 @@ from typing import TextIO
 from specwatch.alerts.dispatcher import Dispatcher, Route
 from specwatch.alerts.silences import SilenceStore
 from specwatch.config import Config, SlackConfig
-from specwatch.notifiers.alertmanager import AlertmanagerNotifier, notifier_name
+from specwatch.notifiers.alertmanager import AlertmanagerNotifier, legacy_name, notifier_name
 from specwatch.notifiers.queue import QueuedNotifier, queue_file
 from specwatch.notifiers.slack import SlackNotifier
 from specwatch.notifiers.webhook import WebhookNotifier
@@ -82,6 +82,8 @@ def build_alerting(cfg: Config, *, state_dir: str | Path | None, replay: bool = 
         am = cfg.alertmanager
         for url in am.urls:
             name = notifier_name(url)
+            if store is not None and legacy_name(url) != name:  # an earlier version's name held the password
+                store.rename_notifier(legacy_name(url), name)
             pushers.append(AlertmanagerNotifier(
                 url, name=name, queue_path=queue(name), store=store, timeout=am.timeout, backoff_initial=am.backoff_initial,
                 backoff_max=am.backoff_max, resend_delay=am.resend_delay, resolved_retention=am.resolved_retention,

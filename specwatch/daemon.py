@@ -70,7 +70,7 @@ from specwatch.sources.follow import FollowerGroup
 from specwatch.sources.logfiles import LogSet, stage
 from specwatch.status.view import StatusView
 from specwatch.status.web import status_app
-from specwatch.storage import STATE_DB, StateDirLocked, StateStore, lock_state_dir, read_json
+from specwatch.storage import STATE_DB, StateDirLocked, StateStore, lock_state_dir, private_dir, read_json
 
 log = logging.getLogger("specwatch.daemon")
 
@@ -186,7 +186,7 @@ class Daemon:
         self.logset = LogSet(self.config.logs)  # globs → files (the config keeps one entry per file)
         self._last_scan = time.monotonic()
         cfg = self.config = self.logset.apply(self.config)
-        self.state_dir.mkdir(parents=True, exist_ok=True)
+        private_dir(self.state_dir)  # 0700: alert texts and receiver names are the daemon's
         self._lock_fd = lock_state_dir(self.state_dir)  # before any read: one daemon per state_dir
         self.store = StateStore(self.state_dir)
         self.dispatcher, self.notifiers = build_alerting(cfg, state_dir=self.state_dir, store=self.store)

@@ -19,6 +19,11 @@ the last commit and never from line 1.
 
 `write_json_atomic` replaces a whole file atomically, so a reader sees the old or the new
 content, never a mix.
+
+What the state holds (alert texts, command lines, receiver names) is the daemon's alone: the
+folder is created 0700 (`private_dir`) and every file specwatch writes in it is 0600, files of
+an earlier version included; a folder that exists already with group or other bits is left as
+it is (its owner may have chosen that) and warned about.
 """
 
 from __future__ import annotations
@@ -27,12 +32,39 @@ import json
 import logging
 import os
 import sqlite3
+import stat
 import tempfile
 import threading
 import time
 from typing import Any
 
 log = logging.getLogger(__name__)
+
+PRIVATE_DIR = 0o700
+PRIVATE_FILE = 0o600
+
+
+def private_dir(path: str | os.PathLike[str]) -> None:
+    """Create `path` (and missing parents) with mode 0700; warn once when an existing folder lets
+    its group or others in. Raises OSError when it cannot be created."""
+    path = os.fspath(path)
+    try:
+        os.makedirs(path, PRIVATE_DIR)
+    except FileExistsError:
+        mode = stat.S_IMODE(os.stat(path).st_mode)
+        if mode & 0o077:
+            log.warning("state_dir %s is mode %04o: other users can list it (its files are 0600); "
+                        "`chmod 700 %s` keeps even their names private", path, mode, path)
+
+
+def private_file(path: str | os.PathLike[str]) -> None:
+    """Make an existing file 0600 (one of an earlier version, or SQLite's `-wal`/`-shm`);
+    nothing when it is missing."""
+    try:
+        if stat.S_IMODE(os.stat(path).st_mode) != PRIVATE_FILE:
+            os.chmod(path, PRIVATE_FILE)
+    except FileNotFoundError:
+        pass
 
 
 def write_json_atomic(path: str | os.PathLike[str], obj: Any) -> None:
@@ -108,7 +140,8 @@ def lock_state_dir(state_dir: str | os.PathLike[str]) -> int:
     import fcntl
 
     path = os.path.join(os.fspath(state_dir), LOCK_NAME)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, PRIVATE_FILE)
+    os.fchmod(fd, PRIVATE_FILE)  # a lock file of an earlier version was 0644
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
@@ -145,9 +178,15 @@ class StateStore:
         self.write_errors_total = 0
         self.ok = True
         self._warned = -WARN_EVERY
+        # created 0600 before SQLite opens it: SQLite gives its -wal and -shm the database's mode
+        os.close(os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, PRIVATE_FILE))
+        private_file(self.path)
         # isolation_level=None: transactions are explicit (BEGIN IMMEDIATE ... COMMIT).
         self._db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+        self._db.execute("PRAGMA secure_delete=ON")  # a deleted row (a renamed receiver's) leaves no bytes
         self._db.execute("PRAGMA journal_mode=WAL")
+        for suffix in ("-wal", "-shm"):
+            private_file(self.path + suffix)
         self._db.execute("PRAGMA synchronous=NORMAL")  # survives a process crash; fsync at checkpoints
         self._db.execute("PRAGMA wal_autocheckpoint=64")  # pages: a small WAL, for small disks
         self._db.execute("PRAGMA journal_size_limit=262144")
@@ -198,6 +237,23 @@ class StateStore:
                 log.warning("state written to %s again after %d failed write(s)", self.path, self.write_errors_total)
             self.ok = True
             return True
+
+    def rename_notifier(self, old: str, new: str) -> int:
+        """Move the outbox rows of notifier `old` to `new` (a receiver whose name changed, e.g.
+        one that named a password); a seq `new` already has keeps `new`'s row. Returns the rows
+        moved. Raises sqlite3.Error."""
+        with self.lock:
+            db = self._db
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                moved = db.execute("UPDATE OR IGNORE outbox SET notifier = ? WHERE notifier = ?", (new, old)).rowcount
+                db.execute("DELETE FROM outbox WHERE notifier = ?", (old,))
+                db.execute("COMMIT")
+            except BaseException:
+                if db.in_transaction:
+                    db.execute("ROLLBACK")
+                raise
+            return moved
 
     def _failed(self, e: Exception) -> None:
         self.write_errors_total += 1

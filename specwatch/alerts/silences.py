@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from specwatch.alerts.matchers import Matcher, matches_all, parse_matcher
-from specwatch.storage import read_json, write_json_atomic
+from specwatch.storage import PRIVATE_FILE, private_dir, read_json, write_json_atomic
 
 log = logging.getLogger(__name__)
 
@@ -118,9 +118,9 @@ class SilenceStore:
 
     @contextmanager
     def _locked(self):
-        self.state_dir.mkdir(parents=True, exist_ok=True)
+        private_dir(self.state_dir)
         lock_path = self.state_dir / "silences.lock"
-        with open(lock_path, "a") as lock:
+        with os.fdopen(os.open(lock_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, PRIVATE_FILE), "a") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
             try:
                 self._stamp = None
@@ -132,11 +132,11 @@ class SilenceStore:
                 fcntl.flock(lock, fcntl.LOCK_UN)
 
     def _hand_over(self, lock_path: Path) -> None:
-        """Let the daemon read (and later rewrite) what the CLI wrote: silences are not secret,
-        so 0644; run as root (`sudo specwatch silence ...`), give the files to the state
-        directory's owner (the daemon's user)."""
+        """Let the daemon read (and later rewrite) what the CLI wrote: 0600 (a comment or
+        matcher may name what is private), and run as root (`sudo specwatch silence ...`), the
+        files are given to the state directory's owner (the daemon's user)."""
         for p in (self.path, lock_path):
-            os.chmod(p, 0o644)
+            os.chmod(p, PRIVATE_FILE)
             if os.geteuid() == 0:
                 st = os.stat(self.state_dir)
                 os.chown(p, st.st_uid, st.st_gid)

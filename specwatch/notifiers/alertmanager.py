@@ -34,7 +34,17 @@ _SNAPSHOT = "alerts"
 
 
 def notifier_name(url: str) -> str:
-    """`alertmanager/<host:port>`: the notifier label of one Alertmanager."""
+    """`alertmanager/<host:port>`: the notifier label of one Alertmanager (in /metrics, logs and
+    the state's outbox), without the `user:password@` a URL may carry, as `shown_url` shows the
+    server API URLs."""
+    from specwatch.sources.server_api import shown_url  # loaded by the daemon anyway
+
+    return f"alertmanager/{urlsplit(shown_url(url)).netloc}"
+
+
+def legacy_name(url: str) -> str:
+    """The name earlier versions gave the same Alertmanager (the whole netloc, credentials and
+    all): its queued snapshot is moved to `notifier_name(url)` at start."""
     return f"alertmanager/{urlsplit(url).netloc}"
 
 
