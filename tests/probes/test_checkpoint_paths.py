@@ -114,3 +114,27 @@ def test_links_inside_the_folder_and_a_hugging_face_snapshot_are_read(tmp_path):
     (inner / "model.safetensors").rename(inner / "weights" / "model.safetensors")
     (inner / "model.safetensors").symlink_to("weights/model.safetensors")
     assert load_draft(inner).store.problems == []
+
+
+def test_the_collapse_alert_quotes_nothing_from_outside_the_draft(sglang_roots, tmp_path):
+    """The daemon's path (replay runs the same pipeline, diagnosis inline): a draft whose index
+    names /etc/shadow yields the finding in the alert's fixes and no byte read from it."""
+    from procs import decode_line
+
+    secret_safetensors(tmp_path)
+    draft = copy_draft(tmp_path)
+    weight_map = {name: "model.safetensors" for name in load_draft(draft).tensors}
+    weight_map.update({"lm_head.extra": "/etc/shadow", "fc.extra": "../x"})
+    (draft / "model.safetensors.index.json").write_text(json.dumps({"weight_map": weight_map}))
+    cfg = tmp_path / "config.yaml"
+    cfg.write_text(json.dumps({"logs": [{"path": str(tmp_path / "server.log")}],
+                               "diagnosis": {"sglang_root": str(sglang_roots["0.5.23"])}}))
+    log = tmp_path / "server.log"
+    log.write_text(f"[2026-02-23 16:30:00] server_args=ServerArgs(model_path='{CK / 'target-llama'}', "
+                   f"speculative_algorithm='EAGLE3', speculative_draft_model_path='{draft}')\n"
+                   + "".join(decode_line(1.02, f"16:32:3{i}") for i in range(3)))
+    r = cli("replay", log, "--config", cfg, "--json")
+    [alert] = [a for a in json.loads(r.stdout)["alerts"] if a["name"] == "AcceptanceCollapse"]
+    fixes = "\n".join(alert["fixes"])
+    assert "[error] unloaded_weights: weights not read: /etc/shadow: listed in model.safetensors.index.json" in fixes
+    assert "header length" not in r.stdout and SECRET not in r.stdout + r.stderr
