@@ -99,17 +99,23 @@ def facts_for(sglang_root: str | Path | None = None, version: str | None = None,
 
 def server_of_draft(draft: str | Path) -> int | None:
     """The pid of a running SGLang server whose command line names `draft` (the same folder
-    once resolved) as its `--speculative-draft-model-path`, or None. Command lines are read as
-    data (any user's are readable); nothing is run."""
+    once resolved) as its `--speculative-draft-model-path`, run by this user, root or the
+    draft folder's owner (another user's process naming the draft is no evidence of what the
+    server runs), or None. Command lines are read as data; nothing is run."""
     import psutil
 
     from specwatch.sources.server_settings import launcher_args, parse_server_argv
 
     want = Path(draft).resolve()
-    for proc in psutil.process_iter(["pid", "cmdline"]):
+    try:
+        users = {os.getuid(), 0, want.stat().st_uid}
+    except OSError:
+        return None
+    for proc in psutil.process_iter(["pid", "cmdline", "uids"]):
         argv = proc.info.get("cmdline") or []
-        if not any(want.name in a for a in argv):
-            continue  # the cheap test first: most processes name no draft
+        uids = proc.info.get("uids")
+        if uids is None or uids.real not in users or not any(want.name in a for a in argv):
+            continue  # the cheap tests first: most processes name no draft
         args = launcher_args(argv)
         path = parse_server_argv(args).get("speculative_draft_model_path") if args is not None else None
         if path and Path(str(path)).resolve() == want:

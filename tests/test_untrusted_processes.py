@@ -88,7 +88,10 @@ def test_diagnose_finds_the_sglang_of_the_server_running_the_draft(trap, sglang_
     fake = trap[0] / "src" / "sglang"
     fake.mkdir(parents=True, exist_ok=True)
     (fake / "launch_server.py").write_text("import time\ntime.sleep(600)\n")
-    draft = CK / "specforge"
+    draft = trap[0] / "specforge"  # nobody's server, nobody's draft
+    shutil.rmtree(draft, ignore_errors=True)
+    shutil.copytree(CK / "specforge", draft)
+    os.chown(draft, int(NOBODY_UID), -1)
     p = start_as_nobody(trap, str(fake / "launch_server.py"), "--model-path", CK / "target-llama",
                         "--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", draft,
                         env={"PYTHONPATH": str(sglang_roots["0.5.23"])})
@@ -98,6 +101,9 @@ def test_diagnose_finds_the_sglang_of_the_server_running_the_draft(trap, sglang_
         doc = json.loads(r.stdout)
         assert doc["sglang_version"] == "0.5.23" and doc["sglang"].startswith("SGLang 0.5.23 read from")
         assert f"SGLang of the server process {p.pid} (its command line names this draft)" in doc["notes"]
+        os.chown(draft, 0, -1)  # a draft of root's that nobody's process names: not taken as the server
+        r = cli("diagnose", "--draft", draft, "--target", CK / "target-llama")
+        assert r.returncode == 2 and "not checked: no SGLang source found" in r.stderr
     finally:
         p.kill()
         p.wait()
