@@ -495,7 +495,8 @@ def load_target(path: str | Path) -> TargetModel:
     (the target's config is an input the user gave)."""
     p = Path(path)
     cfg_path = p / "config.json" if p.is_dir() else p
-    config, problem = _read_json(cfg_path, checkpoint_bounds(p) if p.is_dir() else None)
+    folder = p if p.is_dir() else p.parent if p.name == "config.json" else None  # the same model either way
+    config, problem = _read_json(cfg_path, checkpoint_bounds(folder) if folder is not None else None)
     if config is None:
         raise CheckpointError(f"{path}: target config: {problem}")
     if p.name == "config.json" and p.is_file():

@@ -9,6 +9,7 @@ import shutil
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from checkpoints import OUT as CK
 from specwatch.fixes.safetensors_io import from_numpy, write_safetensors
@@ -138,3 +139,15 @@ def test_the_collapse_alert_quotes_nothing_from_outside_the_draft(sglang_roots, 
     fixes = "\n".join(alert["fixes"])
     assert "[error] unloaded_weights: weights not read: /etc/shadow: listed in model.safetensors.index.json" in fixes
     assert "header length" not in r.stdout and SECRET not in r.stdout + r.stderr
+
+
+def test_a_target_config_linking_out_is_not_read(tmp_path):
+    from specwatch.probes.checkpoint import CheckpointError, load_target
+
+    target = tmp_path / "target"
+    shutil.copytree(CK / "target-llama", target)
+    (target / "config.json").unlink()
+    (target / "config.json").symlink_to(secret_file(tmp_path))
+    for given in (target, target / "config.json"):
+        with pytest.raises(CheckpointError, match="target config: config.json: resolves outside the checkpoint folder"):
+            load_target(given)
