@@ -137,6 +137,26 @@ def test_collapse_alert_carries_the_diagnosis(tmp_path, slack, log, sglang_roots
     assert rc == 0, out
 
 
+def test_collapse_alert_without_an_sglang_source_says_the_draft_was_not_checked(tmp_path, slack, log):
+    """No diagnosis.sglang_root, no importable sglang, no configured server process: the Slack
+    message says why it has no findings (never a silent, or guessed, all-clear)."""
+    ck = Path(__file__).resolve().parent / "data" / "checkpoints"
+    d = Daemon(tmp_path, slack.url, log)
+    d.start()
+    with open(log, "a") as f:
+        f.write(f"[2026-02-23 16:30:00] server_args=ServerArgs(model_path='{ck / 'target-llama'}', "
+                f"speculative_algorithm='EAGLE3', speculative_draft_model_path='{ck / 'speculators-converted'}')\n")
+        for i in range(3):
+            f.write(decode_line(1.02, f"16:32:3{i}"))
+    msgs = wait_for(lambda: delivered(slack), timeout=30, what="the collapse alert")
+    time.sleep(1.5)  # an update, if any, too
+    text = json.dumps(delivered(slack))
+    assert "not checked: no SGLang source found (set diagnosis.sglang_root" in text, text
+    assert "assumed" not in text and msgs[0]["text"].startswith("[FIRING] AcceptanceCollapse")
+    rc, out = d.stop()
+    assert rc == 0, out
+
+
 def test_first_start_on_an_old_log_sends_no_old_episode(tmp_path, slack, log):
     """A week-old episode (fired and resolved) in the backlog is not news; a new collapse is."""
     with open(log, "w") as f:

@@ -365,15 +365,17 @@ class CollapseRule(ActiveAlertsRule):
             if report is not None and report.actionable():
                 self._apply_diagnosis(alert, server, report)
                 alert.annotations["update"] = f"specwatch diagnose: {_summary(report)}"
-                updates.append(alert)
-            else:  # not checked, failed, or nothing found: the generic causes stand, and say why
-                self._note_no_findings(alert, server)
+            else:  # not checked, failed, or nothing found: the generic causes stand, and the update says why
+                alert.annotations["update"] = f"specwatch diagnose: {self._note_no_findings(alert, server)}"
+            updates.append(alert)
         return updates
 
-    def _note_no_findings(self, alert: Alert, server: str) -> None:
+    def _note_no_findings(self, alert: Alert, server: str) -> str:
+        """Put the diagnosis outcome into the evidence of an alert it adds no fixes to; returns it."""
         report = self.diagnoser.report(server)
         note = _summary(report) if report is not None else self.diagnoser.note(server)
         alert.evidence = [p for p in alert.evidence if p[0] != "diagnosis"] + [("diagnosis", note)]
+        return note
 
     def _apply_diagnosis(self, alert: Alert, server: str, report) -> None:
         # Once per episode (at firing, or in one update): the findings go before the other fixes.
