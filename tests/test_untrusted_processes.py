@@ -152,3 +152,30 @@ def test_diagnose_without_a_source_is_not_a_clean_bill(tmp_path):
     assert r.returncode == 2
     assert "not checked: no SGLang source found (pass --sglang-root or --pid)" in r.stderr
     assert "error(s)" not in r.stdout and "assumed" not in r.stdout + r.stderr
+
+
+def test_package_site_reads_cwd_pythonpath_and_pth_lines_as_the_interpreter_would(trap, tmp_path):
+    """sys.path as the process has it: the working directory for -c/-m (not with -I), then the
+    site directories, then the directory lines of their .pth files (an editable install)."""
+    from specwatch.sources.process import package_site
+
+    d, python, _ = trap
+    for where in (d / "sglang", d / "editable" / "sglang"):
+        where.mkdir(parents=True, exist_ok=True)
+        (where / "__init__.py").write_text("")
+    site = next((d / "venv" / "lib").glob("python3.*/site-packages"))
+    (site / "__editable__.sglang.pth").write_text(f"{d / 'editable'}\n")
+    try:
+        p = start_as_nobody(trap, "-c", "import time; time.sleep(600)")
+        assert package_site(p.pid) == str(d)  # '' first in sys.path: the working directory
+        p.kill()
+        p.wait()
+        p = start_as_nobody(trap, "-I", "-c", "import time; time.sleep(600)")
+        assert package_site(p.pid) == str(d / "editable")
+        assert uids_seen(trap) == {NOBODY_UID}
+    finally:
+        p.kill()
+        p.wait()
+        (site / "__editable__.sglang.pth").unlink()
+        shutil.rmtree(d / "sglang")
+        shutil.rmtree(d / "editable")

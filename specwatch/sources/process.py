@@ -235,8 +235,15 @@ def package_site(pid: int, package: str = "sglang") -> str | None:
     except (psutil.Error, OSError):
         environ = {}
     interp = _interpreter(proc, argv, fs_root)
+    program, flags = 1, ""  # the index of -m/-c/the script, and the interpreter's one-letter options before it
+    while program < len(argv) and argv[program].startswith("-") and argv[program] not in ("-m", "-c"):
+        if not argv[program].startswith("--"):
+            flags += argv[program][1:]
+        program += 2 if argv[program] in ("-X", "-W", "--check-hash-based-pycs") else 1
+    if "I" in flags or "E" in flags:  # isolated / ignore environment: no PYTHONPATH
+        environ = {k: v for k, v in environ.items() if k != "PYTHONPATH"}
     dirs: list[str] = []
-    if "-m" in argv[1:] or "-c" in argv[1:]:
+    if program < len(argv) and argv[program] in ("-m", "-c") and not ("I" in flags or "P" in flags):
         try:
             dirs.append(proc.cwd())
         except (psutil.Error, OSError):
