@@ -57,14 +57,18 @@ def private_dir(path: str | os.PathLike[str]) -> None:
                         "`chmod 700 %s` keeps even their names private", path, mode, path)
 
 
-def private_file(path: str | os.PathLike[str]) -> None:
-    """Make an existing file 0600 (one of an earlier version, or SQLite's `-wal`/`-shm`);
-    nothing when it is missing."""
+def private_file(path: str | os.PathLike[str], fd: int | None = None) -> None:
+    """Make an existing file (or the open `fd` of it) 0600: one of an earlier version, or
+    SQLite's `-wal`/`-shm`. Nothing when it is missing; a warning when it is another user's."""
     try:
-        if stat.S_IMODE(os.stat(path).st_mode) != PRIVATE_FILE:
-            os.chmod(path, PRIVATE_FILE)
+        mode = stat.S_IMODE(os.fstat(fd).st_mode if fd is not None else os.stat(path).st_mode)
+        if mode != PRIVATE_FILE:
+            os.fchmod(fd, PRIVATE_FILE) if fd is not None else os.chmod(path, PRIVATE_FILE)
     except FileNotFoundError:
         pass
+    except PermissionError:
+        log.warning("%s is mode %04o and not specwatch's to change: other users may read it; "
+                    "`chown` it to specwatch's user or `chmod 600` it", os.fspath(path), mode)
 
 
 def write_json_atomic(path: str | os.PathLike[str], obj: Any) -> None:
@@ -141,7 +145,7 @@ def lock_state_dir(state_dir: str | os.PathLike[str]) -> int:
 
     path = os.path.join(os.fspath(state_dir), LOCK_NAME)
     fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, PRIVATE_FILE)
-    os.fchmod(fd, PRIVATE_FILE)  # a lock file of an earlier version was 0644
+    private_file(path, fd)  # a lock file of an earlier version was 0644
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
