@@ -623,13 +623,13 @@ class _RankSync:
                 e += [t.tolist(), vals.tolist(), sums.tolist()]
             tl, vl, sl = e[9:]
             while k < hi:
-                if ordered:
-                    k = bisect_left(tl, h.due, k, hi)  # the first line at or after `due`
+                if h.floor <= tl[k] < h.due:  # no point due (as the per-line path: `AcceptHistory.floor`)
+                    if not ordered:
+                        k += 1
+                        continue
+                    k = bisect_left(tl, h.due, k, hi)  # the first line at or after `due` (none before `floor`)
                     if k >= hi:
                         break
-                elif tl[k] < h.due:
-                    k += 1
-                    continue
                 if st is None:
                     st = _state(state, self.server, rk, pending)
                 h.add(tl[k], vl[k], sl[k], count0 + k + 1, st)

@@ -92,7 +92,7 @@ class PipelineCollector(Collector):
             "specwatch_accept_length_ceiling",
             "The most tokens one verify round can accept, from the server's speculative settings (rules/acceptance_ceiling.py).",
             labels=("server",))
-        skew = GaugeMetricFamily("specwatch_log_clock_offset_seconds", "How far the timestamps of the server's logs run ahead of the wall clock (negative: behind), seconds, measured at the first live read; 0 within 5 minutes. Hours off: `logs[].timezone` is wrong or unset (specwatch/logclock.py).", labels=("server",))
+        skew = GaugeMetricFamily("specwatch_log_clock_offset_seconds", "How far the timestamps of the server's logs run ahead of the wall clock (negative: behind), seconds, measured at the first live read and again when the stamps leave it (specwatch/logclock.py); 0 within 5 minutes. Hours off: `logs[].timezone` is wrong or unset (specwatch/logclock.py).", labels=("server",))
         for server, off in p.clocks.by_server().items():
             skew.add_metric([server], off)
         rule_errors = CounterMetricFamily("specwatch_rule_errors", "Exceptions a rule raised on a line or tick (specwatch/rulefaults.py): that rule's result for that line is dropped, the read goes on. Nonzero is a specwatch bug: see its log.", labels=("rule",))

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from specwatch import catchup
-from specwatch.logclock import LogClocks
+from specwatch.logclock import LogClocks, last_line
 from specwatch.rulefaults import RuleFaults
 from specwatch.alerts.dispatcher import Dispatcher
 from specwatch.alerts.model import FIRING, Alert
@@ -234,6 +234,8 @@ class Pipeline:
         prefix, tz = self._prefix.get(path), self._tz.get(path)
         if now is not None and path not in self.clocks.offsets:  # the daemon's first read of it
             self.clocks.learn(path, server, tz)
+        elif now is not None:  # a live read: its stamps still on the learned offset?
+            self.clocks.follow(path, server, tz, last_line(batch), now)
         tz = self.clocks.zone(path, tz)
         raw_ok = batch.raw_ok
         engine = self._engine(path)
@@ -357,7 +359,8 @@ class Pipeline:
                     continue
                 if alerts:  # rarely: most calls return []
                     self._handle(alerts, clock)
-            if a is not None and event.timestamp >= rs.history.due:  # one point per STEP s
+            h = rs.history
+            if a is not None and not h.floor <= event.timestamp < h.due:  # one point per STEP s (or the clock went back)
                 rs.history.add(event.timestamp, a, rs.accept_length_sum,
                                rs.accept_length_count, self.alert_state(server, event.rank))
             if clock - self._last_tick >= 1.0:  # time-based rules need no finer clock
@@ -449,7 +452,7 @@ class Pipeline:
             rs.decode_batches += 1
             rs.last_decode = b
             rs.add_accept(b.accept_length)
-            if b.timestamp >= rs.history.due:
+            if not rs.history.floor <= b.timestamp < rs.history.due:
                 rs.history.add(b.timestamp, b.accept_length, rs.accept_length_sum, rs.accept_length_count,
                                self.alert_state(server, b.rank))
 
