@@ -51,20 +51,39 @@ def quoting(stamp: str, real_decode: str) -> list[str]:
     ]
 
 
-def _feed(lines: list[str], columns: bool):
+def _feed(lines: list[str], columns: bool, fmt: str | None = None):
+    """`lines` as one read of a followed file (`format: fmt`), through the file's stage."""
     from specwatch.alerts.dispatcher import Dispatcher
     from specwatch.config import build_config
     from specwatch.pipeline import Pipeline
     from specwatch.sources.filestream import LineBatch
+    from specwatch.sources.logfiles import stage
 
-    cfg = build_config({"server": "box", "log_timezone": "UTC", "logs": [{"path": "s.log"}],
-                        "diagnosis": {"enabled": False}})
+    entry = {"path": "s.log", **({"format": fmt} if fmt else {})}
+    cfg = build_config({"server": "box", "log_timezone": "UTC", "logs": [entry], "diagnosis": {"enabled": False}})
     p = Pipeline(cfg, Dispatcher([], group_wait=0, group_interval=0, keep_history=True))
     p.columns_min_lines = 256 if columns else float("inf")
     text = "".join(ln + "\n" for ln in lines)
-    p.feed_batch(LineBatch("s.log", 0, len(text.encode()), block=text.encode(), text=text))
+    stage(cfg.logs[0], p.feed_batch)(LineBatch("s.log", 0, len(text.encode()), block=text.encode(), text=text))
     p.flush_errors()
     return p
+
+
+def test_under_a_python_logging_grammar_too():
+    """SGLang run with `SGLANG_LOGGING_CONFIG_PATH` (`format: python-logging`): the request records
+    and the continuation lines (marked as no record by the grammar) count as nothing; the
+    health-check record does."""
+    def rec(level: str, where: str, msg: str) -> str:
+        return f"2026-01-01 12:00:10,100 {level} 42 [{where}] {msg}"
+
+    real = decode_line("0.5.23", ts="2026-01-01 12:00:09", accept_len=2.8)[0]
+    requests = [ln.split("] ", 1)[1] for ln in quoting("2026-01-01 12:00:10", real)[:4]]
+    lines = [rec("INFO", "request_logger.py:116", m) for m in requests] + quoting("2026-01-01 12:00:10", real)[6:]
+    p = _feed(lines, False, "python-logging")
+    st = p.servers["box"]
+    assert (st.lines["unrecognized"], st.errors["health_check"]) == (0, 0), (st.lines, st.errors)
+    p = _feed(lines + [rec("ERROR", "http_server.py:793", HEALTH)], False, "python-logging")
+    assert p.servers["box"].errors["health_check"] == 1
 
 
 @pytest.mark.parametrize("columns", [False, True], ids=["per line", "in columns"])

@@ -384,7 +384,8 @@ def _other(text: str, tz: tzinfo | None) -> ParsedLine:
     `Decode batch` line (a `%(message)s` format) cannot be told from a prompt's continuation line,
     nor can an indented one (a continuation of a multi-line message: an indented copy, a
     pretty-printed request dump): both are other lines."""
-    if text[:1] in (" ", "\t"):
+    lead = text[2:3] if text.startswith("\u2026 ") else text[:1]  # after grammar.NOT_A_RECORD's mark
+    if lead in (" ", "\t"):
         return _OTHER
     at = text.find("Decode batch")
     if not 0 <= at <= 200 or not _PLAIN_LEAD.fullmatch(text, 0, at):
