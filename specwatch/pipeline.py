@@ -360,9 +360,9 @@ class Pipeline:
                 if alerts:  # rarely: most calls return []
                     self._handle(alerts, clock)
             h = rs.history
-            if a is not None and not h.floor <= event.timestamp < h.due:  # one point per STEP s (or the clock went back)
-                rs.history.add(event.timestamp, a, rs.accept_length_sum,
-                               rs.accept_length_count, self.alert_state(server, event.rank))
+            if a is not None and not h.floor <= event.timestamp < h.due:  # one point per STEP s, or time went back
+                h.add(event.timestamp, a, rs.accept_length_sum, rs.accept_length_count,
+                      self.alert_state(server, event.rank))
             if clock - self._last_tick >= 1.0:  # time-based rules need no finer clock
                 self.tick(clock)
         elif type(event) is PrefillBatch:

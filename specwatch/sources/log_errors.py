@@ -168,7 +168,8 @@ class ErrorGrouper:
         if _C10D.match(text):
             self._open("c10d", "", text, now, tz)
             return None
-        if HEALTH_FAILED in text and (record_message(text) or "").startswith(HEALTH_FAILED):  # a record's own message: not a prompt quoting it
+        # a record's own message, not a request log quoting it
+        if HEALTH_FAILED in text and (record_message(text) or "").startswith(HEALTH_FAILED):
             ts, rank = self._stamp(text, now, tz)
             short = text[:MAX_LINE_CHARS]
             return LogError(ts, self.path, "health_check", None, (short,), 1, rank, engine=self._engine())

@@ -57,7 +57,7 @@ class AcceptHistory:
         self._count = 0
 
     def add(self, timestamp: float, accept_length: float, total: float, count: int, state: int) -> None:
-        """Take a point at `timestamp` (the caller checked `timestamp >= due`). `total`/`count`:
+        """Take a point at `timestamp` (the caller checked `not floor <= timestamp < due`). `total`/`count`:
         the rank's running sum and count of accept lengths, this line included. The first point
         is the line's own value (the running totals may hold lines from before a restart). Time
         going back (the caller offers a line before `floor`: the log restarted with older stamps,
