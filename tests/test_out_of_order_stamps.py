@@ -152,3 +152,21 @@ def test_a_rule_that_raises_loses_its_own_result_only(caplog):
     fams = {f.name: f for f in PipelineCollector(p).collect()}
     [sample] = fams["specwatch_rule_errors"].samples[:1]
     assert sample.labels == {"rule": "raising"} and sample.value == p.rule_faults.counts["raising"]
+
+
+def test_rule_failures_are_logged_once_a_minute_with_the_count_between(caplog):
+    from specwatch.rulefaults import LOG_EVERY, RuleFaults
+
+    clock = [1000.0]
+    faults = RuleFaults(clock=lambda: clock[0])
+    rule = _Raising()
+    with caplog.at_level(logging.ERROR, logger="specwatch.pipeline"):
+        for i in range(50):  # 50 failures over 100 s
+            faults.failed(rule, "on_decode", ValueError(f"bad {i}"))
+            clock[0] += 2.0
+    messages = [r.getMessage() for r in caplog.records]
+    assert faults.counts == {"raising": 50}
+    assert len(messages) == 2, messages
+    assert messages[0].startswith("rule raising failed in on_decode") and caplog.records[0].exc_info
+    # the second line: the failures since the first (30 of them, at 2 s apart), the last one named
+    assert messages[1] == f"rule raising failed {int(LOG_EVERY / 2)} more times (last in on_decode: ValueError: bad 30)"
