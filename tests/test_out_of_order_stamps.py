@@ -15,7 +15,7 @@ import math
 import subprocess
 import sys
 import time
-from datetime import date, datetime, timezone
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import yaml
@@ -28,15 +28,19 @@ ROOT = Path(__file__).resolve().parents[1]
 RANK = rank_labels(tp="")  # a single-GPU log: no rank tokens
 
 
-def out_of_order_lines(day: str = "2026-01-01", repeats: int = 10, collapse_from: int = 6) -> list[str]:
-    """A server_args line, then `repeats` times: 3 decode lines at 10:00:01 and one at 09:59:59;
-    accept len 1.00 (collapsed) from repeat `collapse_from` on, 2.80 before."""
-    args = server_args_line(ts=f"{day} 09:59:00")
+def out_of_order_lines(at: datetime = datetime(2026, 1, 1, 10), repeats: int = 10,
+                       collapse_from: int = 6) -> list[str]:
+    """A server_args line, then `repeats` times: 3 decode lines stamped 1 s after `at` and one
+    1 s before it (10:00:01 and 09:59:59 by default); accept len 1.00 (collapsed) from repeat
+    `collapse_from` on, 2.80 before."""
+    fmt = lambda t: t.strftime("%Y-%m-%d %H:%M:%S")  # noqa: E731
+    args = server_args_line(ts=fmt(at - timedelta(seconds=60)))
     lines = [args if isinstance(args, str) else args[0]]
+    after, before = fmt(at + timedelta(seconds=1)), fmt(at - timedelta(seconds=1))
     for i in range(repeats):
         acc = 1.0 if i >= collapse_from else 2.8
-        for stamp in ("10:00:01", "10:00:01", "10:00:01", "09:59:59"):
-            lines.append(decode_line("0.5.23", ts=f"{day} {stamp}", accept_len=acc, running=8)[0])
+        for stamp in (after, after, after, before):
+            lines.append(decode_line("0.5.23", ts=stamp, accept_len=acc, running=8)[0])
     return lines
 
 
@@ -60,10 +64,11 @@ def test_replay_counts_every_line_and_finds_the_collapse_among_them(tmp_path):
 def test_run_counts_every_line_and_finds_the_collapse_among_them(tmp_path):
     """The daemon reads the first half as its start-up backlog and the rest as live reads."""
     log = tmp_path / "sglang.log"
-    today = date.today().isoformat()
-    lines = out_of_order_lines(day=today)
+    # the last 10-minute boundary (the drift rule's bucket) before now: the stamps step back across it
+    at = datetime.fromtimestamp(math.floor(time.time() / 600) * 600, timezone.utc).replace(tzinfo=None)
+    lines = out_of_order_lines(at)
     log.write_text("".join(ln + "\n" for ln in lines[:21]))
-    d = SpecwatchDaemon(tmp_path, log, extra={"diagnosis": {"enabled": False}})
+    d = SpecwatchDaemon(tmp_path, log, env={"TZ": "UTC"}, extra={"diagnosis": {"enabled": False}})
     try:
         d.start()
         lines_total = lambda: sum(v for (name, labels), v in d.scrape().items()  # noqa: E731
@@ -82,6 +87,7 @@ def test_run_counts_every_line_and_finds_the_collapse_among_them(tmp_path):
     finally:
         d.stop()
     assert "Traceback" not in d.output, d.output
+    assert not [ln for ln in d.output.splitlines() if " WARNING " in ln and "clock" in ln], d.output
 
 
 def test_drift_counts_a_line_stamped_before_its_open_bucket_in_that_bucket():
