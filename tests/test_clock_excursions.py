@@ -112,7 +112,9 @@ def _points(lines: list[str], columns: bool) -> list[tuple[float, float, int]]:
     p = Pipeline(cfg, Dispatcher([], group_wait=0, group_interval=0))
     p.columns_min_lines = 256 if columns else float("inf")
     text = "".join(lines)
-    p.feed_batch(LineBatch("s.log", 0, len(text.encode()), block=text.encode(), text=text))
+    # with a wall clock in columns, as `run` reads a backlog (replay's dense reads go per line)
+    p.feed_batch(LineBatch("s.log", 0, len(text.encode()), block=text.encode(), text=text),
+                 time.time() if columns else None)
     return list(p.ranks[("box", "TP0")].history.points)
 
 
