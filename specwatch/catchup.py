@@ -489,7 +489,8 @@ def _piece(pipeline, server: str, rows: Rows, rules: list, prefill_rules: set, a
     for x, rule in enumerate(rules):
         t = taken[x]
         if t is None or t[0] <= a:
-            t = taken[x] = (*rule.advance(server, rows, a, ticks.reach(rule, a, b)), 0)
+            t = taken[x] = (*pipeline.rule_faults.call(rule, "advance", server, rows, a, ticks.reach(rule, a, b),
+                                                       default=(a, [])), 0)
         k, alerts, _ = t
         first = k - 1 if alerts else k
         if first < low:
@@ -513,14 +514,15 @@ def _piece(pipeline, server: str, rows: Rows, rules: list, prefill_rules: set, a
             if dec[i]:
                 if window is None:
                     window = rows.window(i, cfg)
-                out = rule.on_decode(server, window, clock[i])
+                out = pipeline.rule_faults.call(rule, "on_decode", server, window, clock[i])
             elif id(rule) in prefill_rules:
-                out = rule.on_prefill(server, rows.batch(i), clock[i])
+                out = pipeline.rule_faults.call(rule, "on_prefill", server, rows.batch(i), clock[i])
             if out:
                 handle(out, clock[i])
                 ticks.alerted(rule, i)
             if i == k and i + 1 < b and misses < RETRIES:  # it stopped at this row: on from the next
-                k, alerts = rule.advance(server, rows, i + 1, ticks.reach(rule, i + 1, b))
+                k, alerts = pipeline.rule_faults.call(rule, "advance", server, rows, i + 1, ticks.reach(rule, i + 1, b),
+                                                      default=(i + 1, []))
                 taken[x] = (k, alerts, 0 if k > i + 1 else misses + 1)
         i += 1
         # on to the next row a rule has to see: one it stopped at, or the row of its alerts
@@ -621,13 +623,13 @@ class _RankSync:
                 e += [t.tolist(), vals.tolist(), sums.tolist()]
             tl, vl, sl = e[9:]
             while k < hi:
-                if ordered:
-                    k = bisect_left(tl, h.due, k, hi)  # the first line at or after `due`
+                if h.floor <= tl[k] < h.due:  # no point due (as the per-line path: `AcceptHistory.floor`)
+                    if not ordered:
+                        k += 1
+                        continue
+                    k = bisect_left(tl, h.due, k, hi)  # the first line at or after `due` (none before `floor`)
                     if k >= hi:
                         break
-                elif tl[k] < h.due:
-                    k += 1
-                    continue
                 if st is None:
                     st = _state(state, self.server, rk, pending)
                 h.add(tl[k], vl[k], sl[k], count0 + k + 1, st)

@@ -110,6 +110,8 @@ class OtherLine:
 class UnrecognizedLine:
     """A line that mentions `Decode batch` but does not start like a record of the log's grammar:
     most likely decode lines in a format specwatch is not told about (a custom logging config).
+    Never an indented line, nor one with the words inside a quoted or structured value: those
+    continue a multi-line message or quote user text (`sglang_log._other`).
     `text`: the line (cut to 500 characters); `path`: the file it came from ("" when unknown);
     `timestamp`: seconds since the epoch of a `YYYY-MM-DD HH:MM:SS` it starts with, else None."""
 

@@ -7,12 +7,19 @@ mixed they misfire (alerts held, resolved at once, negative durations). The daem
 log's offset before it reads the log's first line (the newest stamp near the end of the file
 against the file's mtime), warns once, exports it, and reads the log in a zone shifted by it,
 so log time is wall time again.
+
+The offset follows the log: a live read whose last stamp, read in the log's current zone, is
+more than `WARN_AFTER` off the wall clock measures the offset again (the same way; at most once
+per `RELEARN_EVERY` seconds per log), so a log that ran hours off when the daemon started and
+came back (or one that steps off while it runs) is read on the wall clock again within that
+bound. Each change is logged once.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import time
 from datetime import datetime, timedelta, timezone, tzinfo
 
 from specwatch.sources.sglang_log import bracket_prefix
@@ -23,61 +30,85 @@ WARN_AFTER = 300.0  # seconds off the wall clock that say the log's zone is wron
 ZONE_STEP = 900.0  # zones are whole quarter hours off UTC
 MAX_ZONE = 23 * 3600.0  # beyond this no zone explains it (and a tzinfo must stay under 24 h)
 TAIL_BYTES = 16384  # the end of a file searched for its newest stamp
+RELEARN_EVERY = 10.0  # seconds of wall time between two measures of one log's offset
 
 
 class LogClocks:
     """Per followed path: the log clock's offset from the wall clock, seconds (log - wall;
-    0.0 when within `WARN_AFTER`), learned once per config."""
+    0.0 when within `WARN_AFTER`), learned at the first read under a config and measured again
+    when a live read's stamps leave the wall clock (`follow`)."""
 
     def __init__(self) -> None:
         self.offsets: dict[str, float] = {}
         self._zones: dict[str, tzinfo] = {}
         self.server_of: dict[str, str] = {}
+        self._measured: dict[str, float] = {}  # path → wall time of its last measure (`follow`)
 
     def zone(self, path: str, tz: tzinfo | None) -> tzinfo | None:
         """The zone to read `path` in: `tz` (the configured one, None: local time), shifted by
         the learned offset."""
         return self._zones.get(path, tz)
 
-    def learn(self, path: str, server: str, tz: tzinfo | None) -> None:
-        """Measure `path`'s offset once, before its first line is read: the newest `[date time]`
-        stamp in the file's last TAIL_BYTES against the file's mtime (when the last bytes were
-        written: old lines read late, e.g. after a restart, do not count). Offsets that are not
-        whole quarter hours off (a log idle for a while, then an unstamped line) and paths that
-        are not files (a journal) or hold no stamp (vLLM) record 0.0: read as configured."""
-        self.offsets[path] = 0.0
+    def follow(self, path: str, server: str, tz: tzinfo | None, last_line: str, now: float) -> None:
+        """After a live read at wall time `now` whose last line is `last_line`: when its stamp,
+        read in `zone(path, tz)`, is more than WARN_AFTER off `now`, measure the offset again
+        (`learn`), at most once per RELEARN_EVERY seconds. A line without a stamp changes nothing."""
+        if last_line[:1] != "[" or now - self._measured.get(path, -RELEARN_EVERY) < RELEARN_EVERY:
+            return
+        ts = bracket_prefix(last_line, self.zone(path, tz))[0]
+        if ts is not None and abs(ts - now) > WARN_AFTER:
+            self.learn(path, server, tz, now)
+
+    def learn(self, path: str, server: str, tz: tzinfo | None, now: float | None = None) -> None:
+        """Measure `path`'s offset (before its first line is read; again from `follow`), and read
+        it in the zone that offset gives from now on: the newest `[date time]` stamp in the
+        file's last TAIL_BYTES against the file's mtime (when the last bytes were written: old
+        lines read late, e.g. after a restart, do not count). Offsets that are not whole quarter
+        hours off (a log idle for a while, then an unstamped line) and paths that are not files
+        (a journal) or hold no stamp (vLLM) record 0.0: read as configured. `now`: wall time of
+        the measure (default: the clock). A change of offset is logged once."""
+        old = self.offsets.get(path)
+        self._measured[path] = time.time() if now is None else now
         self.server_of[path] = server
+        off = self._measure(path, tz)
+        if off == old:
+            return
+        self.offsets[path] = off
+        if not off:
+            if self._zones.pop(path, None) is not None:
+                log.warning("log %s: its timestamps are back on the wall clock; read in its configured zone again",
+                            path)
+            return
+        base = (datetime.now(tz) if tz is not None else datetime.now().astimezone()).utcoffset()
+        self._zones[path] = timezone(base + timedelta(seconds=off))
+        log.warning("log %s: its timestamps run %s %s the wall clock (%s); read as if in that zone "
+                    "from now on. Set `logs[].timezone` (or `log_timezone`) to the zone of the server's "
+                    "container (an IANA name)", path, _span(off),
+                    "ahead of" if off > 0 else "behind", _utc(base + timedelta(seconds=off)))
+
+    @staticmethod
+    def _measure(path: str, tz: tzinfo | None) -> float:
+        """`path`'s offset as `learn` takes it (0.0: read as configured)."""
         try:
             with open(path, "rb") as f:
                 st = os.fstat(f.fileno())
                 f.seek(max(0, st.st_size - TAIL_BYTES))
                 tail = f.read(TAIL_BYTES).decode("utf-8", "replace").splitlines()
         except OSError:
-            return
+            return 0.0
         ts = next((t for t in (bracket_prefix(x, tz)[0] for x in reversed(tail)) if t is not None), None)
         if ts is None:
-            return
+            return 0.0
         off = ts - st.st_mtime
-        self.server_of[path] = server
-        if abs(off) <= WARN_AFTER:
-            self.offsets[path] = 0.0
-            return
-        if abs(off) > MAX_ZONE:  # not a zone: an old log written now (a copy, a test); left as it is
-            self.offsets[path] = 0.0
-            return
+        if abs(off) <= WARN_AFTER or abs(off) > MAX_ZONE:  # on the clock; or not a zone: an old log written now
+            return 0.0
         zoned = round(off / ZONE_STEP) * ZONE_STEP
         if abs(off - zoned) >= 120:  # not a zone: the log was idle, then wrote an unstamped line
-            return
-        off = self.offsets[path] = zoned
+            return 0.0
         base = (datetime.now(tz) if tz is not None else datetime.now().astimezone()).utcoffset()
-        if abs(base.total_seconds() + off) >= 86400:
-            self.offsets[path] = 0.0
-            return
-        self._zones[path] = timezone(base + timedelta(seconds=off))
-        log.warning("log %s: its timestamps run %s %s the wall clock (%s); read as if in that zone "
-                    "from now on. Set `logs[].timezone` (or `log_timezone`) to the zone of the server's "
-                    "container (an IANA name)", path, _span(off),
-                    "ahead of" if off > 0 else "behind", _utc(base + timedelta(seconds=off)))
+        if abs(base.total_seconds() + zoned) >= 86400:
+            return 0.0
+        return zoned
 
     def by_server(self) -> dict[str, float]:
         """server → the largest offset (by size) among its logs, seconds."""
@@ -87,6 +118,19 @@ class LogClocks:
             if abs(off) >= abs(out.get(s, 0.0)):
                 out[s] = off
         return out
+
+
+def last_line(batch) -> str:
+    """The last line of a `filestream.LineBatch` (its text or bytes end in "\\n"), found without
+    splitting a read the catch-up keeps as bytes."""
+    if batch._lines is not None:
+        return batch._lines[-1] if batch._lines else ""
+    data = batch._text if batch._text is not None else batch._block
+    if not data:
+        return ""
+    cut = data.rfind("\n" if isinstance(data, str) else b"\n", 0, len(data) - 1) + 1
+    tail = data[cut:len(data) - 1]
+    return tail if isinstance(tail, str) else tail.decode("utf-8", "replace")
 
 
 def _span(seconds: float) -> str:

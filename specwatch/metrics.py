@@ -92,9 +92,12 @@ class PipelineCollector(Collector):
             "specwatch_accept_length_ceiling",
             "The most tokens one verify round can accept, from the server's speculative settings (rules/acceptance_ceiling.py).",
             labels=("server",))
-        skew = GaugeMetricFamily("specwatch_log_clock_offset_seconds", "How far the timestamps of the server's logs run ahead of the wall clock (negative: behind), seconds, measured at the first live read; 0 within 5 minutes. Hours off: `logs[].timezone` is wrong or unset (specwatch/logclock.py).", labels=("server",))
+        skew = GaugeMetricFamily("specwatch_log_clock_offset_seconds", "How far the timestamps of the server's logs run ahead of the wall clock (negative: behind), seconds, measured at the first live read and again when the stamps leave it (specwatch/logclock.py); 0 within 5 minutes. Hours off: `logs[].timezone` is wrong or unset (specwatch/logclock.py).", labels=("server",))
         for server, off in p.clocks.by_server().items():
             skew.add_metric([server], off)
+        rule_errors = CounterMetricFamily("specwatch_rule_errors", "Exceptions a rule raised on a line or tick (specwatch/rulefaults.py): that rule's result for that line is dropped, the read goes on. Nonzero is a specwatch bug: see its log.", labels=("rule",))
+        for name, n in dict(p.rule_faults.counts).items():
+            rule_errors.add_metric([name], n)
         named = source_servers(p.config)
         with p.lock:
             ranks = list(p.ranks.values())
@@ -141,6 +144,7 @@ class PipelineCollector(Collector):
                         ceiling.add_metric([server], top[0])
         yield from (accept_length, accept_rate, throughput, running, queued, usage, tokens, graph,
                     last_ts, collapsed, positions, decode_total, prefill_total, lines, errors, last_line, spec, ceiling, skew)
+        yield rule_errors
 
 
 class ServerCollector(Collector):

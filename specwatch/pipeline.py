@@ -21,7 +21,8 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from specwatch import catchup
-from specwatch.logclock import LogClocks
+from specwatch.logclock import LogClocks, last_line
+from specwatch.rulefaults import RuleFaults
 from specwatch.alerts.dispatcher import Dispatcher
 from specwatch.alerts.model import FIRING, Alert
 from specwatch.config import Config
@@ -161,6 +162,7 @@ class Pipeline:
         self.scraped: dict[tuple[str, str], RankStats] = {}  # ranks read from /metrics (`_take_scraped`)
         self.alert_state = AlertState(self.rules)  # a chart point's alert state (status page)
         self.lock = threading.Lock()
+        self.rule_faults = RuleFaults()  # a rule that raises: counted, logged, its line's result dropped
         self._last_tick = -math.inf
         self._groupers: dict[str, ErrorGrouper] = {}  # path → its traceback grouping (error stage)
         self._engines: dict[str, LogEngine] = {}  # path → its engine's grammar (sources/engines.py)
@@ -232,6 +234,8 @@ class Pipeline:
         prefix, tz = self._prefix.get(path), self._tz.get(path)
         if now is not None and path not in self.clocks.offsets:  # the daemon's first read of it
             self.clocks.learn(path, server, tz)
+        elif now is not None:  # a live read: its stamps still on the learned offset?
+            self.clocks.follow(path, server, tz, last_line(batch), now)
         tz = self.clocks.zone(path, tz)
         raw_ok = batch.raw_ok
         engine = self._engine(path)
@@ -348,12 +352,17 @@ class Pipeline:
             stats.last_line["decode"] = clock
             window = self.windows.decode(server, event)
             for rule in self._on_decode:
-                alerts = rule.on_decode(server, window, clock)
+                try:  # free in 3.11 while nothing raises
+                    alerts = rule.on_decode(server, window, clock)
+                except Exception as e:  # that rule, that line: the read goes on
+                    self.rule_faults.failed(rule, "on_decode", e)
+                    continue
                 if alerts:  # rarely: most calls return []
                     self._handle(alerts, clock)
-            if a is not None and event.timestamp >= rs.history.due:  # one point per STEP s
-                rs.history.add(event.timestamp, a, rs.accept_length_sum,
-                               rs.accept_length_count, self.alert_state(server, event.rank))
+            h = rs.history
+            if a is not None and not h.floor <= event.timestamp < h.due:  # one point per STEP s, or time went back
+                h.add(event.timestamp, a, rs.accept_length_sum, rs.accept_length_count,
+                      self.alert_state(server, event.rank))
             if clock - self._last_tick >= 1.0:  # time-based rules need no finer clock
                 self.tick(clock)
         elif type(event) is PrefillBatch:
@@ -364,7 +373,7 @@ class Pipeline:
             stats.last_line["prefill"] = clock
             self.windows.prefill(server, event)
             for rule in self._on_prefill:
-                alerts = rule.on_prefill(server, event, clock)
+                alerts = self.rule_faults.call(rule, "on_prefill", server, event, clock)
                 if alerts:
                     self._handle(alerts, clock)
             if clock - self._last_tick >= 1.0:
@@ -443,7 +452,7 @@ class Pipeline:
             rs.decode_batches += 1
             rs.last_decode = b
             rs.add_accept(b.accept_length)
-            if b.timestamp >= rs.history.due:
+            if not rs.history.floor <= b.timestamp < rs.history.due:
                 rs.history.add(b.timestamp, b.accept_length, rs.accept_length_sum, rs.accept_length_count,
                                self.alert_state(server, b.rank))
 
@@ -472,7 +481,7 @@ class Pipeline:
         if self._groupers:
             self._expire_errors(now)
         for rule in self._on_tick if rules is None else rules:
-            alerts = rule.on_tick(now)
+            alerts = self.rule_faults.call(rule, "on_tick", now)
             if alerts:  # rarely
                 self._handle(alerts, now)
         if dispatch:
@@ -483,8 +492,8 @@ class Pipeline:
         at = getattr(event, "timestamp", None) or now
         for rule, restarts in self._on_event:
             if why and restarts:
-                self._handle(rule.on_restart(server, at, why), now)
-            alerts = rule.on_event(server, event, now)
+                self._handle(self.rule_faults.call(rule, "on_restart", server, at, why, default=()), now)
+            alerts = self.rule_faults.call(rule, "on_event", server, event, now)
             if alerts:  # rarely: most calls return [] (cheaper to test than to iterate)
                 self._handle(alerts, now)
 

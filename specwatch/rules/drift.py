@@ -10,6 +10,9 @@ least-squares line. The rule fires when, over at least `min_buckets` buckets:
 - the fitted total decline over the span is at least `min_total_decline` of that value, and
 - at least `min_falling_fraction` of consecutive bucket means went down (steady, not one step).
 
+Bucket indexes only grow: a line stamped before the open bucket (lines out of order) counts in the
+open bucket, so the fit never sees two buckets at one time.
+
 It resolves when the fitted decline falls under half `min_decline_per_hour`, or on a restart:
 a new `server_args` line, a restart seen by the process source (`ServerRestarted`, or
 `ServerStarted` after the server was down), or no decode line of the rank for `restart_gap`. A
@@ -141,8 +144,8 @@ class DriftRule(Rule):
             k = int(np.searchsorted(us, da))
             if k < len(us) and us[k] < cut:
                 buckets = self._buckets.get((server, names[code]))
-                if buckets and buckets[-1][0] != idx:
-                    cut = int(us[k])  # the rank's first line closes its bucket
+                if buckets and buckets[-1][0] < idx:
+                    cut = int(us[k])  # the rank's first line closes its bucket (one before it joins it)
         seen, ts = self._last_seen, rows.array("d_ts")
         spans = []  # per rank with lines before the cut: its lines
         if cut > da:
@@ -199,13 +202,13 @@ class DriftRule(Rule):
         if buckets is None:
             buckets = self._buckets[key] = []
         idx = math.floor(b.timestamp / cfg.bucket)
-        closed = bool(buckets) and buckets[-1][0] != idx
-        if buckets and buckets[-1][0] == idx:
+        if buckets and idx <= buckets[-1][0]:  # the open bucket; a line stamped before it (out of order) too
             last = buckets[-1]
             last[1] += b.accept_length
             last[2] += 1
-        else:
-            buckets.append([idx, b.accept_length, 1])
+            return []
+        closed = bool(buckets)
+        buckets.append([idx, b.accept_length, 1])
         horizon = idx - cfg.window / cfg.bucket
         while buckets and buckets[0][0] <= horizon:
             buckets.pop(0)
@@ -220,7 +223,10 @@ class DriftRule(Rule):
             return None
         hours = [(bk[0] + 0.5) * cfg.bucket / 3600.0 for bk in full]
         means = [bk[1] / bk[2] for bk in full]
-        slope, intercept, r2 = linear_fit(hours, means)
+        try:
+            slope, intercept, r2 = linear_fit(hours, means)
+        except ValueError:  # one bucket index only (state saved by a version that repeated indexes)
+            return None
         start, end = intercept + slope * hours[0], intercept + slope * hours[-1]
         if start <= 0:
             return None

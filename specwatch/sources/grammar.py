@@ -5,9 +5,9 @@ A grammar is a regular expression with named groups `timestamp`, `message` and o
 `ranks`, matched at the start of each line. A matching line is rewritten into SGLang's own record
 form, `[YYYY-MM-DD HH:MM:SS[.ffffff][ RANKS]] message`, so the SGLang parser and every rule read it
 exactly as a plain SGLang line. A line that does not match is no record start (a continuation of
-a multi-line message, such as a request log holding user text): if it could pass for a batch or
-`server_args` line it is marked (`NOT_A_RECORD` in front), so that it never counts as one; the
-request-log injection guard holds under every grammar.
+a multi-line message, such as a request log holding user text): if it could pass for a batch,
+`server_args` or health-check line it is marked (`NOT_A_RECORD` in front), so that it never counts
+as one; the request-log injection guard holds under every grammar.
 
 Presets: `python-logging`, Python's `%(asctime)s %(levelname)s %(process)d [%(filename)s:%(lineno)d]
 %(message)s` (CPython `logging` docs, LogRecord attributes; `asctime` `YYYY-MM-DD HH:MM:SS,mmm`, or
@@ -94,7 +94,7 @@ class Grammar:
                 if ranks:
                     ranks = " ".join(f"{k.upper()}{n}" for k, n in _RANK.findall(ranks))
                 return f"[{stamp}{' ' + ranks if ranks else ''}] {m.group('message') or ''}"
-        if "batch" in text or "server_args=" in text:
+        if "batch" in text or "server_args=" in text or "Health check failed" in text:
             return NOT_A_RECORD + text
         return text
 

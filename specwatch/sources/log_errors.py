@@ -15,7 +15,9 @@ per-file state (`ErrorGrouper`, one per followed file). Shapes it reads:
   `terminate called…` / `what():` / `frame #N:` lines that follow, torch/csrc/distributed/c10d/
   ProcessGroupNCCL.cpp, PyTorch 2.5) grouped the same way;
 - SGLang's `Health check failed. Server couldn't get a response from detokenizer…`
-  (`health_generate`, sglang/srt/entrypoints/http_server.py 0.5.11-0.5.23): one line.
+  (`health_generate`, sglang/srt/entrypoints/http_server.py 0.5.11-0.5.23): one line, the
+  message of a record (`sglang_log.record_message`), never the same words inside another one
+  (a request log quoting a prompt).
 
 A group ends at its exception line (unless a chained exception follows), at a line that cannot
 belong to it, after `MAX_LINES` lines, or `TIMEOUT` seconds after its last line (`expire`), so
@@ -32,7 +34,7 @@ from datetime import tzinfo
 
 from specwatch.events import LogError
 from specwatch.sources.engines import LogEngine
-from specwatch.sources.sglang_log import bracket_prefix
+from specwatch.sources.sglang_log import bracket_prefix, record_message
 from specwatch.sources.vllm_log import ENGINE as VLLM, header_time
 
 KINDS = ("cuda_oom", "nccl_timeout", "shape_mismatch", "health_check", "other")
@@ -166,7 +168,8 @@ class ErrorGrouper:
         if _C10D.match(text):
             self._open("c10d", "", text, now, tz)
             return None
-        if HEALTH_FAILED in text:
+        # a record's own message, not a request log quoting it
+        if HEALTH_FAILED in text and (record_message(text) or "").startswith(HEALTH_FAILED):
             ts, rank = self._stamp(text, now, tz)
             short = text[:MAX_LINE_CHARS]
             return LogError(ts, self.path, "health_check", None, (short,), 1, rank, engine=self._engine())

@@ -348,6 +348,23 @@ def bracket_prefix(text: str, tz: tzinfo | None = None) -> tuple[float | None, s
         return None, m.group(3)[1:]
 
 
+def record_message(text: str) -> str | None:
+    """The message of a line that starts a record of SGLang's logger (after an optional Ray
+    actor prefix, the bracket prefix `[YYYY-MM-DD HH:MM:SS[.mmm][ RANKS]] `), else None: a line
+    that starts no record (a continuation of a multi-line message) carries no engine event.
+    Every engine message specwatch reads is matched at the start of this, never anywhere in a
+    line: request logs (`Receive: obj=...`, `Finish: obj=..., out=...`, the JSON events;
+    `RequestLogger`, sglang/srt/utils/request_logger.py@0.5.23) put user text after their own
+    message start."""
+    if text[:1] == "(":
+        m = _RAY.match(text)
+        if m is None:
+            return None
+        text = text[m.end():]
+    m = _PREFIX.match(text) if text[:1] == "[" else None
+    return None if m is None else text[m.end():]
+
+
 def maybe_event(text: str) -> bool:
     """False when `parse_line(text)` is certainly OtherLine: no batch or server_args line can lack
     both words (a cheap test for the many lines of access logs and tracebacks)."""
@@ -363,8 +380,13 @@ _LEADING_TIME = re.compile(r"\W{0,2}(\d{4}-\d\d-\d\d)[ T](\d\d:\d\d:\d\d)")
 def _other(text: str, tz: tzinfo | None) -> ParsedLine:
     """A line that starts no record: one with `Decode batch` in its first 200 characters after a
     time of day, not in a quoted or structured value, is a decode line in a format not read
-    (issue 11 item 4: never silently "other"), with the time it starts with, if any. A bare
-    `Decode batch` line (a `%(message)s` format) cannot be told from a prompt's continuation line."""
+    (never silently "other", docs/log-formats.md), with the time it starts with, if any. A bare
+    `Decode batch` line (a `%(message)s` format) cannot be told from a prompt's continuation line,
+    nor can an indented one (a continuation of a multi-line message: an indented copy, a
+    pretty-printed request dump): both are other lines."""
+    lead = text[2:3] if text.startswith("\u2026 ") else text[:1]  # after grammar.NOT_A_RECORD's mark
+    if lead in (" ", "\t"):
+        return _OTHER
     at = text.find("Decode batch")
     if not 0 <= at <= 200 or not _PLAIN_LEAD.fullmatch(text, 0, at):
         return _OTHER  # none, or inside a quoted or structured value: user text (a request log)

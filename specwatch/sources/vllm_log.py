@@ -34,7 +34,11 @@ Line layout (`_FORMAT` in `vllm/logger.py`, date format `%m-%d %H:%M:%S`: no yea
 `(APIServer pid=N)` / `(EngineCore_DP0 pid=N)` tags are written by 0.8.3+ (0.33.0 in the
 formatter); up to 0.7.3 the file has no opening `[`. ANSI colour codes are removed. A line is read
 only when this header starts it and the message starts with one of the forms above: request logs
-print the prompt with `%r` after `Received request …`, so user text never starts a message.
+print user text with `%r` after their own start (`Received request …: prompt: %r` in earlier versions;
+`Request … details: prompt: %r` and `Generated response …: output: %r`,
+vllm/entrypoints/serve/utils/request_logger.py@0.33.0), so it never starts a message, and its
+newlines are escaped (a message's own newlines would repeat the header on each line:
+`NewLineFormatter`, vllm/logging_utils/formatter.py@0.33.0).
 Fields are `Key: value` pairs matched by name (forks insert fields), and a line whose last field
 does not read was cut short: `MalformedLine`.
 """

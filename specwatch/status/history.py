@@ -21,6 +21,7 @@ from collections import deque
 from specwatch.rules.base import alert_key
 
 STEP = 10.0  # seconds of log time between points
+BACK_STEP = 60.0  # a line this far before the newest point: the log's clock went back (see `add`)
 SPAN = 3600.0  # seconds the buffer covers
 POINTS = int(SPAN / STEP)
 COLLAPSED, OTHER = 1, 2  # bits of a point's alert state
@@ -46,27 +47,32 @@ class AcceptHistory:
     """Points (timestamp s since the epoch, mean accept length, alert state) of one rank, oldest
     first. alert state: `AlertState` of the rank when the point was taken (0: none firing)."""
 
-    __slots__ = ("points", "due", "_sum", "_count")
+    __slots__ = ("points", "due", "floor", "_sum", "_count")
 
     def __init__(self) -> None:
         self.points: deque[tuple[float, float, int]] = deque(maxlen=POINTS)
         self.due = -math.inf  # a line at or after this log time takes a point
+        self.floor = -math.inf  # ... and so does one before this (`BACK_STEP` before the newest point)
         self._sum = 0.0
         self._count = 0
 
     def add(self, timestamp: float, accept_length: float, total: float, count: int, state: int) -> None:
-        """Take a point at `timestamp` (the caller checked `timestamp >= due`). `total`/`count`:
+        """Take a point at `timestamp` (the caller checked `not floor <= timestamp < due`). `total`/`count`:
         the rank's running sum and count of accept lengths, this line included. The first point
         is the line's own value (the running totals may hold lines from before a restart). Time
-        going back (the log restarted with older stamps) starts the buffer again."""
+        going back (the caller offers a line before `floor`: the log restarted with older stamps,
+        or its clock came back from an excursion ahead) drops the points after `timestamp`, so
+        the chart follows the log's present; lines a little out of order (after `floor`) take
+        no point."""
         points = self.points
-        if points and timestamp < points[-1][0]:
-            points.clear()
+        while points and timestamp < points[-1][0]:
+            points.pop()
         n = count - self._count
         value = accept_length if self.due == -math.inf or n <= 0 else (total - self._sum) / n
         points.append((timestamp, value, state))
         self._sum, self._count = total, count
         self.due = timestamp + STEP
+        self.floor = timestamp - BACK_STEP
 
     def pending(self, total: float, count: int) -> float | None:
         """Mean accept length of the lines read since the last point (None: none)."""

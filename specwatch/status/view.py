@@ -26,9 +26,11 @@ Shape (times: seconds since the epoch; absent values: null)::
               "utilization_ratio", "memory_used_bytes", "memory_total_bytes",
               "temperature_celsius", "power_watts", "clock_reasons", "xids"}]}}
 
-The window is the last hour of wall time; when the newest point is more than an hour old or
-ahead of the clock (an old log, a wrong `log_timezone`) it is the hour up to the newest point
-(`clock: "log"`). Collapse episodes come from the points' collapse state (to within
+The window is the last hour of wall time; when no rank's newest point is in it (more than an
+hour old or ahead of the clock: an old log, a wrong `log_timezone`) it is the hour up to the
+newest point (`clock: "log"`). A rank's points after a line stamped well before them (its log's
+clock came back from an excursion ahead) are dropped (`history.AcceptHistory.add`), so the chart
+follows the present. Collapse episodes come from the points' collapse state (to within
 `history.STEP` seconds); the one firing now starts at its alert's `starts_at`. Alert episodes
 are those of the other per-rank acceptance alerts (`history.OTHER_ALERTS`), found the same way.
 
@@ -191,9 +193,12 @@ def _server(name: str, st, saved: dict) -> dict:
 
 
 def _window(ranks: list[dict], now: float) -> dict:
-    newest = max((r["accept_length_history"][-1][0] for r in ranks if r["accept_length_history"]), default=None)
-    log_clock = newest is not None and not (now - SPAN <= newest <= now + FUTURE_SLACK)
-    end = newest if log_clock else now
+    """The last hour of wall time while some rank's newest point is in it; else the hour up to
+    the newest point (a rank left ahead of the clock by an excursion does not take the window
+    from the ranks of the present)."""
+    lasts = [r["accept_length_history"][-1][0] for r in ranks if r["accept_length_history"]]
+    log_clock = bool(lasts) and not any(now - SPAN <= t <= now + FUTURE_SLACK for t in lasts)
+    end = max(lasts) if log_clock else now
     return {"start": end - SPAN, "end": end, "step_seconds": STEP, "clock": "log" if log_clock else "wall"}
 
 
