@@ -35,7 +35,7 @@ def _print_problems(path: str, e: ConfigError) -> int:
 
 def cmd_check_config(args) -> int:
     try:
-        cfg = load_config(args.file)
+        cfg = load_run_config(args.file)  # what `run` and a reload accept, no more, no less
     except ConfigError as e:
         return _print_problems(args.file, e)
     for w in config_warnings(cfg):

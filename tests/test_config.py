@@ -374,3 +374,21 @@ def test_an_invalid_route_matcher_is_reported_once_not_as_missing():
     with pytest.raises(ConfigError) as e:
         build_config({"alerts": {"routes": [{"slack": {"channel": "#x"}}]}})
     assert any("matchers: missing" in p for p in e.value.problems)
+
+
+@pytest.mark.parametrize("name", ["NUL in state_dir", "NUL in a log path", "listen_address with a newline",
+                                  "webhook_url_file /dev/zero", "binary webhook_url_file", "logs: 0", "logs: {}"])
+def test_run_refuses_what_check_config_refuses_with_the_same_words(tmp_path, name):
+    """check-config and `run` share one validation (`load_run_config`): a file one refuses, the
+    other refuses with exit 2 and the same key path, before anything starts (no traceback)."""
+    content, expected = HOSTILE[name]
+    f = tmp_path / "config.yaml"
+    f.write_bytes(content)
+    out = {}
+    for cmd in ("check-config", "run"):
+        args = [cmd, str(f)] if cmd == "check-config" else [cmd, "--config", str(f)]
+        r = subprocess.run([sys.executable, "-m", "specwatch", *args], capture_output=True, text=True,
+                           timeout=30, cwd=ROOT)
+        assert r.returncode == 2 and expected in r.stderr and "Traceback" not in r.stderr, (cmd, r.stderr)
+        out[cmd] = [line.strip() for line in r.stderr.splitlines() if expected in line]
+    assert out["check-config"] == out["run"]
