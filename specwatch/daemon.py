@@ -189,6 +189,7 @@ class Daemon:
         self.state_dir.mkdir(parents=True, exist_ok=True)
         self._lock_fd = lock_state_dir(self.state_dir)  # before any read: one daemon per state_dir
         self.store = StateStore(self.state_dir)
+        self.store.hold_reserve()  # space for the last commit of a stop should the disk fill up
         self.dispatcher, self.notifiers = build_alerting(cfg, state_dir=self.state_dir, store=self.store)
         self.pipeline = Pipeline(cfg, self.dispatcher)
         state = self.store.load()
@@ -375,7 +376,7 @@ class Daemon:
         self._ticked = time.monotonic()
         self.pipeline.tick(time.time())
 
-    def commit(self) -> bool:
+    def commit(self, final: bool = False) -> bool:
         """Offsets, rule state, counters and the notifiers' queued items in one transaction
         (`StateStore.commit`); the state document only when it changed. Called on the followers'
         thread between poll rounds (or while it is not running), so offsets and pipeline describe
@@ -394,7 +395,7 @@ class Daemon:
             if doc != self._saved_doc or any(put or delete for put, delete in changes):
                 ok = self.store.commit(None if doc == self._saved_doc else doc,
                                        [p for put, _ in changes for p in put],
-                                       [d for _, delete in changes for d in delete])
+                                       [d for _, delete in changes for d in delete], final=final)
             if ok:
                 self._saved_doc = doc
             for n, (put, delete) in zip(notifiers, changes):
@@ -593,7 +594,7 @@ class Daemon:
             self.gpu.stop(timeout=2.0)
         if self._history_unsaved and self.followers.polled and not self.followers.catching_up:
             self._history_unsaved = False  # the backlog was read (stopped before the round's end)
-        if not self.commit():
+        if not self.commit(final=True):
             pending = sum(n.queue_depth for n in self.notifiers.values())
             log.error("stopping with state_dir unwritable: what was read since the last saved state is read "
                       "again at the next start; delivering %d queued notification(s) for up to %.0fs",

@@ -262,6 +262,12 @@ class SelfCollector(Collector):
             c = CounterMetricFamily("specwatch_state_write_errors", "Failed commits of the state to state_dir/state.db (disk full, I/O error); specwatch runs on from memory and writes it once it works again.")
             c.add_metric([], self.store.write_errors_total)
             yield c
+            g = GaugeMetricFamily("specwatch_state_writable", "1 while the last commit to state_dir/state.db succeeded, 0 while state cannot be written (disk full, I/O error): what is read and sent meanwhile lives in memory only.")
+            g.add_metric([], 1.0 if self.store.ok else 0.0)
+            yield g
+            g = GaugeMetricFamily("specwatch_state_reserve_bytes", "Space held in state_dir/state.reserve for the last commit before a stop on a full disk (0: none could be kept).")
+            g.add_metric([], getattr(self.store, "reserve_bytes", 0))
+            yield g
         firing = GaugeMetricFamily("specwatch_alerts_firing", "Alerts currently firing, by alert name (0 for every alert the rules can raise).", labels=("alertname",))
         counts = dict.fromkeys(alert_names_of(self.pipeline.rules), 0)
         with self.pipeline.lock:
