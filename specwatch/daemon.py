@@ -62,6 +62,7 @@ from specwatch.alerting import build_alerting
 from specwatch.config import Config, ConfigError, LogSource, ProcessTies, load_run_config, source_servers
 from specwatch.listener import serve_quietly, stop_serving
 from specwatch.metrics import FollowerCollector, PipelineCollector, SelfCollector, ServerCollector
+from specwatch.notifiers import dead_letter, failing
 from specwatch.pipeline import Pipeline
 from specwatch.sdnotify import Watchdog, monotonic_usec, notify
 from specwatch.sources.engines import low_accept_in
@@ -135,6 +136,7 @@ class Daemon:
         self._config_lock = threading.Lock()  # config and logset: reload (main) vs glob rescan (followers)
         self._wake = threading.Event()  # signals wake the main loop at once
         self._reload_requested = False
+        self._retry_requested = False  # SIGUSR1: `specwatch notifications retry`
         self.notifiers: dict[str, object] = {}
         self.httpd = None
         self._http_thread: threading.Thread | None = None
@@ -295,7 +297,8 @@ class Daemon:
     def _app(self, metrics_app):
         """The WSGI app served: the status page at `/` and `/api/status` (specwatch/status/),
         `metrics_app` (the registry) at any other path."""
-        view = StatusView(self.pipeline, sources=lambda: [*self.followers.followers.values(), *self.sources],
+        view = StatusView(self.pipeline, sources=lambda: [*self.followers.followers.values(), *self.sources,
+                                                          *self.notifiers.values()],
                           gpu=lambda: self.gpu, gpu_enabled=lambda: self.config.gpu.enabled)
         return status_app(view, metrics_app)
 
@@ -372,9 +375,13 @@ class Daemon:
         return time.monotonic() - self._ticked >= TICK_EVERY and not 0 <= since < TICK_EVERY
 
     def _tick(self) -> None:
-        """Let time-based rules advance (caller holds the pipeline lock)."""
+        """Let time-based rules advance, and raise or resolve SpecwatchNotificationsFailing from
+        the notifiers' dead letters (caller holds the pipeline lock)."""
         self._ticked = time.monotonic()
-        self.pipeline.tick(time.time())
+        now = time.time()
+        self.pipeline.tick(now)
+        for alert in failing.check(self.notifiers, list(self.dispatcher.active.values()), self.config.server, now):
+            self.dispatcher.handle(alert, now)
 
     def commit(self, final: bool = False) -> bool:
         """Offsets, rule state, counters and the notifiers' queued items in one transaction
@@ -442,6 +449,21 @@ class Daemon:
         else:
             self._stop.set()
         self._wake.set()
+
+    def _request_retry(self) -> None:
+        self._retry_requested = True
+        self._wake.set()
+
+    def _retry_dead_letters(self) -> None:
+        """SIGUSR1 from `specwatch notifications retry`: its request names the receivers."""
+        receivers = dead_letter.take_request(self.state_dir)
+        if receivers is None:
+            log.warning("SIGUSR1 without a retry request in %s: nothing to do (use `specwatch notifications retry`)",
+                        self.state_dir)
+            return
+        for name, n in list(self.notifiers.items()):
+            if not receivers or name in receivers:
+                n.retry_dead("specwatch notifications retry")
 
     def reload(self) -> bool:
         """Re-read the config file and apply it (see the module docstring). Returns success."""
@@ -547,6 +569,7 @@ class Daemon:
             signal.signal(signal.SIGTERM, lambda *_: self._request(reload=False))
             signal.signal(signal.SIGINT, lambda *_: self._request(reload=False))
             signal.signal(signal.SIGHUP, lambda *_: self._request(reload=True))
+            signal.signal(signal.SIGUSR1, lambda *_: self._request_retry())
         try:
             self._build()
         except StateDirLocked as e:  # exit 1: a conflict at run time, not a config error (2)
@@ -626,6 +649,9 @@ class Daemon:
             if self._reload_requested:
                 self._reload_requested = False
                 self.reload()
+            if self._retry_requested:
+                self._retry_requested = False
+                self._retry_dead_letters()
             # A bounded wait: a wedged pipeline shows up in health() instead of hanging here.
             if self.pipeline.lock.acquire(timeout=LOCK_WAIT):
                 try:
