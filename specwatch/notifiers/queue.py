@@ -8,7 +8,7 @@ restart), retries transient failures forever with exponential backoff (a 429 or 
 Retry-After instead, when it sends one), and counts what happened.
 
 Dead letter: an item the receiver refuses (a permanent answer: Slack's 404 `no_service`, a 4xx)
-is logged at ERROR once and kept, not dropped: it leaves the head of the queue (what follows is
+is logged at ERROR once and kept, not dropped (a coalesced snapshot excepted: the next replaces it): it leaves the head of the queue (what follows is
 still delivered) and is stored marked `data["dead_letter"] = {"status", "detail", "at",
 "endpoint"}` (HTTP status or None, the redacted answer, epoch seconds, a hash of the receiver's
 URL). It goes back into the queue, oldest first, when the receiver takes a notification again,
@@ -559,7 +559,10 @@ class QueuedNotifier:
             if isinstance(delay, Attempt):  # refused: kept in the dead letter, the next one goes on
                 self._failures = 0
                 self._not_before = 0.0
-                self._bury(item, delay)
+                if item.get("key") is None:
+                    self._bury(item, delay)
+                else:  # a coalesced snapshot (Alertmanager): the next one replaces it, an old one must not follow
+                    self._remove(item["seq"])
                 return 0.0
             if delay is not None:
                 key = item.get("key")
@@ -645,9 +648,13 @@ class QueuedNotifier:
             return None
         if result.outcome == PERMANENT:
             self.failed_total[PERMANENT] += 1
-            self.log.error("%s refused %s: %s; kept in the dead letter (%d there), retried when the receiver "
-                           "takes a notification again or its URL changes (`specwatch notifications list`)",
-                           self.kind, what, result.detail, len(self._dead) + 1)
+            if any(it["seq"] == seq and it.get("key") is not None for it in self._pending):
+                self.log.error("%s refused %s: %s; dropped: the next snapshot replaces it", self.kind, what,
+                               result.detail)
+            else:
+                self.log.error("%s refused %s: %s; kept in the dead letter (%d there), retried when the receiver "
+                               "takes a notification again or its URL changes (`specwatch notifications list`)",
+                               self.kind, what, result.detail, len(self._dead) + 1)
             return result
         self.failed_total[RETRY] += 1
         # the wait the receiver asks for leaves the backoff alone; a 429 without one backs off as any failure
