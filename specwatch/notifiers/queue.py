@@ -8,10 +8,10 @@ restart), retries transient failures forever with exponential backoff (a 429 or 
 Retry-After instead, when it sends one), and counts what happened.
 
 Dead letter: an item the receiver refuses (a permanent answer: Slack's 404 `no_service`, a 4xx)
-is logged at ERROR once and kept, not dropped (a coalesced snapshot excepted: the next replaces it): it leaves the head of the queue (what follows is
-still delivered) and is stored marked `data["dead_letter"] = {"status", "detail", "at",
-"endpoint"}` (HTTP status or None, the redacted answer, epoch seconds, a hash of the receiver's
-URL). It goes back into the queue, oldest first, when the receiver takes a notification again,
+is logged at ERROR once and kept, not dropped (a coalesced snapshot excepted: the next one
+replaces it): it leaves the head of the queue (what follows is still delivered) and is stored
+marked `data["dead_letter"] = {"status", "detail", "at", "endpoint"}` (HTTP status or None, the
+redacted answer, epoch seconds, a hash of the receiver's URL). It goes back into the queue, oldest first, when the receiver takes a notification again,
 when its oldest one is accepted by a probe retry (the sender thread re-sends it after
 backoff_initial, doubling up to backoff_max), when the receiver's URL changes (a reload or a
 restart with another URL: `take_queue`, `_load_store`), or on `retry_dead` (`specwatch
@@ -29,7 +29,8 @@ its removal was written, that item is sent again after the restart. A clean stop
 waits for the request in flight, so a restart repeats nothing.
 
 Ordering: one queue per receiver, oldest first; an item is retried until it succeeds or is
-dropped before the next one is tried, so notifications about one alert arrive in the order they
+refused before the next one is tried (a refused one that goes back in the queue takes its place
+by age again), so notifications about one alert arrive in the order they
 were made. `coalesce_key` lets a notifier replace a queued item that has not been sent yet (the
 Alertmanager push queues full snapshots: only the newest matters).
 """
@@ -541,7 +542,7 @@ class QueuedNotifier:
         with self._send_lock:
             with self._lock:
                 if not self._pending:
-                    if not self._dead:
+                    if not self._dead or self._dry_run is not None:
                         return None
                     wait = self._dead_next - time.monotonic()
                     if wait > 0:
