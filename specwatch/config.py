@@ -798,6 +798,8 @@ def _valid_host(host: str) -> bool:
 
 
 def _valid_url(url: str) -> bool:
+    if any(ord(c) <= 32 or ord(c) == 127 for c in url):  # urlsplit drops them silently; requests would not
+        return False
     try:
         u = urlsplit(url)
         u.port  # raises ValueError on a bad port

@@ -48,6 +48,8 @@ def cases(good: str) -> dict[str, tuple[bytes, str]]:
         "NUL in a log path": (b'logs: ["/var/log/sglang/server\\0.log"]\n', "logs[0].path: contains a NUL character"),
         "listen_address with a newline": (g + b'metrics: {listen_address: "0.0.0.0\\n"}\n',
                                           "metrics.listen_address: '0.0.0.0\\n' is not an IP address or host name"),
+        "a URL with a newline": (g + b'server_api: {url: "http://127.0.0.1:30000\\n"}\n',
+                                 "server_api.url: must be an http(s) base URL"),
         # a secret file read without a bound: a SIGHUP blocked for seconds
         "webhook_url_file /dev/zero": (g + b"alerts: {slack: {webhook_url_file: /dev/zero}}\n",
                                        "alerts.slack.webhook_url_file: '/dev/zero': is not a regular file"),
