@@ -148,6 +148,7 @@ class QueuedNotifier:
         self._staged: list[dict] = []  # store: enqueued, not committed yet, not sent yet
         self._unsaved: set[int] = set()  # store: seqs whose row is to be written
         self._undeleted: set[int] = set()  # store: seqs delivered whose row is still to be deleted
+        self._on_disk: set[int] = set()  # store: seqs with a committed row
         self._legacy = False  # store: items were read from the queue_path file
         self._dead: list[dict] = []  # refused items, oldest first (data carries DEAD)
         self._dead_failures = 0  # probe retries of the dead letter refused in a row
@@ -343,6 +344,8 @@ class QueuedNotifier:
             if ok:
                 self._unsaved.difference_update(p[1] for p in put)
                 self._undeleted.difference_update(d[1] for d in delete)
+                self._on_disk.update(p[1] for p in put)
+                self._on_disk.difference_update(d[1] for d in delete)
             if self._staged:
                 self._pending.extend(self._staged)
                 self._staged.clear()
@@ -354,6 +357,7 @@ class QueuedNotifier:
         with old._lock, self._lock:
             self._pending, self._staged = list(old._pending), list(old._staged)
             self._unsaved, self._undeleted = set(old._unsaved), set(old._undeleted)
+            self._on_disk = set(old._on_disk)
             self._next_seq = max(self._next_seq, old._next_seq)
             self._dead, self._dead_failures, self._dead_next = list(old._dead), old._dead_failures, old._dead_next
             changed = bool(self._dead) and old.endpoint_id != self.endpoint_id
@@ -375,6 +379,7 @@ class QueuedNotifier:
         self._pending = [it for it in rows if DEAD not in it["data"]]
         self._dead = [it for it in rows if DEAD in it["data"]]
         self._next_seq = max([1] + [it["seq"] + 1 for it in rows])
+        self._on_disk = {it["seq"] for it in rows}
         self._after_load_dead()
         if self.queue_path is not None and self.queue_path.exists():
             saved, first, self._pending = self._pending, self._next_seq, []
@@ -452,10 +457,14 @@ class QueuedNotifier:
                     self._inflight = None
                     self._pending = [it for it in self._pending if it["seq"] != seq]
                     self._dead = [it for it in self._dead if it["seq"] != seq]
-                    # its row may be on disk from before (re-marked, coalesced): deleted in any case
                     self._unsaved.discard(seq)
-                if not self.store.commit(None, [], [(self.name, seq)]):
-                    with self._lock:
+                    if seq not in self._on_disk:  # no row committed: nothing to delete
+                        return
+                ok = self.store.commit(None, [], [(self.name, seq)])
+                with self._lock:
+                    if ok:
+                        self._on_disk.discard(seq)
+                    else:
                         self._undeleted.add(seq)
             return
         with self._lock:
