@@ -39,6 +39,11 @@ the same on-disk queues, so nothing pending is lost. Firing alerts, the notifica
 silences carry over: a reload re-sends nothing already sent. It logs a warning for each setting
 that needs a restart (`metrics.*`, `state_dir`, `follow.*`, `gpu.*`, `process`, `server_api`,
 `server_metrics`, `diagnosis`), which keeps its running value until then.
+
+SIGUSR1 (sent by `specwatch notifications retry`) puts the notifications receivers refused back
+in their queues; each tick raises or resolves SpecwatchNotificationsFailing from those dead
+letters (`specwatch.notifiers.failing`). A stop on a full state_dir spends the store's reserve
+of space on its last commit (`StateStore.hold_reserve`).
 """
 
 from __future__ import annotations
