@@ -237,6 +237,7 @@ class StateStore:
     # "ballast" file). Set on the instance by `hold_reserve`.
     reserve_bytes = 0  # the size held now; 0: none
     _reserve_tried = -math.inf  # time.monotonic() of the last try to make one
+    _reserve_warned = False  # the lack of one was said (once, until one is held again)
 
     @property
     def reserve_path(self) -> str:
@@ -245,19 +246,21 @@ class StateStore:
     def hold_reserve(self) -> int:
         """Make the reserve when there is none (at most one try every WARN_EVERY seconds): a
         quarter of the free space, at most RESERVE_MAX bytes, allocated on disk. Returns its
-        size (0: none; not enough free space is said once at WARNING)."""
+        size (0: none; not enough free space is said once at WARNING, then tried quietly)."""
         if self.reserve_bytes or time.monotonic() - self._reserve_tried < WARN_EVERY:
             return self.reserve_bytes
         self._reserve_tried = time.monotonic()
         path = self.reserve_path
         try:
-            st = os.statvfs(os.path.dirname(path))
-            size = min(RESERVE_MAX, st.f_bavail * st.f_frsize // 4) // 4096 * 4096
-            if size < RESERVE_MIN:
-                raise OSError(errno.ENOSPC, f"{st.f_bavail * st.f_frsize} bytes free")
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o600)
             try:
-                os.posix_fallocate(fd, 0, size)  # blocks on disk, not a sparse file
+                size = os.fstat(fd).st_size  # kept from a run that did not spend it (kill -9)
+                if size < RESERVE_MIN:
+                    st = os.statvfs(os.path.dirname(path))
+                    size = min(RESERVE_MAX, st.f_bavail * st.f_frsize // 4) // 4096 * 4096
+                    if size < RESERVE_MIN:
+                        raise OSError(errno.ENOSPC, f"{st.f_bavail * st.f_frsize} bytes free")
+                    os.posix_fallocate(fd, 0, size)  # blocks on disk, not a sparse file
             finally:
                 os.close(fd)
         except OSError as e:
@@ -265,11 +268,13 @@ class StateStore:
                 os.unlink(path)
             except OSError:
                 pass
-            log.warning("cannot keep a reserve of space in %s (%s): if the disk fills up, what was read "
-                        "and sent since the last saved state is read and sent again after a restart",
-                        os.path.dirname(path), e.strerror or e)
+            if not self._reserve_warned:
+                self._reserve_warned = True
+                log.warning("cannot keep a reserve of space in %s (%s): if the disk fills up, what was read "
+                            "and sent since the last saved state is read and sent again after a restart",
+                            os.path.dirname(path), e.strerror or e)
             return 0
-        self.reserve_bytes = size
+        self.reserve_bytes, self._reserve_warned = size, False
         return size
 
     def _spend_reserve(self) -> bool:
