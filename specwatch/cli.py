@@ -35,7 +35,7 @@ def _print_problems(path: str, e: ConfigError) -> int:
 
 def cmd_check_config(args) -> int:
     try:
-        cfg = load_config(args.file)
+        cfg = load_run_config(args.file)  # what `run` and a reload accept, no more, no less
     except ConfigError as e:
         return _print_problems(args.file, e)
     for w in config_warnings(cfg):
@@ -219,6 +219,43 @@ def _join_dash_values(argv: list[str]) -> list[str]:
     return out
 
 
+def cmd_notifications(args) -> int:
+    """`notifications list`: the daemon's queues from state.db (exit 0; 1 when it cannot be read).
+    `notifications retry`: refused ones back in the queue, through the running daemon or in state.db."""
+    import sqlite3
+
+    from specwatch.alerts.model import iso8601
+    from specwatch.notifiers import dead_letter
+
+    state_dir = _state_dir(args)
+    try:
+        if args.action == "retry":
+            how, n = dead_letter.retry(state_dir, args.receivers)
+            print(f"asked the daemon (pid {n}) to send them again; its log says how many" if how == "daemon" else
+                  f"{n} refused notification(s) back in the queue; the daemon sends them when it starts")
+            return 0
+        items = dead_letter.queued(state_dir)
+    except FileNotFoundError as e:
+        print(f"specwatch notifications {args.action}: {e.filename or e}: no such file or directory "
+              "(give the daemon's --config or --state-dir)", file=sys.stderr)
+        return 1
+    except (OSError, sqlite3.Error) as e:
+        print(f"specwatch notifications {args.action}: {state_dir}: {getattr(e, 'strerror', None) or e} "
+              "(use --state-dir, or run as the user that runs the daemon)", file=sys.stderr)
+        return 1
+    if args.json:
+        print(json.dumps(items, indent=2))
+        return 0
+    if not items:
+        print("no notification queued or refused")
+        return 0
+    rows = [("Receiver", "Seq", "State", "Answer", "Refused at", "Alerts")]
+    rows += [(i["receiver"], str(i["seq"]), i["state"], i["detail"] or "-",
+              iso8601(i["refused_at"]) if i["refused_at"] else "-", i["alerts"]) for i in items]
+    _print_rows(rows)
+    return 0
+
+
 def cmd_silence(args) -> int:
     import getpass
     import time
@@ -265,10 +302,15 @@ def cmd_silence(args) -> int:
     rows = [("ID", "Matchers", "Starts", "Ends", "State", "Created by", "Comment")]
     rows += [(s.id, " ".join(str(m) for m in s.matchers), iso8601(s.starts_at), iso8601(s.ends_at), s.state(now),
               s.created_by, s.comment) for s in silences]
+    _print_rows(rows)
+    return 0
+
+
+def _print_rows(rows: list[tuple[str, ...]]) -> None:
+    """A table: columns padded to their widest cell, the last one left as it is."""
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
     for r in rows:
         print("  ".join(c.ljust(w) for c, w in zip(r, widths)) + "  " + r[-1])
-    return 0
 
 
 def cmd_run(args) -> int:
@@ -467,6 +509,16 @@ def build_parser() -> argparse.ArgumentParser:
     se.add_argument("ids", nargs="+", metavar="ID", help="silence ID (a unique prefix is enough)")
     where(se)
     sil.set_defaults(func=cmd_silence)
+
+    nt = sub.add_parser("notifications", help="queued and refused notifications (list, retry)")
+    ntsub = nt.add_subparsers(dest="action", required=True)
+    nl = ntsub.add_parser("list", parents=[common], help="list what waits for delivery and what receivers refused")
+    nl.add_argument("--json", action="store_true", help="print JSON")
+    where(nl)
+    nr = ntsub.add_parser("retry", parents=[common], help="send refused notifications again (all receivers, or those named)")
+    nr.add_argument("receivers", nargs="*", metavar="RECEIVER", help="notifier name, e.g. slack or webhook/ops")
+    where(nr)
+    nt.set_defaults(func=cmd_notifications)
 
     dg = sub.add_parser("diagnose", parents=[common], help="check a draft checkpoint against the target and the installed SGLang "
                                          "(exit 1 on any error finding)")

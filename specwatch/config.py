@@ -498,6 +498,9 @@ def _convert(raw, t, key: str, default):
             raw = str(raw)  # `server: 1`
         if not isinstance(raw, str):
             raise _Bad(f"must be {what}, got {_show(raw)}")
+        if extra.get("path") and "\0" in raw:  # the OS cannot open it: every use would raise
+            raise _Bad(f"contains a NUL character (\\0), which no file name can hold; got {_show(raw)}; "
+                       "give the path without it")
     elif base in (int, float):
         if (isinstance(raw, bool) or not isinstance(raw, (int, float)) or (base is int and not isinstance(raw, int))
                 or (isinstance(raw, float) and not math.isfinite(raw))):
@@ -685,13 +688,61 @@ def _resolve_secret(r: _Reader, data: dict, path: str, name: str) -> str | None:
             r.bad(f"{path}.{key}", f"environment variable {raw} is not set or empty; export it, or use {name}_file")
         return value or None
     try:
-        value = Path(raw).read_text().strip()
-    except OSError as e:
-        r.bad(f"{path}.{key}", f"cannot read {raw}: {e.strerror}; check the path and that specwatch may read it")
+        value = read_secret_file(raw)
+    except SecretFileError as e:
+        r.bad(f"{path}.{key}", f"{_show(raw)}: {e}")
         return None
     if not value:
         r.bad(f"{path}.{key}", f"{raw} is empty; put the {name.replace('_', ' ')} in it")
     return value or None
+
+
+SECRET_FILE_MAX = 16 << 10  # bytes: a URL or an API key is far shorter; more is not a secret file
+
+
+class SecretFileError(Exception):
+    """A `*_file` secret that cannot be used; the message says why and what to do (no content)."""
+
+
+def read_secret_file(path: str) -> str:
+    """The text of a secret file (`webhook_url_file`, `url_file`, `api_key_file`), stripped.
+
+    Reads at most SECRET_FILE_MAX bytes, without blocking: a FIFO, a device (/dev/zero) or a
+    directory is refused before any read. Raises SecretFileError when the path holds a NUL, the
+    file cannot be opened, is not a regular file, is larger than the bound, or is binary (a NUL
+    byte, not UTF-8, or control characters other than the newline after the secret).
+    """
+    import stat
+
+    if "\0" in path:
+        raise SecretFileError("contains a NUL character (\\0); give the path without it")
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+    except OSError as e:
+        raise SecretFileError(f"cannot read it: {e.strerror}; check the path and that specwatch may read it") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise SecretFileError("is not a regular file (a device, FIFO, socket or directory); "
+                                  "put the secret in a plain file and give its path")
+        if st.st_size > SECRET_FILE_MAX:
+            raise SecretFileError(f"is {st.st_size} bytes, more than a secret file holds (at most "
+                                  f"{SECRET_FILE_MAX}); give the file that holds only the URL or key")
+        data = os.read(fd, SECRET_FILE_MAX + 1)
+    except OSError as e:
+        raise SecretFileError(f"cannot read it: {e.strerror}; check the path and that specwatch may read it") from None
+    finally:
+        os.close(fd)
+    if len(data) > SECRET_FILE_MAX:  # grew since the fstat
+        raise SecretFileError(f"holds more than {SECRET_FILE_MAX} bytes; give the file that holds only the URL or key")
+    try:
+        text = data.decode("utf-8").strip()
+    except UnicodeDecodeError:
+        text = None
+    if text is None or any(ord(c) < 32 or ord(c) == 127 for c in text):
+        raise SecretFileError("is binary (not UTF-8 text, or control characters); the file must hold only "
+                              "the URL or key, as text")
+    return text
 
 
 def _is(test, path: str) -> bool:
@@ -731,7 +782,7 @@ def _timezone(r: _Reader, data: dict, path: str, default: str | None) -> str | N
     return name
 
 
-_HOST_LABEL = re.compile(r"^(?!-)[A-Za-z0-9-]{1,63}(?<!-)$")
+_HOST_LABEL = re.compile(r"(?!-)[A-Za-z0-9-]{1,63}(?<!-)")  # fullmatch: `$` would let "0\n" pass
 
 
 def _valid_host(host: str) -> bool:
@@ -742,11 +793,13 @@ def _valid_host(host: str) -> bool:
     except ValueError:
         pass
     labels = host.rstrip(".").split(".")
-    return (0 < len(host) <= 253 and all(_HOST_LABEL.match(x) for x in labels)
+    return (0 < len(host) <= 253 and all(_HOST_LABEL.fullmatch(x) for x in labels)
             and not labels[-1].isdigit())
 
 
 def _valid_url(url: str) -> bool:
+    if any(ord(c) <= 32 or ord(c) == 127 for c in url):  # urlsplit drops them silently; requests would not
+        return False
     try:
         u = urlsplit(url)
         u.port  # raises ValueError on a bad port
@@ -771,7 +824,9 @@ def build_config(data: dict | None, source_path: str | None = None, *, for_run: 
     default_tz = _timezone(r, data, "", None)
     cfg.log_timezone = default_tz
 
-    logs = data.get("logs") or []
+    logs = data.get("logs")
+    if logs is None:
+        logs = []
     if not isinstance(logs, list):
         r.bad("logs", "must be a list of entries like `- path: /var/log/sglang/server.log`")
         logs = []

@@ -39,6 +39,11 @@ the same on-disk queues, so nothing pending is lost. Firing alerts, the notifica
 silences carry over: a reload re-sends nothing already sent. It logs a warning for each setting
 that needs a restart (`metrics.*`, `state_dir`, `follow.*`, `gpu.*`, `process`, `server_api`,
 `server_metrics`, `diagnosis`), which keeps its running value until then.
+
+SIGUSR1 (sent by `specwatch notifications retry`) puts the notifications receivers refused back
+in their queues; each tick raises or resolves SpecwatchNotificationsFailing from those dead
+letters (`specwatch.notifiers.failing`). A stop on a full state_dir spends the store's reserve
+of space on its last commit (`StateStore.hold_reserve`).
 """
 
 from __future__ import annotations
@@ -62,6 +67,7 @@ from specwatch.alerting import build_alerting
 from specwatch.config import Config, ConfigError, LogSource, ProcessTies, load_run_config, source_servers
 from specwatch.listener import serve_quietly, stop_serving
 from specwatch.metrics import FollowerCollector, PipelineCollector, SelfCollector, ServerCollector
+from specwatch.notifiers import dead_letter, failing
 from specwatch.pipeline import Pipeline
 from specwatch.sdnotify import Watchdog, monotonic_usec, notify
 from specwatch.sources.engines import low_accept_in
@@ -135,6 +141,7 @@ class Daemon:
         self._config_lock = threading.Lock()  # config and logset: reload (main) vs glob rescan (followers)
         self._wake = threading.Event()  # signals wake the main loop at once
         self._reload_requested = False
+        self._retry_requested = False  # SIGUSR1: `specwatch notifications retry`
         self.notifiers: dict[str, object] = {}
         self.httpd = None
         self._http_thread: threading.Thread | None = None
@@ -189,6 +196,7 @@ class Daemon:
         private_dir(self.state_dir)  # 0700: alert texts and receiver names are the daemon's
         self._lock_fd = lock_state_dir(self.state_dir)  # before any read: one daemon per state_dir
         self.store = StateStore(self.state_dir)
+        self.store.hold_reserve()  # space for the last commit of a stop should the disk fill up
         self.dispatcher, self.notifiers = build_alerting(cfg, state_dir=self.state_dir, store=self.store)
         self.pipeline = Pipeline(cfg, self.dispatcher)
         state = self.store.load()
@@ -294,7 +302,8 @@ class Daemon:
     def _app(self, metrics_app):
         """The WSGI app served: the status page at `/` and `/api/status` (specwatch/status/),
         `metrics_app` (the registry) at any other path."""
-        view = StatusView(self.pipeline, sources=lambda: [*self.followers.followers.values(), *self.sources],
+        view = StatusView(self.pipeline, sources=lambda: [*self.followers.followers.values(), *self.sources,
+                                                          *self.notifiers.values()],
                           gpu=lambda: self.gpu, gpu_enabled=lambda: self.config.gpu.enabled)
         return status_app(view, metrics_app)
 
@@ -371,11 +380,15 @@ class Daemon:
         return time.monotonic() - self._ticked >= TICK_EVERY and not 0 <= since < TICK_EVERY
 
     def _tick(self) -> None:
-        """Let time-based rules advance (caller holds the pipeline lock)."""
+        """Let time-based rules advance, and raise or resolve SpecwatchNotificationsFailing from
+        the notifiers' dead letters (caller holds the pipeline lock)."""
         self._ticked = time.monotonic()
-        self.pipeline.tick(time.time())
+        now = time.time()
+        self.pipeline.tick(now)
+        for alert in failing.check(self.notifiers, list(self.dispatcher.active.values()), self.config.server, now):
+            self.dispatcher.handle(alert, now)
 
-    def commit(self) -> bool:
+    def commit(self, final: bool = False) -> bool:
         """Offsets, rule state, counters and the notifiers' queued items in one transaction
         (`StateStore.commit`); the state document only when it changed. Called on the followers'
         thread between poll rounds (or while it is not running), so offsets and pipeline describe
@@ -394,7 +407,7 @@ class Daemon:
             if doc != self._saved_doc or any(put or delete for put, delete in changes):
                 ok = self.store.commit(None if doc == self._saved_doc else doc,
                                        [p for put, _ in changes for p in put],
-                                       [d for _, delete in changes for d in delete])
+                                       [d for _, delete in changes for d in delete], final=final)
             if ok:
                 self._saved_doc = doc
             for n, (put, delete) in zip(notifiers, changes):
@@ -441,6 +454,21 @@ class Daemon:
         else:
             self._stop.set()
         self._wake.set()
+
+    def _request_retry(self) -> None:
+        self._retry_requested = True
+        self._wake.set()
+
+    def _retry_dead_letters(self) -> None:
+        """SIGUSR1 from `specwatch notifications retry`: its request names the receivers."""
+        receivers = dead_letter.take_request(self.state_dir)
+        if receivers is None:
+            log.warning("SIGUSR1 without a retry request in %s: nothing to do (use `specwatch notifications retry`)",
+                        self.state_dir)
+            return
+        for name, n in list(self.notifiers.items()):
+            if not receivers or name in receivers:
+                n.retry_dead("specwatch notifications retry")
 
     def reload(self) -> bool:
         """Re-read the config file and apply it (see the module docstring). Returns success."""
@@ -546,6 +574,7 @@ class Daemon:
             signal.signal(signal.SIGTERM, lambda *_: self._request(reload=False))
             signal.signal(signal.SIGINT, lambda *_: self._request(reload=False))
             signal.signal(signal.SIGHUP, lambda *_: self._request(reload=True))
+            signal.signal(signal.SIGUSR1, lambda *_: self._request_retry())
         try:
             self._build()
         except StateDirLocked as e:  # exit 1: a conflict at run time, not a config error (2)
@@ -593,7 +622,7 @@ class Daemon:
             self.gpu.stop(timeout=2.0)
         if self._history_unsaved and self.followers.polled and not self.followers.catching_up:
             self._history_unsaved = False  # the backlog was read (stopped before the round's end)
-        if not self.commit():
+        if not self.commit(final=True):
             pending = sum(n.queue_depth for n in self.notifiers.values())
             log.error("stopping with state_dir unwritable: what was read since the last saved state is read "
                       "again at the next start; delivering %d queued notification(s) for up to %.0fs",
@@ -625,6 +654,9 @@ class Daemon:
             if self._reload_requested:
                 self._reload_requested = False
                 self.reload()
+            if self._retry_requested:
+                self._retry_requested = False
+                self._retry_dead_letters()
             # A bounded wait: a wedged pipeline shows up in health() instead of hanging here.
             if self.pipeline.lock.acquire(timeout=LOCK_WAIT):
                 try:

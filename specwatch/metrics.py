@@ -266,6 +266,12 @@ class SelfCollector(Collector):
             c = CounterMetricFamily("specwatch_state_write_errors", "Failed commits of the state to state_dir/state.db (disk full, I/O error); specwatch runs on from memory and writes it once it works again.")
             c.add_metric([], self.store.write_errors_total)
             yield c
+            g = GaugeMetricFamily("specwatch_state_writable", "1 while the last commit to state_dir/state.db succeeded, 0 while state cannot be written (disk full, I/O error): what is read and sent meanwhile lives in memory only.")
+            g.add_metric([], 1.0 if self.store.ok else 0.0)
+            yield g
+            g = GaugeMetricFamily("specwatch_state_reserve_bytes", "Space held in state_dir/state.reserve for the last commit before a stop on a full disk (0: none could be kept).")
+            g.add_metric([], getattr(self.store, "reserve_bytes", 0))
+            yield g
         firing = GaugeMetricFamily("specwatch_alerts_firing", "Alerts currently firing, by alert name (0 for every alert the rules can raise).", labels=("alertname",))
         counts = dict.fromkeys(alert_names_of(self.pipeline.rules), 0)
         with self.pipeline.lock:
@@ -285,14 +291,16 @@ class SelfCollector(Collector):
                 silences.add_metric([state], states.count(state))
             yield silences
         sent = CounterMetricFamily("specwatch_notifications_sent", "Notifications delivered, by notifier.", labels=("notifier",))
-        failed = CounterMetricFamily("specwatch_notifications_failed", "Failed delivery attempts, by notifier and reason (retry: will be retried; permanent: dropped).", labels=("notifier", "reason"))
+        failed = CounterMetricFamily("specwatch_notifications_failed", "Failed delivery attempts, by notifier and reason (retry: will be retried; permanent: refused by the receiver, kept in the dead letter).", labels=("notifier", "reason"))
         depth = GaugeMetricFamily("specwatch_notification_queue_depth", "Notifications waiting for delivery, by notifier.", labels=("notifier",))
         last_ok = GaugeMetricFamily("specwatch_notification_last_success_timestamp_seconds", "Wall time of the last successful delivery.", labels=("notifier",))
+        dead = GaugeMetricFamily("specwatch_notifications_dead_letter", "Notifications the receiver refused (e.g. HTTP 404), kept in state_dir and retried when it takes one again or its URL changes (`specwatch notifications list`).", labels=("notifier",))
         for name, n in self.notifiers().items():
             sent.add_metric([name], getattr(n, "sent_total", 0))
             for reason, c in sorted(getattr(n, "failed_total", {}).items()):
                 failed.add_metric([name, reason], c)
             depth.add_metric([name], getattr(n, "queue_depth", 0))
+            dead.add_metric([name], getattr(n, "dead_letter_count", 0))
             if getattr(n, "last_success_timestamp", None):
                 last_ok.add_metric([name], n.last_success_timestamp)
-        yield from (sent, failed, depth, last_ok)
+        yield from (sent, failed, depth, last_ok, dead)

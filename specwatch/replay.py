@@ -103,9 +103,15 @@ def summary(pipeline: Pipeline, alerts: list[Alert]) -> dict:
 
 
 def _entry(a: Alert) -> dict:
+    """One alert as `replay --json` lists it: the short keys a person reads (name, status,
+    server, rank, times, summary, evidence, fixes) and, as Alertmanager's API v2 lists an alert
+    (`GET /api/v2/alerts`: prometheus/alertmanager `api/v2/openapi.yaml`, gettableAlert), its
+    `labels` (alertname, severity, server, rank, ...), `annotations` and `fingerprint`;
+    `severity` repeats the label so a script tells a page (`critical`) from a note (`info`)."""
     return {
         "name": a.name,
         "status": a.status,
+        "severity": a.labels.get("severity", ""),
         "server": a.labels.get("server", ""),
         "rank": a.labels.get("rank", ""),
         "starts_at": iso8601(a.starts_at),
@@ -113,6 +119,9 @@ def _entry(a: Alert) -> dict:
         "summary": a.annotations.get("summary", ""),
         "evidence": dict(a.evidence),
         "fixes": list(a.fixes),
+        "labels": dict(sorted(a.labels.items())),
+        "annotations": dict(sorted(a.annotations.items())),
+        "fingerprint": a.fingerprint,
     }
 
 

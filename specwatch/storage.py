@@ -12,8 +12,11 @@ when nothing changed. A notifier sends an item only once it is committed and del
 soon as the receiver accepted it, so only a POST in flight at a crash can be sent twice.
 
 A write that fails (disk full, I/O error) rolls back: the daemon keeps running from memory,
-delivers queued notifications from memory, counts the failure (`write_errors_total`), warns at
-most once a minute, and the next commit writes everything still pending. What is on disk is
+delivers queued notifications from memory, counts the failure (`write_errors_total`, `ok`),
+logs it at ERROR at most once a minute, and the next commit writes everything still pending.
+A reserve of space (`state.reserve`, held while the disk has room) is spent on the last commit
+of a stop on a full disk, so a SIGTERM saves what this run read and sent, and the restart
+neither reads those lines again nor re-sends their notifications. What is on disk is
 always an earlier consistent state, so a restart never reads a log from an older offset than
 the last commit and never from line 1.
 
@@ -28,8 +31,10 @@ it is (its owner may have chosen that) and warned about.
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
+import math
 import os
 import sqlite3
 import stat
@@ -212,31 +217,28 @@ class StateStore:
         return [(seq, key, json.loads(data)) for seq, key, data in rows]
 
     def commit(self, doc: str | None, put: list[tuple[str, int, str | None, str]],
-               delete: list[tuple[str, int]]) -> bool:
+               delete: list[tuple[str, int]], *, final: bool = False) -> bool:
         """One transaction: the state document (`doc`, JSON text; None: unchanged), outbox rows
         to write ([(notifier, seq, key, data JSON)], replacing a row of the same seq) and rows
         to delete ([(notifier, seq)]). Returns False when it failed (rolled back, counted,
-        warned at most once a minute)."""
+        logged at ERROR at most once a minute).
+
+        final: the last commit before a stop. On a full disk it spends the reserve (see
+        `hold_reserve`) and tries once more: what this run delivered is then on disk, and the
+        next start neither reads those lines again nor re-sends their notifications."""
         with self.lock:
-            db = self._db
             try:
-                db.execute("BEGIN IMMEDIATE")
-                try:
-                    if doc is not None:
-                        db.execute("INSERT OR REPLACE INTO state (id, doc) VALUES (1, ?)", (doc,))
-                    if put:
-                        db.executemany("INSERT OR REPLACE INTO outbox (notifier, seq, key, data) VALUES (?, ?, ?, ?)",
-                                       put)
-                    if delete:
-                        db.executemany("DELETE FROM outbox WHERE notifier = ? AND seq = ?", delete)
-                    db.execute("COMMIT")
-                except BaseException:
-                    if db.in_transaction:
-                        db.execute("ROLLBACK")
-                    raise
+                self._write(doc, put, delete)
             except (sqlite3.Error, OSError) as e:
-                self._failed(e)
-                return False
+                if not (final and _disk_full(e) and self._spend_reserve()):
+                    self._failed(e)
+                    return False
+                try:
+                    self._write(doc, put, delete)
+                except (sqlite3.Error, OSError) as again:
+                    self._failed(again)
+                    return False
+            self.hold_reserve()
             if not self.ok:
                 log.warning("state written to %s again after %d failed write(s)", self.path, self.write_errors_total)
             self.ok = True
@@ -265,13 +267,100 @@ class StateStore:
         now = time.monotonic()
         if now - self._warned >= WARN_EVERY:
             self._warned = now
-            log.warning("cannot write the state to %s: %s (%d failure(s) so far); running from memory, "
+            log.error("cannot write the state to %s: %s (%d failure(s) so far); running from memory, "
                         "notifications are still delivered, and everything is written once it works again "
                         "(free space in state_dir?)", self.path, e, self.write_errors_total)
 
     def close(self) -> None:
         with self.lock:
             self._db.close()
+
+    def _write(self, doc: str | None, put: list, delete: list) -> None:
+        """The transaction of `commit`; rolled back and raised (sqlite3.Error, OSError) on failure."""
+        db = self._db
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            if doc is not None:
+                db.execute("INSERT OR REPLACE INTO state (id, doc) VALUES (1, ?)", (doc,))
+            if put:
+                db.executemany("INSERT OR REPLACE INTO outbox (notifier, seq, key, data) VALUES (?, ?, ?, ?)", put)
+            if delete:
+                db.executemany("DELETE FROM outbox WHERE notifier = ? AND seq = ?", delete)
+            db.execute("COMMIT")
+        except BaseException:
+            if db.in_transaction:
+                db.execute("ROLLBACK")
+            raise
+
+    # The reserve: `<state_dir>/state.reserve`, space taken while the disk has some and given
+    # back for the last commit of a stop when the disk is full (the same trick as a database's
+    # "ballast" file). Set on the instance by `hold_reserve`.
+    reserve_bytes = 0  # the size held now; 0: none
+    _reserve_tried = -math.inf  # time.monotonic() of the last try to make one
+    _reserve_warned = False  # the lack of one was said (once, until one is held again)
+
+    @property
+    def reserve_path(self) -> str:
+        return os.path.join(os.path.dirname(self.path), RESERVE_NAME)
+
+    def hold_reserve(self) -> int:
+        """Make the reserve when there is none (at most one try every WARN_EVERY seconds): a
+        quarter of the free space, at most RESERVE_MAX bytes, allocated on disk. Returns its
+        size (0: none; not enough free space is said once at WARNING, then tried quietly)."""
+        if self.reserve_bytes or time.monotonic() - self._reserve_tried < WARN_EVERY:
+            return self.reserve_bytes
+        self._reserve_tried = time.monotonic()
+        path = self.reserve_path
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            try:
+                size = os.fstat(fd).st_size  # kept from a run that did not spend it (kill -9)
+                if size < RESERVE_MIN:
+                    st = os.statvfs(os.path.dirname(path))
+                    size = min(RESERVE_MAX, st.f_bavail * st.f_frsize // 4) // 4096 * 4096
+                    if size < RESERVE_MIN:
+                        raise OSError(errno.ENOSPC, f"{st.f_bavail * st.f_frsize} bytes free")
+                    os.posix_fallocate(fd, 0, size)  # blocks on disk, not a sparse file
+            finally:
+                os.close(fd)
+        except OSError as e:
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
+            if not self._reserve_warned:
+                self._reserve_warned = True
+                log.warning("cannot keep a reserve of space in %s (%s): if the disk fills up, what was read "
+                            "and sent since the last saved state is read and sent again after a restart",
+                            os.path.dirname(path), e.strerror or e)
+            return 0
+        self.reserve_bytes, self._reserve_warned = size, False
+        return size
+
+    def _spend_reserve(self) -> bool:
+        """Delete the reserve so the next write has its space; False when there was none."""
+        if not self.reserve_bytes:
+            return False
+        try:
+            os.unlink(self.reserve_path)
+        except OSError:
+            pass
+        log.error("state_dir %s is full: spent its reserve of %d bytes to write the state before stopping; "
+                  "free space there", os.path.dirname(self.path), self.reserve_bytes)
+        self.reserve_bytes = 0
+        return True
+
+
+RESERVE_NAME = "state.reserve"
+RESERVE_MAX = 1 << 20  # bytes: a few commits of a large state document (8 ranks' windows)
+RESERVE_MIN = 16 << 10  # bytes: less would not hold one commit of a small state
+
+
+def _disk_full(e: BaseException) -> bool:
+    """Whether a failed write failed for want of space (SQLITE_FULL, ENOSPC, EDQUOT)."""
+    if isinstance(e, sqlite3.Error):
+        return getattr(e, "sqlite_errorcode", None) == sqlite3.SQLITE_FULL or "full" in str(e)
+    return isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT)
 
 
 def migrate_json(path: str | os.PathLike[str], default: Any = None) -> Any:

@@ -3,6 +3,10 @@ refusal must contain (a key path or line, and what is wrong)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
+BINARY = Path(__file__).resolve().parent / "data" / "binary-secret.bin"  # a URL, then bytes no text file holds
+
 
 def alias_bomb() -> bytes:
     """"Billion laughs": 9 levels of 9 aliases, 9**9 values once expanded."""
@@ -39,5 +43,20 @@ def cases(good: str) -> dict[str, tuple[bytes, str]]:
         "control character": (g + b"server: a\x01b\n", f"line {lines + 1}: character #x0001 is not allowed"),
         "a 10,000-digit integer": (g + b"server: " + b"7" * 10_000 + b"\n",
                                    "a value cannot be read"),
+        # a path the OS cannot open: check-config passed it, `run` died with a traceback
+        "NUL in state_dir": (g + b'state_dir: "/var/lib/spec\\0watch"\n', "state_dir: contains a NUL character"),
+        "NUL in a log path": (b'logs: ["/var/log/sglang/server\\0.log"]\n', "logs[0].path: contains a NUL character"),
+        "listen_address with a newline": (g + b'metrics: {listen_address: "0.0.0.0\\n"}\n',
+                                          "metrics.listen_address: '0.0.0.0\\n' is not an IP address or host name"),
+        "a URL with a newline": (g + b'server_api: {url: "http://127.0.0.1:30000\\n"}\n',
+                                 "server_api.url: must be an http(s) base URL"),
+        # a secret file read without a bound: a SIGHUP blocked for seconds
+        "webhook_url_file /dev/zero": (g + b"alerts: {slack: {webhook_url_file: /dev/zero}}\n",
+                                       "alerts.slack.webhook_url_file: '/dev/zero': is not a regular file"),
+        "binary webhook_url_file": (g + f"alerts: {{slack: {{webhook_url_file: {BINARY}}}}}\n".encode(),
+                                    "is binary (not UTF-8 text, or control characters)"),
+        "logs: 0": (b"logs: 0\n", "logs: must be a list"),
+        "logs: false": (b"logs: false\n", "logs: must be a list"),
+        "logs: {}": (b"logs: {}\n", "logs: must be a list"),
     }
 

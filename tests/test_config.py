@@ -374,3 +374,43 @@ def test_an_invalid_route_matcher_is_reported_once_not_as_missing():
     with pytest.raises(ConfigError) as e:
         build_config({"alerts": {"routes": [{"slack": {"channel": "#x"}}]}})
     assert any("matchers: missing" in p for p in e.value.problems)
+
+
+@pytest.mark.parametrize("name", ["NUL in state_dir", "NUL in a log path", "listen_address with a newline",
+                                  "webhook_url_file /dev/zero", "binary webhook_url_file", "logs: 0", "logs: {}"])
+def test_run_refuses_what_check_config_refuses_with_the_same_words(tmp_path, name):
+    """check-config and `run` share one validation (`load_run_config`): a file one refuses, the
+    other refuses with exit 2 and the same key path, before anything starts (no traceback)."""
+    content, expected = HOSTILE[name]
+    f = tmp_path / "config.yaml"
+    f.write_bytes(content)
+    out = {}
+    for cmd in ("check-config", "run"):
+        args = [cmd, str(f)] if cmd == "check-config" else [cmd, "--config", str(f)]
+        r = subprocess.run([sys.executable, "-m", "specwatch", *args], capture_output=True, text=True,
+                           timeout=30, cwd=ROOT)
+        assert r.returncode == 2 and expected in r.stderr and "Traceback" not in r.stderr, (cmd, r.stderr)
+        out[cmd] = [line.strip() for line in r.stderr.splitlines() if expected in line]
+    assert out["check-config"] == out["run"]
+
+
+def test_secret_files_are_small_regular_text_files(tmp_path):
+    """A `*_file` secret is read bounded and without blocking: a FIFO (a read would wait for a
+    writer), a directory, an oversized or binary file is refused by key, the content never shown."""
+    import os
+
+    fifo, big, ok = tmp_path / "fifo", tmp_path / "big", tmp_path / "key"
+    os.mkfifo(fifo)
+    big.write_text("https://hooks.slack.com/services/T/B/" + "x" * 20_000)
+    ok.write_text("s3cret-key\n")
+    t = time.monotonic()
+    ps = problems({"alerts": {"slack": {"webhook_url_file": str(fifo)},
+                              "webhooks": [{"name": "a", "url_file": str(big)}, {"name": "b", "url_file": str(tmp_path)}]},
+                   "server_api": {"url": "http://127.0.0.1:30000", "api_key_file": str(ok)}})
+    assert time.monotonic() - t < 2
+    assert [p.split(":")[0] for p in ps] == ["alerts.slack.webhook_url_file", "alerts.webhooks[0].url_file",
+                                             "alerts.webhooks[1].url_file"]
+    assert "is not a regular file" in ps[0] and "is not a regular file" in ps[2]
+    assert "more than a secret file holds (at most 16384)" in ps[1] and "xxxx" not in ps[1]
+    cfg = build_config({"server_api": {"url": "http://127.0.0.1:30000", "api_key_file": str(ok)}})
+    assert cfg.server_apis[0].api_key == "s3cret-key"

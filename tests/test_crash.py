@@ -200,10 +200,11 @@ def test_full_state_dir_warns_keeps_working_and_loses_nothing(tmp_path, slack):
     assert d.output.count("cannot write the state") == 1
     assert "Traceback" not in d.output
 
-    # SIGTERM while full: exit 0, nothing lost in memory (both were delivered)
+    # SIGTERM while full: exit 0, nothing lost in memory (both were delivered); the reserve held
+    # since the start gives the last commit its space
     rc, out = d.stop()
     assert rc == 0, out
-    assert "Traceback" not in out and "stopping with state_dir unwritable" in out
+    assert "Traceback" not in out and "spent its reserve" in out and "stopping with state_dir unwritable" not in out
 
     # The tmpfs went with the namespace: a fresh one, empty (as after a reboot) would read from line 1;
     # so test "space comes back" on one run instead: full, then freed.
@@ -305,3 +306,62 @@ def test_sigterm_during_a_first_backlog_saves_no_offset_of_it(tmp_path, slack):
     assert delivered(slack) == []
     rc, out = d.stop()
     assert rc == 0, out
+
+
+def _mount_tmpfs(where, size: str) -> bool:
+    """A real tmpfs of `size` at `where` (root only; False where mounting is not allowed)."""
+    where.mkdir(parents=True, exist_ok=True)
+    return shutil.which("mount") is not None and subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size},mode=0700", "tmpfs", str(where)],
+        capture_output=True).returncode == 0
+
+
+def test_full_state_dir_then_sigterm_then_restart_sends_each_notification_once(tmp_path, slack):
+    """A full state_dir, three collapse episodes and a fourth FIRING delivered while nothing can be
+    written, SIGTERM, a restart on the still-full disk, the fourth RESOLVED: every FIRING and
+    RESOLVED arrives exactly once (the reproduction sent 3 of 16 twice: lines read and sent but
+    never written were read and sent again after the restart). The daemon says at ERROR and in
+    /metrics that state cannot be written; the stop spends the reserve to write it."""
+    log = tmp_path / "sglang.log"
+    log.write_text("")
+    d = SpecwatchDaemon(tmp_path, log, alerts={**FAST, "slack": {"webhook_url": slack.url}})
+    if not _mount_tmpfs(d.state, "256k"):
+        pytest.skip("cannot mount a tmpfs here (needs root)")
+    try:
+        d.start()
+        append(log, "".join(decode_line(2.9, f"16:30:0{i}") for i in range(3)))
+        wait_for(lambda: lines_counted(d) == 3, what="3 lines counted")
+        assert d.scrape()[("specwatch_state_reserve_bytes", ())] > 0, d.output
+        subprocess.run(["dd", "if=/dev/zero", f"of={d.state}/fill", "bs=4k"], capture_output=True)
+        for k in range(4):
+            append(log, "".join(decode_line(1.01, f"16:3{k + 1}:0{i}") for i in range(3)))
+            wait_for(lambda: len(delivered(slack)) == 2 * k + 1, what=f"FIRING {k + 1}")
+            if k == 3:
+                break  # still firing at the stop
+            append(log, "".join(decode_line(2.9, f"16:3{k + 1}:1{i}") for i in range(3)))
+            wait_for(lambda: len(delivered(slack)) == 2 * k + 2, what=f"RESOLVED {k + 1}")
+        m = d.scrape()
+        assert m[("specwatch_state_write_errors_total", ())] >= 1
+        assert m[("specwatch_state_writable", ())] == 0
+        rc, out = d.stop()
+        assert rc == 0, out
+        [line] = [x for x in out.splitlines() if "cannot write the state" in x]
+        assert " ERROR " in line, line
+        assert "spent its reserve" in out and "stopping with state_dir unwritable" not in out, out
+        assert "Traceback" not in out
+
+        d.start()  # still full
+        wait_for(lambda: lines_counted(d) == 24, what="the counters of the stop")
+        time.sleep(1.5)  # ticks and flushes: anything to re-send would go now
+        append(log, "".join(decode_line(2.9, f"16:34:1{i}") for i in range(3)))
+        wait_for(lambda: len(delivered(slack)) >= 8, what="RESOLVED 4")
+        subprocess.run(["rm", f"{d.state}/fill"], check=True)
+        time.sleep(1.5)
+        assert delivered(slack) == ["FIRING", "RESOLVED"] * 4, slack.delivered_texts()
+        assert lines_counted(d) == 27
+        rc, out = d.stop()
+        assert rc == 0, out
+    finally:
+        if d.proc is not None and d.proc.poll() is None:
+            d.stop()
+        subprocess.run(["umount", str(d.state)], capture_output=True)

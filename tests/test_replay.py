@@ -314,3 +314,22 @@ def test_a_server_wide_collapse_counts_as_one_earlier_episode(tmp_path):
     again = collapses[-1]
     assert again["evidence"]["earlier episodes recovered without a restart"] == "1"
     assert again["fixes"][0].startswith("Acceptance recovered by itself 1 time(s) on this server")
+
+
+def test_json_alerts_carry_severity_labels_and_annotations_as_alertmanager_lists_them(tmp_path):
+    """A script tells a page from a note: each alert (and episode) of `--json` has its severity
+    and, as Alertmanager's `GET /api/v2/alerts` lists an alert, its labels, annotations and
+    fingerprint (the same fingerprint for the firing and the resolved transition)."""
+    log = tmp_path / "three.log"
+    three_rank_collapse_log(log)
+    doc = json.loads(replay(str(log), "--json").stdout)
+    by_name = {(a["name"], a["status"]): a for a in doc["alerts"]}
+    page, note = by_name[("AcceptanceCollapse", "firing")], by_name[("RankDisagreement", "firing")]
+    assert (page["severity"], note["severity"]) == ("critical", "warning")
+    assert page["labels"] == {"alertname": "AcceptanceCollapse", "severity": "critical", "server": "replay",
+                              "rank": "DP1 TP1"}
+    assert page["annotations"]["summary"] == page["summary"] and "description" in page["annotations"]
+    assert page["fingerprint"] == Alert(labels=page["labels"], annotations={}, starts_at=0).fingerprint
+    assert by_name[("AcceptanceCollapse", "resolved")]["fingerprint"] == page["fingerprint"]
+    [episode] = [e for e in doc["episodes"] if e["name"] == "AcceptanceCollapse"]
+    assert episode["severity"] == "critical" and episode["labels"] == page["labels"]

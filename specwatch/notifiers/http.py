@@ -30,16 +30,19 @@ SENT, PERMANENT, RETRY = "sent", "permanent", "retry"
 class Attempt:
     """The outcome of one delivery attempt.
 
-    outcome: SENT, PERMANENT (will never succeed as sent: drop it) or RETRY.
+    outcome: SENT, PERMANENT (refused: will not succeed as sent to this receiver; kept in the
+        dead letter, see `QueuedNotifier`) or RETRY.
     wait: for RETRY, seconds the receiver asked us to wait (Retry-After); None = use the backoff.
     detail: for logs, already free of secrets.
     rate_limited: the receiver answered 429 (logged as such; without `wait` it backs off like any failure).
+    status: the HTTP status of the answer (None: no answer, e.g. a network error or a dry run).
     """
 
     outcome: str
     wait: float | None = None
     detail: str = ""
     rate_limited: bool = False
+    status: int | None = None
 
 
 class Secret:
@@ -169,8 +172,8 @@ def post_json(
     body = url.redact(resp.text.strip())[:200]
     detail = f"HTTP {status} {body!r}"
     if succeeded(status, body):
-        return Attempt(SENT, None, detail)
+        return Attempt(SENT, None, detail, status=status)
     if permanent(status, body):
-        return Attempt(PERMANENT, None, detail)
+        return Attempt(PERMANENT, None, detail, status=status)
     wait = retry_after(resp.headers.get("Retry-After")) if status in (429, 503) else None
-    return Attempt(RETRY, wait, detail, rate_limited=status == 429)
+    return Attempt(RETRY, wait, detail, rate_limited=status == 429, status=status)

@@ -5,7 +5,18 @@ the payload to send; an exception drops the item as permanently broken) and `sen
 timeout)` (one attempt → an `Attempt`). The base class keeps the queue, in order, in
 `<state_dir>/<name>-queue.json` (rewritten atomically on every change, so it survives a crash or
 restart), retries transient failures forever with exponential backoff (a 429 or 503 waits its
-Retry-After instead, when it sends one), logs a permanent failure once and drops it, and counts what happened.
+Retry-After instead, when it sends one), and counts what happened.
+
+Dead letter: an item the receiver refuses (a permanent answer: Slack's 404 `no_service`, a 4xx)
+is logged at ERROR once and kept, not dropped (a coalesced snapshot excepted: the next one
+replaces it): it leaves the head of the queue (what follows is still delivered) and is stored
+marked `data["dead_letter"] = {"status", "detail", "at", "endpoint"}` (HTTP status or None, the
+redacted answer, epoch seconds, a hash of the receiver's URL). It goes back into the queue, oldest first, when the receiver takes a notification again,
+when its oldest one is accepted by a probe retry (the sender thread re-sends it after
+backoff_initial, doubling up to backoff_max), when the receiver's URL changes (a reload or a
+restart with another URL: `take_queue`, `_load_store`), or on `retry_dead` (`specwatch
+notifications retry`). `dead_letter` lists them; `specwatch.notifiers.failing` raises an alert
+about them through the other receivers (this receiver is not sent alerts about itself).
 
 With a `StateStore` (the daemon) the queue lives in its `outbox` table instead: `enqueue` only
 stages an item, the daemon's commit writes it in the same transaction as the rule state that
@@ -18,13 +29,15 @@ its removal was written, that item is sent again after the restart. A clean stop
 waits for the request in flight, so a restart repeats nothing.
 
 Ordering: one queue per receiver, oldest first; an item is retried until it succeeds or is
-dropped before the next one is tried, so notifications about one alert arrive in the order they
+refused before the next one is tried (a refused one that goes back in the queue takes its place
+by age again), so notifications about one alert arrive in the order they
 were made. `coalesce_key` lets a notifier replace a queued item that has not been sent yet (the
 Alertmanager push queues full snapshots: only the newest matters).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
@@ -40,7 +53,22 @@ from specwatch.notifiers.http import PERMANENT, RETRY, SENT, Attempt
 from specwatch.storage import write_json_atomic
 
 DESCRIBE_MAX = 5  # alerts named in one log line about a notification
+DEAD = "dead_letter"  # the key of a refused item's data that marks it kept in the dead letter
+FAILING_ALERT = "SpecwatchNotificationsFailing"  # specwatch.notifiers.failing: not sent to the receiver it names
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+def describe_alerts(data: dict, most: int = DESCRIBE_MAX) -> str:
+    """The alerts of a queued item's data on one line (see `QueuedNotifier.describe`)."""
+    alerts = data.get("alerts") or []
+    parts = []
+    for a in alerts[:most]:
+        labels = a.get("labels", {})
+        where = " ".join(v for v in (labels.get("server", ""), labels.get("rank", "")) if v)
+        parts.append(f"{labels.get('alertname', '?')} {a.get('status', '?')}" + (f" on {where}" if where else ""))
+    if len(alerts) > most:
+        parts.append(f"{len(alerts) - most} more")
+    return " ".join("; ".join(parts).split()) or "notification"
 
 
 def queue_file(state_dir: str | os.PathLike, name: str) -> Path:
@@ -64,8 +92,9 @@ class QueuedNotifier:
     dry_run_json: print the payloads as JSON even where a notifier has a readable rendering.
     send_resolved: whether the dispatcher sends this receiver notifications of resolved alerts.
 
-    Counters (read by the metrics layer): `sent_total`, `failed_total` {"permanent": dropped
-    items, "retry": failed attempts that will be retried}, `queue_depth`,
+    Counters (read by the metrics layer): `sent_total`, `failed_total` {"permanent": refusals
+    (items put in the dead letter, or malformed and dropped), "retry": failed attempts that will
+    be retried}, `queue_depth` (not counting the dead letter), `dead_letter_count`,
     `last_success_timestamp` (seconds since the epoch, None before the first success).
 
     Raises ValueError when a backoff/timeout is not positive; OSError when an existing queue file
@@ -119,7 +148,11 @@ class QueuedNotifier:
         self._staged: list[dict] = []  # store: enqueued, not committed yet, not sent yet
         self._unsaved: set[int] = set()  # store: seqs whose row is to be written
         self._undeleted: set[int] = set()  # store: seqs delivered whose row is still to be deleted
+        self._on_disk: set[int] = set()  # store: seqs with a committed row
         self._legacy = False  # store: items were read from the queue_path file
+        self._dead: list[dict] = []  # refused items, oldest first (data carries DEAD)
+        self._dead_failures = 0  # probe retries of the dead letter refused in a row
+        self._dead_next = 0.0  # time.monotonic() of the next probe retry
         if store is not None:
             self._load_store()
         elif self.queue_path is not None:
@@ -143,15 +176,7 @@ class QueuedNotifier:
     def describe(self, data: dict) -> str:
         """Short text naming the item in log lines (no secrets), one line whatever the labels
         hold: `AcceptanceCollapse firing on gpu-box-1 TP0; ThroughputDrop resolved on gpu-box-1`."""
-        alerts = data.get("alerts") or []
-        parts = []
-        for a in alerts[:DESCRIBE_MAX]:
-            labels = a.get("labels", {})
-            where = " ".join(v for v in (labels.get("server", ""), labels.get("rank", "")) if v)
-            parts.append(f"{labels.get('alertname', '?')} {a.get('status', '?')}" + (f" on {where}" if where else ""))
-        if len(alerts) > DESCRIBE_MAX:
-            parts.append(f"{len(alerts) - DESCRIBE_MAX} more")
-        return " ".join("; ".join(parts).split()) or "notification"
+        return describe_alerts(data)
 
     def delivered(self, data: dict, what: str) -> None:
         """Log one delivered item (INFO); a notifier that re-sends the same content on a timer
@@ -159,8 +184,99 @@ class QueuedNotifier:
         self.log.info("%s delivered %s", self.kind, what)
 
     def notify(self, notification: Notification) -> int:
-        """Queue a group notification (from the dispatcher); returns its sequence number."""
+        """Queue a group notification (from the dispatcher); returns its sequence number (0:
+        nothing queued: it held only alerts that this receiver refuses notifications)."""
+        about_me = [a for a in notification.alerts
+                    if a.labels.get("alertname") == FAILING_ALERT and a.labels.get("receiver") == self.name]
+        if about_me:
+            notification.alerts = [a for a in notification.alerts if a not in about_me]
+            if not notification.alerts:
+                return 0
         return self.enqueue(notification.to_dict())
+
+    # -- dead letter -----------------------------------------------------------------------
+
+    @property
+    def endpoint_id(self) -> str:
+        """16 hex digits of SHA-256 over where this notifier posts (URL, channel): tells a
+        dead-lettered item whether its receiver changed since (the URL itself is a secret)."""
+        url = getattr(self, "_url", None) or getattr(self, "_api", None)
+        text = json.dumps([getattr(url, "value", ""), getattr(self, "channel", None)])
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+    @property
+    def dead_letter_count(self) -> int:
+        return len(self._dead)
+
+    def dead_letter(self) -> list[dict]:
+        """The refused items, oldest first: [{"seq", "what" (alerts, as in log lines), "status"
+        (HTTP status or None), "detail" (the receiver's answer, redacted), "at" (epoch s)}]."""
+        with self._lock:
+            return [{"seq": it["seq"], "what": self.describe(it["data"]), "status": it["data"][DEAD].get("status"),
+                     "detail": it["data"][DEAD].get("detail", ""), "at": it["data"][DEAD].get("at")}
+                    for it in self._dead]
+
+    def retry_dead(self, why: str) -> int:
+        """Put every dead-lettered item back in the queue (oldest first, before the items queued
+        after them) and send at once; `why` goes in the log line. Returns how many."""
+        with self._cond:
+            n = self._revive_locked()
+            self._cond.notify_all()
+        if n:
+            self.log.info("%s: %d refused notification(s) back in the queue (%s)", self.kind, n, why)
+        return n
+
+    def _revive_locked(self) -> int:
+        dead, self._dead = self._dead, []
+        for it in dead:
+            it["data"].pop(DEAD, None)
+            if self.store is not None:
+                self._unsaved.add(it["seq"])  # its row is written again without the mark
+        head = [self._pending[0]] if self._pending and self._pending[0]["seq"] == self._inflight else []
+        rest = self._pending[len(head):]
+        self._pending = head + sorted(dead + rest, key=lambda it: it["seq"])
+        self._dead_failures, self._dead_next = 0, 0.0
+        if dead and self.store is None:
+            self._persist_locked()
+        return len(dead)
+
+    def _bury(self, item: dict, result: Attempt) -> None:
+        """The receiver refused `item`: out of the queue, into the dead letter (written at the
+        next commit, or now to the queue file)."""
+        with self._lock:
+            self._inflight = None
+            self._pending = [it for it in self._pending if it["seq"] != item["seq"]]
+            item["data"][DEAD] = {"status": result.status, "detail": result.detail, "at": time.time(),
+                                  "endpoint": self.endpoint_id}
+            self._dead.append(item)
+            if self.store is not None:
+                self._unsaved.add(item["seq"])
+            else:
+                self._persist_locked()
+            if len(self._dead) == 1:
+                self._dead_failures = 0
+                self._dead_next = time.monotonic() + self._probe_delay()
+
+    def source_status(self) -> dict:
+        """This receiver on the status page (`specwatch.status.view.source_status`): not ok while
+        its dead letter holds anything. Names the notifier, never its URL."""
+        dead = self.dead_letter()
+        queued = self.queue_depth
+        if dead:
+            last = dead[-1]
+            answer = f"HTTP {last['status']}" if last["status"] is not None else last["detail"][:60]
+            state = f"{len(dead)} refused ({answer}), kept and retried"
+        elif queued and self._failures:
+            state = f"{queued} queued, retrying"
+        else:
+            state = f"{queued} queued" if queued else "delivering"
+        return {"kind": "notifier", "name": self.name, "server": "", "ok": not dead, "state": state,
+                "last_line_at": self.last_success_timestamp,
+                "counters": {"sent": self.sent_total, "queued": queued, "dead_letter": len(dead),
+                             "failed_attempts": self.failed_total[RETRY]}}
+
+    def _probe_delay(self) -> float:
+        return min(self.backoff_max, self.backoff_initial * 2.0 ** min(self._dead_failures, 60))
 
     # -- queue -----------------------------------------------------------------------------
 
@@ -218,7 +334,7 @@ class QueuedNotifier:
         `store.lock` until it hands the result to `committed`."""
         with self._lock:
             put = [(self.name, it["seq"], it["key"], json.dumps(it["data"]))
-                   for it in self._staged + self._pending if it["seq"] in self._unsaved]
+                   for it in self._staged + self._pending + self._dead if it["seq"] in self._unsaved]
             return put, [(self.name, seq) for seq in self._undeleted]
 
     def committed(self, ok: bool, put: list, delete: list) -> None:
@@ -228,6 +344,8 @@ class QueuedNotifier:
             if ok:
                 self._unsaved.difference_update(p[1] for p in put)
                 self._undeleted.difference_update(d[1] for d in delete)
+                self._on_disk.update(p[1] for p in put)
+                self._on_disk.difference_update(d[1] for d in delete)
             if self._staged:
                 self._pending.extend(self._staged)
                 self._staged.clear()
@@ -239,7 +357,13 @@ class QueuedNotifier:
         with old._lock, self._lock:
             self._pending, self._staged = list(old._pending), list(old._staged)
             self._unsaved, self._undeleted = set(old._unsaved), set(old._undeleted)
+            self._on_disk = set(old._on_disk)
             self._next_seq = max(self._next_seq, old._next_seq)
+            self._dead, self._dead_failures, self._dead_next = list(old._dead), old._dead_failures, old._dead_next
+            changed = bool(self._dead) and old.endpoint_id != self.endpoint_id
+            n = self._revive_locked() if changed else 0
+        if n:
+            self.log.info("%s: its URL changed; %d refused notification(s) back in the queue", self.kind, n)
 
     def migrated(self) -> None:
         """Store: the items of the old queue file are committed; rename it `<name>.migrated`."""
@@ -251,8 +375,12 @@ class QueuedNotifier:
                 self.log.warning("could not rename the migrated queue file %s: %s", self.queue_path, exc)
 
     def _load_store(self) -> None:
-        self._pending = [{"seq": seq, "key": key, "data": data} for seq, key, data in self.store.outbox(self.name)]
-        self._next_seq = max([1] + [it["seq"] + 1 for it in self._pending])
+        rows = [{"seq": seq, "key": key, "data": data} for seq, key, data in self.store.outbox(self.name)]
+        self._pending = [it for it in rows if DEAD not in it["data"]]
+        self._dead = [it for it in rows if DEAD in it["data"]]
+        self._next_seq = max([1] + [it["seq"] + 1 for it in rows])
+        self._on_disk = {it["seq"] for it in rows}
+        self._after_load_dead()
         if self.queue_path is not None and self.queue_path.exists():
             saved, first, self._pending = self._pending, self._next_seq, []
             self._load()
@@ -284,10 +412,27 @@ class QueuedNotifier:
                            self.kind, path, exc, aside)
             return
         pending.sort(key=lambda it: it["seq"])
-        self._pending = pending
+        self._pending = [it for it in pending if DEAD not in it["data"]]
+        self._dead += [it for it in pending if DEAD in it["data"]]
         self._next_seq = max([next_seq] + [it["seq"] + 1 for it in pending])
+        if self.store is None:  # with a store: `_load_store` looked at its dead letter
+            self._after_load_dead()
         if pending:
             self.log.info("%s queue %s: %d notification(s) pending from a previous run", self.kind, path, len(pending))
+
+    def _after_load_dead(self) -> None:
+        """Refused items from a previous run: back in the queue when the URL changed since."""
+        if not self._dead:
+            return
+        if any(it["data"][DEAD].get("endpoint") != self.endpoint_id for it in self._dead):
+            n = self._revive_locked()
+            self.log.info("%s: its URL changed since the last run; %d refused notification(s) back in the queue",
+                          self.kind, n)
+        else:
+            self._dead_next = time.monotonic() + self._probe_delay()
+            self.log.warning("%s dead letter: %d notification(s) refused by the receiver in a previous run "
+                             "(`specwatch notifications list`); retried when it takes one again", self.kind,
+                             len(self._dead))
 
     def _item_from_file(self, it: dict) -> dict:
         if "data" not in it and "alert" in it:  # version 1 (Slack only): one alert per item
@@ -299,7 +444,8 @@ class QueuedNotifier:
         if self.queue_path is None:
             return
         try:
-            write_json_atomic(self.queue_path, {"version": 2, "next_seq": self._next_seq, "pending": self._pending})
+            write_json_atomic(self.queue_path, {"version": 2, "next_seq": self._next_seq,
+                                                "pending": sorted(self._pending + self._dead, key=lambda it: it["seq"])})
         except OSError as exc:
             self.log.error("could not write %s queue file %s: %s", self.kind, self.queue_path, exc)
 
@@ -310,11 +456,15 @@ class QueuedNotifier:
                 with self._lock:
                     self._inflight = None
                     self._pending = [it for it in self._pending if it["seq"] != seq]
-                    if seq in self._unsaved:  # never written
-                        self._unsaved.discard(seq)
+                    self._dead = [it for it in self._dead if it["seq"] != seq]
+                    self._unsaved.discard(seq)
+                    if seq not in self._on_disk:  # no row committed: nothing to delete
                         return
-                if not self.store.commit(None, [], [(self.name, seq)]):
-                    with self._lock:
+                ok = self.store.commit(None, [], [(self.name, seq)])
+                with self._lock:
+                    if ok:
+                        self._on_disk.discard(seq)
+                    else:
                         self._undeleted.add(seq)
             return
         with self._lock:
@@ -322,6 +472,11 @@ class QueuedNotifier:
             for i, it in enumerate(self._pending):
                 if it["seq"] == seq:
                     del self._pending[i]
+                    self._persist_locked()
+                    return
+            for i, it in enumerate(self._dead):
+                if it["seq"] == seq:
+                    del self._dead[i]
                     self._persist_locked()
                     return
 
@@ -363,9 +518,11 @@ class QueuedNotifier:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return self.queue_depth == 0
+            if not self._pending:
+                return self.queue_depth == 0  # items staged for a commit are not sendable yet
             wait = self._deliver_one(request_timeout=min(self.timeout, remaining))
             if wait is None:
-                return self.queue_depth == 0  # items staged for a commit are not sendable yet
+                return self.queue_depth == 0
             if wait > 0:
                 time.sleep(min(wait, max(0.0, deadline - time.monotonic())))
 
@@ -380,7 +537,7 @@ class QueuedNotifier:
                     return
                 if wait is None:
                     if not self._pending:
-                        self._cond.wait()  # enqueue() or stop() wakes us
+                        self._cond.wait()  # enqueue(), retry_dead() or stop() wakes us
                 elif wait > 0:
                     # enqueue() may wake us early; _deliver_one then returns the time still left.
                     self._cond.wait(wait)
@@ -394,7 +551,14 @@ class QueuedNotifier:
         with self._send_lock:
             with self._lock:
                 if not self._pending:
-                    return None
+                    if not self._dead or self._dry_run is not None:
+                        return None
+                    wait = self._dead_next - time.monotonic()
+                    if wait > 0:
+                        return wait
+            if not self._pending:
+                return self._probe(request_timeout)
+            with self._lock:
                 wait = self._not_before - time.monotonic()
                 if wait > 0:
                     return wait
@@ -402,6 +566,14 @@ class QueuedNotifier:
                 self._inflight = item["seq"]
                 data = item["data"]
             delay = self._attempt(item["seq"], data, request_timeout)
+            if isinstance(delay, Attempt):  # refused: kept in the dead letter, the next one goes on
+                self._failures = 0
+                self._not_before = 0.0
+                if item.get("key") is None:
+                    self._bury(item, delay)
+                else:  # a coalesced snapshot (Alertmanager): the next one replaces it, an old one must not follow
+                    self._remove(item["seq"])
+                return 0.0
             if delay is not None:
                 key = item.get("key")
                 with self._lock:
@@ -416,15 +588,46 @@ class QueuedNotifier:
             self._failures = 0
             self._not_before = 0.0
             self._remove(item["seq"])
+            if self._dead and self._dry_run is None:
+                self.retry_dead("the receiver takes notifications again")
             return 0.0
+
+    def _probe(self, request_timeout: float) -> float:
+        """Send the oldest dead-lettered item again (the send thread holds `_send_lock`): accepted,
+        the rest of the dead letter goes back in the queue; refused or failed, the next probe
+        waits twice as long, up to backoff_max. Returns 0 or the seconds until the next probe."""
+        with self._lock:
+            item = self._dead[0]
+            data = {k: v for k, v in item["data"].items() if k != DEAD}
+        what = f"{self.describe(data)} seq={item['seq']}"
+        try:
+            result = self.send(self.render(data), request_timeout)
+        except Exception as exc:  # noqa: BLE001 - a malformed item stays where it is
+            result = Attempt(PERMANENT, None, f"{type(exc).__name__}: {exc}")
+        if result.outcome == SENT:
+            self.sent_total += 1
+            self.last_success_timestamp = time.time()
+            self.delivered(data, what)
+            self._remove(item["seq"])
+            self.retry_dead("the receiver took a retried notification")
+            return 0.0
+        with self._lock:
+            self._dead_failures += 1
+            delay = self._probe_delay()
+            self._dead_next = time.monotonic() + delay
+        self.log.warning("%s still refuses %s (%s); %d notification(s) in the dead letter, next retry in %.0fs",
+                         self.kind, what, result.detail, len(self._dead), delay)
+        return delay
 
     def _backoff(self) -> float:
         delay = min(self.backoff_max, self.backoff_initial * 2.0 ** min(self._failures, 60))
         self._failures += 1
         return delay * random.uniform(0.9, 1.0)  # jitter down, so backoff_max is a true cap
 
-    def _attempt(self, seq: int, data: dict, request_timeout: float) -> float | None:
-        """One attempt; returns None when the item is done (sent or dropped), else the delay."""
+    def _attempt(self, seq: int, data: dict, request_timeout: float) -> float | Attempt | None:
+        """One attempt; returns None when the item is done (sent or dropped as malformed), the
+        receiver's `Attempt` when it refused the item (to keep in the dead letter), else the
+        delay before the next attempt."""
         what = f"{self.describe(data)} seq={seq}"
         try:
             payload = self.render(data)
@@ -455,8 +658,14 @@ class QueuedNotifier:
             return None
         if result.outcome == PERMANENT:
             self.failed_total[PERMANENT] += 1
-            self.log.error("%s rejected %s permanently: %s; dropped", self.kind, what, result.detail)
-            return None
+            if any(it["seq"] == seq and it.get("key") is not None for it in self._pending):
+                self.log.error("%s refused %s: %s; dropped: the next snapshot replaces it", self.kind, what,
+                               result.detail)
+            else:
+                self.log.error("%s refused %s: %s; kept in the dead letter (%d there), retried when the receiver "
+                               "takes a notification again or its URL changes (`specwatch notifications list`)",
+                               self.kind, what, result.detail, len(self._dead) + 1)
+            return result
         self.failed_total[RETRY] += 1
         # the wait the receiver asks for leaves the backoff alone; a 429 without one backs off as any failure
         delay = result.wait if result.wait is not None else self._backoff()

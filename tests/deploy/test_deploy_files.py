@@ -228,7 +228,7 @@ def test_install_into_a_staging_root(tmp_path):
 def test_rules_check_clean():
     promtool = tool("promtool", "prometheus")
     r = run(promtool, "check", "rules", str(RULES))
-    assert r.returncode == 0 and "SUCCESS: 25 rules found" in r.stdout, r.stdout + r.stderr
+    assert r.returncode == 0 and f"SUCCESS: {len(rules())} rules found" in r.stdout, r.stdout + r.stderr
 
 
 def test_rule_unit_tests_pass():

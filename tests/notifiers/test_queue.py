@@ -68,3 +68,55 @@ def test_with_a_store_an_item_is_sent_only_once_committed(slack, tmp_path):
     assert store.outbox("slack") == [] and store.load() == {"a": 1}
     again = SlackNotifier(slack.url, store=store)
     assert again.queue_depth == 0 and again.notify(alert("c")) == 1
+
+
+def _commit(store, n):
+    put, delete = n.changes()
+    assert store.commit(None, put, delete)
+    n.committed(True, put, delete)
+
+
+def test_a_refused_item_is_kept_in_the_store_and_goes_to_a_changed_url_after_a_restart(slack, tmp_path):
+    """The dead letter is the item's own outbox row, marked: a restart with the same URL keeps it
+    there (not sent), one with another URL (the webhook was re-created) sends it at once."""
+    from slack_endpoint import SlackEndpoint
+    from specwatch.notifiers.queue import DEAD
+    from specwatch.storage import StateStore
+
+    store = StateStore(tmp_path)
+    slack.script.append((404, {}, "no_service"))
+    n = SlackNotifier(slack.url, store=store, backoff_initial=60, backoff_max=60)
+    n.notify(alert("box"))
+    _commit(store, n)
+    assert n.drain(5) and n.dead_letter_count == 1
+    [kept] = n.dead_letter()
+    assert (kept["status"], kept["detail"], kept["what"]) == (404, "HTTP 404 'no_service'", "AcceptanceCollapse firing on box TP0")
+    _commit(store, n)
+    [(seq, _, data)] = store.outbox("slack")
+    assert data[DEAD]["status"] == 404 and data[DEAD]["endpoint"] == n.endpoint_id and "s3cr3t" not in json.dumps(data)
+
+    same = SlackNotifier(slack.url, store=store, backoff_initial=60, backoff_max=60)
+    assert (same.dead_letter_count, same.queue_depth) == (1, 0)
+    assert same.drain(1) and len(slack.received) == 1  # the probe waits its backoff
+    new = SlackEndpoint()
+    try:
+        moved = SlackNotifier(new.url, store=store, backoff_initial=60, backoff_max=60)
+        assert (moved.dead_letter_count, moved.queue_depth) == (0, 1)
+        _commit(store, moved)
+        assert moved.drain(5)
+        assert new.delivered_texts() == ["[FIRING] AcceptanceCollapse on box TP0: accept len 1.00"]
+        assert store.outbox("slack") == []
+    finally:
+        new.close()
+
+
+def test_an_alert_about_a_receiver_is_not_queued_for_that_receiver(slack):
+    from specwatch.alerts.model import Notification
+    from specwatch.notifiers.failing import failing_alert
+
+    about = failing_alert("slack", "Slack", [{"what": "x", "status": 404, "detail": "HTTP 404 'no_service'"}],
+                          "box", 1771864362.0)
+    n = SlackNotifier(slack.url)
+    assert n.notify(Notification("slack", "g", {}, [about])) == 0 and n.queue_depth == 0
+    other = WebhookNotifier(slack.url, name="webhook/ops")
+    assert other.notify(Notification("webhook/ops", "g", {}, [about])) == 1

@@ -248,21 +248,25 @@ def test_429_without_retry_after_backs_off_exponentially(slack):
 
 
 @pytest.mark.parametrize("status,body", [(400, "invalid_payload"), (410, "channel_is_archived"), (200, "no_service")])
-def test_permanent_error_logged_once_dropped_next_delivered(slack, caplog, status, body):
+def test_refused_notification_is_kept_next_delivered_then_it_is_retried(slack, caplog, status, body):
+    """A refusal is logged once (ERROR) and kept in the dead letter, not dropped; the next
+    notification goes on, and once the receiver takes it the refused one is sent again."""
     slack.script.append((status, {}, body))
     n = notifier(slack.url)
     n.notify(make_alert(1))
     n.notify(make_alert(2))
     with caplog.at_level(logging.DEBUG):
         assert n.drain(5) is True
-    assert len(slack.received) == 2
-    assert slack.received[1]["text"].startswith("[FIRING] AcceptanceCollapse on sglang-2 ")
+    assert [m["text"].split(" DP")[0] for m in slack.received] == [
+        "[FIRING] AcceptanceCollapse on sglang-1", "[FIRING] AcceptanceCollapse on sglang-2",
+        "[FIRING] AcceptanceCollapse on sglang-1"]
     errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
     assert len(errors) == 1
     assert errors[0].name == "specwatch.notifiers.slack"
     assert f"HTTP {status}" in errors[0].getMessage() and body in errors[0].getMessage()
+    assert "kept in the dead letter" in errors[0].getMessage()
     assert n.failed_total == {"permanent": 1, "retry": 0}
-    assert n.sent_total == 1
+    assert n.sent_total == 2 and n.dead_letter_count == 0
     assert "s3cr3tT0ken" not in caplog.text
 
 

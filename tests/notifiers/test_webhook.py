@@ -79,7 +79,9 @@ def test_max_alerts_truncates():
     assert p["commonLabels"]["server"] == "sglang-0"
 
 
-def test_retries_5xx_and_429_drops_4xx_once_and_hides_the_url(slack, caplog):
+def test_retries_5xx_and_429_keeps_a_4xx_once_and_hides_the_url(slack, caplog):
+    """5xx and 429 are retried; a 404 is logged once and kept, and sent again once the receiver
+    took the next one."""
     slack.script.extend([(503, {}, "busy"), (429, {"Retry-After": "0"}, "slow down"), (200, {}, "{}"),
                          (404, {}, "no such hook"), (204, {}, "")])
     n = hook(slack.url)
@@ -87,8 +89,8 @@ def test_retries_5xx_and_429_drops_4xx_once_and_hides_the_url(slack, caplog):
         n.notify(Notification("webhook/ops", f"k{i}", {}, [alert(f"DP{i} TP{i}")]))
     with caplog.at_level(logging.DEBUG):
         assert n.drain(5)
-    assert [b["groupKey"] for b in slack.received] == ["k0", "k0", "k0", "k1", "k2"]
-    assert n.sent_total == 2 and n.failed_total == {"permanent": 1, "retry": 2}
+    assert [b["groupKey"] for b in slack.received] == ["k0", "k0", "k0", "k1", "k2", "k1"]
+    assert n.sent_total == 3 and n.failed_total == {"permanent": 1, "retry": 2} and n.dead_letter_count == 0
     errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
     assert len(errors) == 1 and "HTTP 404" in errors[0]
     assert "s3cr3tT0ken" not in caplog.text and "s3cr3tT0ken" not in repr(n)
