@@ -7,8 +7,12 @@ Rules hand over transitions (`handle`: an alert starts firing, or resolves). The
   default route; a route names its receivers (notifiers) and its timers;
 - groups alerts per route by the values of its `group_by` labels (none: one group; `...`: every
   label, i.e. one group per alert);
-- flushes a group `group_wait` after it appeared (at once when its first alert started longer
-  ago than that), then every `group_interval`; at a flush it leaves out alerts muted by an
+- flushes a group `group_wait` after it appeared (however long ago its first alert started:
+  alerts that fire within group_wait of each other share one message), then every
+  `group_interval`; an alert joining a group whose incident is open (an alert of it firing and
+  notified) goes out in one follow-up at the next group_interval tick, never in a message of its
+  own; one that finds nothing open starts a new incident, out group_wait after it fired; at a
+  flush it leaves out alerts muted by an
   inhibit rule or a silence and sends a receiver a notification only when the set of firing
   (or, with send_resolved, resolved) alerts changed since the last notification to it, or when
   `repeat_interval` has passed (so repeats fall on a group_interval tick, as in Alertmanager);
@@ -191,6 +195,8 @@ class Dispatcher:
             log.info("alert resolved%s: %s", lasted, describe(alert))
         if self.keep_history:
             self.history.append(copy.deepcopy(alert))
+        if alert.status != FIRING and self.inhibit_rules:
+            self._wake(now)
         self._flush_due(now)
         self._push(now, changed=True)
 
@@ -275,15 +281,35 @@ class Dispatcher:
             g = self._groups[(route.name, key)] = _Group(route, key, route.group_labels(alert.labels),
                                                          next_flush=now + route.group_wait)
         g.fingerprints.add(alert.fingerprint)
-        if alert.status != FIRING:
+        if alert.status != FIRING or not g.flushed:
+            # A new group waits group_wait from when it appeared, however old its first alert:
+            # ranks that fire together (each rule's alert starts at its first low line) share
+            # the first message instead of one message each.
             return
-        if not g.flushed and alert.starts_at + route.group_wait <= now:
-            g.next_flush = min(g.next_flush, now)  # it waited long enough before it was raised
-        elif g.flushed:
-            # Unlike Alertmanager, a newly firing alert never waits for group_interval: it goes
-            # out group_wait after it started (at once if that is past), whatever the group sent
-            # before (issue #10).
-            g.next_flush = min(g.next_flush, max(now, alert.starts_at + route.group_wait))
+        if not self._open(g, alert.fingerprint):
+            # Nothing of the group is firing and notified (an earlier episode resolved, a resolve
+            # still pending, all of it muted): a new incident, out group_wait after it fired.
+            g.next_flush = min(g.next_flush, now + route.group_wait)
+        # else it joins an open incident: one follow-up at the group's next group_interval tick
+
+    def _open(self, g: _Group, new: str = "") -> bool:
+        """Whether the group has an open incident: an alert other than `new`, still firing, that
+        was in the last notification to one of its receivers."""
+        notified = set()
+        for rcv in g.route.receivers:
+            entry = self._nflog.get((g.route.name, g.key, rcv.name))
+            if entry is not None:
+                notified.update(entry["firing"])
+        return any(fp != new and fp in notified and self._status.get(fp) == FIRING for fp in g.fingerprints)
+
+    def _wake(self, now: float) -> None:
+        """After a resolve: a group with firing alerts but no open incident (they were muted by
+        the alert that just resolved, e.g. a collapse under a rank disagreement that has become
+        a whole-server collapse) is notified group_wait from now, not at its group_interval tick."""
+        for g in self._groups.values():
+            if g.flushed and g.next_flush > now + g.route.group_wait and not self._open(g) and any(
+                    self._status.get(fp) == FIRING for fp in g.fingerprints):
+                g.next_flush = now + g.route.group_wait
 
     def _flush_pending_resolve(self, fp: str, now: float) -> None:
         """The alert `fp` fires again while its resolved copy still waits in groups: notify

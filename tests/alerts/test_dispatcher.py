@@ -96,12 +96,20 @@ def test_alert_resolved_within_group_wait_is_never_sent():
     assert d.alerts == {}
 
 
-def test_alert_older_than_group_wait_is_sent_at_once():
-    """A rule that needed 3 batches (starts_at = first low batch) has waited long enough."""
+def test_ranks_that_fire_within_group_wait_share_one_message_however_old_their_start():
+    """A rule that needed 3 batches starts its alert at the first low batch, long before it fires:
+    the group still waits group_wait from when it appeared, so ranks that fire within it (here
+    2 ms and 0.9 s apart, as 8 ranks collapsing together do) go out as one message."""
     rec = Recorder()
-    d = Dispatcher([rec])
-    d.handle(alert(starts_at=50), now=100)
-    assert len(rec.got) == 1
+    d = Dispatcher([rec], group_wait=1, group_interval=60)
+    d.handle(alert(rank="DP0", starts_at=50), now=100)
+    d.handle(alert(rank="DP1", starts_at=50), now=100.002)
+    d.handle(alert(rank="DP2", starts_at=51), now=100.9)
+    d.flush_due(100.99)
+    assert rec.got == []
+    d.flush_due(101)
+    assert len(rec.got) == 1 and sorted(rec.summary()[0]) == [
+        "firing:AcceptanceCollapse:DP0", "firing:AcceptanceCollapse:DP1", "firing:AcceptanceCollapse:DP2"]
 
 
 def test_group_interval_paces_updates_and_repeat_is_a_multiple_of_it():
@@ -112,20 +120,21 @@ def test_group_interval_paces_updates_and_repeat_is_a_multiple_of_it():
     d.tick(130)
     assert len(rec.got) == 1
     d.handle(alert(rank="DP1", starts_at=140), now=140)
-    d.tick(169)
+    d.tick(170)
+    d.tick(429)  # a rank joining an open incident waits for the group's next tick: 130 + 300
     assert len(rec.got) == 1
-    d.tick(170)  # a newly firing alert waits group_wait, never group_interval (unlike Alertmanager)
+    d.tick(430)
     assert rec.summary()[1] == ("firing:AcceptanceCollapse:DP0", "firing:AcceptanceCollapse:DP1")
-    d.handle(resolved(a0, 400), now=400)
-    d.tick(469)
-    assert len(rec.got) == 2  # a resolve waits for the group's next tick: 170 + 300
-    d.tick(470)
+    d.handle(resolved(a0, 500), now=500)
+    d.tick(729)
+    assert len(rec.got) == 2  # a resolve waits for the group's next tick: 430 + 300
+    d.tick(730)
     assert rec.summary()[2] == ("firing:AcceptanceCollapse:DP1", "resolved:AcceptanceCollapse:DP0")
-    # repeat 3500 s after 470, rounded up to the next group_interval tick: 470 + 12 × 300
-    for t in range(770, 4070, 300):
+    # repeat 3500 s after 730, rounded up to the next group_interval tick: 730 + 12 × 300
+    for t in range(1030, 4330, 300):
         d.tick(t)
     assert len(rec.got) == 3
-    d.tick(4070)
+    d.tick(4330)
     assert rec.summary()[3] == ("firing:AcceptanceCollapse:DP1",)  # the resolved one is gone
 
 
@@ -135,20 +144,22 @@ def test_an_episode_after_a_pending_resolve_is_sent_with_the_resolve_first():
     rec = Recorder()
     d = Dispatcher([rec], group_wait=1, group_interval=60)
     a = alert(starts_at=100)
-    d.handle(a, now=103)  # started 3 s ago: at once
+    d.handle(a, now=103)
+    d.flush_due(104)  # group_wait after it fired
     assert rec.summary() == [("firing:AcceptanceCollapse:TP0",)]
     d.handle(resolved(a, 110), now=110)
     d.tick(120)
-    assert len(rec.got) == 1  # the resolve waits for the group tick (163)
+    assert len(rec.got) == 1  # the resolve waits for the group tick (164)
     d.handle(alert(starts_at=121), now=121.5)
     assert rec.summary()[1] == ("resolved:AcceptanceCollapse:TP0",)
     assert rec.got[1].alerts[0].ends_at == 110
-    d.flush_due(121.9)  # group_wait counts from when the alert started (121), not when it fired
+    d.flush_due(122.4)  # group_wait counts from when the alert fired (121.5): nothing is open
     assert len(rec.got) == 2
-    d.flush_due(122)
+    d.flush_due(122.5)
     assert rec.summary()[2] == ("firing:AcceptanceCollapse:TP0",) and rec.got[2].alerts[0].starts_at == 121
     d.handle(resolved(rec.got[2].alerts[0], 130), now=130)
-    d.handle(alert(starts_at=125), now=131)  # started long enough ago: at once, behind its resolve
+    d.handle(alert(starts_at=125), now=131)  # the resolve at once, the new episode group_wait later
+    d.flush_due(132)
     assert rec.summary()[3:] == [("resolved:AcceptanceCollapse:TP0",), ("firing:AcceptanceCollapse:TP0",)]
     assert d.active.keys() == {a.fingerprint}
 
@@ -158,12 +169,28 @@ def test_an_episode_after_a_notified_resolve_is_sent_within_group_wait():
     d = Dispatcher([rec], group_wait=1, group_interval=60)
     a = alert(starts_at=100)
     d.handle(a, now=103)
+    d.tick(104)
     d.handle(resolved(a, 110), now=110)
-    d.tick(163)
+    d.tick(164)
     assert rec.summary() == [("firing:AcceptanceCollapse:TP0",), ("resolved:AcceptanceCollapse:TP0",)]
-    d.handle(alert(starts_at=170), now=170)  # the group's next tick is 223
+    d.handle(alert(starts_at=170), now=170)  # the group's next tick is 224
     d.tick(171)
     assert rec.summary()[2] == ("firing:AcceptanceCollapse:TP0",)
+
+
+def test_another_rank_after_the_incident_resolved_is_a_new_incident():
+    """Nothing of the group firing any more: a rank that collapses next is not held back by the
+    group_interval of the incident before."""
+    rec = Recorder()
+    d = Dispatcher([rec], group_wait=1, group_interval=60)
+    a = alert(rank="DP0", starts_at=100)
+    d.handle(a, now=100)
+    d.tick(101)
+    d.handle(resolved(a, 110), now=110)
+    d.handle(alert(rank="DP1", starts_at=105), now=112)  # the group's next tick is 161
+    d.tick(113)
+    assert rec.summary() == [("firing:AcceptanceCollapse:DP0",),
+                             ("firing:AcceptanceCollapse:DP1", "resolved:AcceptanceCollapse:DP0")]
 
 
 def test_group_by_splits_groups():
