@@ -351,6 +351,7 @@ class Pipeline:
             clock = event.timestamp if now is None else now
             stats.last_line["decode"] = clock
             window = self.windows.decode(server, event)
+            fired = None  # every rule's alerts of this line, handed over together (see `_handle`)
             for rule in self._on_decode:
                 try:  # free in 3.11 while nothing raises
                     alerts = rule.on_decode(server, window, clock)
@@ -358,7 +359,9 @@ class Pipeline:
                     self.rule_faults.failed(rule, "on_decode", e)
                     continue
                 if alerts:  # rarely: most calls return []
-                    self._handle(alerts, clock)
+                    fired = alerts if fired is None else fired + alerts
+            if fired:
+                self._handle(fired, clock)
             h = rs.history
             if a is not None and not h.floor <= event.timestamp < h.due:  # one point per STEP s, or time went back
                 h.add(event.timestamp, a, rs.accept_length_sum, rs.accept_length_count,
@@ -543,7 +546,10 @@ class Pipeline:
         for alert in alerts:
             if alert.name in TREND_ALERTS and alert.status == FIRING and TREND_KEY not in alert.annotations:
                 self._add_trend(alert)
-            self.dispatcher.handle(alert, now)
+            self.dispatcher.handle(alert, now, flush=False)
+        # Flushed once all are in: an alert that mutes another of the same line (a rank
+        # disagreement its rank's collapse) is there before either is sent, even at group_wait 0.
+        self.dispatcher.flush_due(now)
 
     def _add_trend(self, alert: Alert) -> None:
         """Annotate a rank's acceptance alert, when it first fires, with the rank's recent accept

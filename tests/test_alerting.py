@@ -55,8 +55,9 @@ def test_replay_sends_at_once_and_never_pushes():
 
 
 def test_default_timers_send_a_resolve_within_a_minute():
-    """Issue #10 item 1: with the shipped defaults a collapse goes out at once and its resolve
-    at the group's next tick, at most group_interval (1m) later."""
+    """Issue #10 item 1: with the shipped defaults a collapse goes out group_wait (1s) after it
+    fired, however long ago its first low line was, and its resolve at the group's next tick, at
+    most group_interval (1m) later."""
     from specwatch.alerts.model import Alert
 
     d, _ = build_alerting(build_config({}), state_dir=None)
@@ -66,11 +67,14 @@ def test_default_timers_send_a_resolve_within_a_minute():
     a = Alert(labels={"alertname": "AcceptanceCollapse", "server": "s", "rank": "TP0"}, annotations={},
               starts_at=100.0)
     d.handle(a, now=102.0)
+    d.flush_due(102.9)
+    assert got == []
+    d.flush_due(103.0)
     assert [n.status for n in got] == ["firing"]
     r = Alert.from_dict(a.to_dict())
-    r.status, r.ends_at = "resolved", 103.0
-    d.handle(r, now=103.0)
-    d.tick(161.9)
+    r.status, r.ends_at = "resolved", 103.5
+    d.handle(r, now=103.5)
+    d.tick(162.9)
     assert len(got) == 1
-    d.tick(162.0)
+    d.tick(163.0)
     assert [n.status for n in got] == ["firing", "resolved"]

@@ -126,12 +126,11 @@ def test_multi_rank_log_with_injection_and_malformed_lines(tmp_path):
     collapse = doc["episodes"][[e["name"] for e in doc["episodes"]].index("AcceptanceCollapse")]
     assert collapse["evidence"] == firing["evidence"] and collapse["fixes"] == firing["fixes"]
     assert collapse["resolved_evidence"]["recovered accept len"] == "2.80"  # the third healthy batch
-    # replay sends each change at once; one group per alert name and server (the default)
+    # replay sends each change at once; one group per alert name and server (the default); the
+    # collapse of DP0 alone is its rank disagreement: that one diagnosis is sent, the collapse muted
     texts = [p["text"] for p in doc["slack_payloads"] if "SGLangLogError" not in p["text"]]
     assert texts == [
-        "[FIRING] AcceptanceCollapse on box DP0 TP0: accept len 1.01",
         "[FIRING] RankDisagreement on box DP0 TP0: accept len, this rank 1.00 1.02 1.01",
-        "[RESOLVED] AcceptanceCollapse on box DP0 TP0: resolved after 6s",
         "[RESOLVED] RankDisagreement on box DP0 TP0: resolved after 6s",
     ]
 
@@ -278,15 +277,16 @@ def test_resolved_slack_message_shows_why_not_the_firing_evidence(tmp_path, slac
 
     log = tmp_path / "three.log"
     three_rank_collapse_log(log)
-    doc = json.loads(replay(str(log), "--slack-dry-run", "--json").stdout)
+    # without inhibitions: by default the rank disagreement of DP1 mutes its collapse
+    cfg = tmp_path / "config.yaml"
+    cfg.write_text(yaml.safe_dump({"server": "replay", "alerts": {"inhibit_rules": [], "webhooks": [{"name": "ops", "url": slack.url}]}}))
+    doc = json.loads(replay(str(log), "--config", str(cfg), "--slack-dry-run", "--json").stdout)
     [resolved] = [p for p in doc["slack_payloads"] if p["text"].startswith("[RESOLVED] AcceptanceCollapse")]
     [fields] = [b["fields"] for b in resolved["blocks"] if "fields" in b]
     assert [f["text"] for f in fields] == ["*Server*\nreplay", "*Rank*\nDP1 TP1", "*recovered accept len*\n2.64"]
     [at_firing] = [e["text"] for b in resolved["blocks"] if b["type"] == "context" for e in b["elements"]
                    if e["text"].startswith("*At firing:*")]
     assert at_firing.startswith("*At firing:* accept len: 1.02 · accept rate: ")
-    cfg = tmp_path / "config.yaml"
-    cfg.write_text(yaml.safe_dump({"alerts": {"webhooks": [{"name": "ops", "url": slack.url}]}}))
     assert replay(str(log), "--config", str(cfg), "--notify", "--slack-timeout", "10").returncode == 0
     [hook] = [b for b in slack.received if b["status"] == "resolved" and
               b["alerts"][0]["labels"]["alertname"] == "AcceptanceCollapse"]

@@ -154,7 +154,7 @@ class Dispatcher:
 
     # -- input -----------------------------------------------------------------------------
 
-    def handle(self, alert: Alert, now: float) -> None:
+    def handle(self, alert: Alert, now: float, flush: bool = True) -> None:
         """Take a transition from a rule: a newly firing alert or a resolved one; or an update
         of a firing one.
 
@@ -163,7 +163,9 @@ class Dispatcher:
         fired) its groups are notified once, now, the alert marked with that note; the mark is
         removed from the alert, so repeats do not carry it. A muted alert, or one whose group
         has not been notified yet, sends nothing extra: its next notification has the new
-        content. A resolve of an alert that is not firing is ignored.
+        content. A resolve of an alert that is not firing is ignored. `flush=False`: due groups
+        wait for the caller's `flush_due` (alerts raised together are all in before any is sent,
+        so inhibitions among them hold).
         """
         alert.labels.update(self.labels)
         fp = alert.fingerprint
@@ -197,7 +199,8 @@ class Dispatcher:
             self.history.append(copy.deepcopy(alert))
         if alert.status != FIRING and self.inhibit_rules:
             self._wake(now)
-        self._flush_due(now)
+        if flush:
+            self._flush_due(now)
         self._push(now, changed=True)
 
     def resume(self, now: float) -> None:
