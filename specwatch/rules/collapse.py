@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
 from specwatch.alerts.model import Alert, code
-from specwatch.config import AcceptLength, Config, Count, Section, rule_section
+from specwatch.config import AcceptLength, Config, Count, Seconds, Section, rule_section
 from specwatch.events import DecodeBatch, ServerArgs
 from specwatch.rules.active import ActiveAlertsRule
 from specwatch.rules.base import RuleContext, alert_key, args_evidence, fmt, new_alert, register
@@ -39,6 +39,9 @@ class CollapseConfig(Section):
     max_accept_length: AcceptLength = 1.10
     min_batches: Count = 3
     recover_accept_length: AcceptLength = 1.5
+    # a rank healthy this long since the server started before it collapsed: the draft works,
+    # runtime state (and a restart) leads the advice
+    healthy_before: Seconds = 1800.0
 
     def problems(self):
         if self.recover_accept_length <= self.max_accept_length:
@@ -60,20 +63,24 @@ class _RankState:
     high_run: int = 0
     low_since: float | None = None
     awaiting_diagnosis: bool = False  # fired before the probes finished: one follow-up due
+    healthy_since: float | None = None  # the rank's first healthy line since the server (re)started
 
 
 @dataclass
 class _History:
-    """Per server: episodes that recovered without a restart, under one set of checkpoint settings
-    (`checkpoint`: algorithm, draft, target); other settings from before the last change. An
-    episode: ranks collapsed together (one starts while no other rank of the server is collapsed);
-    it counts once, when its first rank recovers by itself (`counted`)."""
+    """Per server: episodes that recovered without a restart since the server last (re)started,
+    under one set of checkpoint settings (`checkpoint`: algorithm, draft, target); other settings
+    from before the last change; when a restart last ended an episode still firing
+    (`cleared_by_restart`, the restart's time). An episode: ranks collapsed together (one starts
+    while no other rank of the server is collapsed); it counts once, when its first rank recovers
+    by itself (`counted`)."""
 
     recovered: int = 0
     last_recovered: float | None = None
     counted: bool = False  # the current episode is in `recovered`
     checkpoint: list = field(default_factory=list)
     previous: dict = field(default_factory=dict)  # setting → value before it last changed
+    cleared_by_restart: float | None = None
 
 
 def _summary(report) -> str:
@@ -98,7 +105,7 @@ def draft_kind(args: dict[str, object] | None) -> str | None:
         return None
     if algo in ("EAGLE", "EAGLE3"):
         return EAGLE
-    if algo in ("NEXTN", "MTP"):
+    if algo in ("NEXTN", "MTP") or algo.endswith("_MTP"):  # vLLM's deepseek_mtp, qwen3_next_mtp, ...
         return MTP
     return NGRAM if algo == "NGRAM" else DRAFT
 
@@ -275,19 +282,41 @@ def _utc(ts: float) -> str:
     return datetime.fromtimestamp(ts, timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
+def _span(seconds: float) -> str:
+    """`2h 05m`, `45m`: a long stretch of serving."""
+    m = max(0, int(seconds // 60))
+    return f"{m // 60}h {m % 60:02d}m" if m >= 60 else f"{m}m"
+
+
 def runtime_causes(args: dict[str, object] | None, batch: DecodeBatch, recovered: int = 0,
-                   last_recovered: float | None = None, changed: dict | None = None) -> list[str]:
+                   last_recovered: float | None = None, changed: dict | None = None, *,
+                   healthy_from: float | None = None, cleared_by_restart: float | None = None) -> list[str]:
     """Runtime state that can break acceptance, each with what to check: the history (episodes that
-    recovered without a restart, `recovered` of them, the last at `last_recovered`), load (a full
-    decode batch, a queue), the cache (`enable_hierarchical_cache`) and settings that changed at the
-    last restart (`changed`: name → (before, now)). [] when none of them applies."""
+    recovered without a restart, `recovered` of them, the last at `last_recovered`; a long healthy
+    run before this one, from `healthy_from` to the batch; an earlier episode that a restart at
+    `cleared_by_restart` ended), load (a full decode batch, a queue), the cache
+    (`enable_hierarchical_cache`) and settings that changed at the last restart (`changed`: name →
+    (before, now)). Times are epoch seconds. [] when none of them applies."""
     args = args or {}
     out = []
+    head = "MTP head" if draft_kind(args) == MTP else "draft"
+    if healthy_from is not None:
+        out.append(
+            f"Acceptance was healthy on this rank for {_span(batch.timestamp - healthy_from)} of serving before it "
+            f"collapsed (since {_utc(healthy_from)}): the {head} loads and works, so the checkpoint is not the "
+            "first suspect; state that builds up while serving is (cached prefixes, long contexts, memory). "
+            "Check whether a restart clears it: restart the server and compare accept len; if it does, note how "
+            "long it served before the collapse and what ran then (context lengths, cache hits).")
+    if cleared_by_restart is not None:
+        out.append(
+            f"The last episode on this server ended with a restart (at {_utc(cleared_by_restart)}), after which "
+            f"acceptance was healthy: the {head} works from a fresh start, so look at runtime state that builds up "
+            "while serving (cache, long contexts, memory), not at the checkpoint.")
     if recovered:
         out.append(
             f"Acceptance recovered by itself {recovered} time(s) on this server without a restart "
             f"(last at {_utc(last_recovered) if last_recovered is not None else 'n/a'}): the "
-            f"{'MTP head' if draft_kind(args) == MTP else 'draft'} loads and works, so look at runtime state first (load, batch fullness, cache), not at the checkpoint. "
+            f"{head} loads and works, so look at runtime state first (load, batch fullness, cache), not at the checkpoint. "
             "Check whether the episodes line up with load: `specwatch_accept_length` against "
             "`specwatch_running_requests` and `specwatch_queued_requests`.")
     limit = batch_limit(args)
@@ -403,12 +432,16 @@ class CollapseRule(ActiveAlertsRule):
         ranks = self._ranks
         if not self.active.empty() and any(alert_key(server, rk) in self.active for rk in runs):
             return a, []  # a recovery on the way: one by one
+        first = None
         for rk, n in runs.items():
             st = ranks.get((server, rk))
             if st is None:
                 st = ranks[(server, rk)] = _RankState()
             st.high_run += n
             st.low_run = 0
+            if st.healthy_since is None:  # the range's first line: close enough for a span of minutes
+                first = float(rows.array("d_ts")[da]) if first is None else first
+                st.healthy_since = first
         return (b if j == db else rows.dpos[j]), []
 
     def on_event(self, server: str, event: object, now: float) -> list[Alert]:
@@ -423,6 +456,11 @@ class CollapseRule(ActiveAlertsRule):
         for key in [k for k in self._ranks if k[0] == server]:
             del self._ranks[key]
             out += self._resolve(alert_key(*key), now, ("resolved because", why))
+        hist = self._history.get(server)
+        if hist is not None:  # recoveries before the restart say nothing about the new process
+            hist.recovered, hist.last_recovered, hist.counted = 0, None, False
+            if out:
+                hist.cleared_by_restart = now
         return out
 
     def _resolve(self, akey: str, at: float, first: tuple[str, str]) -> list[Alert]:
@@ -485,6 +523,8 @@ class CollapseRule(ActiveAlertsRule):
         elif batch.accept_length >= cfg.recover_accept_length:
             st.high_run += 1
             st.low_run = 0
+            if st.healthy_since is None:
+                st.healthy_since = batch.timestamp
             # the key is built only while some alert fires: a healthy line formats nothing
             if st.high_run >= cfg.min_batches and not self.active.empty() \
                     and (akey := alert_key(server, batch.rank)) in self.active:
@@ -539,7 +579,14 @@ class CollapseRule(ActiveAlertsRule):
         if batch.engine != "sglang" and "engine" not in args:  # a vLLM log without its engine-config line
             args = {**args, "engine": batch.engine}
         hist = self._history.get(server) or _History()
-        runtime = runtime_causes(args, batch, hist.recovered, hist.last_recovered, self._changed(server))
+        start = st.low_since if st.low_since is not None else batch.timestamp
+        # a restart ended the last episode and this rank was healthy after it: the restart cleared it
+        cleared = hist.cleared_by_restart if st.healthy_since is not None else None
+        long_healthy = (not hist.recovered and st.healthy_since is not None  # else the recoveries say it
+                        and start - st.healthy_since >= self.config.healthy_before)
+        runtime = runtime_causes(args, batch, hist.recovered, hist.last_recovered, self._changed(server),
+                                 healthy_from=st.healthy_since if long_healthy else None,
+                                 cleared_by_restart=cleared)
         causes = known_causes(args)
         kind = draft_kind(args)
         where = f"{server} {batch.rank}".strip()
@@ -556,7 +603,7 @@ class CollapseRule(ActiveAlertsRule):
             ),
             starts_at=st.low_since if st.low_since is not None else batch.timestamp,
             evidence=self._evidence(server, batch, st),
-            fixes=runtime + causes if hist.recovered else causes + runtime,
+            fixes=runtime + causes if hist.recovered or long_healthy or cleared else causes + runtime,
         )
         if self.diagnoser is not None and kind in (EAGLE, None):  # the probes read EAGLE drafts (SGLang or vLLM)
             self.diagnoser.ensure(server)  # once per episode: re-runs only if the inputs changed
@@ -575,7 +622,7 @@ class CollapseRule(ActiveAlertsRule):
             **super().to_state(),
             "ranks": [
                 {"server": s, "rank": r, "low_run": st.low_run, "high_run": st.high_run,
-                 "low_since": st.low_since}
+                 "low_since": st.low_since, "healthy_since": st.healthy_since}
                 for (s, r), st in self._ranks.items()
             ],
             "server_args": self._server_args,
@@ -586,7 +633,8 @@ class CollapseRule(ActiveAlertsRule):
         super().load_state(state)
         for d in state.get("ranks", []):
             self._ranks[(d["server"], d["rank"])] = _RankState(
-                low_run=d["low_run"], high_run=d["high_run"], low_since=d["low_since"])
+                low_run=d["low_run"], high_run=d["high_run"], low_since=d["low_since"],
+                healthy_since=d.get("healthy_since"))
             if d.get("collapsed") and d.get("alert"):  # the state of earlier versions: alert per rank
                 self.active.load_state({alert_key(d["server"], d["rank"]): d["alert"]})
         self._server_args.update(state.get("server_args", {}))

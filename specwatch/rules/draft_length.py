@@ -153,6 +153,11 @@ class DraftLengthRule(Rule):
         pos.add(ts, drafts, rates, self.config.window)
         if pos.drafts < self.config.min_drafts:
             return []
+        return self._judge(server, rank, ts, pos, engine)
+
+    def _judge(self, server: str, rank: str, ts: float, pos: _Positions, engine: str | None) -> list[Alert]:
+        """The decision on a rank's window of rates (`pos`, at least min_drafts drafts)."""
+        k, key = len(pos.accepted), (server, rank)
         avg = pos.rates()
         thr = self.config.max_position_rate
         useful = next((i for i, r in enumerate(avg) if r < thr), k)

@@ -126,3 +126,51 @@ def test_fixes_by_algorithm():
     assert mtp[0].startswith("`MTP` drafts with a head built into the target") and "/m/t`" in mtp[0]
     for algo in ("EAGLE", "EAGLE3", None):
         assert known_causes({"speculative_algorithm": algo})[0].startswith("Run the whole diagnosis")
+
+
+def test_a_restart_forgets_the_recoveries_before_it():
+    """An episode that recovered by itself, then a server restart: the next collapse's advice does
+    not count that recovery ("recovered by itself 1 time(s)" described the old process)."""
+    log = Timeline().decode(n=3, accept=2.8).decode(n=3, accept=1.0).decode(n=3, accept=2.8)
+    log.wait(60).server_args().decode(n=3, accept=1.0)
+    t = run(log.lines)
+    assert names(t) == [("AcceptanceCollapse", s, "") for s in ("firing", "resolved", "firing")]
+    after = t[2]
+    assert "earlier episodes recovered without a restart" not in dict(after.evidence)
+    assert not any(f.startswith("Acceptance recovered by itself") for f in after.fixes)
+    assert after.fixes[0].startswith("Run the whole diagnosis")  # a fresh process, collapsed from its start
+
+
+def test_a_collapse_after_hours_of_healthy_serving_points_at_runtime_state_and_a_restart():
+    """An MTP server healthy for two hours, then a collapse (as in a public MTP report: about 14.5k
+    tokens into serving), which a restart clears; later it collapses again. Both times the
+    advice leads with runtime state and the restart, not with checkpoint checks; an MTP server
+    never gets EAGLE-3 ones."""
+    mtp = {"speculative_algorithm": "NEXTN", "speculative_draft_model_path": None, "model_path": "/models/glm"}
+    log = Timeline(**mtp).decode(n=250, every=30, accept=2.6).decode(n=3, accept=1.02)
+    log.wait(60).server_args(**mtp).decode(n=20, every=30, accept=2.6).decode(n=3, accept=1.02)
+    t = run(log.lines)
+    assert names(t) == [("AcceptanceCollapse", s, "") for s in ("firing", "resolved", "firing")]
+    first, again = t[0], t[2]
+    assert first.fixes[0].startswith("Acceptance was healthy on this rank for 2h 0"), first.fixes[0]
+    assert "the MTP head loads and works" in first.fixes[0] and "restart the server" in first.fixes[0]
+    assert again.fixes[0].startswith("The last episode on this server ended with a restart (at ")
+    for a in (first, again):
+        assert any(f.startswith("`NEXTN` drafts with a head built into the target") for f in a.fixes)
+        assert not any(c in f for f in a.fixes for c in CHECKPOINT_CHECKS)
+    # an EAGLE-3 server healthy for hours: runtime state first, its checkpoint checks after it
+    eagle = Timeline().decode(n=250, every=30, accept=2.6).decode(n=3, accept=1.02)
+    [a] = run(eagle.lines)
+    assert a.fixes[0].startswith("Acceptance was healthy on this rank for 2h 0")
+    assert a.fixes[1].startswith("Run the whole diagnosis")
+    # healthy for less than rules.collapse.healthy_before (30m): the checkpoint first, as before
+    short = Timeline().decode(n=20, every=30, accept=2.6).decode(n=3, accept=1.02)
+    [a] = run(short.lines)
+    assert a.fixes[0].startswith("Run the whole diagnosis")
+
+
+def test_vllm_mtp_methods_by_name_get_mtp_head_advice():
+    """vLLM names MTP methods per model (`deepseek_mtp`, `qwen3_next_mtp`, ...): all are MTP heads."""
+    for algo in ("DEEPSEEK_MTP", "QWEN3_NEXT_MTP"):
+        fixes = known_causes({"engine": "vllm", "speculative_algorithm": algo, "model_path": "/m"})
+        assert fixes[0].startswith("MTP drafts with a head inside the target checkpoint"), algo

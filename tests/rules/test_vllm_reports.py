@@ -152,3 +152,44 @@ def test_collapse_alert_carries_the_vllm_diagnosis(vllm_facts, tmp_path):
     assert dict(t[0].evidence)["diagnosis"] == "1 error(s), 0 warning(s) on vLLM 0.33.0"
     assert t[0].fixes[0].startswith("[error] vllm_weights: 2 parameter(s) of the draft get no weights")
     assert "specwatch diagnose --engine vllm" in t[0].fixes[1]
+
+
+def test_a_chained_mtp_head_that_breaks_after_position_0_gets_its_own_warning():
+    """0.80 / 0.24 / 0.10 on an MTP server: no position under the draft-too-long floor and far from a
+    collapse, but position 1 given position 0 accepts 0.30 against position 0's 0.80: the state
+    carried between the head's steps is wrong. A warning of its own, with one token per step as
+    the fix; a healthy chain (0.8 / 0.6 / 0.4) raises nothing."""
+    log = VllmLog(method="mtp", draft=None, model="/models/glm", k=3)
+    log.interval(10, positions=[0.80, 0.24, 0.10])
+    t = run(log.lines)
+    assert names(t) == [("DraftChainBroken", "firing", "")]
+    a = t[0]
+    ev = dict(a.evidence)
+    assert ev["per-position acceptance rate"] == "0.800, 0.240, 0.100" and ev["position 1 given position 0"] == "0.300"
+    assert a.labels["severity"] == "warning"
+    assert "hidden state" in a.annotations["description"] and "MTP" in a.annotations["description"]
+    assert "`--speculative-config '{\"method\": \"mtp\", \"num_speculative_tokens\": 1}'`" in a.fixes[0]
+    # the head fixed (a restart with one token per step, then a good chain): resolved
+    log.t += timedelta(minutes=11)
+    log.interval(10, positions=[0.80, 0.62, 0.45])
+    t = run(log.lines)
+    assert names(t) == [("DraftChainBroken", "firing", ""), ("DraftChainBroken", "resolved", "")]
+    healthy = VllmLog(method="mtp", draft=None, model="/models/glm", k=3).interval(10, positions=[0.8, 0.6, 0.4])
+    assert run(healthy.lines) == []
+
+
+def test_br38_mtp_collapse_is_one_message_with_mtp_head_advice():
+    """BR-38 (vLLM MTP, GLM): the collapse gets MTP-head advice, not EAGLE-3 checks; the
+    DraftTooLong that fires during it is muted by the default inhibit rules."""
+    from specwatch.alerts.inhibit import default_inhibit_rules
+    from timeline import Recorder
+
+    rec = Recorder()
+    d = Dispatcher([rec], group_by=["alertname", "server"], group_wait=0, group_interval=0,
+                   inhibit_rules=default_inhibit_rules(), keep_history=True)
+    t = feed(pipeline(dispatcher=d), sample("BR-38.log"))
+    assert ("DraftTooLong", "firing", "") in names(t)  # it fires (metrics, log): only not notified
+    assert rec.got == [("AcceptanceCollapse", "firing", "")]
+    [collapse] = [a for a in t if a.name == "AcceptanceCollapse"]
+    assert collapse.fixes[0].startswith("MTP drafts with a head inside the target checkpoint")
+    assert not any("eagle_aux_hidden_state_layer_ids" in f or "specwatch diagnose" in f for f in collapse.fixes)
