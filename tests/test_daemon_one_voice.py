@@ -40,7 +40,7 @@ def _run(tmp_path, slack, collapsed: set[int]) -> tuple[list[dict], str]:
     log = tmp_path / "sglang.log"
     log.write_text("")
     d = SpecwatchDaemon(tmp_path, log, alerts={"slack": {"webhook_url": slack.url}},
-                        extra={"diagnosis": {"enabled": False}, "process": {"enabled": False}})
+                        extra={"process": {"enabled": False}})
     d.start()
     try:
         stamps = _stamps(11)

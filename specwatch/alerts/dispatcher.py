@@ -19,7 +19,8 @@ Rules hand over transitions (`handle`: an alert starts firing, or resolves). The
 - sends an update of a firing alert (a rule hands it over again with `annotations["update"]`,
   e.g. collapse diagnosis findings that arrived after it fired) at once, to the receivers of
   the groups that were already told about it, as a notification of that group with the alert
-  marked (Slack shows `[UPDATE]`);
+  marked (Slack shows `[UPDATE]`); updates handed over together (`handle(..., flush=False)`,
+  then `flush_due`: the findings of every rank of a server) are one notification per group;
 - feeds every alert that no silence mutes to the push notifiers (Alertmanager), which re-send
   on their own schedule.
 
@@ -93,6 +94,7 @@ class _Group:
     flushed: bool = False
     seen_version: int = -1  # Dispatcher._version at the last flush
     next_repeat: float = float("-inf")  # a flush before this, with nothing changed, sends nothing
+    updates: dict[str, str] = field(default_factory=dict)  # fingerprint → update note not sent yet
 
 
 class Dispatcher:
@@ -146,6 +148,7 @@ class Dispatcher:
         self.history: list[Alert] = []  # transitions as handled (keep_history only)
         self._groups: dict[tuple[str, str], _Group] = {}
         self._nflog: dict[tuple[str, str, str], dict] = {}  # (route, group, receiver) → last sent
+        self._updated: list[_Group] = []  # groups holding update notes to send (see `_update`)
 
     @property
     def active(self) -> dict[str, Alert]:
@@ -180,6 +183,8 @@ class Dispatcher:
                 if note:
                     log.info("alert update: %s: %s", describe(alert), _one_line(note))
                     self._update(alert, note, now)
+                    if flush:
+                        self._flush_due(now)
                 return
             if fp in self.alerts:  # a new episode while the last one's resolve is still pending
                 self._flush_pending_resolve(fp, now)
@@ -328,6 +333,8 @@ class Dispatcher:
     def _flush_due(self, now: float) -> None:
         if self.paused:
             return
+        if self._updated:
+            self._send_updates(now)
         due = [g for g in self._groups.values() if g.next_flush <= now]
         if not due:
             return
@@ -354,8 +361,10 @@ class Dispatcher:
         return bool(self.inhibit_rules) and inhibited(alert, self.inhibit_rules, list(self.alerts.values()))
 
     def _update(self, alert: Alert, note: str, now: float) -> None:
-        """Notify the groups that already told their receivers about `alert` at once, the
-        alert marked `annotations["update"] = note` (the rest of the group as it is now)."""
+        """Mark `alert` with `note` in the groups that already told their receivers about it:
+        the next `_flush_due` (at once, or once the caller's alerts are all in) notifies each such
+        group once, every alert updated meanwhile marked `annotations["update"]` (the rest of the
+        group as it is now): the diagnosis of 8 ranks arriving together is one message."""
         if self.silences is not None:
             self.silences.reload_if_changed()
         if self.paused or self._muted(alert, now):
@@ -364,12 +373,21 @@ class Dispatcher:
         for route in self._routes_for(alert):
             g = self._groups.get((route.name, self._group_key(route, alert)))
             if g is not None and g.flushed and fp in g.fingerprints:
-                self._flush(g, now, update=(fp, note))
+                if not g.updates:
+                    self._updated.append(g)
+                g.updates[fp] = note
         self._push(now, changed=True)
 
-    def _flush(self, g: _Group, now: float, update: tuple[str, str] | None = None) -> None:
+    def _send_updates(self, now: float) -> None:
+        groups, self._updated = self._updated, []
+        for g in groups:
+            notes, g.updates = g.updates, {}
+            if notes and self._groups.get((g.route.name, g.key)) is g:
+                self._flush(g, now, update=notes)
+
+    def _flush(self, g: _Group, now: float, update: dict[str, str] | None = None) -> None:
         """Notify each receiver of the group whose last notification is out of date; with
-        `update` (fingerprint, note), every receiver, that alert marked with the note."""
+        `update` (fingerprint → note), every receiver, those alerts marked with their note."""
         alerts = [self.alerts[fp] for fp in sorted(g.fingerprints) if fp in self.alerts]
         visible = [a for a in alerts if not self._muted(a, now)]
         firing = [a for a in visible if a.status == FIRING]
@@ -378,14 +396,14 @@ class Dispatcher:
         for rcv in g.route.receivers:
             key = (g.route.name, g.key, rcv.name)
             send_resolved = getattr(rcv, "send_resolved", True)
-            if update is None and not _needs_update(self._nflog.get(key), f_fps, r_fps, send_resolved,
+            if not update and not _needs_update(self._nflog.get(key), f_fps, r_fps, send_resolved,
                                                     g.route.repeat_interval, now):
                 continue
             self._nflog[key] = {"firing": sorted(f_fps), "resolved": sorted(r_fps), "ts": now}
             out = copy.deepcopy(firing + (resolved if send_resolved else []))
             for a in out:
-                if update is not None and a.fingerprint == update[0]:
-                    a.annotations["update"] = update[1]
+                if update and a.fingerprint in update:
+                    a.annotations["update"] = update[a.fingerprint]
             if out:
                 rcv.notify(Notification(rcv.name, g.key, dict(g.labels), out))
         g.flushed = True

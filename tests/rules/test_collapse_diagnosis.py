@@ -148,3 +148,39 @@ def test_nothing_to_diagnose(args, expected, tmp_path, monkeypatch):
     d = diagnosis.Diagnoser(background=False)
     d.observe("s", args)
     assert d.report("s") is expected and not d.pending("s")
+
+
+def test_late_findings_for_several_ranks_are_one_update_message(sglang_roots, monkeypatch):
+    """4 ranks collapse together while the probes run: one message; the findings arrive for all
+    4 at the same tick: one update message with the 4 alerts marked, not one per rank."""
+    gate = threading.Event()
+    real = diagnosis.diagnose
+
+    def slow(*a, **kw):
+        gate.wait(20)
+        return real(*a, **kw)
+
+    monkeypatch.setattr(diagnosis, "diagnose", slow)
+    cfg = build_config({"server": "k25", "logs": [{"path": "/x.log"}],
+                        "diagnosis": {"sglang_root": str(sglang_roots["0.5.11"]), "timeout": "30s"}})
+    messages = []
+    rcv = type("Rec", (), {"name": "rec", "send_resolved": True, "notify": lambda self, n: messages.append(n)})()
+    p = Pipeline(cfg, Dispatcher([rcv], group_by=["alertname", "server"], group_wait=0, group_interval=0),
+                 diagnosis_background=True)
+    feed(p, server_args_line(algorithm="EAGLE"))
+    for s in range(3):
+        for r in range(4):
+            feed(p, decode(s).replace(" TP0]", f" TP{r}]"))
+    with p.lock:
+        p.tick(time.time())
+    gate.set()
+    deadline = time.monotonic() + 20
+    while p.diagnoser.report("k25") is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    for _ in range(3):
+        with p.lock:
+            p.tick(time.time())
+    updates = [n for n in messages if any("update" in a.annotations for a in n.alerts)]
+    assert len(updates) == 1, [[a.labels["rank"] for a in n.alerts] for n in messages]
+    assert sorted(a.labels["rank"] for a in updates[0].alerts if "update" in a.annotations) == [
+        "TP0", "TP1", "TP2", "TP3"]
