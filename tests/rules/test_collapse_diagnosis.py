@@ -155,24 +155,16 @@ def test_late_findings_for_several_ranks_are_one_update_message(sglang_roots, mo
     4 at the same tick: one update message with the 4 alerts marked, not one per rank."""
     gate = threading.Event()
     real = diagnosis.diagnose
-
-    def slow(*a, **kw):
-        gate.wait(20)
-        return real(*a, **kw)
-
-    monkeypatch.setattr(diagnosis, "diagnose", slow)
-    cfg = build_config({"server": "k25", "logs": [{"path": "/x.log"}],
-                        "diagnosis": {"sglang_root": str(sglang_roots["0.5.11"]), "timeout": "30s"}})
+    monkeypatch.setattr(diagnosis, "diagnose", lambda *a, **kw: (gate.wait(20), real(*a, **kw))[1])
+    p, _ = pipeline(sglang_roots["0.5.11"], background=True)
     messages = []
-    rcv = type("Rec", (), {"name": "rec", "send_resolved": True, "notify": lambda self, n: messages.append(n)})()
-    p = Pipeline(cfg, Dispatcher([rcv], group_by=["alertname", "server"], group_wait=0, group_interval=0),
-                 diagnosis_background=True)
+    p.dispatcher.default_route.receivers = [
+        type("Rec", (), {"name": "rec", "send_resolved": True, "notify": lambda self, n: messages.append(n)})()]
+    p.dispatcher.default_route.group_by = ["alertname", "server"]
     feed(p, server_args_line(algorithm="EAGLE"))
     for s in range(3):
         for r in range(4):
             feed(p, decode(s).replace(" TP0]", f" TP{r}]"))
-    with p.lock:
-        p.tick(time.time())
     gate.set()
     deadline = time.monotonic() + 20
     while p.diagnoser.report("k25") is None and time.monotonic() < deadline:
