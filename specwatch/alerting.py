@@ -52,7 +52,7 @@ def build_alerting(cfg: Config, *, state_dir: str | Path | None, replay: bool = 
         n = slacks[(url, sc.channel)] = notifiers[name] = SlackNotifier(
             url, name=name, queue_path=queue(name), store=store, timeout=sc.timeout, backoff_initial=sc.backoff_initial,
             backoff_max=sc.backoff_max, channel=sc.channel, send_resolved=sc.send_resolved, dry_run=slack_dry_run,
-            dry_run_json=dry_run_json)
+            dry_run_json=dry_run_json, bot_token=None if slack_dry_run is not None else sc.bot_token)
         return n
 
     hooks = {}

@@ -164,11 +164,18 @@ class FollowConfig(Section):
 class SlackConfig(Section):
     """alerts.slack, and a route's `slack` (its unset keys come from alerts.slack). The webhook
     URL is a secret: one of webhook_url, webhook_url_env (a variable's name) or webhook_url_file;
-    `load_config` reads it into webhook_url (the other two are then None)."""
+    `load_config` reads it into webhook_url (the other two are then None). Instead of a webhook, a
+    bot token (`bot_token`, `_env`, `_file`; a secret too) posts with the Web API at `api_url`
+    (chat.postMessage to `channel`, which it needs) and edits a group's message in place
+    (chat.update) while its incident is open; webhook_url is then that chat.postMessage URL."""
 
     webhook_url: Secret | None = None
     webhook_url_env: str | None = None
     webhook_url_file: str | None = None
+    bot_token: Secret | None = None
+    bot_token_env: str | None = None
+    bot_token_file: str | None = None
+    api_url: str = "https://slack.com/api"
     channel: str | None = None
     timeout: Seconds = 10.0
     backoff_initial: Seconds = 1.0
@@ -179,7 +186,8 @@ class SlackConfig(Section):
         return _backoff_problems(self.backoff_initial, self.backoff_max)
 
     def __repr__(self) -> str:  # the webhook URL is a secret
-        return f"SlackConfig(webhook_url={'<redacted>' if self.webhook_url else None}, channel={self.channel!r})"
+        return (f"SlackConfig(webhook_url={'<redacted>' if self.webhook_url else None}, "
+                f"bot_token={'<redacted>' if self.bot_token else None}, channel={self.channel!r})")
 
 
 class WebhookConfig(Section):
@@ -1079,8 +1087,19 @@ def _slack(r: _Reader, raw, path: str, base: SlackConfig) -> SlackConfig:
     if url is not None and not _valid_url(url):
         r.bad(f"{path}.webhook_url", "must be an http(s) URL such as https://hooks.slack.com/services/T000/B000/XXXX (value not shown: it is a secret)")
         url = None
+    token = _resolve_secret(r, raw if isinstance(raw, dict) else {}, path, "bot_token") or base.bot_token
+    if token:
+        if url:
+            r.bad(f"{path}.bot_token", "give a bot_token or a webhook_url, not both (a bot posts with the Web API)")
+        if not sc.channel:
+            r.bad(f"{path}.channel", "missing: a bot_token posts with chat.postMessage, which needs a channel, "
+                  "e.g. channel: '#oncall' (invite the bot there)")
+        if not _valid_url(sc.api_url):
+            r.bad(f"{path}.api_url", f"{_show(sc.api_url)} is not an http(s) URL; e.g. https://slack.com/api")
+        url = sc.api_url.rstrip("/") + "/chat.postMessage"
     return msgspec.structs.replace(sc, webhook_url=url or base.webhook_url, webhook_url_env=None,
-                                   webhook_url_file=None)
+                                   webhook_url_file=None, bot_token=token or None, bot_token_env=None,
+                                   bot_token_file=None)
 
 
 def _backoff_problems(initial: float, maximum: float) -> list[tuple[str, str]]:

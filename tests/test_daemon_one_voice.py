@@ -33,25 +33,30 @@ def _lines(stamps: list[str], collapsed: set[int]) -> str:
     return "\n".join(out) + "\n"
 
 
-def _run(tmp_path, slack, collapsed: set[int]) -> tuple[list[dict], str]:
+def _run(tmp_path, slack, collapsed: set[int], later: set[int] = frozenset(), alerts: dict | None = None,
+         rules: dict | None = None, settle: float = 4.0) -> tuple[list[dict], str]:
     """Start a daemon on an empty log, append 6 healthy seconds of 8 ranks, then 5 seconds in
-    which the `collapsed` ranks' accept len is 1.02 (all lines of a second at once); returns the
-    Slack bodies received within 4 s of the first and the daemon's output."""
+    which the `collapsed` ranks' accept len is 1.02 (all lines of a second at once); once the
+    first message is in, 5 more seconds in which the `later` ranks collapse too. Returns the Slack
+    bodies received `settle` seconds after that and the daemon's output."""
     log = tmp_path / "sglang.log"
     log.write_text("")
-    d = SpecwatchDaemon(tmp_path, log, alerts={"slack": {"webhook_url": slack.url}},
+    d = SpecwatchDaemon(tmp_path, log, alerts=alerts or {"slack": {"webhook_url": slack.url}}, rules=rules,
                         extra={"process": {"enabled": False}})
     d.start()
     try:
-        stamps = _stamps(11)
+        stamps = _stamps(16)
         with open(log, "a") as f:
             f.write(server_args_line(ts=stamps[0], **DRAFT)[0] + "\n")
             f.write(_lines(stamps[:6], set()))
         time.sleep(1.0)
         with open(log, "a") as f:
-            f.write(_lines(stamps[6:], collapsed))
+            f.write(_lines(stamps[6:11], collapsed))
         wait_for(lambda: slack.received, timeout=20, what="the first Slack message")
-        time.sleep(4.0)  # anything more sent per rank, or as a second diagnosis, arrives by now
+        if later:
+            with open(log, "a") as f:
+                f.write(_lines(stamps[11:], collapsed | later))
+        time.sleep(settle)  # anything more sent per rank, or as a second diagnosis, arrives by now
         got = list(slack.received)
     finally:
         rc, out = d.stop()
@@ -79,3 +84,29 @@ def test_one_collapsed_rank_of_eight_sends_one_message_with_one_diagnosis(tmp_pa
     assert "specwatch diagnose --draft" not in body  # no checkpoint checks beside it
     # the collapse alert still fires (metrics, log, Alertmanager push), it is only not notified
     assert "alert firing: AcceptanceCollapse on gpu-box-1 DP3 TP3" in out
+
+
+JOINING = {"rules": {"rank_disagreement": {"enabled": False}}}  # 4 then 8 ranks: one collapse incident
+
+
+def test_ranks_joining_an_open_incident_go_out_in_one_follow_up(tmp_path, slack):
+    """4 ranks collapse, then the other 4 while the incident is open: one more message (the
+    group's next group_interval tick) listing all 8, not one per joining rank."""
+    got, _ = _run(tmp_path, slack, {0, 1, 2, 3}, later={4, 5, 6, 7}, settle=6.0,
+                  alerts={"group_interval": "4s", "slack": {"webhook_url": slack.url}}, **JOINING)
+    assert [b["text"].split(" on ")[0] for b in got] == ["[FIRING:4] AcceptanceCollapse", "[FIRING:8] AcceptanceCollapse"]
+
+
+def test_with_a_bot_token_joining_ranks_edit_the_incident_message(tmp_path, slack):
+    """A bot token: the incident is one Slack message, posted with chat.postMessage and edited with
+    chat.update (its channel and ts) as the other 4 ranks join, at once; the token goes only into
+    the Authorization header, never into the log."""
+    token = "xoxb-17-s3cr3t-b0t"
+    got, out = _run(tmp_path, slack, {0, 1, 2, 3}, later={4, 5, 6, 7}, settle=3.0,
+                    alerts={"slack": {"bot_token": token, "api_url": slack.api_url, "channel": "#oncall"}}, **JOINING)
+    assert [p.rsplit("/", 1)[1] for p in slack.paths] == ["chat.postMessage", "chat.update"]
+    first, edit = got
+    assert first["channel"] == "#oncall" and first["text"].startswith("[FIRING:4] AcceptanceCollapse")
+    assert (edit["channel"], edit["ts"]) == ("C0SPEC", "1.000100")  # what chat.postMessage answered
+    assert edit["text"].startswith("[FIRING:8] AcceptanceCollapse")
+    assert slack.auth == [f"Bearer {token}"] * 2 and token not in out

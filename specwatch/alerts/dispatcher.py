@@ -11,7 +11,8 @@ Rules hand over transitions (`handle`: an alert starts firing, or resolves). The
   alerts that fire within group_wait of each other share one message), then every
   `group_interval`; an alert joining a group whose incident is open (an alert of it firing and
   notified) goes out in one follow-up at the next group_interval tick, never in a message of its
-  own; one that finds nothing open starts a new incident, out group_wait after it fired; at a
+  own (group_wait after it, where a receiver edits the incident's message in place: a Slack
+  bot's `chat.update`); one that finds nothing open starts a new incident, out group_wait after it fired; at a
   flush it leaves out alerts muted by an
   inhibit rule or a silence and sends a receiver a notification only when the set of firing
   (or, with send_resolved, resolved) alerts changed since the last notification to it, or when
@@ -294,9 +295,10 @@ class Dispatcher:
             # ranks that fire together (each rule's alert starts at its first low line) share
             # the first message instead of one message each.
             return
-        if not self._open(g, alert.fingerprint):
+        if not self._open(g, alert.fingerprint) or any(getattr(r, "updates_in_place", False) for r in route.receivers):
             # Nothing of the group is firing and notified (an earlier episode resolved, a resolve
-            # still pending, all of it muted): a new incident, out group_wait after it fired.
+            # still pending, all of it muted): a new incident, out group_wait after it fired. Or
+            # a receiver edits the incident's message in place (a Slack bot): no new message.
             g.next_flush = min(g.next_flush, now + route.group_wait)
         # else it joins an open incident: one follow-up at the group's next group_interval tick
 

@@ -156,11 +156,12 @@ def post_json(
     succeeded: Callable[[int, str], bool] = lambda status, body: 200 <= status < 300,
     permanent: Callable[[int, str], bool] = lambda status, body: 400 <= status < 500 and status not in (408, 429),
     headers: dict[str, str] | None = None,
+    full_body: bool = False,
 ) -> Attempt:
     """POST `payload` as JSON and classify the answer.
 
     `succeeded(status, body)` and `permanent(status, body)` decide (body stripped, redacted, at
-    most 200 characters); anything else — network errors, timeouts, 5xx, 429 — is RETRY, a 429
+    most 200 characters; `full_body`: all of it, e.g. a JSON answer to parse); anything else — network errors, timeouts, 5xx, 429 — is RETRY, a 429
     or 503 with the wait its `Retry-After` asks for. Never raises for I/O errors.
     """
     try:
@@ -169,8 +170,11 @@ def post_json(
         # requests puts the URL in its messages; only the redacted text is logged.
         return Attempt(RETRY, None, f"{type(exc).__name__}: {url.redact(str(exc))}")
     status = resp.status_code
-    body = url.redact(resp.text.strip())[:200]
+    whole = url.redact(resp.text.strip())
+    body = whole[:200]
     detail = f"HTTP {status} {body!r}"
+    if full_body:
+        body = whole
     if succeeded(status, body):
         return Attempt(SENT, None, detail, status=status)
     if permanent(status, body):

@@ -16,7 +16,7 @@ import re
 from typing import TYPE_CHECKING
 
 from specwatch.alerts.model import FIRING, RESOLVED, Alert, Notification, iso8601, split_code
-from specwatch.notifiers.http import REDACTED, Attempt, Secret, check_url, new_session, post_json
+from specwatch.notifiers.http import REDACTED, RETRY, SENT, Attempt, Secret, check_url, new_session, post_json
 from specwatch.notifiers.queue import QueuedNotifier
 
 if TYPE_CHECKING:
@@ -409,6 +409,13 @@ class SlackNotifier(QueuedNotifier):
 
     webhook_url: secret; never logged, shown in repr or put in an exception message.
     channel: channel override for legacy webhooks (new-style webhooks are bound to one channel).
+    bot_token: a bot token (secret, like the URL): webhook_url is then the Web API's
+        `chat.postMessage` URL, posted to with the token as Bearer and `channel` in the body; a
+        group's next notification while its incident is open edits that message
+        (`chat.update` with its `ts`, https://api.slack.com/methods/chat.update) instead of
+        posting another: later ranks joining, their diagnosis, the resolve. A repeat (the same
+        firing alerts, nothing new) and a new incident post a new message. The `ts` of each
+        open message is kept in memory: after a restart the next notification posts anew.
     session: a `requests.Session` to post with (default: a new one).
     queue_options (queue_path, timeout, backoff_initial, backoff_max, dry_run, send_resolved)
     and the counters: see `QueuedNotifier`. A 200 `ok` is delivered; Slack's permanent error strings
@@ -420,12 +427,21 @@ class SlackNotifier(QueuedNotifier):
 
     kind = "Slack"
 
+    updates_in_place = False  # the dispatcher may send a joining rank at once: it edits, never adds
+
     def __init__(self, webhook_url: str, *, name: str = "slack", channel: str | None = None,
-                 session: requests.Session | None = None, **queue_options) -> None:
+                 session: requests.Session | None = None, bot_token: str | None = None, **queue_options) -> None:
         check_url(webhook_url, "webhook_url")
         self._url = Secret(webhook_url)
         self.channel = channel
         self._session = session
+        self._token = Secret(bot_token) if bot_token else None
+        self.updates_in_place = self._token is not None
+        if self._token is not None:
+            base = webhook_url.rsplit("/", 1)[0]
+            self._update_url = Secret(f"{base}/chat.update")
+        # group key → (channel id, ts, firing fingerprints) of the message open for it (bot only)
+        self._open: dict[str, tuple[str, str, frozenset]] = {}
         super().__init__(name, logger=log, **queue_options)
 
     def __repr__(self) -> str:
@@ -450,7 +466,17 @@ class SlackNotifier(QueuedNotifier):
         return super().notify(notification)
 
     def render(self, data: dict) -> dict:
-        return build_notification_payload(Notification.from_dict(data), channel=self.channel)
+        n = Notification.from_dict(data)
+        payload = build_notification_payload(n, channel=self.channel)
+        if self._token is None:
+            return payload
+        firing = frozenset(a.fingerprint for a in n.alerts if a.status != RESOLVED)
+        is_update = any(a.annotations.get("update") for a in n.alerts)
+        prev = self._open.get(n.group_key)
+        if prev is not None and (is_update or not firing or not firing <= prev[2]):
+            payload.update(channel=prev[0], ts=prev[1])  # something new for the open message: edit it
+            return {"method": "chat.update", "group": n.group_key, "firing": sorted(firing), "body": payload}
+        return {"method": "chat.postMessage", "group": n.group_key, "firing": sorted(firing), "body": payload}
 
     def dry_run_text(self, payload: object) -> str:
         return payload_text(payload) if isinstance(payload, dict) else super().dry_run_text(payload)
@@ -458,6 +484,8 @@ class SlackNotifier(QueuedNotifier):
     def send(self, payload: object, timeout: float) -> Attempt:
         if self._session is None:
             self._session = new_session()
+        if self._token is not None:
+            return self._send_api(payload, timeout)
         return post_json(
             self._session, self._url, payload, timeout,
             # Slack answers 200 `ok`; a proxy or compatible receiver may answer any 2xx body.
@@ -465,6 +493,45 @@ class SlackNotifier(QueuedNotifier):
             succeeded=lambda status, body: 200 <= status < 300 and _error_code(body) not in PERMANENT_ERRORS,
             permanent=lambda status, body: _error_code(body) in PERMANENT_ERRORS or (400 <= status < 500 and status != 429),
         )
+
+
+    def _send_api(self, payload: dict, timeout: float) -> Attempt:
+        """One Web API call (chat.postMessage or chat.update): Slack answers 200 with `ok` in a
+        JSON body, `error` naming what failed; the `ts` of a posted message is kept for its group
+        while it has firing alerts."""
+        url = self._update_url if payload["method"] == "chat.update" else self._url
+        answer: dict = {}
+
+        def ok(status: int, body: str) -> bool:
+            try:
+                answer.update(json.loads(body))
+            except ValueError:
+                return False
+            return 200 <= status < 300 and answer.get("ok") is True
+
+        result = post_json(
+            self._session, url, payload["body"], timeout, succeeded=ok,
+            permanent=lambda status, body: _error_code(body) in PERMANENT_ERRORS | API_PERMANENT_ERRORS
+            or (400 <= status < 500 and status != 429),
+            headers={"Authorization": f"Bearer {self._token.value}"}, full_body=True)
+        if result.outcome == SENT:
+            group, firing = payload["group"], frozenset(payload["firing"])
+            if not firing:
+                self._open.pop(group, None)  # all resolved: the next incident posts anew
+            elif payload["method"] == "chat.postMessage":
+                self._open[group] = (str(answer.get("channel", "")), str(answer.get("ts", "")), firing)
+            else:
+                channel, ts, _ = self._open.get(group, (payload["body"]["channel"], payload["body"]["ts"], firing))
+                self._open[group] = (channel, ts, firing)
+        elif payload["method"] == "chat.update" and answer.get("error") in ("message_not_found", "cant_update_message"):
+            self._open.pop(payload["group"], None)  # deleted or too old: the retry posts a new one
+            result = Attempt(RETRY, 0.0, result.detail, status=result.status)
+        return result
+
+
+# Web API errors (https://api.slack.com/methods/chat.postMessage, chat.update) that no retry fixes.
+API_PERMANENT_ERRORS = frozenset({"not_authed", "invalid_auth", "account_inactive", "token_revoked",
+                                  "missing_scope", "not_in_channel", "msg_too_long", "no_text", "too_many_attachments"})
 
 
 def _error_code(body: str) -> str:
