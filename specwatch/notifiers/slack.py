@@ -471,9 +471,9 @@ class SlackNotifier(QueuedNotifier):
         if self._token is None:
             return payload
         firing = frozenset(a.fingerprint for a in n.alerts if a.status != RESOLVED)
-        is_update = any(a.annotations.get("update") for a in n.alerts)
+        news = any(a.annotations.get("update") or a.status == RESOLVED for a in n.alerts)
         prev = self._open.get(n.group_key)
-        if prev is not None and (is_update or not firing or not firing <= prev[2]):
+        if prev is not None and (news or not firing <= prev[2]):  # else a repeat: notify again
             payload.update(channel=prev[0], ts=prev[1])  # something new for the open message: edit it
             return {"method": "chat.update", "group": n.group_key, "firing": sorted(firing), "body": payload}
         return {"method": "chat.postMessage", "group": n.group_key, "firing": sorted(firing), "body": payload}
