@@ -432,16 +432,15 @@ class CollapseRule(ActiveAlertsRule):
         ranks = self._ranks
         if not self.active.empty() and any(alert_key(server, rk) in self.active for rk in runs):
             return a, []  # a recovery on the way: one by one
-        first = None
         for rk, n in runs.items():
             st = ranks.get((server, rk))
             if st is None:
                 st = ranks[(server, rk)] = _RankState()
             st.high_run += n
             st.low_run = 0
-            if st.healthy_since is None:  # the range's first line: close enough for a span of minutes
-                first = float(rows.array("d_ts")[da]) if first is None else first
-                st.healthy_since = first
+            if st.healthy_since is None:  # once per rank and (re)start: its first healthy line's stamp
+                mine = rows.array("d_acc_ok")[da:j] & (rows.array("d_code")[da:j] == columns.rank_names(rows).index(rk))
+                st.healthy_since = float(rows.array("d_ts")[da + int(mine.argmax())])
         return (b if j == db else rows.dpos[j]), []
 
     def on_event(self, server: str, event: object, now: float) -> list[Alert]:
