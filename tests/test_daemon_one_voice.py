@@ -71,6 +71,10 @@ def test_eight_ranks_collapsing_together_send_one_message(tmp_path, slack):
     assert msg["text"].startswith("[FIRING:8] AcceptanceCollapse on gpu-box-1"), msg["text"]
     for r in range(RANKS):
         assert f"DP{r} TP{r}" in str(msg["blocks"])
+    # the ranks share their fixes: listed once, the other 7 point at them
+    sections = [b["text"]["text"] for b in msg["blocks"] if b["type"] == "section" and "text" in b]
+    assert sum(t.startswith("*What to check*\n1. ") for t in sections) == 1
+    assert sum(t.startswith("*What to check:* as for gpu-box-1 DP") for t in sections) == RANKS - 1
     assert out.count("alert firing: AcceptanceCollapse") == RANKS  # every alert still logged
 
 

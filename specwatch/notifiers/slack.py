@@ -324,7 +324,8 @@ def build_notification_payload(notification: Notification, *, channel: str | Non
 
     One alert: exactly `build_payload(alert)`. Several: a header counting firing and resolved
     alerts, then per alert (firing first) a divider, a line with its name, where and summary,
-    up to 10 evidence fields (a resolved alert: why it resolved) and, while firing, its numbered fixes. Alerts that would pass
+    up to 10 evidence fields (a resolved alert: why it resolved) and, while firing, its numbered fixes
+    (fixes the same as an earlier alert's: "as for <server rank> above"). Alerts that would pass
     Slack's 50-block cap are counted in a last "N more alerts not shown" line. `text`, the
     fallback, reads e.g. `[FIRING:2] AcceptanceCollapse, ThroughputDrop on sglang-0`, with
     `; resolved: <names>` when the group also holds resolved alerts. An update (a firing alert
@@ -349,14 +350,19 @@ def build_notification_payload(notification: Notification, *, channel: str | Non
     title = f"{_EMOJI[FIRING if firing else RESOLVED]} {len(alerts)} alerts: {len(firing)} firing, {len(resolved)} resolved"
     blocks: list[dict] = [{"type": "header", "text": {"type": "plain_text", "text": title, "emoji": True}}]
     shown = 0
+    listed: dict[tuple[str, ...], str] = {}  # fixes already shown → the alert they were shown with
     for a in firing + resolved:
         part: list[dict] = [{"type": "divider"}, _section(_alert_line(a))]
         fields = [_field(str(n), str(v)) for n, v in _evidence_now(a)[0][:MAX_FIELDS_PER_SECTION]]
         if fields:
             part.append({"type": "section", "fields": fields})
         if a.status == FIRING and a.fixes:
-            items = "\n".join(f"{i}. {mrkdwn(f, one_line=True)}" for i, f in enumerate(a.fixes, 1))
-            part.append(_section(f"*What to check*\n{items}"))
+            first = listed.setdefault(tuple(a.fixes), _where(a) or a.name or "alert")
+            if first != (_where(a) or a.name or "alert"):  # ranks of one incident share their fixes: once
+                part.append(_section(f"*What to check:* as for {escape_mrkdwn(first)} above"))
+            else:
+                items = "\n".join(f"{i}. {mrkdwn(f, one_line=True)}" for i, f in enumerate(a.fixes, 1))
+                part.append(_section(f"*What to check*\n{items}"))
         if len(blocks) + len(part) > MAX_BLOCKS - 1:  # keep one block for the "not shown" line
             break
         blocks += part
