@@ -13,8 +13,10 @@ accepts 80 %, position 1 given position 0 only 30 %. The draft-too-long rule
 
 Per (server, rank), over the same window of draft-weighted rates as that rule (`window`,
 `min_drafts`): fires when position 0 accepts at least `min_first_rate` and position 1's rate given
-position 0 is below `max_step_ratio` × position 0's rate; resolves when it is no longer below, when
-position 0 falls under `min_first_rate` (a collapse or degradation then, reported by those rules),
+position 0 is below `max_step_ratio` × position 0's rate, while every position accepts at least
+`rules.draft_length.max_position_rate` (below it, the draft-too-long rule speaks, one voice per
+fault); resolves when it is no longer below, when position 0 falls under `min_first_rate` (a
+collapse or degradation then, reported by those rules), when a position falls under that floor,
 or at a restart.
 """
 
@@ -52,11 +54,16 @@ class DraftChainRule(DraftLengthRule):
 
     @classmethod
     def build(cls, config: Config, ctx) -> "DraftChainRule":
-        return cls(config.draft_chain, config.collapse.max_accept_length)
+        rule = cls(config.draft_chain, config.collapse.max_accept_length)
+        rule.long_rate = config.draft_length.max_position_rate
+        return rule
+
+    long_rate = 0.02  # rules.draft_length.max_position_rate: a position under it is that rule's case
 
     def reconfigure(self, config: Config) -> None:
         self.config = config.draft_chain
         self.collapse_accept_length = config.collapse.max_accept_length
+        self.long_rate = config.draft_length.max_position_rate
 
     def _judge(self, server: str, rank: str, ts: float, pos: _Positions, engine: str | None) -> list[Alert]:
         avg = pos.rates()
@@ -69,6 +76,8 @@ class DraftChainRule(DraftLengthRule):
             return self.active.resolve(akey, ts, ("position 0 accepts", f"{first:.3f}"))
         if given >= cfg.max_step_ratio * first:
             return self.active.resolve(akey, ts, ("position 1 given position 0", f"{given:.3f}"))
+        if min(avg) < self.long_rate:  # positions that accept almost nothing: DraftTooLong speaks
+            return self.active.resolve(akey, ts, ("a position accepts less than", f"{self.long_rate:.3f}"))
         if akey in self.active:
             return []
         args = dict(self.args.get(server) or {})

@@ -193,3 +193,10 @@ def test_br38_mtp_collapse_is_one_message_with_mtp_head_advice():
     [collapse] = [a for a in t if a.name == "AcceptanceCollapse"]
     assert collapse.fixes[0].startswith("MTP drafts with a head inside the target checkpoint")
     assert not any("eagle_aux_hidden_state_layer_ids" in f or "specwatch diagnose" in f for f in collapse.fixes)
+
+
+def test_a_chain_whose_later_positions_accept_nothing_is_draft_too_long_only():
+    """0.80 / 0.01 / 0.00: broken after position 0 too, but positions under the draft-length floor
+    are that rule's case: one alert (DraftTooLong, one token per step), not two."""
+    log = VllmLog(method="mtp", draft=None, model="/models/glm", k=3).interval(10, positions=[0.80, 0.01, 0.0])
+    assert names(run(log.lines)) == [("DraftTooLong", "firing", "")]
