@@ -247,7 +247,7 @@ class Daemon:
 
             self.process = ProcessSource(self._emit, server=cfg.server, interval=cfg.process.interval,
                                          servers=cfg.process.servers, match=cfg.process.match,
-                                         ties=ProcessTies.of(cfg))
+                                         ties=ProcessTies.of(cfg), log_ports=self.pipeline.log_ports)
             self.sources.append(self.process)
             self.registry.register(ProcessCollector(self.process))
         if cfg.server_apis:

@@ -523,6 +523,13 @@ class Pipeline:
             forget_keys((self.ranks, self.scraped, self.servers, self._starts, self._vllm,
                          self.windows._last, self.windows._prefills), server)
 
+    def log_ports(self) -> dict[int, str]:
+        """{port: server} from each server's log `server_args` line (its `port`; the process
+        source ties a launcher with that `--port` to the log's server)."""
+        with self.lock:
+            return {port: server for server, st in self.servers.items()
+                    if isinstance(port := st.args_by_source.get("log", {}).get("port"), int)}
+
     def servers_with_alerts(self) -> set[str]:
         """The `server` labels of the alerts the rules hold firing (restored ones included)."""
         with self.lock:

@@ -210,3 +210,47 @@ def test_only_configured_servers_page_and_a_disabled_source_clears_its_alerts(tm
     finally:
         rc, out = d.stop()
     assert rc == 0, out
+
+
+def test_the_readme_plain_file_setup_alerts_a_crash_and_the_restart(tmp_path, slack, sglang_install, sglang_procs):
+    """The README's plain file as written (`server: sglang-0`, one `logs[].path`, no
+    process.servers) beside `python -m sglang.launch_server ... 2>&1 | tee -a server.log` run
+    through a real shell: `tee` writes the log, yet the server is the log's. Killed, it is down
+    (to Slack); started again the same way, the restart is reported and the down alert resolves."""
+    from specwatch_daemon import SpecwatchDaemon
+
+    log = tmp_path / "server.log"
+    port = free_port()
+    env = {"FAKE_SGLANG_HTTP": "1"}  # decode lines on its stdout, into the pipe
+    sh, pid = sglang_procs.start_teed(server_argv(sglang_install, port, 3, "info"), log, env=env)
+    d = SpecwatchDaemon(tmp_path, log, server="sglang-0", env={"SW_TEST_HOOK": slack.url},
+                        rules={"server": {"down_for": "1s", "restart_window": "3s"}},
+                        extra={"process": {"interval": "300ms"}},
+                        alerts={"group_by": ["..."], "group_wait": "0s", "group_interval": "0s",
+                                "slack": {"webhook_url_env": "SW_TEST_HOOK", "backoff_initial": "0.1s"}})
+    d.start()
+    try:
+        srv = (("server", "sglang-0"),)
+        wait_for(lambda: _scrape(d.port).get(("specwatch_server_up", srv)) == 1, timeout=20,
+                 what="the teed server tied to its log")
+        assert ("specwatch_server_up", (("server", f"sglang-0:{port}"),)) not in _scrape(d.port)
+
+        os.kill(pid, signal.SIGKILL)  # a crash
+        sh.wait(timeout=10)
+        wait_for(lambda: any(t.startswith("[FIRING] SGLangServerDown on sglang-0") for t in texts(slack)),
+                 timeout=20, what="the down alert")
+        down = next(b for b in delivered(slack) if b["text"].startswith("[FIRING] SGLangServerDown"))
+        assert str(pid) in json.dumps(down)  # its last pid in the evidence
+
+        sh, pid2 = sglang_procs.start_teed(server_argv(sglang_install, port, 5, "info"), log, env=env)
+        wait_for(lambda: any(t.startswith("[FIRING] SGLangServerRestarted on sglang-0") for t in texts(slack)),
+                 timeout=20, what="the restart alert")
+        restart = next(b for b in delivered(slack) if b["text"].startswith("[FIRING] SGLangServerRestarted"))
+        assert str(pid2) in json.dumps(restart) and "3 → 5" in json.dumps(restart, ensure_ascii=False)
+        wait_for(lambda: any(t.startswith("[RESOLVED] SGLangServerDown on sglang-0") for t in texts(slack)),
+                 timeout=20, what="the down alert resolved")
+    finally:
+        rc, out = d.stop()
+    assert rc == 0, out
+    assert "not a configured server, so it is forgotten" not in out
+    assert f"SGLang server pid {pid} writes {log} (through the pipe its output goes to)" in out
