@@ -60,6 +60,7 @@ from prometheus_client import ProcessCollector as OwnProcessCollector
 from specwatch import __version__, heap
 from specwatch.alerting import build_alerting
 from specwatch.config import Config, ConfigError, LogSource, ProcessTies, load_run_config, source_servers
+from specwatch.sources.log_health import LogHealth
 from specwatch.listener import serve_quietly, stop_serving
 from specwatch.metrics import FollowerCollector, PipelineCollector, SelfCollector, ServerCollector
 from specwatch.pipeline import Pipeline
@@ -230,6 +231,7 @@ class Daemon:
         if legacy and self.store.ok:
             os.replace(self.state_path, self.state_path.with_name(self.state_path.name + ".migrated"))
         self._missing_since: dict[str, list] = {}  # path -> [absent since, last warned] (monotonic)
+        self.log_health = LogHealth(self._emit, self.pipeline.server_for)  # SourceHealth events
         self.registry = CollectorRegistry()
         OwnProcessCollector(registry=self.registry)  # specwatch's own process_* (CPU, RSS, fds)
         self.registry.register(PipelineCollector(self.pipeline))
@@ -321,6 +323,7 @@ class Daemon:
         if self.logset.patterns and time.monotonic() - self._last_scan >= self.config.follow.rescan_interval:
             self._rescan()
         self._warn_missing_logs()
+        self.log_health.check(dict(self.followers.followers), time.time())
         if self._release_after_backlog and not self.followers.catching_up:
             self._release_after_backlog = False
             heap.release()  # the large backlog's reads freed tens of MB the heap would keep

@@ -9,6 +9,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -254,3 +255,72 @@ def test_the_readme_plain_file_setup_alerts_a_crash_and_the_restart(tmp_path, sl
     assert rc == 0, out
     assert "not a configured server, so it is forgotten" not in out
     assert f"SGLang server pid {pid} writes {log} (through the pipe its output goes to)" in out
+
+
+def test_a_broken_source_raises_its_own_alert_and_resolves_when_it_reads_again(tmp_path, slack):
+    """The daemon's own sources: a log path under a directory that does not exist, a directory
+    where the log file should be, a journal directory that does not exist, a /metrics URL on a
+    port nothing listens on. Each raises
+    SpecwatchSourceDown (to Slack, and on the status page) after `down_for`, and resolves once
+    it is read again."""
+    from engine_metrics import EngineMetrics
+    from journal_files import JournalDir
+    from specwatch_daemon import SpecwatchDaemon
+
+    missing = tmp_path / "not-yet" / "server.log"
+    folder = tmp_path / "folder.log"
+    folder.mkdir()
+    closed = free_port()  # bound, never listening: connection refused
+    d = SpecwatchDaemon(tmp_path, missing, server="sglang-0", env={"SW_TEST_HOOK": slack.url},
+                        rules={"source_down": {"down_for": "1s"}},
+                        extra={"process": {"enabled": False},
+                               "server_metrics": [{"url": f"http://127.0.0.1:{closed}/metrics", "interval": "1s",
+                                                   "timeout": "0.5s", "backoff_max": "1s"}]},
+                        alerts={"group_by": ["..."], "group_wait": "0s", "group_interval": "0s",
+                                "slack": {"webhook_url_env": "SW_TEST_HOOK", "backoff_initial": "0.1s"}})
+    doc = yaml.safe_load(d.cfg.read_text())
+    journal = tmp_path / "journal"  # journalctl: "Failed to open ...: No such file or directory"
+    doc["logs"] += [{"path": str(folder), "server": "sglang-1"},
+                    {"journal": {"unit": "sglang.service", "directory": str(journal)}, "server": "sglang-2"}]
+    d.cfg.write_text(yaml.safe_dump(doc))
+    d.start()
+    engine = None
+    try:
+        firing = lambda: [b for b in delivered(slack) if b["text"].startswith("[FIRING] SpecwatchSourceDown")]  # noqa: E731
+        wait_for(lambda: len(firing()) >= 4, timeout=30, what="four source-down alerts")
+        bodies = [json.dumps(b) for b in firing()]
+        assert len(bodies) == 4
+        for where, why in ((str(missing), "does not exist (nor its directory"), (str(folder), "is a directory"),
+                           (f"journal:sglang.service@{journal}", "No such file or directory"),
+                           (f"http://127.0.0.1:{closed}/metrics", "connection_error")):
+            assert sum(where in b and why in b for b in bodies) == 1, (where, bodies)
+        with urllib.request.urlopen(f"http://127.0.0.1:{d.port}/api/status", timeout=10) as r:
+            status = json.load(r)
+        shown = sorted(a["labels"]["source_kind"] for a in status["alerts"] if a["alertname"] == "SpecwatchSourceDown")
+        assert shown == ["file", "file", "journal", "server_metrics"]
+        assert ("specwatch_alerts_firing", (("alertname", "SpecwatchSourceDown"),)) in _scrape(d.port)
+        assert _scrape(d.port)[("specwatch_alerts_firing", (("alertname", "SpecwatchSourceDown"),))] == 4
+
+        # the directory appears with the file, the journal is written, the engine serves on that port
+        missing.parent.mkdir()
+        missing.write_text("")
+        JournalDir(journal).append(["INFO:     127.0.0.1:40052 - \"GET /health HTTP/1.1\" 200 OK"])
+        engine = EngineMetrics("sglang")
+        engine.httpd.shutdown()  # serve on the configured port instead
+        engine.httpd.server_close()
+        from wsgiref.simple_server import make_server
+        engine.httpd = make_server("127.0.0.1", closed, engine.httpd.get_app(), server_class=type(engine.httpd),
+                                   handler_class=engine.httpd.RequestHandlerClass)
+        threading.Thread(target=engine.httpd.serve_forever, daemon=True).start()
+        resolved = lambda: [b for b in delivered(slack) if b["text"].startswith("[RESOLVED] SpecwatchSourceDown")]  # noqa: E731
+        wait_for(lambda: len(resolved()) >= 3, timeout=40, what="the file's, journal's and endpoint's alerts resolved")
+        texts_resolved = [json.dumps(b) for b in resolved()]
+        assert any(str(missing) in b for b in texts_resolved)
+        assert any(f"journal:sglang.service@{journal}" in b for b in texts_resolved)
+        assert any(f"127.0.0.1:{closed}/metrics" in b for b in texts_resolved)
+        assert not any(str(folder) in b for b in texts_resolved)  # still a directory
+    finally:
+        if engine is not None:
+            engine.httpd.shutdown()
+        rc, out = d.stop()
+    assert rc == 0, out
