@@ -324,3 +324,40 @@ def test_a_broken_source_raises_its_own_alert_and_resolves_when_it_reads_again(t
             engine.httpd.shutdown()
         rc, out = d.stop()
     assert rc == 0, out
+
+
+def test_a_server_whose_fds_say_nothing_is_tied_by_the_port_of_its_log_server_args(tmp_path, slack, sglang_install,
+                                                                                     sglang_procs):
+    """specwatch as a service user cannot read another user's fds; here the server's output goes
+    to /dev/null, which ties it to nothing either. The `port` of the log's `server_args` line
+    ties it (its --port), also after specwatch restarts past that line: killed, it is down."""
+    from sglang_lines import server_args_line
+    from specwatch_daemon import SpecwatchDaemon
+
+    log = tmp_path / "server.log"
+    port = free_port()
+    server = sglang_procs.start(server_argv(sglang_install, port, 3, "info"))
+    log.write_text(server_args_line(ts="2026-03-01 10:00:00", port=port, speculative_algorithm="EAGLE3")[0] + "\n")
+    d = SpecwatchDaemon(tmp_path, log, server="sglang-0", env={"SW_TEST_HOOK": slack.url},
+                        rules={"server": {"down_for": "1s"}}, extra={"process": {"interval": "300ms"}},
+                        alerts={"group_by": ["..."], "group_wait": "0s", "group_interval": "0s",
+                                "slack": {"webhook_url_env": "SW_TEST_HOOK", "backoff_initial": "0.1s"}})
+    srv = (("server", "sglang-0"),)
+    d.start()
+    try:
+        wait_for(lambda: _scrape(d.port).get(("specwatch_server_up", srv)) == 1, timeout=20,
+                 what="the server tied by its port")
+    finally:
+        rc, out = d.stop()
+    assert rc == 0, out
+    assert f"SGLang server pid {server.pid}: tied to sglang-0 by its --port {port}" in out
+    d.start()  # resumes after the server_args line: its settings were kept
+    try:
+        wait_for(lambda: _scrape(d.port).get(("specwatch_server_up", srv)) == 1, timeout=20,
+                 what="the server tied again after the restart")
+        stop(server)
+        wait_for(lambda: any(t.startswith("[FIRING] SGLangServerDown on sglang-0") for t in texts(slack)),
+                 timeout=20, what="the down alert")
+    finally:
+        rc, out = d.stop()
+    assert rc == 0, out
