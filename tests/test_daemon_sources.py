@@ -259,23 +259,26 @@ def test_the_readme_plain_file_setup_alerts_a_crash_and_the_restart(tmp_path, sl
 
 def test_a_broken_source_raises_its_own_alert_and_resolves_when_it_reads_again(tmp_path, slack):
     """The daemon's own sources: a log path under a directory that does not exist, a directory
-    where the log file should be, a journal directory that does not exist, a /metrics URL on a
-    port nothing listens on. Each raises
+    where the log file should be, a journal directory that does not exist, a /metrics URL and a
+    server_api URL on ports nothing listens on. Each raises
     SpecwatchSourceDown (to Slack, and on the status page) after `down_for`, and resolves once
     it is read again."""
     from engine_metrics import EngineMetrics
     from journal_files import JournalDir
+    from sglang_http import SGLangHTTP
     from specwatch_daemon import SpecwatchDaemon
 
     missing = tmp_path / "not-yet" / "server.log"
     folder = tmp_path / "folder.log"
     folder.mkdir()
-    closed = free_port()  # bound, never listening: connection refused
+    closed, api_port = free_port(), free_port()  # bound, never listening: connection refused
     d = SpecwatchDaemon(tmp_path, missing, server="sglang-0", env={"SW_TEST_HOOK": slack.url},
                         rules={"source_down": {"down_for": "1s"}},
                         extra={"process": {"enabled": False},
                                "server_metrics": [{"url": f"http://127.0.0.1:{closed}/metrics", "interval": "1s",
-                                                   "timeout": "0.5s", "backoff_max": "1s"}]},
+                                                   "timeout": "0.5s", "backoff_max": "1s"}],
+                               "server_api": {"url": f"http://127.0.0.1:{api_port}", "interval": "300ms",
+                                              "timeout": "200ms", "backoff_max": "600ms"}},
                         alerts={"group_by": ["..."], "group_wait": "0s", "group_interval": "0s",
                                 "slack": {"webhook_url_env": "SW_TEST_HOOK", "backoff_initial": "0.1s"}})
     doc = yaml.safe_load(d.cfg.read_text())
@@ -284,22 +287,23 @@ def test_a_broken_source_raises_its_own_alert_and_resolves_when_it_reads_again(t
                     {"journal": {"unit": "sglang.service", "directory": str(journal)}, "server": "sglang-2"}]
     d.cfg.write_text(yaml.safe_dump(doc))
     d.start()
-    engine = None
+    engine = api = None
     try:
         firing = lambda: [b for b in delivered(slack) if b["text"].startswith("[FIRING] SpecwatchSourceDown")]  # noqa: E731
-        wait_for(lambda: len(firing()) >= 4, timeout=30, what="four source-down alerts")
+        wait_for(lambda: len(firing()) >= 5, timeout=30, what="five source-down alerts")
         bodies = [json.dumps(b) for b in firing()]
-        assert len(bodies) == 4
+        assert len(bodies) == 5
         for where, why in ((str(missing), "does not exist (nor its directory"), (str(folder), "is a directory"),
                            (f"journal:sglang.service@{journal}", "No such file or directory"),
-                           (f"http://127.0.0.1:{closed}/metrics", "connection_error")):
+                           (f"http://127.0.0.1:{closed}/metrics", "connection_error"),
+                           (f"http://127.0.0.1:{api_port}`", "connection_error")):
             assert sum(where in b and why in b for b in bodies) == 1, (where, bodies)
         with urllib.request.urlopen(f"http://127.0.0.1:{d.port}/api/status", timeout=10) as r:
             status = json.load(r)
         shown = sorted(a["labels"]["source_kind"] for a in status["alerts"] if a["alertname"] == "SpecwatchSourceDown")
-        assert shown == ["file", "file", "journal", "server_metrics"]
+        assert shown == ["file", "file", "journal", "server_api", "server_metrics"]
         assert ("specwatch_alerts_firing", (("alertname", "SpecwatchSourceDown"),)) in _scrape(d.port)
-        assert _scrape(d.port)[("specwatch_alerts_firing", (("alertname", "SpecwatchSourceDown"),))] == 4
+        assert _scrape(d.port)[("specwatch_alerts_firing", (("alertname", "SpecwatchSourceDown"),))] == 5
 
         # the directory appears with the file, the journal is written, the engine serves on that port
         missing.parent.mkdir()
@@ -312,16 +316,21 @@ def test_a_broken_source_raises_its_own_alert_and_resolves_when_it_reads_again(t
         engine.httpd = make_server("127.0.0.1", closed, engine.httpd.get_app(), server_class=type(engine.httpd),
                                    handler_class=engine.httpd.RequestHandlerClass)
         threading.Thread(target=engine.httpd.serve_forever, daemon=True).start()
+        api = SGLangHTTP("0.5.23", port=api_port)
         resolved = lambda: [b for b in delivered(slack) if b["text"].startswith("[RESOLVED] SpecwatchSourceDown")]  # noqa: E731
-        wait_for(lambda: len(resolved()) >= 3, timeout=40, what="the file's, journal's and endpoint's alerts resolved")
+        wait_for(lambda: len(resolved()) >= 4, timeout=40, what="the file's, journal's, API's and endpoint's resolved")
         texts_resolved = [json.dumps(b) for b in resolved()]
         assert any(str(missing) in b for b in texts_resolved)
         assert any(f"journal:sglang.service@{journal}" in b for b in texts_resolved)
+        assert any(f"source: http://127.0.0.1:{api_port} · kind: server_api" in json.dumps(b, ensure_ascii=False)
+                   for b in resolved())
         assert any(f"127.0.0.1:{closed}/metrics" in b for b in texts_resolved)
         assert not any(str(folder) in b for b in texts_resolved)  # still a directory
     finally:
         if engine is not None:
             engine.httpd.shutdown()
+        if api is not None:
+            api.close()
         rc, out = d.stop()
     assert rc == 0, out
 
