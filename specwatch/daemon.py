@@ -60,7 +60,6 @@ from prometheus_client import ProcessCollector as OwnProcessCollector
 from specwatch import __version__, heap
 from specwatch.alerting import build_alerting
 from specwatch.config import Config, ConfigError, LogSource, ProcessTies, load_run_config, source_servers
-from specwatch.sources.log_health import LogHealth
 from specwatch.listener import serve_quietly, stop_serving
 from specwatch.metrics import FollowerCollector, PipelineCollector, SelfCollector, ServerCollector
 from specwatch.pipeline import Pipeline
@@ -68,6 +67,7 @@ from specwatch.sdnotify import Watchdog, monotonic_usec, notify
 from specwatch.sources.engines import low_accept_in
 from specwatch.sources.filestream import Follower
 from specwatch.sources.follow import FollowerGroup
+from specwatch.sources.log_health import LogHealth
 from specwatch.sources.logfiles import LogSet, stage
 from specwatch.status.view import StatusView
 from specwatch.status.web import status_app

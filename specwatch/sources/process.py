@@ -358,8 +358,9 @@ class ProcessSource(PollingSource):
     with `expected` False and no process. match: a regex; when
     set, a process whose joined command line matches it is a launcher too (wrappers). ties:
     `config.ProcessTies.of(config)` (logs, api_ports and the configured names). log_ports:
-    returns {port: server} from the followed logs' own `server_args` lines (their `port`);
-    read only while a server is tied by nothing else.
+    returns {port: server} for the followed logs' servers (the `port` of their `server_args`
+    line or last settings: `Pipeline.log_ports`); read only while a server is tied by nothing
+    else, and kept for that process.
 
     A followed log is tied to the server that writes it (sources/log_writers.py): fd 1/2 of one
     of its processes, another fd of its launcher, or the process reading its stdout pipe
