@@ -10,6 +10,13 @@ gap, a model still loading or journalctl starting again never pages):
   `SGLangServerUnhealthy`, not a broken source;
 * a `server_metrics` URL whose scrape fails (`MetricsSample.error`, any kind).
 
+For those two, while the process source sees the server's process, the time counts from
+`startup_grace` (10 min) after that process started at the earliest: SGLang starts its HTTP
+server only after loading the model (`launch_server` in sglang/srt/entrypoints/http_server.py
+calls `Engine._launch_subprocesses`, engine.py, which waits until the schedulers are ready,
+then runs uvicorn; 0.5.23), so a wrong URL beside a server running for long is named after
+`down_for`, a loading one is not.
+
 Labels: `source_kind` (file, journal, server_api, server_metrics) and `source` (the path, or
 the URL without credentials). Resolved at the source's first good read, or when the source is
 no longer configured (a reload, or a start with another config; the reason in its evidence).
@@ -22,7 +29,7 @@ from __future__ import annotations
 
 from specwatch.alerts.model import Alert, code, iso8601
 from specwatch.config import Config, Seconds, Section, rule_section
-from specwatch.events import ApiSample, MetricsSample, SourceHealth
+from specwatch.events import ApiSample, MetricsSample, ProcessSample, SourceHealth
 from specwatch.rules.active import ActiveAlertsRule
 from specwatch.rules.base import RuleContext, alert_key, new_alert, register
 
@@ -30,6 +37,9 @@ from specwatch.rules.base import RuleContext, alert_key, new_alert, register
 @rule_section("source_down")
 class SourceDownConfig(Section):
     down_for: Seconds = 60.0  # a source failing this long: SpecwatchSourceDown
+    # SGLang serves HTTP only once the model is loaded: its API and /metrics failing this long
+    # after its process started is loading, not a broken source
+    startup_grace: Seconds = 600.0
 
 
 ALERT_NAME = "SpecwatchSourceDown"
@@ -82,6 +92,7 @@ class SourceDownRule(ActiveAlertsRule):
         self.configured = configured
         # (server, kind, name) → [failing since, what is wrong] while failing
         self._failing: dict[tuple[str, str, str], list] = {}
+        self._started: dict[str, float] = {}  # server → its process's start time (process source)
 
     def reconfigure(self, config: Config) -> None:
         self.config = config.source_down
@@ -96,6 +107,8 @@ class SourceDownRule(ActiveAlertsRule):
             return self._state(server, "server_api", event.url, bad, now)
         if isinstance(event, MetricsSample):
             return self._state(server, "server_metrics", event.url, event.error, now)
+        if isinstance(event, ProcessSample) and event.process is not None:
+            self._started[server] = event.process.start_time
         return []
 
     def _state(self, server: str, kind: str, name: str, bad: str | None, now: float) -> list[Alert]:
@@ -119,7 +132,10 @@ class SourceDownRule(ActiveAlertsRule):
                     out += self.active.resolve(key, now, ("resolved because", "the source is no longer configured"))
         for (server, kind, name), (since, bad) in list(self._failing.items()):
             key = alert_key(server, kind, name)
-            if now - since >= self.config.down_for and key not in self.active:
+            counted = since
+            if kind in ("server_api", "server_metrics") and server in self._started:
+                counted = max(since, self._started[server] + self.config.startup_grace)
+            if now - counted >= self.config.down_for and key not in self.active:
                 out += self.active.fire(key, self._alert(server, kind, name, since, bad, now))
         return out
 

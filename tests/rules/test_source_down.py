@@ -90,3 +90,32 @@ def test_a_source_removed_from_the_config_resolves_its_alert():
     p.tick(T0 + 62)
     assert _fired(p)[-1] == ("SpecwatchSourceDown", "resolved", "file", path)
     assert dict(p.dispatcher.history[-1].evidence)["resolved because"] == "the source is no longer configured"
+
+
+def _process(start_time):
+    from specwatch.events import ServerProcess
+    return ServerProcess(pid=4242, start_time=start_time, port=30000, cmdline=("python", "-m", "sglang.launch_server"),
+                         args={}, interpreter=None, fs_root="/", sglang_version=None, sglang_location=None,
+                         pids=(4242,), roles={})
+
+
+def test_an_api_that_does_not_answer_while_the_model_loads_waits_for_startup_grace():
+    """SGLang serves HTTP once its model is loaded: a process started a moment ago whose API
+    refuses connections is loading; one running for long beside a failing URL is a wrong URL."""
+    from specwatch.events import ProcessSample
+
+    api = "http://127.0.0.1:30000"
+    p = _pipeline()
+    p.feed_event("sglang-0", ProcessSample(T0, _process(T0 - 5)), T0)
+    p.feed_event("sglang-0", ApiSample(T0, api, False, "connection_error"), T0)
+    p.tick(T0 + 300)
+    assert _fired(p) == []  # loading
+    p.tick(T0 - 5 + 600 + 61)
+    assert _fired(p) == [("SpecwatchSourceDown", "firing", "server_api", api)]
+    assert p.dispatcher.history[0].starts_at == T0
+
+    p = _pipeline()
+    p.feed_event("sglang-0", ProcessSample(T0, _process(T0 - 3600)), T0)  # up for an hour: the URL is wrong
+    p.feed_event("sglang-0", ApiSample(T0, api, False, "connection_error"), T0)
+    p.tick(T0 + 61)
+    assert _fired(p) == [("SpecwatchSourceDown", "firing", "server_api", api)]
