@@ -11,6 +11,7 @@ import os
 from typing import Callable
 
 from specwatch.events import SourceHealth
+from specwatch.sources.filestream import Follower
 
 
 def _why_closed(path: str) -> str:
@@ -46,7 +47,7 @@ class LogHealth:
         for path in self._last.keys() - followers.keys():
             del self._last[path]
         for path, f in followers.items():
-            journal = callable(getattr(f, "source_status", None))
+            journal = not isinstance(f, Follower)  # sources/journal.py's JournalFollower
             ok = bool(f.is_open)
             if ok:
                 state = ""
