@@ -118,8 +118,11 @@ class SourceDownRule(ActiveAlertsRule):
             since[1] = bad
             return []
         since = self._failing.pop(key, None)
-        return self.active.resolve(alert_key(*key), now, ("read again after (s)", f"{now - since[0]:.0f}")) \
-            if since is not None else []
+        if since is None and self.active.empty():
+            return []  # the common case: a good read of a source that was fine
+        # an alert restored from the state file has no failing clock of this run
+        why = ("read again after (s)", f"{now - since[0]:.0f}") if since else ("read again", "after specwatch restarted")
+        return self.active.resolve(alert_key(*key), now, why)
 
     # --- time ---
     def on_tick(self, now: float) -> list[Alert]:

@@ -119,3 +119,15 @@ def test_an_api_that_does_not_answer_while_the_model_loads_waits_for_startup_gra
     p.feed_event("sglang-0", ApiSample(T0, api, False, "connection_error"), T0)
     p.tick(T0 + 61)
     assert _fired(p) == [("SpecwatchSourceDown", "firing", "server_api", api)]
+
+
+def test_an_alert_restored_from_the_state_resolves_at_the_first_good_read():
+    path = "/var/log/sglang/server.log"
+    p = _pipeline()
+    p.feed_event("sglang-0", SourceHealth(T0, "file", path, False, "does not exist"), T0)
+    p.tick(T0 + 61)
+    state = p.to_state()
+    q = _pipeline()  # specwatch restarted; the file is there now
+    q.load_state(state)
+    q.feed_event("sglang-0", SourceHealth(T0 + 100, "file", path, True), T0 + 100)
+    assert _fired(q)[-1] == ("SpecwatchSourceDown", "resolved", "file", path)
