@@ -532,6 +532,22 @@ class Pipeline:
             forget_keys((self.ranks, self.scraped, self.servers, self._starts, self._vllm,
                          self.windows._last, self.windows._prefills), server)
 
+    def log_ports(self) -> dict[int, str]:
+        """{port: server} for each followed log's server: the `port` of its log's `server_args`
+        line, else of its last settings (kept across specwatch restarts). The process source
+        ties a launcher with that `--port` to the log's server where it cannot read the
+        launcher's fds (another user's process)."""
+        with self.lock:
+            out: dict[int, str] = {}
+            for server in sorted({s.server for s in self.config.logs}):
+                st = self.servers.get(server)
+                port = (st.args_by_source.get("log", {}) if st else {}).get("port")
+                if not isinstance(port, int):
+                    port = self.collapse.settings(server).get("port")
+                if isinstance(port, int):
+                    out.setdefault(port, server)
+            return out
+
     def servers_with_alerts(self) -> set[str]:
         """The `server` labels of the alerts the rules hold firing (restored ones included)."""
         with self.lock:
