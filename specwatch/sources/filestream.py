@@ -338,6 +338,20 @@ class Follower:
             return None
         return s.buf + new if s.buf else new
 
+    def glance(self) -> None:
+        """Open the file now at `path` when it is not the one being read (rotated: it is read
+        from that fd later, so a further rename or removal cannot take it out of reach). Reads
+        no line; a stat when nothing changed. Never raises."""
+        s = self._cur
+        if s is None:
+            return
+        try:
+            st = os.stat(self.path)
+        except OSError:
+            return
+        if (st.st_dev, st.st_ino) != (s.dev, s.ino):
+            self._hold_new(st)
+
     @property
     def stage(self) -> Callable[[LineBatch], None] | None:
         """The `on_lines` callback (e.g. a container log's `Unwrap`, which counts lines of its own)."""

@@ -35,9 +35,9 @@ class DirWatcher:
     `wait(timeout, files=True)` blocks until an event names a file of `interest` (absolute paths),
     `wake()` is called, or `timeout` seconds pass; with `files=False` only `wake()`, a file of
     `interest` created, renamed or removed (a rotation: its reader must open the new file before
-    the next rename takes it out of reach), or the timeout end it (other events stay queued in
-    the kernel for the next wait). Returns True when woken by an event or `wake()`, False on
-    timeout. Raises OSError from `__init__` (EMFILE: no inotify instance left) and from `watch`
+    the next rename takes it out of reach: `renamed` is then True), or the timeout end it (other
+    events stay queued in the kernel for the next wait). Returns True when woken by an event or
+    `wake()`, False on timeout. Raises OSError from `__init__` (EMFILE: no inotify instance left) and from `watch`
     (ENOENT, ENOSPC: the watch limit); the caller polls instead.
     """
 
@@ -63,11 +63,17 @@ class DirWatcher:
         self._closed = False
         self._dirs: dict[int, str] = {}  # watch descriptor -> directory
         self._entry_dirs: dict[int, str] = {}  # the same, of the entries instance
+        # Each create/rename/remove of a followed file reaches both instances, one a little
+        # after the other: the later copy wakes no second round.
+        self._owed = 0  # seen by the full instance, not yet by the entries instance
+        self._ahead = 0  # the converse
         self._interest: frozenset[str] = frozenset()
         # a read's bytes -> whether they name a file of interest: a busy log queues the same one
         # IN_MODIFY event (the kernel merges repeats) between two rounds, parsed once
         self._known: dict[bytes, bool] = {}
         self.events_total = 0  # relevant events read (for tests and metrics)
+        # the last `wait` was ended only by a followed file's create, rename or removal
+        self.renamed = False
 
     @property
     def watched(self) -> set[str]:
@@ -108,7 +114,7 @@ class DirWatcher:
             ready = (self._files if files else self._pipe).poll(max(0, int(timeout * 1000 + 0.999)))
         except InterruptedError:
             return True
-        woke = False
+        woke = entries = False
         for fd, _ in ready:
             if fd == self._r:
                 self._drain_pipe()
@@ -116,8 +122,9 @@ class DirWatcher:
             elif fd == self._fd and self.drain():
                 woke = True
             elif fd == self._entries and self._drain_entries():
-                woke = True
-        return woke
+                entries = True
+        self.renamed = entries and not woke
+        return woke or entries
 
     def _drain_entries(self) -> bool:
         """Read the entries instance's events (only read when `poll` says some are queued: an
@@ -133,10 +140,17 @@ class DirWatcher:
             if not buf:
                 return relevant
             for wd, mask, _cookie, name in InotifyFD._parse_event_buffer(buf):
-                if mask & C.IN_IGNORED:
+                if mask & C.IN_Q_OVERFLOW:
+                    self._owed = self._ahead = 0
+                    relevant = True
+                elif mask & C.IN_IGNORED:
                     self._entry_dirs.pop(wd, None)
                 elif name and os.path.join(self._entry_dirs.get(wd, ""), os.fsdecode(name)) in self._interest:
-                    relevant = True
+                    if self._owed:  # the other instance had it first: a round was woken for it
+                        self._owed -= 1
+                    else:
+                        self._ahead += 1
+                        relevant = True
             if len(buf) <= _BUF - _EVENT_MAX:
                 return relevant
 
@@ -171,7 +185,17 @@ class DirWatcher:
             if mask & ALWAYS:
                 if mask & C.IN_IGNORED:  # the directory is gone: watched again when it is back
                     self._dirs.pop(wd, None)
+                if mask & C.IN_Q_OVERFLOW:
+                    self._owed = self._ahead = 0
                 relevant = always = True
+            elif mask & ENTRIES and name and os.path.join(
+                    self._dirs.get(wd, ""), os.fsdecode(name)) in self._interest:
+                always = True  # counted: not remembered
+                if self._ahead:  # the entries instance had it first: a round was woken for it
+                    self._ahead -= 1
+                else:
+                    self._owed += 1
+                    relevant = True
             elif name and os.path.join(self._dirs.get(wd, ""), os.fsdecode(name)) in self._interest:
                 relevant = True
         if not always and len(buf) <= 1024:  # a busy log's usual read: a few events (64 KiB at most kept)
