@@ -23,6 +23,8 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from procs import popen
+from rotating_writer import RotatingWriter, tally
+from specwatch.daemon import HOLD_ROUNDS
 from specwatch.events import LogLine
 from specwatch.metrics import FollowerCollector
 from specwatch.sources.filestream import HEAD_BYTES, Follower, LineBatch
@@ -1282,3 +1284,91 @@ def test_group_inotify_holds_a_busy_file_until_a_line_is_urgent(tmp_path):
         assert any(b"LOW" in d for _, d in seen)
     finally:
         assert g.stop(5.0)
+
+
+# ------------------------------------------------------------------------- rotation storms
+
+
+class SlowConsumer:
+    """An `on_lines` consumer that takes `per_line` seconds a line, as the daemon's pipeline
+    does: a catch-up over several rotated copies takes long enough for the writer to rename
+    them again meanwhile."""
+
+    def __init__(self, per_line: float = 25e-6) -> None:
+        self.texts: list[str] = []
+        self.per_line = per_line
+
+    def __call__(self, batch: LineBatch) -> None:
+        self.texts.extend(batch.lines)
+        time.sleep(len(batch) * self.per_line)
+
+
+def storm_read(tmp_path: Path, f: Follower, got: SlowConsumer, run, **writer) -> tuple[int, int]:
+    """Start `run` (the reader), a RotatingWriter with `writer`, wait for the writer and every
+    line (then a second more: a line read twice shows up too); (written, rotations)."""
+    w = RotatingWriter(f.path, **writer)
+    try:
+        stop = run()
+        written, rotations = w.wait(60)
+        deadline = time.monotonic() + 20
+        while len(got.texts) < written and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(1.0)
+        stop()
+    finally:
+        w.kill()
+    return written, rotations
+
+
+def assert_storm(texts: list[str], written: int, f: Follower) -> None:
+    lost, dup, ordered = tally(texts, written)
+    assert (lost, dup, ordered) == (0, 0, True), (
+        f"{written} written, {len(texts)} read: {lost} lost, {dup} read twice, in order {ordered};"
+        f" rotated_files_lost_total {f.rotated_files_lost_total}")
+    assert f.rotated_files_lost_total == 0
+
+
+def test_rotation_storm_a_slow_reader_finds_every_copy_by_identity(tmp_path):
+    """A rename every 0.2 s at 4,000 lines/s (`.N` → `.N+1`, log → `.1`, every copy kept) and a
+    reader polled once a second with a consumer of the daemon's speed: five copies or more pile
+    up between two polls and are renamed again while they are read; each is found by its inode,
+    read once, in order."""
+    p = tmp_path / "server.log"
+    p.touch()
+    got = SlowConsumer()
+    f = Follower(p, on_lines=got)
+    g = FollowerGroup([f], poll_interval=1.0, use_watchdog=False)
+
+    def run():
+        g.start()
+        return g.stop
+
+    written, rotations = storm_read(tmp_path, f, got, run, mode="numbered", rate=4000, seconds=3.0,
+                                    every=0.2)
+    assert rotations >= 10
+    assert_storm(got.texts, written, f)
+    assert f.rotations_total == rotations
+
+
+@pytest.mark.parametrize("mode,keep", [("mv", 0), ("numbered", 2)])
+def test_rotation_storm_at_the_daemons_cadence_opens_each_file_before_it_is_gone(
+        tmp_path, mode, keep):
+    """The reader set up as `specwatch run` sets it up (inotify, a busy log read every
+    HOLD_ROUNDS + 1 intervals of 0.75 s) and a writer that replaces its `.1` on each rename
+    (`mv log log.1`) or keeps two copies: every file is opened as it appears, so the copies
+    removed meanwhile are read from their open descriptor: nothing lost, nothing twice."""
+    p = tmp_path / "server.log"
+    p.touch()
+    got = SlowConsumer()
+    f = Follower(p, on_lines=got)
+    g = FollowerGroup([f], poll_interval=0.75, use_watchdog=False, inotify=True,
+                      urgent=lambda path, data: False, hold=HOLD_ROUNDS)
+
+    def run():
+        g.start()
+        return g.stop
+
+    written, rotations = storm_read(tmp_path, f, got, run, mode=mode, keep=keep, rate=4000,
+                                    seconds=3.0, every=0.2)
+    assert rotations >= 10
+    assert_storm(got.texts, written, f)
