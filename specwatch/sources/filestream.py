@@ -574,12 +574,13 @@ class Follower:
                 # Same inode, other content: truncated (copytruncate) or inode reused meanwhile.
                 self.truncations_total += 1
                 prior = self._catch_up(ours, off, prior, known_end=cp["size"],
-                                       counter="truncations_total")[0]
+                                       counter="truncations_total", restart=True)[0]
             else:
                 # Replaced or removed while we were stopped: our file is among the rotated
                 # copies, its writer maybe still appending (then it is followed: _poll drains it
                 # and switches once `path` has data).
-                prior = self._catch_up(ours, off, prior, known_end=cp["size"], follow=True)[0]
+                prior = self._catch_up(ours, off, prior, known_end=cp["size"], follow=True,
+                                       restart=True)[0]
                 if self._cur is not None:
                     if fd is not None:
                         os.close(fd)
@@ -600,7 +601,7 @@ class Follower:
     def _catch_up(
         self, ours: Fingerprint, off: int, prior: Fingerprint | None | object, *,
         read_match: bool = True, known_end: int = 0, unfinished: _Stream | None = None,
-        follow: bool = False, counter: str = "rotations_total",
+        follow: bool = False, counter: str = "rotations_total", restart: bool = False,
     ) -> tuple[Fingerprint | None, Fingerprint | None]:
         """Read, oldest first, what was rotated away after our file (`ours`, read up to byte
         `off`) and before the file now at `path` (or the first later file held open): the rest
@@ -611,7 +612,9 @@ class Follower:
         Our file is found by inode or first bytes among the copies rotated after `prior` (all of
         them when `prior` is gone; none when `_UNKNOWN` and ours is not found). Lost, counted and
         warned about: our file's rest when no copy of it is found and `known_end` (its last size
-        seen) says bytes were unread, a missing `.N` between ours and `path`, an unreadable copy.
+        seen) says bytes were unread, or at all on a `restart` (a file removed while the reader
+        was stopped may have had lines after `off`), a missing `.N` between ours and `path`, an
+        unreadable copy.
         Not found, `unfinished` (our stream) emits its last unterminated line. With `follow`, the
         newest copy is followed as the current file when `path` has no data yet (its writer may
         still append). Returns (the newest copy's fingerprint, the fingerprint of the last file
@@ -632,6 +635,9 @@ class Follower:
                 off = unfinished.emitted
             if read_match and known_end > off:
                 self._lost(f"the rest of the file read up to offset {off}", known_end - off)
+            elif restart:  # gone while stopped: what was written to it after the stop is not known
+                self._lost(f"the file read up to offset {off} (inode {ours.ino}) before the stop, with "
+                           "any lines written to it since,", None)
             todo = [] if prior is _UNKNOWN else [(f, None) for f in cands if not f.is_(ours)]
             prev = prior if isinstance(prior, Fingerprint) else None
         else:
