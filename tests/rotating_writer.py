@@ -10,6 +10,7 @@ tests/sources/test_follow.py and bench/rotation_storm.py.
 from __future__ import annotations
 
 import re
+import subprocess
 import sys
 
 from procs import popen
@@ -63,8 +64,6 @@ class RotatingWriter:
 
     def __init__(self, path, *, mode: str = "numbered", rate: float = 4000.0, seconds: float = 2.0,
                  every: float = 0.2, keep: int = 0) -> None:
-        import subprocess
-
         self.proc = popen([sys.executable, "-c", SCRIPT, str(path), mode, str(rate), str(seconds),
                            str(every), str(keep)], stdout=subprocess.PIPE, text=True)
 

@@ -8,9 +8,12 @@ watchdog observer are in `specwatch.sources.follow` (the split of mtail's
 
 A followed file is identified by device + inode + a hash of its first `HEAD_BYTES` bytes (the
 "head"): the inode alone is reused by filesystems, and copytruncate keeps the inode but replaces
-the content. Lines written while the reader was stopped or slow are found in the rotated copies
-(`<path>.1`, `.2.gz`, `-YYYYMMDD`, ...: `specwatch.sources.rotated`) and read in order before the
-new file; what cannot be found is counted (`rotated_files_lost_total`) and logged as a warning.
+the content. Every file is read through a descriptor held from the moment a poll (or a `glance`)
+first sees it at the path, so later renames and removals cannot take it away; files that came and
+went between two polls, or while the reader was stopped, are found in the rotated copies
+(`<path>.1`, `.2.gz`, `-YYYYMMDD`, ...: `specwatch.sources.rotated`), opened by identity (device
++ inode, not by the name they had when listed), and read in order before the next file; what cannot
+be found is counted (`rotated_files_lost_total`) and logged as a warning.
 """
 
 from __future__ import annotations
@@ -215,7 +218,7 @@ class Follower:
     `recovered_lines_total` (lines read from rotated copies by name: `<path>.1` after a
     copytruncate, files rotated away while the reader was stopped), `rotated_files_lost_total`
     (rotated files, or the unread rest of one, that could not be found or read: a gap in `.N`,
-    a checkpointed file gone with bytes unread, a corrupt `.gz`; each also a warning),
+    a checkpointed file gone at start, a corrupt `.gz`; each also a warning),
     `callback_errors_total` (exceptions raised by `on_line` or `on_lines`, logged and swallowed),
     `last_line_timestamp` (time.time() seconds of the last emitted line, or None).
     """
@@ -464,6 +467,13 @@ class Follower:
         held = {(n.dev, n.ino) for n in self._later}
         if (st.st_dev, st.st_ino) in held:
             return
+        # An empty file removed before it got data holds nothing: let it go (a writer that makes
+        # and removes empty files at `path` must not pile up descriptors).
+        for n in list(self._later):
+            fst = os.fstat(n.fd)
+            if fst.st_size == 0 and fst.st_nlink == 0:
+                self._later.remove(n)
+                os.close(n.fd)
         try:
             fd, fst = _open_regular(self.path)
         except OSError:  # gone again (its rotated copy is found by listing), unreadable, a FIFO

@@ -30,15 +30,16 @@ _EVENT_MAX = 16 + 255 + 1  # struct inotify_event with the longest name (NAME_MA
 
 
 class DirWatcher:
-    """One inotify instance watching directories (non-recursively) for changes to named files.
+    """inotify watching directories (non-recursively) for changes to named files: one instance
+    for every change, one for names only (created, renamed, removed).
 
     `wait(timeout, files=True)` blocks until an event names a file of `interest` (absolute paths),
     `wake()` is called, or `timeout` seconds pass; with `files=False` only `wake()`, a file of
     `interest` created, renamed or removed (a rotation: its reader must open the new file before
     the next rename takes it out of reach: `renamed` is then True), or the timeout end it (other
     events stay queued in the kernel for the next wait). Returns True when woken by an event or
-    `wake()`, False on timeout. Raises OSError from `__init__` (EMFILE: no inotify instance left) and from `watch`
-    (ENOENT, ENOSPC: the watch limit); the caller polls instead.
+    `wake()`, False on timeout. Raises OSError from `__init__` (EMFILE: no inotify instance
+    left) and from `watch` (ENOENT, ENOSPC: the watch limit); the caller polls instead.
     """
 
     def __init__(self) -> None:

@@ -5,7 +5,9 @@ logrotate leaves `<path>.1`, `<path>.2`, ... (`.1` newest), or with `dateext` `<
 `TimedRotatingFileHandler` leaves `<path>.YYYY-MM-DD[_HH-MM-SS]`. A file is recognised among them
 by identity, as Vector's `file_source` checksum fingerprinter and Filebeat's `file_identity` do:
 device + inode and a hash of its first bytes, or the first bytes alone for a compressed copy
-(its inode is new). Compressed copies are read with the standard library's `gzip`.
+(its inode is new). A copy is opened by identity: a rotation storm renames `.3` to `.4` between
+the listing and the open, so the name is checked against the listed inode and looked up again.
+Compressed copies are read with the standard library's `gzip`.
 """
 
 from __future__ import annotations
@@ -76,7 +78,9 @@ class RotatedFile:
         else:
             fh, gz = self._open_raw()
         if gz:
-            return gzip.GzipFile(fileobj=fh, mode="rb")  # type: ignore[return-value]
+            z = gzip.GzipFile(fileobj=fh, mode="rb")
+            z.myfileobj = fh  # closed with it, as gzip.open(name) does with the file it opens
+            return z  # type: ignore[return-value]
         return fh  # type: ignore[return-value]
 
     def hold(self) -> None:
@@ -121,7 +125,13 @@ class RotatedFile:
         if not self.compressed:
             # compressed since listed (`.gz` written, the plain copy removed): a new inode, the
             # same content
-            return open(self.path + ".gz", "rb", buffering=0), True  # type: ignore[return-value]
+            try:
+                fh = open(self.path + ".gz", "rb", buffering=0)
+            except FileNotFoundError:
+                pass
+            else:
+                self.compressed = True
+                return fh, True  # type: ignore[return-value]
         raise FileNotFoundError(errno.ENOENT, "rotated away and removed", self.path)
 
     def head(self, n: int) -> bytes:
