@@ -1,6 +1,7 @@
 """A writer process that rotates its own log, as Python's `logging.handlers.RotatingFileHandler`
 does (`doRollover`: close, shift `.N` → `.N+1` from the highest, rename the log to `.1`, open a
-new log): numbered lines (`line 0000123`) at a steady rate, a rotation every `every` seconds.
+new log): numbered lines (`line 0000123`, or any `fmt`) at a steady rate, a rotation every
+`every` seconds.
 
 Modes: "numbered" keeps every copy (`.1` newest) or the newest `keep`, deleting the oldest;
 "mv" is `mv log log.1` only: each rotation replaces the previous `.1`. Shared by
@@ -19,6 +20,7 @@ SCRIPT = r"""
 import os, sys, time
 path, mode, rate, seconds, every, keep = (sys.argv[1], sys.argv[2], float(sys.argv[3]),
                                           float(sys.argv[4]), float(sys.argv[5]), int(sys.argv[6]))
+fmt = sys.argv[7].encode()
 def op():
     return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
 def rotate():
@@ -49,7 +51,7 @@ while True:
         next_rot += every
     due = int((now - start) * rate)
     while i < due:
-        os.write(fd, b"line %07d\n" % i)
+        os.write(fd, fmt % i)
         i += 1
     time.sleep(0.002)
 os.close(fd)
@@ -63,9 +65,10 @@ class RotatingWriter:
     """The writer process; `wait()` returns (lines written, rotations done)."""
 
     def __init__(self, path, *, mode: str = "numbered", rate: float = 4000.0, seconds: float = 2.0,
-                 every: float = 0.2, keep: int = 0) -> None:
+                 every: float = 0.2, keep: int = 0, fmt: str = "line %07d\n") -> None:
+        """`fmt`: each line, `%` its number (from 0)."""
         self.proc = popen([sys.executable, "-c", SCRIPT, str(path), mode, str(rate), str(seconds),
-                           str(every), str(keep)], stdout=subprocess.PIPE, text=True)
+                           str(every), str(keep), fmt], stdout=subprocess.PIPE, text=True)
 
     def wait(self, timeout: float = 60.0) -> tuple[int, int]:
         out, _ = self.proc.communicate(timeout=timeout)

@@ -4,9 +4,13 @@ at the next start, and what is gone is counted and warned about."""
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
+import pytest
+
 from procs import decode_line, rank_labels, wait_for
+from rotating_writer import RotatingWriter
 from specwatch_daemon import SpecwatchDaemon
 
 LOST = "specwatch_log_rotated_files_lost_total"
@@ -52,3 +56,28 @@ def test_two_rotations_while_stopped_the_first_copy_deleted(tmp_path):
     warnings = [ln for ln in out.splitlines() if "lines lost" in ln]
     assert len(warnings) == 1 and "WARNING" in warnings[0] and str(log) in warnings[0], warnings
     assert "before the stop" in warnings[0]
+
+
+@pytest.mark.parametrize("mode", ["mv", "numbered"])
+def test_a_rotation_storm_while_running_counts_every_line_once(tmp_path, mode):
+    """A writer renaming its log every 0.2 s (`mv log log.1`, or `.N` → `.N+1` with every copy
+    kept) at 2,000 decode lines/s for 2 s, `specwatch run` at its default cadence: every line is
+    counted once, nothing is lost."""
+    log = tmp_path / "sglang.log"
+    log.touch()
+    d = SpecwatchDaemon(tmp_path, log, extra={"follow": {}})  # the default poll_interval
+    d.start()
+    w = RotatingWriter(log, mode=mode, rate=2000, seconds=2.0, every=0.2,
+                       fmt=decode_line(3.0, "16:00:00").replace("#token: 2268", "#token: %d"))
+    try:
+        written, rotations = w.wait(60)
+    finally:
+        w.kill()
+    assert rotations >= 8
+    wait_for(lambda: batches(d) == written, timeout=30, what=f"{written} decode batches")
+    time.sleep(1.0)  # a line read twice would show now
+    m = d.scrape()
+    assert batches(d) == written
+    assert m[(LOST, (("path", str(log)),))] == 0
+    rc, out = d.stop()
+    assert rc == 0, out
