@@ -5,11 +5,13 @@ rotates its log every `--every` seconds for `--seconds`, as Python's RotatingFil
 ("numbered": `.N` → `.N+1`, log → `.1`, every copy kept; "mv": `mv log log.1` only, each
 rotation replacing the last copy). The reader is a FollowerGroup set up as `specwatch run` sets
 it up (inotify, `follow.poll_interval` 0.75 s, a busy log held `HOLD_ROUNDS` intervals, no line
-urgent). Prints, per mode and rate: lines written, read, lost, read twice, whether in order, and
-the follower's rotations_total and rotated_files_lost_total.
+urgent), or with `--cadence S` a plain poll every S seconds (no inotify, as when it is
+unavailable). Prints, per mode, cadence and rate: lines written, read, lost, read twice, whether
+in order, the writer's renames, and the follower's rotations_total and rotated_files_lost_total.
 
 Usage: python bench/rotation_storm.py [--rates 400 4000] [--seconds 20] [--every 0.2]
-           [--modes numbered mv] [--repeats 1]
+           [--modes numbered mv] [--cadence 0 1] [--repeats 1]
+Figures (README, Reliability) come from `python bench/rotation_storm.py --seconds 20 --cadence 0 1`.
 """
 
 from __future__ import annotations
