@@ -29,6 +29,7 @@ from specwatch.events import LogLine
 from specwatch.metrics import FollowerCollector
 from specwatch.sources.filestream import HEAD_BYTES, Follower, LineBatch
 from specwatch.sources.follow import FollowerGroup
+from specwatch.sources.rotated import rotated_files
 from specwatch.storage import read_json, write_json_atomic
 
 LINE_BYTES = len("line 000000\n")
@@ -1372,3 +1373,25 @@ def test_rotation_storm_at_the_daemons_cadence_opens_each_file_before_it_is_gone
                                     seconds=3.0, every=0.2)
     assert rotations >= 10
     assert_storm(got.texts, written, f)
+
+
+def test_a_listed_copy_renamed_since_is_opened_by_its_inode(tmp_path):
+    """`.2` and `.1` listed, then one more rotation (`.2` → `.3`, `.1` → `.2`, a new `.1`): each
+    listed copy still opens as itself; one removed since is FileNotFoundError, not its neighbour."""
+    p = tmp_path / "server.log"
+    Path(f"{p}.2").write_text("old\n")
+    Path(f"{p}.1").write_text("mid\n")
+    listed = rotated_files(str(p))
+    assert [Path(f.path).name for f in listed] == ["server.log.2", "server.log.1"]
+    os.rename(f"{p}.2", f"{p}.3")
+    os.rename(f"{p}.1", f"{p}.2")
+    Path(f"{p}.1").write_text("new\n")
+    assert [f.open().read() for f in listed] == [b"old\n", b"mid\n"]
+    os.unlink(f"{p}.3")
+    with pytest.raises(FileNotFoundError):
+        listed[0].open()
+    listed[1].hold()  # held open: a removal no longer matters
+    os.unlink(f"{p}.2")
+    with listed[1].open() as fh:
+        assert fh.read() == b"mid\n"
+    listed[1].release()
