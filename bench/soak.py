@@ -1,4 +1,4 @@
-"""Soak: does the daemon's memory plateau? (issue 10 item 23)
+"""Soak: does the daemon's memory plateau, at any line rate?
 
 Runs `specwatch run` beside a live fake SGLang server whose 8 DP ranks each append one decode line
 a second (bench/budgets.py's idle set-up: process and API sources on, GPU off) for --seconds,
@@ -6,9 +6,10 @@ samples the daemon's RSS every --every seconds, and fits a line to the last half
 It plateaus when that slope is at most --max-slope MB/hour.
 
 What fills by design: in the first `degradation.window` (600 s by default) the rules' recent
-windows (8 ranks x 600 decode lines, ~0.8 MB of Python objects), so a run shorter than ~20 minutes
-cannot show the plateau (the default is one hour); after that only the learned baselines (300 s
-buckets up to their 24 h `baseline_window`, ~15 KB an hour) and drift's buckets (4 h).
+windows (one 1 s bucket of 24 bytes per second and window, whatever the line rate: under 0.2 MB for
+8 ranks), so a run shorter than ~20 minutes cannot show the plateau (the default is one hour);
+after that only the learned baselines (300 s buckets up to their 24 h `baseline_window`, ~15 KB an
+hour) and drift's buckets (4 h).
 
 Under load (--rate: decode lines a second per rank, --scrape-every: /metrics read meanwhile, as
 Prometheus does) the rules' windows stay the same size: they hold per-second sums, not lines, so

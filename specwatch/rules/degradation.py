@@ -113,7 +113,8 @@ class DegradationRule(Rule):
         self.config = config.degradation
         self.collapse_max = config.collapse.max_accept_length
         for st in self._ranks.values():
-            st.recent.span = st.running.span = self.config.window
+            st.recent.resize(self.config.window)
+            st.running.resize(self.config.window)
         for b in self._baselines.values():
             b.resize(self.config.baseline_window)
 
@@ -215,7 +216,7 @@ class DegradationRule(Rule):
                 learned = self._baselines[pair[2]] = Baseline(BASELINE_BUCKET, cfg.baseline_window)
             for at, v, k in aged:
                 learned.add(at, v, k)
-        n = len(recent)
+        n = recent.count
         if n < cfg.min_window_batches:
             return []
         # `_base(server)`, inline: the configured value of the pair, else the learned mean once usable

@@ -43,37 +43,37 @@ def _unpack(s: str) -> array:
 class Recent:
     """The samples (t, value) of the last `span` seconds as time buckets: per `width`-second bucket
     (`bucket_width(span)`) its start time, sample count and value sum, oldest first, in `array`
-    columns, with the window's running sum and count (`mean` is O(1): the rules call it on every
-    decode line). Memory is at most `MAX_BUCKETS` + 1 buckets (24 bytes each) whatever the line rate.
+    columns, with the window's running `sum` and `count` (samples; `len()` too), so `mean` is O(1): the
+    rules read them on every decode line. Memory is at most `MAX_BUCKETS` + 1 buckets (24 bytes each) whatever the line rate.
 
     A bucket ages out whole once its start is `span` or more before the newest time: for stamps in
     whole seconds (SGLang's `%H:%M:%S`) exactly the samples a window of samples would drop; finer
     stamps age up to one bucket early. A sample older than the newest bucket (the log's clock
-    stepped back) joins the newest bucket."""
+    stepped back) joins the newest bucket. `oldest`: the oldest bucket's start (inf when empty),
+    so `oldest > t - span` says that nothing ages out at `t` without a call."""
 
-    __slots__ = ("_span", "width", "_t", "_n", "_s", "_head", "_sum", "_count")
+    __slots__ = ("span", "width", "oldest", "sum", "count", "_t", "_n", "_s", "_head")
 
     def __init__(self, span: float):
-        self._span = span
+        self.span = span
         self.width = bucket_width(span)
+        self._clear()
+
+    def _clear(self) -> None:
         self._t, self._n, self._s = array("d"), array("q"), array("d")  # start s, samples, value sum
         self._head = 0
-        self._sum = 0.0
-        self._count = 0
+        self.sum = 0.0
+        self.count = 0
+        self.oldest = math.inf
 
-    @property
-    def span(self) -> float:
-        return self._span
-
-    @span.setter
-    def span(self, span: float) -> None:
+    def resize(self, span: float) -> None:
         """A new span (config reload): the buckets kept, merged into the new width's if it changed."""
-        self._span = span
+        self.span = span
         width = bucket_width(span)
         if width != self.width:
             old = self.buckets
             self.width = width
-            self._t, self._n, self._s, self._head, self._sum, self._count = array("d"), array("q"), array("d"), 0, 0.0, 0
+            self._clear()
             for start, n, total in old:
                 self._put(start, n, total)
 
@@ -83,79 +83,87 @@ class Recent:
         h = self._head
         return list(zip(self._t[h:], self._n[h:], self._s[h:]))
 
-    def oldest(self) -> float | None:
-        """Start of the oldest bucket (s), None when empty."""
-        return self._t[self._head] if self._count else None
-
     def _put(self, t: float, n: int, total: float) -> None:
         start = (t // self.width) * self.width
         ts = self._t
-        if self._count and start <= ts[-1]:
+        if self.count and start <= ts[-1]:
             self._n[-1] += n
             self._s[-1] += total
         else:
             ts.append(start)
             self._n.append(n)
             self._s.append(total)
-        self._sum += total
-        self._count += n
+            if not self.count:
+                self.oldest = start
+        self.sum += total
+        self.count += n
 
     def add(self, t: float, value: float) -> list[tuple[float, float, int]]:
         """Add a sample; returns the buckets that fell out of the window (oldest first), each as
         (start s, value sum, samples)."""
-        self._put(t, 1, value)
-        if self._t[self._head] > t - self._span:
+        start = (t // self.width) * self.width  # `_put`, inline: every decode line of several rules
+        ts = self._t
+        if self.count and start <= ts[-1]:
+            self._n[-1] += 1
+            self._s[-1] += value
+        else:
+            ts.append(start)
+            self._n.append(1)
+            self._s.append(value)
+            if not self.count:
+                self.oldest = start
+        self.sum += value
+        self.count += 1
+        if self.oldest > t - self.span:
             return []  # nothing aged out (prune's test): no call, no list to build
         return self.prune(t)
 
     def prune(self, t: float) -> list[tuple[float, float, int]]:
         """Drop the buckets that start `span` or more before `t`; returns them as `add` does."""
-        ts, h = self._t, self._head
-        n, limit = len(ts), t - self._span
-        if not self._count or ts[h] > limit:
+        limit = t - self.span
+        if self.oldest > limit:
             return []
+        ts, sums, counts, h = self._t, self._s, self._n, self._head
+        n = len(ts)
         out = []
         while h < n and ts[h] <= limit:
-            out.append((ts[h], self._s[h], self._n[h]))
-            self._sum -= self._s[h]
-            self._count -= self._n[h]
+            out.append((ts[h], sums[h], counts[h]))
+            self.sum -= sums[h]
+            self.count -= counts[h]
             h += 1
         if h == n:  # empty: no drift of float error across idle spells
-            del ts[:], self._n[:], self._s[:]
-            h, self._sum, self._count = 0, 0.0, 0
-        elif h >= 64 and 2 * h >= n:  # the dropped front goes once it is half: O(1) amortized
-            del ts[:h], self._n[:h], self._s[:h]
+            self._clear()
+            return out
+        if h >= 64 and 2 * h >= n:  # the dropped front goes once it is half: O(1) amortized
+            del ts[:h], counts[:h], sums[:h]
             h = 0
         self._head = h
+        self.oldest = ts[h]
         return out
-
-    @property
-    def sum(self) -> float:
-        return self._sum
 
     def __len__(self) -> int:
         """Samples in the window."""
-        return self._count
+        return self.count
 
     def mean(self) -> float | None:
-        return self._sum / self._count if self._count else None
+        return self.sum / self.count if self.count else None
 
     def to_state(self) -> dict:
         """The buckets as {"t": starts, "s": sums, "n": counts}: base64 of float64 little-endian
         columns (counts as floats); "sum": the running sum, "width": seconds per bucket."""
         h = self._head
         return {"t": _pack(self._t[h:]), "s": _pack(self._s[h:]), "n": _pack(array("d", self._n[h:])),
-                "sum": self._sum, "width": self.width}
+                "sum": self.sum, "width": self.width}
 
     def load_state(self, state: dict | list) -> None:
         """Add what `to_state()` saved; or the samples of earlier versions ({"t", "v"} columns, or
         a list of (t, value) pairs), in order."""
         if isinstance(state, dict) and "s" in state:
-            fresh = not self._count
+            fresh = not self.count
             for t, total, n in zip(_unpack(state["t"]), _unpack(state["s"]), _unpack(state["n"])):
                 self._put(t, int(n), total)
-            if fresh and self._count and state.get("width") == self.width:
-                self._sum = float(state.get("sum", self._sum))  # the same sum as before, bit for bit
+            if fresh and self.count and state.get("width") == self.width:
+                self.sum = float(state.get("sum", self.sum))  # the same sum as before, bit for bit
             return
         pairs = zip(_unpack(state["t"]), _unpack(state["v"])) if isinstance(state, dict) else state
         for t, v in pairs:

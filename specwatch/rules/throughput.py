@@ -107,7 +107,7 @@ class ThroughputDropRule(Rule):
         self.config = config.throughput_drop
         for st in self._ranks.values():
             for lv in st.levels.values():
-                lv.recent.span = self.config.window
+                lv.recent.resize(self.config.window)
         for b in self._baselines.values():
             b.resize(self.config.baseline_window)
         self._refresh()
@@ -120,7 +120,7 @@ class ThroughputDropRule(Rule):
                 lv.learned = self._baselines.get((server, rank, lv.level))
                 lv.base = self._usable(lv.learned)
                 recent = lv.recent
-                count = len(recent) if lv.base else 0
+                count = recent.count if lv.base else 0
                 st.n += count - lv.count
                 lv.count = count
                 st.terms[lv.index] = recent.sum / lv.base if count else 0.0
@@ -169,7 +169,7 @@ class ThroughputDropRule(Rule):
         akey = st.akey
         if akey is None:
             akey = st.akey = alert_key(server, rank)
-        this = load_level(running)
+        this = running.bit_length() if running > 1 else 1  # load_level, inline
         cur = st.levels.get(this)
         if cur is None:
             learned = self._baselines.get((server, rank, this))  # loaded from the state file, maybe
@@ -185,8 +185,7 @@ class ThroughputDropRule(Rule):
             if lv is cur:
                 aged = aged_here
             else:
-                oldest = recent.oldest()
-                if oldest is None or oldest > t - recent.span:
+                if recent.oldest > t - recent.span:
                     continue  # nothing ages out at this level: nothing changed (prune's test, inline)
                 aged = recent.prune(t)
             if healthy and aged:
@@ -199,7 +198,7 @@ class ThroughputDropRule(Rule):
                 lv.base = self._usable(learned)
             # this level's lines changed: its share of the window average
             base = lv.base
-            count = len(recent) if base else 0
+            count = recent.count if base else 0
             n += count - lv.count
             lv.count = count
             terms[lv.index] = recent.sum / base if count else 0.0

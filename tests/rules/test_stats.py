@@ -100,7 +100,7 @@ def test_a_new_span_merges_the_buckets_into_the_new_width():
     r = Recent(600.0)
     for i in range(600):
         r.add(1.7e9 + i, 1.0)
-    r.span = 6000.0  # 10 s buckets
+    r.resize(6000.0)  # 10 s buckets
     assert r.width == 10.0 and len(r.buckets) <= 61 and len(r) == 600 and r.sum == 600.0
     assert all(math.fmod(t, 10.0) == 0 for t, _, _ in r.buckets)
 
