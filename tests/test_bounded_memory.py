@@ -6,11 +6,8 @@ from __future__ import annotations
 import gc
 import tracemalloc
 
+from pipelines import read_log
 from procs import decode_line
-from specwatch.alerting import build_alerting
-from specwatch.config import LogSource, build_config
-from specwatch.pipeline import Pipeline
-from specwatch.sources.filestream import Follower
 
 RANKS, SECONDS = 8, 660  # past the longest default window (degradation: 600 s)
 
@@ -29,15 +26,7 @@ def retained(tmp_path, rate: int, seconds: int = SECONDS) -> int:
     tracemalloc.start()
     try:
         before = tracemalloc.get_traced_memory()[0]
-        cfg = build_config({}, for_run=False)
-        cfg.logs.append(LogSource(path=str(log), server=cfg.server))
-        dispatcher, _ = build_alerting(cfg, state_dir=None, replay=True, notify=False, slack_dry_run=None)
-        p = Pipeline(cfg, dispatcher, diagnosis_background=False)
-        f = Follower(str(log), on_lines=p.feed_batch, max_line_bytes=1 << 20, read_chunk_bytes=1 << 16)
-        while f.poll():
-            pass
-        f.finish()
-        del f
+        p = read_log(log, chunk=1 << 16)
         gc.collect()
         held = tracemalloc.get_traced_memory()[0] - before
     finally:

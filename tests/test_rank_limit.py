@@ -8,12 +8,10 @@ import urllib.request
 
 import pytest
 
+from pipelines import read_log
 from procs import decode_line, rank_labels, wait_for
 from specwatch import catchup
-from specwatch.alerting import build_alerting
-from specwatch.config import LogSource, build_config
-from specwatch.pipeline import OTHER_RANK, Pipeline
-from specwatch.sources.filestream import Follower
+from specwatch.pipeline import OTHER_RANK
 from specwatch_daemon import SpecwatchDaemon
 
 RANKS = 3000
@@ -60,19 +58,6 @@ def test_thousands_of_ranks_keep_metrics_small_counted_and_warned_once(tmp_path)
     assert len(warned) == 1 and "WARNING" in warned[0] and "'DP64 TP64'" in warned[0], warned
 
 
-def feed_log(path, *, fast: bool, monkeypatch, limit: int) -> Pipeline:
-    monkeypatch.setattr(catchup, "MIN_LINES", 256 if fast else 10 ** 12)
-    cfg = build_config({"limits": {"max_ranks_per_server": limit}}, for_run=False)
-    cfg.logs.append(LogSource(path=str(path), server=cfg.server))
-    dispatcher, _ = build_alerting(cfg, state_dir=None, replay=True, notify=False, slack_dry_run=None)
-    p = Pipeline(cfg, dispatcher, diagnosis_background=False)
-    f = Follower(str(path), on_lines=p.feed_batch, max_line_bytes=1 << 20, read_chunk_bytes=1 << 20)
-    while f.poll():
-        pass
-    f.finish()
-    return p
-
-
 @pytest.mark.parametrize("fast", [False, True])
 def test_ranks_past_the_limit_are_one_rank_for_the_rules(tmp_path, monkeypatch, fast):
     """Per line and in a large read alike: the first `limit` ranks keep theirs, the rest are
@@ -83,7 +68,8 @@ def test_ranks_past_the_limit_are_one_rank_for_the_rules(tmp_path, monkeypatch, 
         accept = 1.0 if s >= 30 else 2.9  # every rank collapsed over the last 10 s
         lines += rank_lines(0, 500, f"16:00:{s:02d}", accept)
     log.write_text("".join(lines))
-    p = feed_log(log, fast=fast, monkeypatch=monkeypatch, limit=8)
+    monkeypatch.setattr(catchup, "MIN_LINES", 256 if fast else 10 ** 12)
+    p = read_log(log, {"limits": {"max_ranks_per_server": 8}})
     server = p.config.server
     assert sorted(r for _, r in p.ranks) == sorted([f"DP{r} TP{r}" for r in range(8)] + [OTHER_RANK])
     assert p.rank_overflow == {server: 40 * 492}
