@@ -114,8 +114,19 @@ class Recent:
                 self.oldest = start
         self.sum += value
         self.count += 1
-        if self.oldest > t - self.span:
+        limit = t - self.span
+        if self.oldest > limit:
             return []  # nothing aged out (prune's test): no call, no list to build
+        h = self._head
+        # one bucket out and the next stays, no compaction due: prune's result, inline (ts[h + 1]
+        # exists: the bucket of t is newer than the limit)
+        if ts[h + 1] > limit and (h < 63 or 2 * h + 2 < len(ts)):
+            start, total, n = ts[h], self._s[h], self._n[h]
+            self.sum -= total
+            self.count -= n
+            self._head = h + 1
+            self.oldest = ts[h + 1]
+            return [(start, total, n)]
         return self.prune(t)
 
     def prune(self, t: float) -> list[tuple[float, float, int]]:
