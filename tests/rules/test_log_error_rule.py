@@ -24,6 +24,7 @@ from specwatch.pipeline import Pipeline  # noqa: E402
 from specwatch.replay import replay_files  # noqa: E402
 from specwatch.events import LogError  # noqa: E402
 from specwatch.rules.log_errors import ALERT_NAME, fixes_for  # noqa: E402
+from specwatch.sources.log_errors import KINDS  # noqa: E402
 
 V = "0.5.23"
 SHAPE = "RuntimeError: The size of tensor a (8640) must match the size of tensor b (5760) at non-singleton dimension 1"
@@ -82,7 +83,8 @@ def test_each_kind_fires_once_with_its_severity_lines_and_fix(tmp_path):
     assert live["errors of this kind"] == "2" and live["exception"] == "KeyError: 'y'"
     m = scrape(p)
     counts = {k[1][0][1]: v for k, v in m.items() if k[0] == "specwatch_log_errors_total"}
-    assert counts == {"cuda_oom": 1, "nccl_timeout": 1, "shape_mismatch": 1, "health_check": 0, "other": 2}
+    assert {k: v for k, v in counts.items() if v} == {"cuda_oom": 1, "nccl_timeout": 1, "shape_mismatch": 1, "other": 2}
+    assert set(counts) == set(KINDS)  # every kind is on /metrics, 0 while none came
     # the lines are still counted as lines
     assert m[("specwatch_log_lines_total", (("kind", "other"), ("server", "box")))] == len(lines) - 2  # all but the 2 decode lines, as before
 
@@ -132,7 +134,10 @@ def test_a_vllm_traceback_is_stamped_with_its_year_and_advised_for_vllm(tmp_path
     vLLM's engine-config line, not SGLang's `server_args`."""
     br04 = (Path(__file__).resolve().parents[1] / "data" / "samples" / "bugreport-logs" / "BR-04.log")
     p = replay(tmp_path, br04.read_text().splitlines())
-    [a] = p.dispatcher.history
+    a, refused = p.dispatcher.history
+    # the second report's `NotImplementedError: EAGLE does not support TP > 1 yet`: a refusal at start-up
+    assert (refused.labels["kind"], refused.labels["severity"]) == ("unsupported", "error")
+    assert (a.labels["kind"], a.labels["severity"]) == ("other", "error")  # no batch line yet: at start-up
     assert a.starts_at > 1e9 and time.localtime(a.starts_at)[1:6] == (12, 16, 5, 3, 28)
     assert any("engine-config line" in f for f in a.fixes) and not any("server_args" in f for f in a.fixes)
     oom = LogError(None, "x.log", "cuda_oom", None, (), 1, engine="vllm")
