@@ -167,7 +167,7 @@ GLOG_NCCL = ("[rank3]:[E{md} 10:18:06.598287174 ProcessGroupNCCL.cpp:616] [Rank 
                                           ("1205", 12, 5), ("229", 2, 29)])
 def test_every_month_of_a_glog_stamp_is_read_and_dated_in_the_logs_year(md, month, day):
     g = ErrorGrouper("server.log")
-    dated = datetime(2024, 12, 30, 8).timestamp()  # the caller's last dated line: in 2024 (a leap year)
+    dated = datetime(2024, 6, 30, 8).timestamp()  # the caller's last dated line: in 2024 (a leap year)
     [e] = g.line(GLOG_NCCL.format(md=md), None, None, dated) + g.line(ACCESS, None, None, dated)
     assert e.kind == "nccl_timeout" and e.rank == "rank3"
     assert e.timestamp == pytest.approx(datetime(2024, month, day, 10, 18, 6).timestamp() + 0.598287174)
