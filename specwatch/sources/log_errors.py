@@ -259,11 +259,14 @@ class ErrorGrouper:
         ts, rank = bracket_prefix(text, tz)
         g = _C10D.match(text) if ts is None else None
         if g is not None:
-            ref = self._last_stamp if self._last_stamp is not None else now if now is not None else time.time()
-            year = datetime.fromtimestamp(ref, tz).year
+            ref = self._last_stamp
+            clock = now if now is not None else time.time()
+            year = datetime.fromtimestamp(clock if ref is None else ref, tz).year
             ts, rank = glog_time(g, year, tz), g.group(1) or rank
-            if ts is not None and ts < ref - 183 * 86400:  # January's line after December's: the new year
-                ts = glog_time(g, year + 1, tz)
+            if ts is not None and ref is not None and ts < ref - 183 * 86400:
+                ts = glog_time(g, year + 1, tz)  # January's line after December's: the new year
+            elif ts is not None and ref is None and ts > clock + 86400:
+                ts = glog_time(g, year - 1, tz)  # no line in the future: December's, read in January
         if ts is None and text[:1] != "[":
             ts = header_time(text, tz, now)
             if ts is not None:

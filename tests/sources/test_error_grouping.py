@@ -174,8 +174,12 @@ def test_every_month_of_a_glog_stamp_is_read_and_dated_in_the_logs_year(md, mont
 
 
 def test_a_glog_line_with_no_dated_line_before_it_takes_the_current_year():
-    [e] = group([GLOG_NCCL.format(md="411")], now=None)
-    assert datetime.fromtimestamp(e.timestamp).timetuple()[:6] == (datetime.now().year, 4, 11, 10, 18, 6)
+    [e] = group([GLOG_NCCL.format(md="411")], now=datetime(2026, 7, 1).timestamp())
+    assert datetime.fromtimestamp(e.timestamp).timetuple()[:6] == (2026, 4, 11, 10, 18, 6)
+    [e] = group([GLOG_NCCL.format(md="1205")], now=datetime(2027, 1, 3).timestamp())  # read in January
+    assert datetime.fromtimestamp(e.timestamp).timetuple()[:3] == (2026, 12, 5)
+    [e] = group([GLOG_NCCL.format(md="101")], now=None)  # a replay: the current year
+    assert datetime.fromtimestamp(e.timestamp).year in (datetime.now().year, datetime.now().year - 1)
     assert group(["[2026-03-01 10:00:01] E411 is a model name"], now=None) == []
 
 
