@@ -167,8 +167,8 @@ def fixes_for(kind: str, event: LogError, args: dict | None = None) -> list[str]
         ]
     if kind == "cuda_graph":
         out = []
-        draft = "draft" in text or "eagle" in text.lower()
-        if draft and _on(args, "enable_expert_distribution_metrics"):
+        draft = spec or "draft" in text or "eagle" in text.lower()
+        if draft and (_on(args, "enable_expert_distribution_metrics") or "expert_distribution" in text):
             out.append("The draft's CUDA graph capture fails with `--enable-expert-distribution-metrics` and "
                        "`--speculative-num-steps` >= 2 (the metrics collect during capture, "
                        "sgl-project/sglang#32105): drop `--enable-expert-distribution-metrics`, or serve "
@@ -300,6 +300,7 @@ class LogErrorsRule(ActiveAlertsRule):
         if kind == "other" and starting:
             severity = "error"  # a server that cannot start cannot serve
         alert = self._alert(server, event, key, now, severity, starting)
+        alert.labels["kind"] = kind
         self._ranks(alert, event)
         return self.active.fire(key, alert)
 
@@ -327,7 +328,10 @@ class LogErrorsRule(ActiveAlertsRule):
 
     @staticmethod
     def _ranks(alert: Alert, event: LogError) -> None:
-        """Add the rank (or the crashed subprocess) of `event` to the alert's `ranks` evidence."""
+        """Add the rank (or the crashed subprocess) of `event` to a watchdog alert's `ranks`
+        evidence (every rank's scheduler hangs in a collective: the list says which)."""
+        if alert.labels.get("kind") != "watchdog_timeout":
+            return
         who = event.rank
         m = _SUBPROCESS.search(event.exception or "") if event.kind == "subprocess_crash" else None
         if m is not None:
