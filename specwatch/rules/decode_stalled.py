@@ -1,21 +1,26 @@
-"""Decode stalled: requests were running, no decode line since, and the server says it is stuck.
+"""Decode stalled: requests were running and no decode line came since.
 
 A wedged scheduler (a hung kernel or collective, a deadlock) prints nothing more, while the HTTP
-server around it stays up: access lines keep arriving, the process runs, and `/health`, which
+server around it stays up: access lines may keep arriving, the process runs, and `/health`, which
 sends a one-token generation through the scheduler, times out (`health_generate`,
 sglang/srt/entrypoints/http_server.py 0.5.11-0.5.23: 503 and the ERROR line `Health check failed.
 Server couldn't get a response from detokenizer …`). `DecodeStalled` (critical) fires when a rank's
-last decode line showed running requests, no decode line came for `for`, and since that line the
-health check failed: `/health` not 200 (the HTTP API source) or that ERROR line in the log (any
-client's health probe writes it). It resolves at the next decode line, or when the server stops or
-restarts (the down and restart alerts take over).
+last decode line showed running requests and no decode line came for a while: `for` when since
+that line the health check failed (`/health` not 200 from the HTTP API source, or that ERROR line
+in the log: any client's health probe writes it); `silent_for` when nothing said whether the
+server is healthy (the plain-file setup, `… 2>&1 | tee -a server.log`: the log alone). A `/health`
+that answered 200 since the last decode line says the scheduler moves: nothing fires. It fires
+from the ticks (a live clock: a log that stays silent), and in a replay at the decode line that
+ends such a gap (then it resolves at once). It resolves at the next decode line, or when the
+server stops or restarts (the down and restart alerts take over).
 
-Silence alone is not enough: SGLang prints a decode line every `--decode-log-interval` rounds, not
-when the batch drains, so the last line before traffic stops nearly always shows running requests;
-an idle server with a load balancer polling `/health` looks alive and silent too. `SGLangLogSilent`
-is the opposite case (the scheduler decodes, its lines do not reach specwatch); the scheduler's own
+The log-only case cannot tell a wedge from traffic that stopped: SGLang prints a decode line
+every `--decode-log-interval` rounds, not when the batch drains, so the last line before traffic
+stops may show running requests. `silent_for` (2m) is set above the time the batch of that last
+line takes to drain; raise it where bursts end with long generations. `SGLangLogSilent` is the
+opposite case (the scheduler decodes, its lines do not reach specwatch); the scheduler's own
 `--watchdog-timeout` (300 s) kills a forward pass stuck that long, so this alert often precedes a
-crash and restart.
+crash and restart (`SGLangLogError`, kind `watchdog_timeout`).
 """
 
 from __future__ import annotations
@@ -35,23 +40,39 @@ from specwatch.rules.windows import Window
 @rule_section("decode_stalled")
 class DecodeStalledConfig(Section):
     enabled: bool = True
-    hold: Seconds = msgspec.field(default=120.0, name="for")  # no decode line this long
+    hold: Seconds = msgspec.field(default=120.0, name="for")  # no decode line this long after a failed health check
+    silent_for: Seconds = 120.0  # no decode line this long, and no health check either way (the log alone)
 
 
 ALERT_NAME = "DecodeStalled"
 
 
 class _State:
-    __slots__ = ("last_decode", "running", "queued", "unhealthy", "process", "watched", "api_reachable", "args")
+    __slots__ = ("last_decode", "running", "queued", "unhealthy", "healthy", "process", "watched", "api_reachable",
+                 "args", "last_batch")
 
     def __init__(self) -> None:
         self.last_decode: float | None = None  # clock of the last decode line of any rank
         self.running: dict[str, tuple[int, int]] = {}  # rank → (running, queued) of its last decode line
         self.unhealthy: tuple[float, str] | None = None  # last failed health check: (clock, what)
+        self.healthy: float | None = None  # clock of the last /health 200
+        self.last_batch = None  # the last decode line (DecodeBatch)
         self.process: ServerProcess | None = None
         self.watched = False
         self.api_reachable: float | None = None  # clock of the last HTTP answer
         self.args: dict = {}
+
+
+def _describe(b, at: float | None) -> str:
+    """The last decode line as evidence: its time, rank and counts."""
+    if b is None:
+        return iso8601(at) or "n/a"
+    parts = [f"#running-req: {b.running_requests}", f"#queue-req: {b.queued_requests}"]
+    if b.accept_length is not None:
+        parts.append(f"accept len: {b.accept_length:.2f}")
+    if b.gen_throughput is not None:
+        parts.append(f"gen throughput (token/s): {b.gen_throughput:.2f}")
+    return f"{iso8601(at)} {b.rank or 'single rank'}: Decode batch, " + ", ".join(parts)
 
 
 @register
@@ -76,11 +97,30 @@ class DecodeStalledRule(ActiveAlertsRule):
     def on_decode(self, server: str, window: Window, now: float) -> list[Alert]:
         st = self._s[server]
         b = window.batch
+        out: list[Alert] = []
+        if st.last_decode is not None and now - st.last_decode >= self._shortest() and server not in self.active:
+            out = self._check(server, st, now)  # a gap no tick saw (a replay: this line shows it)
         st.last_decode = now
+        st.last_batch = b
         st.running[b.rank] = (b.running_requests, b.queued_requests)
         if server not in self.active:
-            return []  # the common case
-        return self.active.resolve(server, now, ("decode lines", f"arriving again ({b.rank or 'single rank'})"))
+            return out  # the common case
+        return out + self.active.resolve(server, now, ("decode lines", f"arriving again ({b.rank or 'single rank'})"))
+
+    def _shortest(self) -> float:
+        return min(self.config.hold, self.config.silent_for)
+
+    def _gaps(self, rows, da: int, db: int, prev: float | None):
+        """Decode ordinals k in [da, db) whose line came `_shortest()` or more after the decode
+        line before it (`prev`: the clock of the one before da), by the lines' stamps: a numpy
+        array of ordinals."""
+        import numpy as np
+
+        ts = rows.array("ts")[rows.array("dpos")[da:db]]
+        before = np.empty(len(ts))
+        before[0] = np.nan if prev is None else prev
+        before[1:] = ts[:-1]
+        return da + np.flatnonzero(ts - before >= self._shortest())
 
     def advance(self, server: str, rows, a: int, b: int) -> tuple[int, list[Alert]]:
         da, db = rows.decodes(a, b)
@@ -91,7 +131,14 @@ class DecodeStalledRule(ActiveAlertsRule):
         st = self._s[server]
         from specwatch import columns
 
+        if self.config.enabled:
+            gaps = self._gaps(rows, da, db, st.last_decode)
+            if len(gaps):  # the line after a gap goes through on_decode, which may fire
+                db, b = int(gaps[0]), rows.dpos[int(gaps[0])]
+                if da == db:
+                    return a, []
         st.last_decode = rows.clock[rows.dpos[db - 1]]
+        st.last_batch = rows.decode(db - 1)
         names, running, queued = columns.rank_names(rows), rows.array("d_running"), rows.array("d_queued")
         for code, j in columns.last_by_rank(rows, da, db):  # as a line at a time: each rank's last line
             st.running[names[code]] = (int(running[j]), int(queued[j]))
@@ -112,8 +159,10 @@ class DecodeStalledRule(ActiveAlertsRule):
             if event.healthy is False:
                 st.unhealthy = (now, f"/health answered {event.health_status}" if event.health_status
                                 else "/health did not answer")
-            elif event.healthy and st.unhealthy is not None and st.unhealthy[0] < now:
-                st.unhealthy = None  # it answers: whatever was stuck moves again
+            elif event.healthy:
+                st.healthy = now
+                if st.unhealthy is not None and st.unhealthy[0] < now:
+                    st.unhealthy = None  # it answers: whatever was stuck moves again
         elif isinstance(event, ProcessSample):
             st = self._s[server]
             st.watched, st.process = True, event.process
@@ -125,27 +174,66 @@ class DecodeStalledRule(ActiveAlertsRule):
         return []
 
     def quiet_until(self, server: str, rows, a: int) -> int:
-        """No server that is not firing had a failed health check (events set it, never log
-        lines): on_tick does nothing, whatever decode lines come."""
-        if not self.config.enabled or all(st.unhealthy is None or s in self.active for s, st in self._s.items()):
-            return len(rows.dec)
-        return a
+        """The first row from `a` whose tick may fire: on_tick does nothing before it. A server
+        not firing with a failed health check, or another server with running requests: from
+        `a`. `server` (whose lines these rows are): from the row after the decode line (or the
+        state before the read) that a gap of `_shortest()` follows, by the lines' stamps."""
+        n = len(rows.dec)
+        if not self.config.enabled:
+            return n
+        for s, st in self._s.items():
+            if s in self.active:
+                continue
+            if st.unhealthy is not None or s != server and any(r for r, _ in st.running.values()):
+                return a
+        st = self._s.get(server)
+        prev = st.last_decode if st is not None and server not in self.active else None
+        if a >= n:
+            return n
+        if prev is not None and rows.clock[a] - prev >= self._shortest():
+            return a
+        da, db = rows.decodes(a, n)
+        if da < db:
+            gaps = self._gaps(rows, da, db, prev)
+            if len(gaps):
+                k = int(gaps[0])
+                return a if k == da else rows.dpos[k - 1] + 1
+            prev, tail = float(rows.array("ts")[rows.dpos[db - 1]]), rows.dpos[db - 1] + 1
+        else:
+            tail = a
+        if prev is not None and tail < n and float(rows.array("ts")[tail:].max()) - prev >= self._shortest():
+            return tail
+        return n
 
     def on_tick(self, now: float) -> list[Alert]:
         if not self.config.enabled:
             return []
         out = []
         for server, st in self._s.items():
-            if server in self.active or st.last_decode is None or st.unhealthy is None:
-                continue
-            if now - st.last_decode < self.config.hold or st.unhealthy[0] < st.last_decode:
-                continue
-            if not any(r for r, _ in st.running.values()) or (st.watched and st.process is None):
-                continue
-            out += self.active.fire(server, self._alert(server, st, now))
+            if server not in self.active and st.last_decode is not None and now - st.last_decode >= self._shortest():
+                out += self._check(server, st, now)
         return out
 
-    def _alert(self, server: str, st: _State, now: float) -> Alert:
+    def _threshold(self, st: _State) -> float | None:
+        """How long without a decode line is a stall: `for` after a failed health check since the
+        last decode line, None after a passed one (the scheduler answers), else `silent_for`."""
+        if st.unhealthy is not None and st.unhealthy[0] >= st.last_decode:
+            return self.config.hold
+        if st.healthy is not None and st.healthy >= st.last_decode:
+            return None
+        return self.config.silent_for
+
+    def _check(self, server: str, st: _State, now: float) -> list[Alert]:
+        """The one decision: fire when the last decode line showed running requests, the server
+        runs (or nothing says it does not), and no decode line came for `_threshold`."""
+        limit = self._threshold(st)
+        if limit is None or now - st.last_decode < limit:
+            return []
+        if not any(r for r, _ in st.running.values()) or (st.watched and st.process is None):
+            return []
+        return self.active.fire(server, self._alert(server, st, now, limit))
+
+    def _alert(self, server: str, st: _State, now: float, limit: float) -> Alert:
         running = sum(r for r, _ in st.running.values())
         queued = sum(q for _, q in st.running.values())
         last = (self.last_lines(server) if self.last_lines else {}) or {}
@@ -157,12 +245,17 @@ class DecodeStalledRule(ActiveAlertsRule):
         other = last.get("other")
         if other is not None and other > st.last_decode:
             alive.append(f"other log lines until {iso8601(other)}")
+        later = [f"{k} lines until {iso8601(t)}" for k, t in sorted(last.items())
+                 if k not in ("decode",) and t > st.last_decode]
+        log_only = st.unhealthy is None or st.unhealthy[0] < st.last_decode
         evidence = [
             ("running requests at the last decode line", str(running)),
             ("queued requests at the last decode line", str(queued)),
-            ("last decode line", iso8601(st.last_decode) or "n/a"),
+            ("last decode line", _describe(st.last_batch, st.last_decode)),
             ("no decode line for", f"{now - st.last_decode:.0f}s"),
-            ("health check", f"{st.unhealthy[1]} at {iso8601(st.unhealthy[0])}"),
+            ("health check", "none seen since the last decode line (the log alone: silent_for "
+             f"{limit:.0f}s)" if log_only else f"{st.unhealthy[1]} at {iso8601(st.unhealthy[0])}"),
+            ("still arriving", "; ".join(later) or "nothing: the log is silent"),
             ("server alive", "; ".join(alive) or "unknown"),
         ]
         if len(st.running) > 1:
@@ -175,9 +268,12 @@ class DecodeStalledRule(ActiveAlertsRule):
             summary=f"Decoding stalled on {server}: {running} request(s) running, no decode line for {now - st.last_decode:.0f}s",
             description=(
                 f"The last decode line showed {running} running request(s); no decode line since "
-                f"{iso8601(st.last_decode)}, and the health check fails, which sends a one-token "
-                "generation through the scheduler. The HTTP server is up but the scheduler makes no "
-                "progress: every request hangs."
+                f"{iso8601(st.last_decode)}"
+                + (f" ({now - st.last_decode:.0f}s), and nothing else says the scheduler moves. "
+                   "The scheduler makes no progress: every request hangs (or traffic stopped with that "
+                   "batch, if its requests were about to finish)." if log_only else
+                   ", and the health check fails, which sends a one-token generation through the "
+                   "scheduler. The HTTP server is up but the scheduler makes no progress: every request hangs.")
             ),
             starts_at=now,
             evidence=evidence,
@@ -194,7 +290,7 @@ class DecodeStalledRule(ActiveAlertsRule):
             ],
         )
 
-    def to_state(self) -> dict:
+    def to_state(self) -> dict:  # last_batch is not kept: the evidence then names the line by its time
         return {"active": self.active.to_state(),
                 "servers": {s: {"last_decode": st.last_decode, "running": {r: list(v) for r, v in st.running.items()}}
                             for s, st in self._s.items() if st.last_decode is not None}}

@@ -389,15 +389,20 @@ class LogErrorsRule(ActiveAlertsRule):
 
     def _title(self, server: str, event: LogError, starts: int) -> str:
         where = f" ({event.rank})" if event.rank else ""
+        with_ = self._settings(server)
+        loop = f"; crash loop: {starts} failed starts with the same settings" if starts >= 2 else ""
+        return (f"{TITLE[event.kind]} in the log of {server}{where}"
+                + (f" ({with_})" if with_ and event.kind != "other" else "") + loop)
+
+    def _settings(self, server: str) -> str:
+        """The settings that matter to a crash or hang, in words: "EAGLE + DP attention"."""
         args = self._args.get(server) or {}
         with_ = []
         if speculation_configured(args):
             with_.append(str(args.get("speculative_algorithm")))
         if _on(args, "enable_dp_attention"):
             with_.append("DP attention")
-        loop = f"; crash loop: {starts} failed starts with the same settings" if starts >= 2 else ""
-        return (f"{TITLE[event.kind]} in the log of {server}{where}"
-                + (f" ({' + '.join(with_)})" if with_ and event.kind != "other" else "") + loop)
+        return " + ".join(with_)
 
     def _alert(self, server: str, event: LogError, key: str, now: float, severity: str, starting: bool) -> Alert:
         kind = event.kind
@@ -409,7 +414,8 @@ class LogErrorsRule(ActiveAlertsRule):
                 f"The server log shows a {title}"
                 + (f": {code(event.exception)}" if event.exception else " (the traceback was cut off)")
                 + ". " + IMPACT[kind] + (" It happened at start-up: the server is not serving." if starting
-                                         and kind not in ("cuda_graph", "unsupported") else "")),
+                                         and kind not in ("cuda_graph", "unsupported") else "")
+                + (f" Settings: {self._settings(server)}." if self._settings(server) else "")),
             starts_at=now,
             evidence=self._evidence(server, event, key, now, now, starting),
             fixes=fixes_for(kind, event, self._args.get(server)),
