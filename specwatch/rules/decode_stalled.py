@@ -25,6 +25,7 @@ crash and restart (`SGLangLogError`, kind `watchdog_timeout`).
 
 from __future__ import annotations
 
+import copy
 from collections import defaultdict
 
 import msgspec
@@ -97,9 +98,7 @@ class DecodeStalledRule(ActiveAlertsRule):
     def on_decode(self, server: str, window: Window, now: float) -> list[Alert]:
         st = self._s[server]
         b = window.batch
-        out: list[Alert] = []
-        if st.last_decode is not None and now - st.last_decode >= self._shortest() and server not in self.active:
-            out = self._check(server, st, now)  # a gap no tick saw (a replay: this line shows it)
+        out = self._seen(server, st, now) if st.last_decode is not None else []
         st.last_decode = now
         st.last_batch = b
         st.running[b.rank] = (b.running_requests, b.queued_requests)
@@ -145,13 +144,27 @@ class DecodeStalledRule(ActiveAlertsRule):
         return b, []
 
     def on_restart(self, server: str, at: float, why: str) -> list[Alert]:
-        st = self._s.pop(server, None)
-        return [] if st is None else self.active.resolve(server, at, ("server", why))
+        st = self._s.get(server)
+        if st is None:
+            return []
+        out = self._seen(server, st, at)  # a replay: the restart line is the first to show the gap
+        del self._s[server]
+        return out + self.active.resolve(server, at, ("server", why))
+
+    def _seen(self, server: str, st: _State, now: float) -> list[Alert]:
+        """`_check` at a line or event whose clock shows a gap no tick saw (a replay). The
+        alerts are copies: the caller may resolve the same alert at once (its firing state is
+        handed out first)."""
+        if server in self.active or st.last_decode is None or now - st.last_decode < self._shortest():
+            return []
+        return [copy.deepcopy(a) for a in self._check(server, st, now)]
 
     def on_event(self, server: str, event: object, now: float) -> list[Alert]:
         if type(event) is LogError:
+            st = self._s[server]
             if event.kind == "health_check":
-                self._s[server].unhealthy = (now, "log: " + event.lines[0][:200])
+                st.unhealthy = (now, "log: " + event.lines[0][:200])
+            return self._seen(server, st, now)  # an error line after the gap shows it too
         elif isinstance(event, ApiSample):
             st = self._s[server]
             if event.reachable:
@@ -210,8 +223,7 @@ class DecodeStalledRule(ActiveAlertsRule):
             return []
         out = []
         for server, st in self._s.items():
-            if server not in self.active and st.last_decode is not None and now - st.last_decode >= self._shortest():
-                out += self._check(server, st, now)
+            out += self._seen(server, st, now)
         return out
 
     def _threshold(self, st: _State) -> float | None:

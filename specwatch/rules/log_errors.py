@@ -6,10 +6,9 @@ The pipeline's error stage (`sources/log_errors.py`) groups each traceback (or b
 error lines) into one `LogError` and classifies it. `SGLangLogError` fires per server and kind at
 the first one, with the exception line, the last lines, the settings that matter and a fix for
 that kind; later errors of the same kind update its evidence. Severity by kind: every kind but
-`other` stops the server or its requests (critical; `unsupported`, a server that refuses a
-setting at start-up, is an error); `other` is a warning, and an error while the server is
-starting (no batch line since its last `server_args` line, or none at all) because a server that
-cannot start cannot serve. A start that failed with the same settings as the one before counts as
+`other` stops the server or its requests (critical; `unsupported` is a server that refuses a
+setting at start-up); `other` is a warning, and critical while the server is starting (no batch
+line since its last `server_args` line, or none at all): a server that cannot start cannot serve. A start that failed with the same settings as the one before counts as
 another start of a crash loop (evidence `failed starts with these settings`). A subprocess crash
 while the watchdog alert of the same server fires is that alert's evidence (the launcher's
 reaction to the hang). Kind `shutdown` (an error while the server is being stopped) and a failed
@@ -39,7 +38,7 @@ class LogErrorsConfig(Section):
 ALERT_NAME = "SGLangLogError"
 SEVERITY = {"cuda_oom": "critical", "nccl_timeout": "critical", "shape_mismatch": "critical",
             "watchdog_timeout": "critical", "subprocess_crash": "critical", "cuda_graph": "critical",
-            "device_assert": "critical", "unsupported": "error", "other": "warning"}
+            "device_assert": "critical", "unsupported": "critical", "other": "warning"}
 TITLE = {"cuda_oom": "CUDA out of memory", "nccl_timeout": "NCCL collective timeout",
          "shape_mismatch": "tensor shape mismatch", "watchdog_timeout": "hung scheduler (watchdog timeout)",
          "subprocess_crash": "crashed server subprocess", "cuda_graph": "CUDA graph capture failure",
@@ -298,7 +297,7 @@ class LogErrorsRule(ActiveAlertsRule):
             return []
         severity = SEVERITY[kind]
         if kind == "other" and starting:
-            severity = "error"  # a server that cannot start cannot serve
+            severity = "critical"  # a server that cannot start cannot serve
         alert = self._alert(server, event, key, now, severity, starting)
         alert.labels["kind"] = kind
         self._ranks(alert, event)

@@ -136,8 +136,8 @@ def test_a_vllm_traceback_is_stamped_with_its_year_and_advised_for_vllm(tmp_path
     p = replay(tmp_path, br04.read_text().splitlines())
     a, refused = p.dispatcher.history
     # the second report's `NotImplementedError: EAGLE does not support TP > 1 yet`: a refusal at start-up
-    assert (refused.labels["kind"], refused.labels["severity"]) == ("unsupported", "error")
-    assert (a.labels["kind"], a.labels["severity"]) == ("other", "error")  # no batch line yet: at start-up
+    assert (refused.labels["kind"], refused.labels["severity"]) == ("unsupported", "critical")
+    assert (a.labels["kind"], a.labels["severity"]) == ("other", "critical")  # no batch line yet: at start-up
     assert a.starts_at > 1e9 and time.localtime(a.starts_at)[1:6] == (12, 16, 5, 3, 28)
     assert any("engine-config line" in f for f in a.fixes) and not any("server_args" in f for f in a.fixes)
     oom = LogError(None, "x.log", "cuda_oom", None, (), 1, engine="vllm")
@@ -214,7 +214,7 @@ def test_br47_crash_loop_counts_three_failed_starts_with_the_specific_fix(tmp_pa
 def test_br49_vllm_that_refuses_to_start_is_an_error_with_the_dp_fix(tmp_path):
     p = replay(tmp_path, BR.joinpath("BR-49.log").read_text().splitlines())
     [a] = [x for x in p.dispatcher.history if x.name == ALERT_NAME]
-    assert (a.labels["kind"], a.labels["severity"]) == ("unsupported", "error")
+    assert (a.labels["kind"], a.labels["severity"]) == ("unsupported", "critical")
     assert "NotImplementedError: Prometheus metrics with Spec Decoding" in dict(a.evidence)["exception"]
     assert "--data-parallel-size 1" in a.fixes[0] and "vllm-project/vllm#24049" in a.fixes[0]
     assert dict(a.evidence)["when"].startswith("at start-up")
@@ -224,7 +224,7 @@ def test_an_unknown_traceback_at_start_up_is_an_error_and_after_serving_a_warnin
     start = [server_args_line(ts="2026-03-01 09:59:00", speculative_algorithm="EAGLE3")[0]]
     p = replay(tmp_path, start + tb("2026-03-01 10:00:05", "KeyError: 'x'"))
     [a] = p.dispatcher.history
-    assert a.labels["severity"] == "error" and "not serving" in a.annotations["description"]
+    assert a.labels["severity"] == "critical" and "not serving" in a.annotations["description"]
     p = replay(tmp_path, start + [decode("2026-03-01 10:00:00")] + tb("2026-03-01 10:00:05", "KeyError: 'x'"))
     [a] = p.dispatcher.history
     assert a.labels["severity"] == "warning" and "when" not in dict(a.evidence)
@@ -239,10 +239,11 @@ def test_a_device_side_assert_names_the_poisoned_rank_before_the_nccl_timeouts(t
     lines += ["[rank1]:[E301 10:10:01.1 ProcessGroupNCCL.cpp:616] [Rank 1] Watchdog caught collective operation "
               "timeout: WorkNCCL(SeqNum=12, OpType=ALLREDUCE) ran for 600031 milliseconds before timing out."]
     p = replay(tmp_path, lines + [decode("2026-03-01 10:10:02")])
-    kinds = [(a.labels["kind"], a.labels["severity"], dict(a.evidence).get("rank")) for a in p.dispatcher.history]
+    errors = [a for a in p.dispatcher.history if a.name == ALERT_NAME]
+    kinds = [(a.labels["kind"], a.labels["severity"], dict(a.evidence).get("rank")) for a in errors]
     assert kinds == [("device_assert", "critical", "TP3"), ("nccl_timeout", "critical", "rank1")]
-    assert "The rank with the assert is the cause" in p.dispatcher.history[0].fixes[0]
-    assert time.localtime(p.dispatcher.history[1].starts_at)[:5] == (2026, 3, 1, 10, 10)  # March 1, not 1970
+    assert "The rank with the assert is the cause" in errors[0].fixes[0]
+    assert time.localtime(errors[1].starts_at)[:5] == (2026, 3, 1, 10, 10)  # March 1, not 1970
 
 
 def test_a_traceback_while_vllm_stops_is_not_a_page(tmp_path):
