@@ -98,7 +98,12 @@ class DecodeStalledRule(ActiveAlertsRule):
     def on_decode(self, server: str, window: Window, now: float) -> list[Alert]:
         st = self._s[server]
         b = window.batch
-        out = self._seen(server, st, now) if st.last_decode is not None else []
+        out = []
+        if st.last_decode is not None and b.engine == "sglang" and now - st.last_decode <= self._watchdog(st):
+            # A gap no tick saw (a replay): SGLang prefills new requests first (a `Prefill batch`
+            # line), so a decode line right after the gap is the same batch decoding on. vLLM
+            # prints no prefill line: there a gap cannot be told from idle time.
+            out = self._seen(server, st, now)
         st.last_decode = now
         st.last_batch = b
         st.running[b.rank] = (b.running_requests, b.queued_requests)
@@ -106,65 +111,93 @@ class DecodeStalledRule(ActiveAlertsRule):
             return out  # the common case
         return out + self.active.resolve(server, now, ("decode lines", f"arriving again ({b.rank or 'single rank'})"))
 
+    def on_prefill(self, server: str, batch, now: float) -> list[Alert]:
+        """A prefill line: the scheduler's loop runs (a stalled one prints nothing), and its
+        `#running-req` is the rank's batch now (0 after a burst drained: traffic resumed)."""
+        st = self._s[server]
+        st.last_decode = now
+        st.running[batch.rank] = (batch.running_requests, batch.queued_requests)
+        if server not in self.active:
+            return []
+        return self.active.resolve(server, now, ("prefill lines", f"arriving again ({batch.rank or 'single rank'})"))
+
+    @staticmethod
+    def _watchdog(st: _State) -> float:
+        """SGLang's `--watchdog-timeout` (300 s by default, sglang/srt/server_args.py 0.4-0.5.23): a
+        forward pass stuck longer kills the server, so a decode line after a longer gap is not
+        the same batch resuming (a log of lines spliced together, an idle decode-only server)."""
+        try:
+            return float(st.args.get("watchdog_timeout") or 300.0)
+        except (TypeError, ValueError):
+            return 300.0
+
     def _shortest(self) -> float:
         return min(self.config.hold, self.config.silent_for)
 
-    def _gaps(self, rows, da: int, db: int, prev: float | None):
-        """Decode ordinals k in [da, db) whose line came `_shortest()` or more after the decode
-        line before it (`prev`: the clock of the one before da), by the lines' stamps: a numpy
-        array of ordinals."""
+    def _gap_rows(self, rows, a: int, b: int, prev: float | None, limit: float):
+        """Decode rows i in [a, b) whose clock is `_shortest()` to `limit` after the batch line
+        before it (`prev`: the clock before row a): where on_decode may fire. A numpy array."""
         import numpy as np
 
-        ts = rows.array("ts")[rows.array("dpos")[da:db]]
-        before = np.empty(len(ts))
+        from specwatch import columns
+
+        clock = columns.cached(rows, ("clock",), lambda: np.asarray(rows.clock, dtype=float))[a:b]
+        before = np.empty(len(clock))
         before[0] = np.nan if prev is None else prev
-        before[1:] = ts[:-1]
-        return da + np.flatnonzero(ts - before >= self._shortest())
+        before[1:] = clock[:-1]
+        gap = clock - before
+        return a + np.flatnonzero((gap >= self._shortest()) & (gap <= limit) & rows.array("dec")[a:b])  # SGLang only
 
     def advance(self, server: str, rows, a: int, b: int) -> tuple[int, list[Alert]]:
-        da, db = rows.decodes(a, b)
-        if da == db:
+        """Rows [a, b) as on_decode and on_prefill would take them, up to the first decode row
+        after a gap (it goes through on_decode, which may fire)."""
+        if a >= b:
             return b, []
         if server in self.active:
             return a, []
         st = self._s[server]
-        from specwatch import columns
-
         if self.config.enabled:
-            gaps = self._gaps(rows, da, db, st.last_decode)
-            if len(gaps):  # the line after a gap goes through on_decode, which may fire
-                db, b = int(gaps[0]), rows.dpos[int(gaps[0])]
-                if da == db:
+            gaps = self._gap_rows(rows, a, b, st.last_decode, self._watchdog(st))
+            if len(gaps):
+                b = int(gaps[0])
+                if b == a:
                     return a, []
-        st.last_decode = rows.clock[rows.dpos[db - 1]]
-        st.last_batch = rows.decode(db - 1)
-        names, running, queued = columns.rank_names(rows), rows.array("d_running"), rows.array("d_queued")
-        for code, j in columns.last_by_rank(rows, da, db):  # as a line at a time: each rank's last line
-            st.running[names[code]] = (int(running[j]), int(queued[j]))
+        import numpy as np
+
+        st.last_decode = rows.clock[b - 1]
+        da, db = rows.decodes(a, b)
+        if db > da:
+            st.last_batch = rows.decode(db - 1)
+        codes = rows.array("rank")[a:b][::-1]
+        found, at = np.unique(codes, return_index=True)
+        names, dec, dcount = rows._names, rows.array("dec"), rows.array("dcount")
+        running, queued = rows.array("d_running"), rows.array("d_queued")
+        for code, i in sorted(zip(found.tolist(), (b - 1 - at).tolist()), key=lambda x: x[1]):
+            if dec[i]:  # each rank's last line: its decode counts, or its prefill line's
+                j = int(dcount[i])
+                st.running[names[code]] = (int(running[j]), int(queued[j]))
+            else:
+                p = rows.batch(i)
+                st.running[names[code]] = (p.running_requests, p.queued_requests)
         return b, []
 
     def on_restart(self, server: str, at: float, why: str) -> list[Alert]:
-        st = self._s.get(server)
-        if st is None:
-            return []
-        out = self._seen(server, st, at)  # a replay: the restart line is the first to show the gap
-        del self._s[server]
-        return out + self.active.resolve(server, at, ("server", why))
+        st = self._s.pop(server, None)
+        return [] if st is None else self.active.resolve(server, at, ("server", why))
 
     def _seen(self, server: str, st: _State, now: float) -> list[Alert]:
         """`_check` at a line or event whose clock shows a gap no tick saw (a replay). The
         alerts are copies: the caller may resolve the same alert at once (its firing state is
         handed out first)."""
-        if server in self.active or st.last_decode is None or now - st.last_decode < self._shortest():
+        if not self.config.enabled or server in self.active or st.last_decode is None \
+                or now - st.last_decode < self._shortest():
             return []
         return [copy.deepcopy(a) for a in self._check(server, st, now)]
 
     def on_event(self, server: str, event: object, now: float) -> list[Alert]:
         if type(event) is LogError:
-            st = self._s[server]
             if event.kind == "health_check":
-                st.unhealthy = (now, "log: " + event.lines[0][:200])
-            return self._seen(server, st, now)  # an error line after the gap shows it too
+                self._s[server].unhealthy = (now, "log: " + event.lines[0][:200])
         elif isinstance(event, ApiSample):
             st = self._s[server]
             if event.reachable:
@@ -187,36 +220,18 @@ class DecodeStalledRule(ActiveAlertsRule):
         return []
 
     def quiet_until(self, server: str, rows, a: int) -> int:
-        """The first row from `a` whose tick may fire: on_tick does nothing before it. A server
-        not firing with a failed health check, or another server with running requests: from
-        `a`. `server` (whose lines these rows are): from the row after the decode line (or the
-        state before the read) that a gap of `_shortest()` follows, by the lines' stamps."""
-        n = len(rows.dec)
+        """The first row from `a` whose tick may fire: each tick comes after a batch line of
+        `server`, whose hook has just set its clock (a gap shows in on_decode instead), so
+        only another server can: one not firing with a failed health check or with running
+        requests makes it `a`."""
         if not self.config.enabled:
-            return n
+            return len(rows.dec)
         for s, st in self._s.items():
             if s in self.active:
                 continue
             if st.unhealthy is not None or s != server and any(r for r, _ in st.running.values()):
                 return a
-        st = self._s.get(server)
-        prev = st.last_decode if st is not None and server not in self.active else None
-        if a >= n:
-            return n
-        if prev is not None and rows.clock[a] - prev >= self._shortest():
-            return a
-        da, db = rows.decodes(a, n)
-        if da < db:
-            gaps = self._gaps(rows, da, db, prev)
-            if len(gaps):
-                k = int(gaps[0])
-                return a if k == da else rows.dpos[k - 1] + 1
-            prev, tail = float(rows.array("ts")[rows.dpos[db - 1]]), rows.dpos[db - 1] + 1
-        else:
-            tail = a
-        if prev is not None and tail < n and float(rows.array("ts")[tail:].max()) - prev >= self._shortest():
-            return tail
-        return n
+        return len(rows.dec)
 
     def on_tick(self, now: float) -> list[Alert]:
         if not self.config.enabled:

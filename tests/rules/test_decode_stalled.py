@@ -223,15 +223,20 @@ def test_silent_for_is_configurable_and_a_passed_health_check_holds_it(tmp_path,
 
 
 def test_replay_fires_at_the_line_that_shows_the_gap(tmp_path):
-    """A recorded log: 32 running, 2.5 min without a decode line, then decoding again (or an
-    error line, or a restart): the stall is in the replay's history, fired and resolved."""
+    """A recorded log: 32 running, 2.5 min without a decode line, then the same batch decoding
+    again: the stall is in the replay's history, fired and resolved."""
     lines = decoding(T0, 4) + [access(T0 + 20 + 10 * i) for i in range(15)] + decoding(T0 + 15 + 150, 2)
     fired = replayed(tmp_path, lines)
     assert [(a.status, dict(a.evidence)["no decode line for"]) for a in fired] == [("firing", "150s"), ("resolved", "150s")]
     assert replayed(tmp_path, decoding(T0, 4) + decoding(T0 + 15 + 100, 2)) == []  # under silent_for: nothing
     assert replayed(tmp_path, decoding(T0, 4, running=0) + decoding(T0 + 15 + 150, 2)) == []  # nothing was running
-    # the watchdog line after the gap shows it (BR-45's shape with a decode line before the hang)
-    watchdog = f"[{stamp(T0 + 15 + 300)} TP0] Scheduler watchdog timeout (self.watchdog_timeout=300.0, self.soft=False)"
-    assert [a.status for a in replayed(tmp_path, decoding(T0, 4) + [watchdog])] == ["firing"]
+    # longer than the watchdog timeout (300 s): not the same batch resuming (spliced lines)
+    assert replayed(tmp_path, decoding(T0, 4) + decoding(T0 + 15 + 301, 2)) == []
+    # traffic that stopped and came back: the first line after the gap is a prefill line whose
+    # batch is empty (the burst drained), not the same batch decoding on
+    resumed = (f"[{stamp(T0 + 15 + 600)}] Prefill batch, #new-seq: 1, #new-token: 7, #cached-token: 0, "
+               "token usage: 0.00, #running-req: 0, #queue-req: 0, input throughput (token/s): 0.00")
+    assert replayed(tmp_path, decoding(T0, 4) + [resumed] + decoding(T0 + 15 + 605, 2)) == []
+    # a restart after the silence says nothing either way (the down and restart alerts' business)
     restart = f"[{stamp(T0 + 15 + 200)}] server_args=ServerArgs(model_path='/m', speculative_algorithm='EAGLE3', tp_size=1)"
-    assert [a.status for a in replayed(tmp_path, decoding(T0, 4) + [restart])] == ["firing", "resolved"]
+    assert replayed(tmp_path, decoding(T0, 4) + [restart]) == []
