@@ -99,7 +99,7 @@ class DecodeStalledRule(ActiveAlertsRule):
         st = self._s[server]
         b = window.batch
         out = []
-        if st.last_decode is not None and b.engine == "sglang" and now - st.last_decode <= self._watchdog(st):
+        if st.last_decode is not None and b.engine == "sglang":
             # A gap no tick saw (a replay): SGLang prefills new requests first (a `Prefill batch`
             # line), so a decode line right after the gap is the same batch decoding on. vLLM
             # prints no prefill line: there a gap cannot be told from idle time.
@@ -112,20 +112,17 @@ class DecodeStalledRule(ActiveAlertsRule):
         return out + self.active.resolve(server, now, ("decode lines", f"arriving again ({b.rank or 'single rank'})"))
 
     def on_prefill(self, server: str, batch, now: float) -> list[Alert]:
-        """A prefill line: the scheduler's loop runs (a stalled one prints nothing), and its
-        `#running-req` is the rank's batch now (0 after a burst drained: traffic resumed)."""
-        st = self._s[server]
-        st.last_decode = now
-        st.running[batch.rank] = (batch.running_requests, batch.queued_requests)
-        if server not in self.active:
-            return []
-        return self.active.resolve(server, now, ("prefill lines", f"arriving again ({batch.rank or 'single rank'})"))
+        """A prefill line: its `#running-req` is the rank's decode batch now (0 after a burst
+        drained and traffic came back). It is no decode progress."""
+        self._s[server].running[batch.rank] = (batch.running_requests, batch.queued_requests)
+        return []
 
     @staticmethod
     def _watchdog(st: _State) -> float:
         """SGLang's `--watchdog-timeout` (300 s by default, sglang/srt/server_args.py 0.4-0.5.23): a
-        forward pass stuck longer kills the server, so a decode line after a longer gap is not
-        the same batch resuming (a log of lines spliced together, an idle decode-only server)."""
+        forward pass stuck longer kills the server, so a gap longer than it past the threshold
+        is not a stall a tick would have seen (a log of lines spliced together, an idle
+        decode-only server, specwatch itself stopped meanwhile)."""
         try:
             return float(st.args.get("watchdog_timeout") or 300.0)
         except (TypeError, ValueError):
@@ -134,45 +131,52 @@ class DecodeStalledRule(ActiveAlertsRule):
     def _shortest(self) -> float:
         return min(self.config.hold, self.config.silent_for)
 
-    def _gap_rows(self, rows, a: int, b: int, prev: float | None, limit: float):
-        """Decode rows i in [a, b) whose clock is `_shortest()` to `limit` after the batch line
-        before it (`prev`: the clock before row a): where on_decode may fire. A numpy array."""
+    def _gaps(self, rows, a: int, b: int, prev: float | None, inclusive: bool):
+        """Seconds from the last decode line to each row in [a, b) (`prev`: the clock of the last
+        one before row a, None: none; NaN then): before the row, or, `inclusive`, at or before
+        it (what a tick after the row sees). A numpy array over the rows."""
         import numpy as np
 
         from specwatch import columns
 
         clock = columns.cached(rows, ("clock",), lambda: np.asarray(rows.clock, dtype=float))[a:b]
-        before = np.empty(len(clock))
-        before[0] = np.nan if prev is None else prev
-        before[1:] = clock[:-1]
-        gap = clock - before
-        return a + np.flatnonzero((gap >= self._shortest()) & (gap <= limit) & rows.array("dec")[a:b])  # SGLang only
+        dec = rows.array("dec")[a:b]
+        at = np.maximum.accumulate(np.where(dec, np.arange(len(clock)), -1))
+        if not inclusive:
+            at = np.concatenate(([-1], at[:-1]))
+        last = np.where(at >= 0, clock[np.maximum(at, 0)], np.nan if prev is None else prev)
+        return clock - last
 
     def advance(self, server: str, rows, a: int, b: int) -> tuple[int, list[Alert]]:
-        """Rows [a, b) as on_decode and on_prefill would take them, up to the first decode row
-        after a gap (it goes through on_decode, which may fire)."""
+        """Rows [a, b) as on_decode and on_prefill would take them, up to the first row that
+        comes `_shortest()` or more after the last decode line (it goes through its hook one by
+        one: on_decode may fire there)."""
         if a >= b:
             return b, []
         if server in self.active:
             return a, []
         st = self._s[server]
         if self.config.enabled:
-            gaps = self._gap_rows(rows, a, b, st.last_decode, self._watchdog(st))
-            if len(gaps):
-                b = int(gaps[0])
+            import numpy as np
+
+            late = np.flatnonzero(self._gaps(rows, a, b, st.last_decode, False) >= self._shortest())
+            if len(late):
+                b = a + int(late[0])
                 if b == a:
                     return a, []
         import numpy as np
 
-        st.last_decode = rows.clock[b - 1]
         da, db = rows.decodes(a, b)
         if db > da:
+            st.last_decode = rows.clock[rows.dpos[db - 1]]
             st.last_batch = rows.decode(db - 1)
-        codes = rows.array("rank")[a:b][::-1]
-        found, at = np.unique(codes, return_index=True)
+        codes = rows.array("rank")[a:b]
+        found, first = np.unique(codes, return_index=True)
+        _, back = np.unique(codes[::-1], return_index=True)
         names, dec, dcount = rows._names, rows.array("dec"), rows.array("dcount")
         running, queued = rows.array("d_running"), rows.array("d_queued")
-        for code, i in sorted(zip(found.tolist(), (b - 1 - at).tolist()), key=lambda x: x[1]):
+        # ranks new to `running` are added in the order of their first line, as a line at a time
+        for _, code, i in sorted(zip(first.tolist(), found.tolist(), (a + len(codes) - 1 - back).tolist())):
             if dec[i]:  # each rank's last line: its decode counts, or its prefill line's
                 j = int(dcount[i])
                 st.running[names[code]] = (int(running[j]), int(queued[j]))
@@ -220,18 +224,24 @@ class DecodeStalledRule(ActiveAlertsRule):
         return []
 
     def quiet_until(self, server: str, rows, a: int) -> int:
-        """The first row from `a` whose tick may fire: each tick comes after a batch line of
-        `server`, whose hook has just set its clock (a gap shows in on_decode instead), so
-        only another server can: one not firing with a failed health check or with running
-        requests makes it `a`."""
-        if not self.config.enabled:
-            return len(rows.dec)
+        """The first row from `a` whose tick may fire: for `server` (whose lines these rows
+        are), the first that comes `_shortest()` or more after its last decode line (a decode
+        row's own tick never does); any other server not firing with a failed health check or
+        running requests: `a`."""
+        n = len(rows.dec)
+        if not self.config.enabled or a >= n:
+            return n
         for s, st in self._s.items():
-            if s in self.active:
-                continue
-            if st.unhealthy is not None or s != server and any(r for r, _ in st.running.values()):
+            if s != server and s not in self.active and (
+                    st.unhealthy is not None or any(r for r, _ in st.running.values())):
                 return a
-        return len(rows.dec)
+        if server in self.active:
+            return n
+        import numpy as np
+
+        st = self._s.get(server)
+        late = np.flatnonzero(self._gaps(rows, a, n, st.last_decode if st else None, True) >= self._shortest())
+        return a + int(late[0]) if len(late) else n
 
     def on_tick(self, now: float) -> list[Alert]:
         if not self.config.enabled:
@@ -254,8 +264,8 @@ class DecodeStalledRule(ActiveAlertsRule):
         """The one decision: fire when the last decode line showed running requests, the server
         runs (or nothing says it does not), and no decode line came for `_threshold`."""
         limit = self._threshold(st)
-        if limit is None or now - st.last_decode < limit:
-            return []
+        if limit is None or not limit <= now - st.last_decode <= limit + self._watchdog(st):
+            return []  # a longer gap is not seen live: lines spliced together, specwatch itself stopped
         if not any(r for r, _ in st.running.values()) or (st.watched and st.process is None):
             return []
         return self.active.fire(server, self._alert(server, st, now, limit))

@@ -301,6 +301,12 @@ class LogErrorsRule(ActiveAlertsRule):
         alert = self._alert(server, event, key, now, severity, starting)
         alert.labels["kind"] = kind
         self._ranks(alert, event)
+        poisoned = self.active.get(alert_key(server, "device_assert")) if kind == "nccl_timeout" else None
+        if poisoned is not None:  # the ranks wait for the one whose CUDA context the assert broke
+            where = dict(poisoned.evidence).get("rank") or "one rank"
+            alert.evidence.insert(0, ("caused by", f"the device-side assert on {where} at {iso8601(poisoned.starts_at)}"))
+            alert.fixes.insert(0, f"The device-side assert on {where} came first: its rank stopped, the others "
+                                  "time out waiting for it. Fix the assert (its alert's advice); this timeout follows from it.")
         return self.active.fire(key, alert)
 
     def _starting(self, server: str, now: float) -> bool:

@@ -230,8 +230,8 @@ def test_replay_fires_at_the_line_that_shows_the_gap(tmp_path):
     assert [(a.status, dict(a.evidence)["no decode line for"]) for a in fired] == [("firing", "150s"), ("resolved", "150s")]
     assert replayed(tmp_path, decoding(T0, 4) + decoding(T0 + 15 + 100, 2)) == []  # under silent_for: nothing
     assert replayed(tmp_path, decoding(T0, 4, running=0) + decoding(T0 + 15 + 150, 2)) == []  # nothing was running
-    # longer than the watchdog timeout (300 s): not the same batch resuming (spliced lines)
-    assert replayed(tmp_path, decoding(T0, 4) + decoding(T0 + 15 + 301, 2)) == []
+    # longer than silent_for + the watchdog timeout (300 s): not the same batch resuming (spliced lines)
+    assert replayed(tmp_path, decoding(T0, 4) + decoding(T0 + 15 + 421, 2)) == []
     # traffic that stopped and came back: the first line after the gap is a prefill line whose
     # batch is empty (the burst drained), not the same batch decoding on
     resumed = (f"[{stamp(T0 + 15 + 600)}] Prefill batch, #new-seq: 1, #new-token: 7, #cached-token: 0, "

@@ -243,6 +243,8 @@ def test_a_device_side_assert_names_the_poisoned_rank_before_the_nccl_timeouts(t
     kinds = [(a.labels["kind"], a.labels["severity"], dict(a.evidence).get("rank")) for a in errors]
     assert kinds == [("device_assert", "critical", "TP3"), ("nccl_timeout", "critical", "rank1")]
     assert "The rank with the assert is the cause" in errors[0].fixes[0]
+    assert dict(errors[1].evidence)["caused by"].startswith("the device-side assert on TP3 at 2026-03-01T")
+    assert errors[1].fixes[0].startswith("The device-side assert on TP3 came first")
     assert time.localtime(errors[1].starts_at)[:5] == (2026, 3, 1, 10, 10)  # March 1, not 1970
 
 

@@ -216,7 +216,7 @@ def test_br47_br49_and_a_device_assert_are_their_own_kinds():
 
 
 def test_a_traceback_while_vllm_stops_is_of_kind_shutdown():
-    """The real vLLM 0.33 CPU server's end (tests/data/samples/vllm-cpu/eagle3.log): SIGTERM, then
+    """The real vLLM 0.32.0 CPU server's end (tests/data/samples/vllm-cpu/eagle3.log): SIGTERM, then
     `AsyncLLM output_handler failed.` with an `EngineDeadError` traceback, a race of the stop."""
     lines = (SAMPLES / "vllm-cpu" / "eagle3.log").read_text().splitlines()
     events = group(lines, now=None)
