@@ -103,7 +103,7 @@ class DecodeStalledRule(ActiveAlertsRule):
             # A gap no tick saw (a replay): SGLang prefills new requests first (a `Prefill batch`
             # line), so a decode line right after the gap is the same batch decoding on. vLLM
             # prints no prefill line: there a gap cannot be told from idle time.
-            out = self._seen(server, st, now)
+            out = self._seen(server, st, now, handed=True)
         st.last_decode = now
         st.last_batch = b
         st.running[b.rank] = (b.running_requests, b.queued_requests)
@@ -155,16 +155,15 @@ class DecodeStalledRule(ActiveAlertsRule):
             return b, []
         if server in self.active:
             return a, []
+        import numpy as np
+
         st = self._s[server]
         if self.config.enabled:
-            import numpy as np
-
             late = np.flatnonzero(self._gaps(rows, a, b, st.last_decode, False) >= self._shortest())
             if len(late):
                 b = a + int(late[0])
                 if b == a:
                     return a, []
-        import numpy as np
 
         da, db = rows.decodes(a, b)
         if db > da:
@@ -189,14 +188,15 @@ class DecodeStalledRule(ActiveAlertsRule):
         st = self._s.pop(server, None)
         return [] if st is None else self.active.resolve(server, at, ("server", why))
 
-    def _seen(self, server: str, st: _State, now: float) -> list[Alert]:
-        """`_check` at a line or event whose clock shows a gap no tick saw (a replay). The
-        alerts are copies: the caller may resolve the same alert at once (its firing state is
-        handed out first)."""
+    def _seen(self, server: str, st: _State, now: float, handed: bool = False) -> list[Alert]:
+        """`_check` once `now` is `_shortest()` past the last decode line (a tick, or a line
+        that shows a gap no tick saw). `handed`: the caller resolves the alert at once, so its
+        firing state goes out as a copy first."""
         if not self.config.enabled or server in self.active or st.last_decode is None \
                 or now - st.last_decode < self._shortest():
             return []
-        return [copy.deepcopy(a) for a in self._check(server, st, now)]
+        out = self._check(server, st, now)
+        return [copy.deepcopy(a) for a in out] if handed else out
 
     def on_event(self, server: str, event: object, now: float) -> list[Alert]:
         if type(event) is LogError:
