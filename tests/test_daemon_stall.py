@@ -118,6 +118,11 @@ def test_br45_hung_schedulers_page_critical_by_the_watchdog_line(tmp_path, slack
             f.write("\n".join(lines[watchdog + 1:]) + "\n")
         wait_for(lambda: "scheduler_0 crashed (exit code -3)" in json.dumps(status(d.port)), timeout=15,
                  what="the crash line in the watchdog alert's evidence")
-        assert len([m for m in slack.received if "SGLangLogError" in m["text"]]) == 1  # one page for the incident
+        # the same alert once more, marked with the crash (an update, not a second alert)
+        wait_for(lambda: len([m for m in slack.received if "SGLangLogError" in m["text"]]) == 2, timeout=15,
+                 what="the watchdog alert's update")
+        update = json.dumps([m for m in slack.received if "SGLangLogError" in m["text"]][1], ensure_ascii=False)
+        assert "the server exits" in update and "Subprocess scheduler_0 crashed with exit code -3" in update
+        assert len([a for a in status(d.port)["alerts"] if a["alertname"] == "SGLangLogError"]) == 1
     finally:
         d.stop()

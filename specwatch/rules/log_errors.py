@@ -276,13 +276,13 @@ class LogErrorsRule(ActiveAlertsRule):
         if type(event) is not LogError or not self.config.enabled or event.kind not in SEVERITY:
             return []
         starting = self._starting(server, now)
-        if starting:
-            self._count_start(server, now)
+        new_start = starting and self._count_start(server, now)
         kind = event.kind
         watchdog = self.active.get(alert_key(server, "watchdog_timeout"))
         if kind == "subprocess_crash" and watchdog is not None:  # the launcher's reaction to the hang
             self._ranks(watchdog, event)
-            return []
+            watchdog.annotations["update"] = f"the server exits: {event.exception}"
+            return [watchdog]  # notified once more: the hang ended in a crash
         key = alert_key(server, kind)
         self._last[key] = now
         self._count[key] = self._count.get(key, 0) + 1
@@ -294,6 +294,10 @@ class LogErrorsRule(ActiveAlertsRule):
                 alert.evidence.insert(len(alert.evidence) - 1, ("ranks", ranks))
             self._ranks(alert, event)
             self._summary(server, alert, event)
+            n = self.failed_starts(server)
+            if new_start and n >= 2:  # another start failed the same way: a crash loop, notified
+                alert.annotations["update"] = f"crash loop: {n} failed starts with the same settings"
+                return [alert]
             return []
         severity = SEVERITY[kind]
         if kind == "other" and starting:
@@ -315,16 +319,17 @@ class LogErrorsRule(ActiveAlertsRule):
         served = max(last.get("decode", -math.inf), last.get("prefill", -math.inf))
         return served == -math.inf or served < self._start.get(server, -math.inf)
 
-    def _count_start(self, server: str, now: float) -> None:
+    def _count_start(self, server: str, now: float) -> bool:
         """Count the current start of `server` as failed, once: in a row with the one before when
-        its settings are the same (a crash loop), else as the first."""
+        its settings are the same (a crash loop), else as the first. True when it was counted now."""
         start = self._start.get(server, -math.inf)
         args = {k: v for k, v in self._args.get(server, {}).items() if k not in _VOLATILE}
         prev = self._loop.get(server)
         if prev is not None and prev[2] == start:
-            return  # this start is counted already
+            return False  # this start is counted already
         n = prev[1] + 1 if prev is not None and prev[0] == args and start > -math.inf else 1
         self._loop[server] = (args, n, start)
+        return True
 
     def failed_starts(self, server: str) -> int:
         """Failed starts in a row with the same settings (0: none counted)."""

@@ -200,6 +200,24 @@ def test_br47_crash_loop_counts_three_failed_starts_with_the_specific_fix(tmp_pa
     ev = dict(a.evidence)
     assert ev["failed starts with these settings"] == "3" and ev["errors of this kind"] == "3"
     assert "crash loop: 3 failed starts" in a.annotations["summary"]
+    # the 2nd and 3rd failed starts are updates of the one alert: a receiver hears of each
+    class Receiver:
+        name, send_resolved = "rec", True
+
+        def __init__(self):
+            self.got = []
+
+        def notify(self, n):
+            self.got += [(a.labels.get("kind"), a.annotations.get("update")) for a in n.alerts]
+
+    rec = Receiver()
+    log = tmp_path / "loop.log"
+    log.write_text(BR.joinpath("BR-47.log").read_text())
+    p = Pipeline(build_config({"server": "box", "logs": [{"path": str(log)}]}),
+                 Dispatcher([rec], group_wait=0, group_interval=0, keep_history=True))
+    replay_files(p, [str(log)], 1 << 20)
+    assert rec.got == [("cuda_graph", None), ("cuda_graph", "crash loop: 2 failed starts with the same settings"),
+                       ("cuda_graph", "crash loop: 3 failed starts with the same settings")]
     assert "--enable-expert-distribution-metrics" in a.fixes[0] and "--speculative-num-steps 1" in a.fixes[0]
     assert any("--disable-cuda-graph" in f for f in a.fixes)
     # a start with other settings starts the count again
