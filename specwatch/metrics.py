@@ -85,7 +85,7 @@ class PipelineCollector(Collector):
         prefill_total = CounterMetricFamily("specwatch_prefill_batches", "Prefill batch lines read.", labels=RANK_LABELS)
         lines = CounterMetricFamily("specwatch_log_lines", "Log lines read, by kind (decode, prefill, other, malformed).", labels=("server", "kind"))
         overflow = CounterMetricFamily("specwatch_rank_overflow_lines", "Batch lines of ranks past limits.max_ranks_per_server, summed into the rank series dp_rank=\"other\".", labels=("server",))
-        errors = CounterMetricFamily("specwatch_log_errors", "Errors in the log (a traceback is one), by kind (cuda_oom, nccl_timeout, shape_mismatch, health_check, other).", labels=("server", "kind"))
+        errors = CounterMetricFamily("specwatch_log_errors", "Errors in the log (a traceback is one), by kind (cuda_oom, nccl_timeout, shape_mismatch, health_check, watchdog_timeout, subprocess_crash, cuda_graph, device_assert, unsupported, shutdown, other).", labels=("server", "kind"))
         last_line = GaugeMetricFamily("specwatch_server_log_last_line_timestamp_seconds", "When the last line of this kind (decode, prefill, other, malformed, error) from the server's logs was read, seconds since the epoch (agent clock).", labels=("server", "kind"))
         spec = GaugeMetricFamily(
             "specwatch_speculative_info",

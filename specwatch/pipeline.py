@@ -303,7 +303,8 @@ class Pipeline:
         holds `lock`)."""
         if prefix is not None or text[:1] not in ("[", " ", ""):
             text = strip_container_prefix(text, prefix)
-        for event in grouper.line(text, now, tz):
+        dated = self._last_tick if now is None and self._last_tick > -math.inf else None  # a replay's clock: the year of a glog stamp
+        for event in grouper.line(text, now, tz, dated):
             self._take_error(server, stats, event, now)
 
     def _take_error(self, server: str, stats: ServerStats, event: LogError, now: float | None) -> None:
