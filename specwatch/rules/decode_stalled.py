@@ -17,7 +17,9 @@ server stops or restarts (the down and restart alerts take over).
 The log-only case cannot tell a wedge from traffic that stopped: SGLang prints a decode line
 every `--decode-log-interval` rounds, not when the batch drains, so the last line before traffic
 stops may show running requests. `silent_for` (2m) is set above the time the batch of that last
-line takes to drain; raise it where bursts end with long generations. `SGLangLogSilent` is the
+line takes to drain; raise it where bursts end with long generations. There it pages only when
+the log shows more than silence after a steady batch (queued requests, lines still arriving): a
+batch that was shrinking at its last line may have drained, and is a warning. `SGLangLogSilent` is the
 opposite case (the scheduler decodes, its lines do not reach specwatch); the scheduler's own
 `--watchdog-timeout` (300 s) kills a forward pass stuck that long, so this alert often precedes a
 crash and restart (`SGLangLogError`, kind `watchdog_timeout`).
@@ -50,7 +52,7 @@ ALERT_NAME = "DecodeStalled"
 
 class _State:
     __slots__ = ("last_decode", "running", "queued", "unhealthy", "healthy", "process", "watched", "api_reachable",
-                 "args", "last_batch")
+                 "args", "last_batch", "draining")
 
     def __init__(self) -> None:
         self.last_decode: float | None = None  # clock of the last decode line of any rank
@@ -58,6 +60,7 @@ class _State:
         self.unhealthy: tuple[float, str] | None = None  # last failed health check: (clock, what)
         self.healthy: float | None = None  # clock of the last /health 200
         self.last_batch = None  # the last decode line (DecodeBatch)
+        self.draining = False  # the last decode line showed fewer running requests than its rank's one before
         self.process: ServerProcess | None = None
         self.watched = False
         self.api_reachable: float | None = None  # clock of the last HTTP answer
@@ -106,6 +109,8 @@ class DecodeStalledRule(ActiveAlertsRule):
             out = self._seen(server, st, now, handed=True)
         st.last_decode = now
         st.last_batch = b
+        before = st.running.get(b.rank)
+        st.draining = before is not None and b.running_requests < before[0]
         st.running[b.rank] = (b.running_requests, b.queued_requests)
         if server not in self.active:
             return out  # the common case
@@ -300,8 +305,13 @@ class DecodeStalledRule(ActiveAlertsRule):
         evidence += args_evidence(st.args)
         pid = st.process.pid if st.process is not None else "PID"
         watchdog = st.args.get("watchdog_timeout")
+        # The log alone cannot tell a wedge from a burst that drained after its last line (SGLang
+        # logs every --decode-log-interval rounds, not when the batch empties): a page needs a
+        # failed health check, queued requests, lines still arriving, or a batch that was not
+        # shrinking; a draining one is a warning.
+        certain = not log_only or queued > 0 or bool(later) or not st.draining
         return new_alert(
-            ALERT_NAME, "critical", server, "",
+            ALERT_NAME, "critical" if certain else "warning", server, "",
             summary=f"Decoding stalled on {server}: {running} request(s) running, no decode line for {now - st.last_decode:.0f}s",
             description=(
                 f"The last decode line showed {running} running request(s); no decode line since "

@@ -240,3 +240,20 @@ def test_replay_fires_at_the_line_that_shows_the_gap(tmp_path):
     # a restart after the silence says nothing either way (the down and restart alerts' business)
     restart = f"[{stamp(T0 + 15 + 200)}] server_args=ServerArgs(model_path='/m', speculative_algorithm='EAGLE3', tp_size=1)"
     assert replayed(tmp_path, decoding(T0, 4) + [restart]) == []
+
+
+def test_log_only_silence_after_a_draining_batch_is_a_warning_not_a_page(tmp_path):
+    """A burst that drains (32, 20, 8 running) and then nothing: SGLang logs every
+    --decode-log-interval rounds, so the last line shows requests that may well have finished.
+    The log alone cannot tell that from a wedge: a warning, not a page; a steady batch pages."""
+    box = Box(tmp_path, None)
+    box.now = last = T0 + 15
+    box.write(*[decode_line("0.5.23", ts=stamp(T0 + 5 * (i + 1)), accept_len=2.1, running=r)[0]
+                for i, r in enumerate((32, 20, 8))])
+    for t in range(int(last) + 10, int(last) + 151, 10):
+        box.step(t)
+    [(status, at)] = box.stalled()
+    assert status == "firing" and at == last + 120
+    [alert] = [a for a in box.p.dispatcher.history if a.name == ALERT_NAME]
+    assert alert.labels["severity"] == "warning"
+    assert dict(alert.evidence)["running requests at the last decode line"] == "8"
