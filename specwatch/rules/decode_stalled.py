@@ -171,14 +171,23 @@ class DecodeStalledRule(ActiveAlertsRule):
                     return a, []
 
         da, db = rows.decodes(a, b)
-        if db > da:
-            st.last_decode = rows.clock[rows.dpos[db - 1]]
-            st.last_batch = rows.decode(db - 1)
         codes = rows.array("rank")[a:b]
-        found, first = np.unique(codes, return_index=True)
-        _, back = np.unique(codes[::-1], return_index=True)
         names, dec, dcount = rows._names, rows.array("dec"), rows.array("dcount")
         running, queued = rows.array("d_running"), rows.array("d_queued")
+        if db > da:
+            i = int(rows.dpos[db - 1])
+            st.last_decode = rows.clock[i]
+            st.last_batch = rows.decode(db - 1)
+            # as on_decode: the last decode line against its rank's line before it (decode or prefill)
+            earlier = np.flatnonzero(codes[: i - a] == codes[i - a])
+            if len(earlier):
+                r = a + int(earlier[-1])
+                before = int(running[int(dcount[r])]) if dec[r] else rows.batch(r).running_requests
+            else:
+                before = (st.running.get(names[codes[i - a]]) or (None,))[0]
+            st.draining = before is not None and int(running[db - 1]) < before
+        found, first = np.unique(codes, return_index=True)
+        _, back = np.unique(codes[::-1], return_index=True)
         # ranks new to `running` are added in the order of their first line, as a line at a time
         for _, code, i in sorted(zip(first.tolist(), found.tolist(), (a + len(codes) - 1 - back).tolist())):
             if dec[i]:  # each rank's last line: its decode counts, or its prefill line's
