@@ -175,6 +175,7 @@ else
   elif [ "$dry_run" = 0 ] && ! systemctl is-active --quiet specwatch.service; then
     echo "next: it did not start (journalctl -u specwatch): $edit, then: systemctl restart specwatch"
   else
-    echo "next: it runs with the example config now: $edit, then: systemctl reload specwatch"
+    echo "next: it runs with the example config now: $edit, then: systemctl reload specwatch" \
+      "(restart instead after editing $etc/environment: systemd reads it at start only)"
   fi
 fi
