@@ -32,6 +32,10 @@ SYSTEMD = "/lib/systemd/systemd"
 # README's `sudo ...` commands run.
 PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
+# Units of this machine the guest must not start (they would run a second engine beside the
+# tests' own): masked in the guest only.
+MASKED = ("docker.service", "docker.socket", "containerd.service")
+
 
 def missing() -> str | None:
     """What keeps a guest from booting here, as one line with the fix, or None."""
@@ -65,6 +69,10 @@ class Guest:
             (self.upper / "u").mkdir()
             (self.upper / "w").mkdir()
             self._mount("overlay", "overlay", self.root, f"lowerdir=/,upperdir={self.upper}/u,workdir={self.upper}/w")
+            for unit in MASKED:  # this machine's engines: not started in the guest
+                link = self.path(f"/etc/systemd/system/{unit}")
+                link.unlink(missing_ok=True)
+                link.symlink_to("/dev/null")
             with open(self.console, "wb") as out:
                 self.proc = procs.popen(
                     ["systemd-nspawn", "-q", "-D", str(self.root), "--boot", "--register=no", "--keep-unit",

@@ -24,6 +24,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 import nspawn_guest
 import procs
+import wheelhouse
 
 pytestmark = pytest.mark.timeout(900)
 
@@ -62,17 +63,6 @@ def readme_install_block() -> list[str]:
     return [line.split("  #")[0].strip() for line in block.splitlines() if line.strip()]
 
 
-def wheelhouse(dest: Path) -> None:
-    """This checkout's wheel, its dependencies' and the build backend's, for pip in the guest."""
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    for cmd in (["wheel", "--quiet", "--no-build-isolation", "-w", str(dest), str(ROOT)],
-                ["download", "--quiet", "-d", str(dest), "setuptools>=77"]):
-        r = subprocess.run([sys.executable, "-m", "pip", *cmd], capture_output=True, text=True, timeout=600, env=env)
-        if r.returncode != 0:
-            why = f"cannot build the wheelhouse (pip {cmd[0]}): {r.stderr.strip()[-500:]}"
-            pytest.fail(why) if os.environ.get("CI") == "true" else pytest.skip(why)
-
-
 class Box:
     def __init__(self, guest: nspawn_guest.Guest):
         self.guest = guest
@@ -105,7 +95,7 @@ class Box:
 def box(tmp_path_factory):
     need_guest()
     wheels = tmp_path_factory.mktemp("wheels")
-    wheelhouse(wheels)
+    wheelhouse.build(wheels, "real systemd")
     guest = nspawn_guest.Guest()
     try:
         b = Box(guest)
