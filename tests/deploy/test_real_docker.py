@@ -13,13 +13,13 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
 import yaml
 
 import docker_engine
-import wheelhouse
 from procs import decode_line, free_port, scrape, wait_for
 from specwatch_daemon import SpecwatchDaemon
 
@@ -132,30 +132,52 @@ def test_json_file_rotation_loses_and_repeats_no_line(tmp_path, engine, daemon):
 
 # --- the project's Dockerfile ------------------------------------------------------------------
 
-@pytest.fixture(scope="module")
-def python_slim(engine, tmp_path_factory):
-    """A local stand-in for `python:3.11-slim` (no registry here): Debian 12's Python 3.11 and pip
-    in a minbase root file system from mmdebstrap (the machine's apt mirror; about a minute),
-    with a wheelhouse of this checkout's dependencies and a pip.conf pointing at it, so the
-    image build needs no index; imported as `python:3.11-slim`."""
+CACHE = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "specwatch-tests"
+BASE_MAX_AGE = 7 * 86400  # seconds a cached Debian root file system is reused
+
+
+def debian_python_rootfs() -> Path:
+    """A minbase Debian 12 root file system with Python 3.11 and pip, as a tar file: built with
+    mmdebstrap from the machine's apt mirror (a minute or more), kept in CACHE for a week (like
+    pip's cache: a stale base is still a valid one)."""
+    tar = CACHE / "debian-bookworm-python3.tar"
+    if tar.exists() and time.time() - tar.stat().st_mtime < BASE_MAX_AGE:
+        return tar
     if shutil.which("mmdebstrap") is None:
         why = "real Docker: mmdebstrap not installed (Debian package mmdebstrap; .ci/run installs it)"
         pytest.fail(why) if os.environ.get("CI") == "true" else pytest.skip(why)
-    wheels = wheelhouse.build(tmp_path_factory.mktemp("wheels"), "real Docker")
-    rootfs = engine.dir / "python-root"
+    CACHE.mkdir(parents=True, exist_ok=True)
+    part = tar.with_suffix(".part")
     r = subprocess.run(["mmdebstrap", "--quiet", "--variant=minbase", "--include=python3,python3-pip,passwd",
-                        "bookworm", str(rootfs)], capture_output=True, text=True, timeout=600)
+                        "--dpkgopt=path-exclude=/usr/share/doc/*", "--dpkgopt=path-exclude=/usr/share/man/*",
+                        "--format=tar", "bookworm", str(part)], capture_output=True, text=True, timeout=900)
     if r.returncode != 0:
+        part.unlink(missing_ok=True)
         why = f"real Docker: mmdebstrap failed: {r.stderr.strip()[-500:]}"
         pytest.fail(why) if os.environ.get("CI") == "true" else pytest.skip(why)
-    for marker in rootfs.glob("usr/lib/python3*/EXTERNALLY-MANAGED"):
-        marker.unlink()  # the official image's pip installs into its Python; so does this one's
-    shutil.copytree(wheels, rootfs / "opt" / "wheelhouse")
-    (rootfs / "etc" / "pip.conf").write_text("[global]\nno-index = true\nfind-links = /opt/wheelhouse\n")
-    tar = subprocess.Popen(["tar", "-C", str(rootfs), "-c", "."], stdout=subprocess.PIPE)
-    engine.docker("import", "-", "python:3.11-slim", input=tar.stdout.read(), timeout=300)
-    assert tar.wait() == 0
-    shutil.rmtree(rootfs)
+    part.rename(tar)
+    return tar
+
+
+# The stand-in's own layer: pip installs into this Python (as in the official image) and from the
+# wheelhouse (no index is reachable from a build here).
+BASE_LAYER = """FROM local/debian-python3:bookworm
+COPY wheelhouse /opt/wheelhouse
+RUN rm -f /usr/lib/python3*/EXTERNALLY-MANAGED \\
+    && printf '[global]\\nno-index = true\\nfind-links = /opt/wheelhouse\\n' > /etc/pip.conf
+"""
+
+
+@pytest.fixture(scope="module")
+def python_slim(engine, wheels, tmp_path_factory):
+    """A local stand-in for `python:3.11-slim` (no registry here): Debian 12's Python 3.11 and pip
+    (`debian_python_rootfs`, `docker import`), plus a wheelhouse of this checkout's dependencies
+    that its pip.conf points at; tagged `python:3.11-slim` for the project's Dockerfile."""
+    engine.docker("import", str(debian_python_rootfs()), "local/debian-python3:bookworm", timeout=300)
+    ctx = tmp_path_factory.mktemp("python-slim")
+    shutil.copytree(wheels, ctx / "wheelhouse")
+    (ctx / "Dockerfile").write_text(BASE_LAYER)
+    engine.docker("build", "--network", "none", "-q", "-t", "python:3.11-slim", str(ctx), timeout=300)
     return "python:3.11-slim"
 
 

@@ -24,7 +24,6 @@ from prometheus_client.parser import text_string_to_metric_families
 
 import nspawn_guest
 import procs
-import wheelhouse
 
 pytestmark = pytest.mark.timeout(900)
 
@@ -87,15 +86,23 @@ class Box:
         out = self.sh(f"systemctl show specwatch.service -p {','.join(props)}").stdout
         return dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
 
+    def configured(self) -> None:
+        """The README's edits done (CONFIG and the secret) and the unit restarted, unless an
+        earlier test did it: each test can run alone."""
+        cfg, env = self.guest.path("/etc/specwatch/config.yaml"), self.guest.path("/etc/specwatch/environment")
+        if cfg.read_text() != CONFIG or SECRET not in env.read_text():
+            cfg.write_text(CONFIG)
+            env.write_text(env.read_text() + f"SPECWATCH_SLACK_WEBHOOK_URL={SECRET}\n")
+            self.sh("systemctl restart specwatch")
+
     def journal(self, unit: str = "specwatch.service") -> str:
         return self.sh(f"journalctl -q --no-pager -o cat -u {unit}").stdout
 
 
 @pytest.fixture(scope="module")
-def box(tmp_path_factory):
+def box(request):
     need_guest()
-    wheels = tmp_path_factory.mktemp("wheels")
-    wheelhouse.build(wheels, "real systemd")
+    wheels = request.getfixturevalue("wheels")  # after the check: a skip builds nothing
     guest = nspawn_guest.Guest()
     try:
         b = Box(guest)
@@ -167,6 +174,7 @@ def test_the_readmes_commands_after_install_work_as_written(box):
 
 
 def test_the_journal_source_reads_a_second_units_output_under_the_hardening(box):
+    box.configured()
     server = box.guest.path("/usr/local/bin/fake-sglang-server")  # prints SGLang's lines to its stdout
     server.write_text("#!/bin/sh\n" + "".join(f"echo {shlex.quote(DECODE.format(s=s))}\n" for s in (1, 2, 3))
                       + "exec sleep infinity\n")
@@ -187,6 +195,7 @@ def test_the_journal_source_reads_a_second_units_output_under_the_hardening(box)
 
 
 def test_reload_applies_a_good_config_and_refuses_a_bad_one(box):
+    box.configured()
     main = box.show("MainPID")["MainPID"]
     box.guest.path("/var/log/sglang/other.log").write_text(DECODE.format(s=50) + "\n")
     box.sh("chgrp adm /var/log/sglang/other.log && chmod 0640 /var/log/sglang/other.log")
