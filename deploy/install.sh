@@ -17,8 +17,8 @@
 #
 # Each install is a new venv, /opt/specwatch.d/STAMP; /opt/specwatch is a symlink to it, switched
 # only once the venv is built and the config validates with the new code (a failed upgrade
-# leaves the running install as it was). The previous venv is kept, for the daemon still running
-# it until `systemctl restart specwatch`; older ones are removed.
+# leaves the running install as it was). The previous venv is kept, and any a process still runs
+# (a daemon runs its venv until `systemctl restart specwatch`); older ones are removed.
 set -eu
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -138,8 +138,12 @@ fi
 run ln -sfn "specwatch.d/$(basename "$new")" "$venv.link"
 run mv -T "$venv.link" "$venv"
 if [ "$dry_run" = 0 ]; then trap - EXIT; fi
+# Older venvs go, but the previous one and any a running process was started from (a daemon not
+# restarted since an earlier upgrade).
 for old in "$releases"/*; do
-  case $old in "$new"|"$releases/${previous#specwatch.d/}"|"$releases/*") ;; *) run rm -rf "$old" ;; esac
+  case $old in "$new"|"$releases/${previous#specwatch.d/}"|"$releases/*") continue ;; esac
+  if grep -qsF "$old/bin/" /proc/[0-9]*/cmdline; then echo "  keeping $old (still running)"; continue; fi
+  run rm -rf "$old"
 done
 
 # `specwatch` in a shell: a symlink to the venv's, unless something else is there.

@@ -17,6 +17,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from procs import popen
+
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
 UNIT = DEPLOY / "specwatch.service"
@@ -141,6 +143,20 @@ def test_install_dry_run_changes_nothing(tmp_path):
     assert "+ systemctl enable --now specwatch.service" in r.stdout.splitlines()
 
 
+def test_install_over_an_install_of_the_older_layout_moves_it_aside(tmp_path):
+    """/opt/specwatch as a venv directory (install.sh before the side-by-side layout): moved into
+    /opt/specwatch.d once the new venv validates, then replaced by the symlink."""
+    old = tmp_path / "r" / "opt" / "specwatch"
+    (old / "bin").mkdir(parents=True)
+    r = run("sh", str(DEPLOY / "install.sh"), "--dry-run", "--root", str(tmp_path / "r"))
+    assert r.returncode == 0, r.stderr
+    out = r.stdout.splitlines()
+    [mv] = [x for x in out if x.startswith(f"+ mv {old} ")]
+    assert re.fullmatch(rf"\+ mv {re.escape(str(old))} {re.escape(str(old))}\.d/\d{{8}}T\d{{6}}Z-\d+-before", mv), mv
+    check = next(i for i, x in enumerate(out) if " check-config " in x)
+    assert check < out.index(mv) < next(i for i, x in enumerate(out) if x.startswith("+ mv -T "))
+
+
 def _next_step(out: str) -> str:
     [line] = [x for x in out.splitlines() if x.startswith("next: ")]
     return line
@@ -236,7 +252,8 @@ def test_install_into_a_staging_root(tmp_path):
     assert (root / "opt/specwatch/share/prometheus/specwatch-rules.yml").is_file()
     assert (root / "opt/specwatch/share/grafana/specwatch.json").is_file()
 
-    # re-running upgrades in place and keeps an edited config
+    # re-running upgrades (a new venv beside) and keeps an edited config
+    first = os.readlink(root / "opt/specwatch")
     cfg.write_text(cfg.read_text().replace("path: /var/log/sglang/server.log", "path: /srv/sglang.log"))
     r = run(*cmd, env=env)
     assert r.returncode == 0 and f"keeping {cfg}" in r.stdout, r.stdout + r.stderr
@@ -261,12 +278,21 @@ def test_install_into_a_staging_root(tmp_path):
     assert os.readlink(root / "opt/specwatch") == second and sorted(releases.iterdir()) == before
     assert run(str(link), "--version", env=env).stdout.strip() == "specwatch 0.1.0"
 
-    # a third install keeps itself and the previous one only
+    # a third install keeps itself, the previous one and one a process still runs (a daemon not
+    # restarted since the first install), and removes the rest
     cfg.write_text((ROOT / "config.example.yaml").read_text())
-    r = run(*cmd, env=env)
-    assert r.returncode == 0, r.stdout + r.stderr
+    running = popen(["sh", "-c", "sleep 60", str(root / "opt" / first / "bin" / "specwatch")])
+    try:
+        r = run(*cmd, env=env)
+    finally:
+        running.kill()
+        running.wait()
+    assert r.returncode == 0 and f"keeping {root / 'opt' / first} (still running)" in r.stdout, r.stdout + r.stderr
     third = os.readlink(root / "opt/specwatch")
-    assert sorted(p.name for p in releases.iterdir()) == sorted(Path(x).name for x in (second, third))
+    assert sorted(p.name for p in releases.iterdir()) == sorted(Path(x).name for x in (first, second, third))
+    r = run(*cmd, env=env)  # nothing runs the first one now
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert sorted(p.name for p in releases.iterdir()) == sorted(Path(x).name for x in (third, os.readlink(root / "opt/specwatch")))
 
     sa = shutil.which("systemd-analyze")
     if sa:  # the staged unit verifies with ExecStart at the staged binary

@@ -65,6 +65,7 @@ def readme_install_block() -> list[str]:
 class Box:
     def __init__(self, guest: nspawn_guest.Guest):
         self.guest = guest
+        self.applied = False  # CONFIG is what the daemon runs
         self.sudo = "" if guest.sh("command -v sudo", check=False).returncode == 0 else \
             "sudo() { \"$@\"; }; "  # the guest runs as root; without sudo installed it is a no-op
 
@@ -89,11 +90,12 @@ class Box:
     def configured(self) -> None:
         """The README's edits done (CONFIG and the secret) and the unit restarted, unless an
         earlier test did it: each test can run alone."""
-        cfg, env = self.guest.path("/etc/specwatch/config.yaml"), self.guest.path("/etc/specwatch/environment")
-        if cfg.read_text() != CONFIG or SECRET not in env.read_text():
-            cfg.write_text(CONFIG)
+        if not self.applied:
+            self.guest.path("/etc/specwatch/config.yaml").write_text(CONFIG)
+            env = self.guest.path("/etc/specwatch/environment")
             env.write_text(env.read_text() + f"SPECWATCH_SLACK_WEBHOOK_URL={SECRET}\n")
             self.sh("systemctl restart specwatch")
+            self.applied = True
 
     def journal(self, unit: str = "specwatch.service") -> str:
         return self.sh(f"journalctl -q --no-pager -o cat -u {unit}").stdout
@@ -158,6 +160,7 @@ def test_the_readmes_commands_after_install_work_as_written(box):
     assert "/etc/specwatch/config.yaml: ok (1 log file(s), 1 journal source(s)" in r.stdout, r.stdout + r.stderr
     assert "slack configured" in r.stdout and SECRET not in r.stdout + r.stderr
     box.sh(restart)
+    box.applied = True
 
     def edited_servers_line():
         return [x for x in box.sh(curl, check=False).stdout.splitlines()
@@ -240,4 +243,7 @@ def test_the_watchdog_restarts_a_stopped_daemon(box):
     after = box.show("MainPID", "SubState")
     assert after["MainPID"] != before["MainPID"] and after["SubState"] == "running", after
     assert "Watchdog timeout" in box.sh("journalctl -q --no-pager -u specwatch.service").stdout
+    # the killed daemon's journalctl went with it; the new one has its own
+    procs.wait_for(lambda: box.sh("ps -o ppid= -C journalctl", check=False).stdout.split() == [after["MainPID"]],
+                   timeout=20, interval=0.5, what="one journalctl, the new daemon's")
     assert took >= 25, took  # not before the watchdog's interval ran out
