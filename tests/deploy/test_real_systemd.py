@@ -231,6 +231,32 @@ def test_online_exposure_is_what_the_readme_says(box):
     assert f"`systemd-analyze security specwatch` exposure {m.group(1)}, \"{m.group(2)}\"" in readme, m.group(0)
 
 
+def test_an_upgrade_leaves_the_running_daemon_on_its_venv_until_restart(box):
+    """install.sh again over a running service: the new venv is built beside, the daemon keeps
+    running (and reloading) from its own venv, and a restart runs the new one."""
+    box.configured()
+    old = box.sh("readlink /opt/specwatch").stdout.strip()
+    main = box.show("MainPID")["MainPID"]
+    r = box.sh(f"cd {SRC} && {readme_install_block()[0]}", env=box.offline, timeout=600)
+    assert "next: systemctl restart specwatch (it was already running" in r.stdout, r.stdout
+    new = box.sh("readlink /opt/specwatch").stdout.strip()
+    assert new != old and box.guest.path(f"/opt/{old}/bin/python").exists()
+
+    def venv_of(pid: str) -> str:
+        return box.sh(f"tr '\\0' ' ' < /proc/{pid}/cmdline").stdout.split()[0]
+
+    assert box.show("MainPID", "ActiveState") == {"MainPID": main, "ActiveState": "active"}
+    assert venv_of(main) == f"/opt/{old}/bin/python"
+    reloaded = "config reloaded from /etc/specwatch/config.yaml"
+    n = box.journal().count(reloaded)
+    box.sh("systemctl reload specwatch")  # its code path imports modules lazily: they must still be there
+    procs.wait_for(lambda: box.journal().count(reloaded) == n + 1, timeout=20, interval=0.5,
+                   what="a reload of the daemon on the previous venv")
+    assert box.metric("specwatch_config_reload_success") == 1.0
+    box.sh("systemctl restart specwatch")
+    assert venv_of(box.show("MainPID")["MainPID"]) == f"/opt/{new}/bin/python"
+
+
 def test_the_watchdog_restarts_a_stopped_daemon(box):
     """SIGSTOP: no WATCHDOG=1 for WatchdogSec (30 s), then SIGABRT and a restart (RestartSec)."""
     before = box.show("MainPID", "NRestarts")
