@@ -73,3 +73,15 @@ def test_a_file_that_cannot_be_read_is_said_with_the_fix(tmp_path):
     assert r.returncode == 2, r.stderr
     assert (f"{cfg}: warning: {tmp_path}/environment: cannot read it (Is a directory): the variables the service "
             "gets from it are not set here; run check-config as root (sudo) to check them too") in r.stderr
+
+
+def test_under_systemd_a_missing_variable_says_restart_not_reload(tmp_path):
+    """systemd reads EnvironmentFile= when it starts the service: a variable added later reaches
+    the daemon on restart only, so the reload's refusal says that (INVOCATION_ID: set by systemd
+    for every service it starts, systemd.exec(5))."""
+    cfg = tmp_path / "config.yaml"
+    cfg.write_text(CONFIG)
+    r = check(cfg, INVOCATION_ID="0123456789abcdef0123456789abcdef")
+    assert r.returncode == 2
+    assert ("environment variable SPECWATCH_SLACK_WEBHOOK_URL is not set or empty; a variable added to the unit's "
+            "EnvironmentFile takes effect on `systemctl restart`, not on reload") in r.stderr, r.stderr
