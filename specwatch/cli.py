@@ -34,6 +34,11 @@ def _print_problems(path: str, e: ConfigError) -> int:
 
 
 def cmd_check_config(args) -> int:
+    from specwatch import envfile
+
+    env_file = args.env_file or os.path.join(os.path.dirname(os.path.abspath(args.file)), "environment")
+    for w in envfile.apply(env_file)[1]:
+        print(f"{args.file}: warning: {w}", file=sys.stderr)
     try:
         cfg = load_run_config(args.file)  # what `run` and a reload accept, no more, no less
     except ConfigError as e:
@@ -538,6 +543,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     c = sub.add_parser("check-config", parents=[common], help="validate a config file (exit 2 with every problem named)")
     c.add_argument("file")
+    c.add_argument("--env-file", metavar="FILE", help="KEY=value secrets the service gets (the unit's EnvironmentFile); "
+                   "default: `environment` beside the config; the shell's variables win")
     c.set_defaults(func=cmd_check_config)
     return p
 

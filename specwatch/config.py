@@ -693,7 +693,10 @@ def _resolve_secret(r: _Reader, data: dict, path: str, name: str) -> str | None:
     if key.endswith("_env"):
         value = os.environ.get(raw)
         if not value:
-            r.bad(f"{path}.{key}", f"environment variable {raw} is not set or empty; export it, or use {name}_file")
+            # INVOCATION_ID: set by systemd for a service (systemd.exec(5)); its EnvironmentFile= is read at start
+            how = ("; a variable added to the unit's EnvironmentFile takes effect on `systemctl restart`, not on reload"
+                   if os.environ.get("INVOCATION_ID") else f"; export it, or use {name}_file")
+            r.bad(f"{path}.{key}", f"environment variable {raw} is not set or empty{how}")
         return value or None
     try:
         value = read_secret_file(raw)
