@@ -171,8 +171,14 @@ def _aux_layers(d, tgt, facts: VllmFacts) -> list[Finding]:
         out.append(Finding("vllm_aux_layers", "layers_unchecked", INFO,
                            "give --target to compare the draft's layer ids with what vLLM captures", ev))
     elif not trained:
-        out.append(Finding("vllm_aux_layers", "default_layers", INFO,
-                           f"the draft names no layer ids: vLLM captures {list(captured) if captured else '(2, N//2, N-3)'}", ev))
+        # the engine guesses: right only for a draft trained on the same default
+        picks = list(captured) if captured else "(2, N//2, N-3)"
+        out.append(Finding("vllm_aux_layers", "default_layers", WARNING,
+                           f"the draft names no layer ids: vLLM {facts.version} guesses them and captures {picks}", ev,
+                           "Write the layers the draft was trained on into its config.json: "
+                           + code(f'"eagle_aux_hidden_state_layer_ids": {picks}') + " for the ones vLLM picks now."
+                           if captured and "top" in keys else
+                           "Check that the draft was trained on the layers vLLM picks (" + str(picks) + ")."))
     return out
 
 
