@@ -352,7 +352,7 @@ def _facts(args):
     from specwatch.probes.sglang_source import sglang_root_of_process
 
     root, pid = args.sglang_root, args.pid
-    if root is None and pid is None:
+    if root is None and pid is None and args.draft is not None:
         pid = server_of_draft(args.draft)
     if root is None and pid:
         root = sglang_root_of_process(pid)
@@ -388,10 +388,11 @@ def cmd_diagnose(args) -> int:
         settings, found = _settings(args)
         target = args.target or (found.get("model_path") if found and os.path.exists(str(found.get("model_path"))) else None)
         vllm = _vllm_facts(args, found)
+        draft = args.draft or next((d for d in [found.get("speculative_draft_model_path")] if d and os.path.isdir(str(d))), None)
         if vllm is not None:
-            report = diagnose_vllm(args.draft, target, vllm)
+            report = diagnose_vllm(draft, target, vllm, settings=settings)
         else:
-            report = diagnose(args.draft, target, facts=_facts(args), settings=settings)
+            report = diagnose(draft, target, facts=_facts(args), settings=settings)
     except (CheckpointError, FileNotFoundError, OSError) as e:
         print(f"specwatch diagnose: {e}", file=sys.stderr)
         return 2
@@ -406,6 +407,9 @@ def cmd_fix_checkpoint(args) -> int:
     from specwatch.fixes.fix_checkpoint import FixError, fix_checkpoint
     from specwatch.probes.checkpoint import CheckpointError
 
+    if args.draft is None:
+        print("specwatch fix-checkpoint: --draft is required (the EAGLE-3 draft folder to convert)", file=sys.stderr)
+        return 2
     try:
         settings, _ = _settings(args)
         result = fix_checkpoint(args.draft, args.out, facts=_facts(args), target=args.target, settings=settings)
@@ -422,7 +426,8 @@ def cmd_fix_checkpoint(args) -> int:
 
 
 def _diagnosis_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--draft", required=True, metavar="DIR", help="draft checkpoint folder (config.json + weights)")
+    p.add_argument("--draft", metavar="DIR", help="draft checkpoint folder (config.json + weights); omit it for an "
+                                                  "MTP/NEXTN server, whose --target is its own draft")
     p.add_argument("--target", metavar="DIR|CONFIG",
                    help="target model folder, or its config.json: the same either way (the folder's weights, "
                         "when present, are read for the lm_head check)")

@@ -137,16 +137,29 @@ def resolve_model_dir(path: str) -> Path | None:
     return dirs[-1] if dirs else None
 
 
-def diagnose(draft: str | Path, target: str | Path | None = None, *, facts=None,
+def diagnose(draft: str | Path | None, target: str | Path | None = None, *, facts=None,
              settings: ServerSettings | None = None) -> Report:
     """Run every probe. Raises CheckpointError when `draft` is not a directory or the target
     config cannot be read (bad input, reported by the caller); a probe that fails internally
-    becomes a warning finding, never an exception."""
-    from specwatch.probes.checkpoint import load_draft, load_target
+    becomes a warning finding, never an exception. `draft` None (or the target's own folder): the
+    server drafts with the target (SGLang's default without --speculative-draft-model-path), so
+    only `probes/mtp_head.py` applies: its MTP head checked, or the missing draft named."""
+    from specwatch.probes.checkpoint import CheckpointError, load_draft, load_target
 
     facts = facts if facts is not None else facts_for()
-    ckpt = load_draft(draft)
+    if draft is None and target is None:
+        raise CheckpointError("give --draft (an EAGLE-3 draft folder) or --target (an MTP/NEXTN model served alone)")
     tgt = load_target(target) if target is not None else None
+    if tgt is not None:
+        from specwatch.probes import mtp_head
+
+        if mtp_head.same_model(None if draft is None else str(draft), tgt):
+            settings = settings or ServerSettings()
+            findings = mtp_head.self_draft(tgt, mtp_head.sglang_layout(facts, tgt.architecture), settings.algorithm,
+                                           "sglang")
+            return Report(facts.version, facts.describe(), str(tgt.path), str(tgt.path), sort_findings(findings),
+                          list(facts.notes) + ["the draft is the target itself (no separate draft model)"])
+    ckpt = load_draft(draft)
     ctx = ProbeContext(ckpt, tgt, facts, settings or ServerSettings())
     findings: list[Finding] = []
     for probe_id in PROBE_IDS:

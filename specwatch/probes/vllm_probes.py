@@ -47,13 +47,23 @@ def known_param(facts: VllmFacts, name: str) -> bool:
     return len(parts) == 3
 
 
-def diagnose_vllm(draft: str | Path, target: str | Path | None, facts: VllmFacts):
-    """Run the vLLM probes. Raises CheckpointError for a draft or target that cannot be read."""
+def diagnose_vllm(draft: str | Path | None, target: str | Path | None, facts: VllmFacts, *, settings=None):
+    """Run the vLLM probes. Raises CheckpointError for a draft or target that cannot be read.
+    `draft` None or the target's folder: `method: mtp` (the target's MTP head, `probes/mtp_head.py`),
+    or an EAGLE-3 server (`settings.algorithm` EAGLE3) given no draft."""
     from specwatch.diagnosis import Report
-    from specwatch.probes.checkpoint import load_draft, load_target
+    from specwatch.probes import mtp_head
+    from specwatch.probes.checkpoint import CheckpointError, load_draft, load_target
 
-    ckpt = load_draft(draft)
+    if draft is None and target is None:
+        raise CheckpointError("give --draft (an EAGLE-3 draft folder) or --target (an MTP model served alone)")
     tgt = load_target(target) if target is not None else None
+    if tgt is not None and mtp_head.same_model(None if draft is None else str(draft), tgt):
+        layout = mtp_head.vllm_layout(facts, tgt.architecture, tgt.get("model_type"))
+        findings = mtp_head.self_draft(tgt, layout, getattr(settings, "algorithm", None), "vllm")
+        return Report(facts.version, facts.describe(), str(tgt.path), str(tgt.path), sort_findings(findings),
+                      list(facts.notes) + ["the draft is the target itself (no separate draft model)"], engine="vllm")
+    ckpt = load_draft(draft)
     findings: list[Finding] = []
     if not facts.has_eagle3:
         findings.append(Finding("vllm_support", "no_eagle3", ERROR,
