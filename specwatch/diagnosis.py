@@ -69,6 +69,9 @@ class Report:
 
 
 NO_SOURCE = "not checked: no SGLang source found"
+# Algorithms whose server drafts with the target itself when no draft path is given: SGLang's NEXTN
+# (resolved to EAGLE, `_handle_eagle_family` in srt/arg_groups/speculative_hook.py@0.5.23), vLLM's mtp.
+MTP_ALGORITHMS = ("NEXTN", "EAGLE", "MTP")
 
 
 class NoSGLangSource(FileNotFoundError):
@@ -227,6 +230,8 @@ class Diagnoser:
         (from psutil); the configured `sglang_root` wins over it."""
         draft = self.draft or server_args.get("speculative_draft_model_path")
         target = self.target or server_args.get("model_path")
+        if not draft and target and str(server_args.get("speculative_algorithm") or "").upper() in MTP_ALGORITHMS:
+            draft = target  # the target drafts with its own MTP head (probes/mtp_head.py)
         if not draft:
             return None
         engine = "vllm" if server_args.get("engine") == "vllm" else "sglang"

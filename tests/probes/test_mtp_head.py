@@ -172,3 +172,17 @@ def test_cli_target_alone_and_br50(sglang_roots, tmp_path):
     r = cli("fix-checkpoint", "--draft", BR50, "--target", BR50, "--out", out, "--sglang-root", sglang_roots["0.5.23"])
     assert r.returncode == 2 and "is the target model itself" in r.stderr and not out.exists()
     assert cli("diagnose", "--sglang-root", sglang_roots["0.5.23"]).returncode == 2  # neither --draft nor --target
+
+
+def test_the_daemon_diagnoses_an_mtp_server_without_a_draft_path(sglang_roots, tmp_path):
+    """The server_args of a NEXTN server name no draft: the daemon's diagnosis checks the target's
+    MTP head (it was 'not checked: no draft known' before)."""
+    from specwatch.diagnosis import Diagnoser
+
+    d = target(tmp_path, "deepseek", drop=("model.layers.2.enorm",))
+    dg = Diagnoser(background=False, sglang_root=str(sglang_roots["0.5.23"]))
+    dg.observe("sglang-0", {"speculative_algorithm": "NEXTN", "model_path": str(d)})
+    r = dg.report("sglang-0")
+    assert r is not None and [f.id for f in r.findings] == ["mtp_head/missing"], dg.note("sglang-0")
+    dg.observe("sglang-1", {"speculative_algorithm": "NGRAM", "model_path": str(d)})
+    assert dg.report("sglang-1") is None  # n-gram drafting reads no checkpoint
