@@ -233,17 +233,17 @@ def check(target, layout: MtpLayout | str) -> list[Finding]:
     if target.store is None:
         return [Finding(PROBE_ID, "not_checked", INFO, f"the target's weights were not read (a config only): "
                         f"{layout.engine} loads {layout.arch}'s head from them", ev,
-                        "Give the target folder with its *.safetensors to check the MTP tensors.")]
+                        "Give the target folder with its `*.safetensors` to check the MTP tensors.")]
     names = list(target.store.tensors)
     n = target.num_hidden_layers or 0
     missing, where = [], []
     for i in range(count):
         head, block = layout.prefixes(n, i)
         where.append(head + "{" + ",".join(layout.modules) + "}")
-        missing += [head + m + ".*" for m in layout.modules if not any(k.startswith(head + m + ".") for k in names)]
+        missing += [head + m for m in layout.modules if not any(k.startswith(head + m + ".") for k in names)]
         own = {head + m + "." for m in layout.modules}
         if not any(k.startswith(block) and not any(k.startswith(o) for o in own) for k in names):
-            missing.append(block + "* (the MTP decoder block)")
+            missing.append(block.rstrip(".") + " (the MTP decoder block)")
     ev["expected at"] = where
     if missing:
         return [Finding(PROBE_ID, "missing", ERROR,

@@ -151,8 +151,10 @@ def test_d2t(vllm_facts, tmp_path):
     nomap = variant(CKPT / "specforge", tmp_path / "nomap", drop=("d2t", "t2d"))
     for version in ("0.8.5.post1", "0.33.0"):
         f = next(f for f in diagnose_vllm(absolute, TARGET, vllm_facts[version]).findings if f.id.startswith("vllm_d2t"))
-        assert f.id == "vllm_d2t/absolute_ids" and "fix-checkpoint" in f.fix
-        assert "vllm_d2t/missing_map" in ids(diagnose_vllm(nomap, TARGET, vllm_facts[version]))
+        assert f.id == "vllm_d2t/absolute_ids" and "`d2t = d2t - arange(len(d2t))`" in f.fix
+        assert "fix-checkpoint" not in f.fix  # it writes SGLang's layout: no vLLM mode
+        m = next(f for f in diagnose_vllm(nomap, TARGET, vllm_facts[version]).findings if f.id == "vllm_d2t/missing_map")
+        assert "fix-checkpoint" not in m.fix and "`d2t[i] = target_id[i] - i`" in m.fix
     # a full-vocabulary draft with a d2t: 0.33.0 has no parameter for it (llama_eagle3.py 339-345)
     full = variant(CKPT / "speculators-fullvocab", tmp_path / "full", set_tensors={"d2t": np.zeros(256, np.int64)})
     assert "vllm_d2t/map_without_parameter" in ids(diagnose_vllm(full, TARGET, vllm_facts["0.33.0"]))
