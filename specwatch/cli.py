@@ -53,7 +53,7 @@ def cmd_replay(args) -> int:
     from specwatch.alerting import build_alerting
     from specwatch.notifiers.http import PERMANENT
     from specwatch.pipeline import Pipeline
-    from specwatch.replay import format_text, replay_files, summary
+    from specwatch.replay import format_text, replay_files, server_of_file, summary
     from specwatch.sources.logfiles import is_pattern, resolve
 
     cfg = _load(args.config)
@@ -66,7 +66,8 @@ def cmd_replay(args) -> int:
             print(f"specwatch replay: {p}: {what}", file=sys.stderr)
             return 2
     known = {s.path for s in cfg.logs}
-    server = args.server or cfg.server
+    # one server per run; without a config it is named after the (first) file, not `replay`
+    server = args.server or (cfg.server if args.config or not args.logs else server_of_file(args.logs[0]))
     tz = args.log_timezone or cfg.log_timezone
     fmt = {}
     if args.format is not None:
@@ -481,7 +482,8 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument("--plot", metavar="OUT.svg|png",
                     help="draw accept length per rank (threshold, alert episodes, restarts) and throughput "
                          "over the log's time; needs pip install 'specwatch[plot]' (from a checkout: pip install '.[plot]')")
-    rp.add_argument("--server", help="server name for the replayed logs (default: the config's `server`, else 'replay')")
+    rp.add_argument("--server", help="server name for the replayed logs (default: the config's `server`; without --config, "
+                                      "the first log's file name, e.g. sglang-0 for sglang-0.log.1)")
     rp.add_argument("--format", help="the logs' format: auto (default: plain, Docker json-file or Kubernetes CRI, "
                     "detected per file), sglang, docker, cri, python-logging, or a regex with named groups "
                     "timestamp, message (and ranks)")
