@@ -162,6 +162,18 @@ def diagnose(draft: str | Path | None, target: str | Path | None = None, *, fact
                                            "sglang")
             return Report(facts.version, facts.describe(), str(tgt.path), str(tgt.path), sort_findings(findings),
                           list(facts.notes) + ["the draft is the target itself (no separate draft model)"])
+    if (settings or ServerSettings()).algorithm in ("EAGLE", "MTP"):
+        from specwatch.probes import mtp_head
+
+        try:
+            mtp = load_target(draft)  # a separate NextN/MTP checkpoint (e.g. an exported DeepSeek NextN layer)
+        except CheckpointError:
+            mtp = None  # no readable config: the EAGLE probes below report it
+        if mtp is not None and mtp_head.declared_layers(mtp)[1]:
+            layout = mtp_head.sglang_layout(facts, mtp.architecture)
+            return Report(facts.version, facts.describe(), str(mtp.path), str(tgt.path) if tgt else None,
+                          sort_findings(mtp_head.check(mtp, layout)),
+                          list(facts.notes) + ["an MTP/NextN draft: its MTP head checked, not the EAGLE-3 probes"])
     ckpt = load_draft(draft)
     ctx = ProbeContext(ckpt, tgt, facts, settings or ServerSettings())
     findings: list[Finding] = []

@@ -50,12 +50,15 @@ class MtpLayout:
     style: str
 
     def prefixes(self, n_layers: int, i: int) -> tuple[str, str]:
-        """(where MTP layer `i`'s head modules live, where its decoder block lives) as key prefixes."""
+        """(where MTP layer `i`'s head modules live, where its decoder block lives) as key prefixes.
+        SGLang reads a one-layer checkpoint (a NextN export) at layer 0 (`_initialize_nextn_conf`,
+        `deepseek_common/deepseek_weight_loader.py`@0.5.23: "compatible with old design")."""
         if self.style == "mtp_layers":
             return f"model.mtp_layers.{i}.", f"model.mtp_layers.{i}."
         if self.style == "mtp":
             return "mtp.", f"mtp.layers.{i}."
-        return f"model.layers.{n_layers + i}.", f"model.layers.{n_layers + i}."
+        first = 0 if n_layers == 1 and self.engine.startswith("SGLang") else n_layers
+        return f"model.layers.{first + i}.", f"model.layers.{first + i}."
 
 
 def _strings(tree: ast.AST | None) -> set[str]:
@@ -115,7 +118,8 @@ def sglang_layout(facts, arch: str | None) -> MtpLayout | str:
     version = f"SGLang {facts.version or '?'}"
     if not hasattr(facts, "_find_class"):
         return f"not read: {version} from specwatch's table (no source to read the MTP class from)"
-    mtp = facts.draft_arch_rewrites().get(arch or "")
+    rewrites = facts.draft_arch_rewrites()
+    mtp = rewrites.get(arch or "") or (arch if arch in rewrites.values() else None)  # a NextN export names its class
     if mtp is None:
         return f"{version} has no MTP/NEXTN class for {arch} (srt/configs/model_config.py renames no such draft)"
     found = facts._find_class(mtp)

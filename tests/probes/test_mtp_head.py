@@ -186,3 +186,25 @@ def test_the_daemon_diagnoses_an_mtp_server_without_a_draft_path(sglang_roots, t
     assert r is not None and [f.id for f in r.findings] == ["mtp_head/missing"], dg.note("sglang-0")
     dg.observe("sglang-1", {"speculative_algorithm": "NGRAM", "model_path": str(d)})
     assert dg.report("sglang-1") is None  # n-gram drafting reads no checkpoint
+
+
+def test_a_separate_nextn_draft_is_checked_as_an_mtp_head(facts, tmp_path):
+    """A NextN layer exported on its own (num_hidden_layers 1, as SGLang's export script writes it)
+    served with --speculative-algorithm NEXTN: SGLang reads it at layer 0; its head is checked and no
+    EAGLE-3 probe (relabel as LlamaForCausalLMEagle3, strip `model.`) runs."""
+    d = tmp_path / "nextn"
+    d.mkdir()
+    cfg = {"architectures": ["DeepseekV3ForCausalLMNextN"], "model_type": "deepseek_v3", "num_nextn_predict_layers": 1,
+           "hidden_size": H, "num_hidden_layers": 1, "vocab_size": 32}
+    (d / "config.json").write_text(json.dumps(cfg))
+    head = {k.replace("model.layers.2.", "model.layers.0."): v for k, v in FAMILIES["deepseek"][1].items()}
+    save_file({"model.embed_tokens.weight": _t(32, H), **head}, str(d / "model.safetensors"))
+    full = target(tmp_path, "deepseek")
+    r = diagnose(d, full, facts=facts["0.5.23"], settings=ServerSettings(algorithm="EAGLE"))
+    assert [f.id for f in r.findings] == ["mtp_head/ok"], r.format_text(verbose=True)
+    assert r.findings[0].evidence["expected at"] == ["model.layers.0.{eh_proj,enorm,hnorm,shared_head.norm}"]
+    no_eagle3_advice(r)
+    save_file({"model.embed_tokens.weight": _t(32, H)}, str(d / "model.safetensors"))  # the head left out
+    r = diagnose(d, full, facts=facts["0.5.23"], settings=ServerSettings(algorithm="EAGLE"))
+    assert [f.id for f in r.findings] == ["mtp_head/missing"] and "model.layers.0.enorm" in r.findings[0].evidence["missing"]
+    no_eagle3_advice(r)
