@@ -35,8 +35,11 @@ def _skipped(tree: ast.AST) -> set[int]:
 
 
 def prose():
-    """(file:line, text) for every string with a space in specwatch/rules and specwatch/probes."""
-    for path in sorted([*(ROOT / "specwatch" / "rules").glob("*.py"), *(ROOT / "specwatch" / "probes").glob("*.py")]):
+    """(file:line, text) for every string with a space where alert text is written: the rules, the
+    probes (findings become fixes), the diagnosis notes and the failing-receiver alert."""
+    sw = ROOT / "specwatch"
+    for path in sorted([*(sw / "rules").glob("*.py"), *(sw / "probes").glob("*.py"), sw / "diagnosis.py",
+                        sw / "notifiers" / "failing.py"]):
         tree = ast.parse(path.read_text())
         skip = _skipped(tree)
         for n in ast.walk(tree):
