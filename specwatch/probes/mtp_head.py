@@ -255,7 +255,9 @@ def check(target, layout: MtpLayout | str) -> list[Finding]:
                         f"{missing[0]}: {layout.engine}'s {layout.arch} gets no weights for its head",
                         {**ev, "missing": short_list(missing)},
                         "Use a checkpoint that ships the MTP layer (the original release: quantised or converted "
-                        "copies often drop it), or serve without MTP (no --speculative-algorithm).")]
+                        "copies often drop it), or serve without MTP (no "
+                        + code("--speculative-config" if layout.engine.startswith("vLLM") else "--speculative-algorithm")
+                        + ").")]
     return [Finding(PROBE_ID, "ok", INFO, f"the checkpoint carries the {count} MTP layer(s) {key} declares, as "
                     f"{layout.engine}'s {layout.arch} loads them", ev)]
 

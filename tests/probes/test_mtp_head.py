@@ -208,3 +208,9 @@ def test_a_separate_nextn_draft_is_checked_as_an_mtp_head(facts, tmp_path):
     r = diagnose(d, full, facts=facts["0.5.23"], settings=ServerSettings(algorithm="EAGLE"))
     assert [f.id for f in r.findings] == ["mtp_head/missing"] and "model.layers.0.enorm" in r.findings[0].evidence["missing"]
     no_eagle3_advice(r)
+
+
+def test_the_missing_head_fix_names_the_engine_flag(facts, vllm_facts, tmp_path):
+    d = target(tmp_path, "deepseek", drop=("model.layers.2.",))
+    assert diagnose(None, d, facts=facts["0.5.23"]).findings[0].fix.endswith("(no `--speculative-algorithm`).")
+    assert diagnose_vllm(None, d, vllm_facts["0.33.0"]).findings[0].fix.endswith("(no `--speculative-config`).")
