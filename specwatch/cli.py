@@ -390,6 +390,8 @@ def cmd_diagnose(args) -> int:
         target = args.target or (found.get("model_path") if found and os.path.exists(str(found.get("model_path"))) else None)
         vllm = _vllm_facts(args, found)
         draft = args.draft or next((d for d in [found.get("speculative_draft_model_path")] if d and os.path.isdir(str(d))), None)
+        if draft is None and target is None:
+            raise CheckpointError("give --draft DIR (an EAGLE-3 draft), or --target DIR alone for an MTP/NEXTN server")
         if vllm is not None:
             report = diagnose_vllm(draft, target, vllm, settings=settings)
         else:

@@ -171,7 +171,8 @@ def test_cli_target_alone_and_br50(sglang_roots, tmp_path):
     out = tmp_path / "fixed"
     r = cli("fix-checkpoint", "--draft", BR50, "--target", BR50, "--out", out, "--sglang-root", sglang_roots["0.5.23"])
     assert r.returncode == 2 and "is the target model itself" in r.stderr and not out.exists()
-    assert cli("diagnose", "--sglang-root", sglang_roots["0.5.23"]).returncode == 2  # neither --draft nor --target
+    r = cli("diagnose", "--sglang-root", sglang_roots["0.5.23"])  # neither --draft nor --target
+    assert r.returncode == 2 and "give --draft DIR" in r.stderr
 
 
 def test_the_daemon_diagnoses_an_mtp_server_without_a_draft_path(sglang_roots, tmp_path):
