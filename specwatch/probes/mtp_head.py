@@ -17,9 +17,10 @@ What the head is, is read from the installed engine's MTP file with `ast` (never
   `model.layers.{N+i}.` after the N decoder layers (DeepSeek-V3, GLM-4.5: `f"model.layers.{...}"`).
 
 Findings: `mtp_head/missing` (error: declared, not in the checkpoint: the engine serves the head at
-its initial values or fails to start), `mtp_head/not_declared` (error: no MTP layer count in the
-config), `mtp_head/no_mtp_class` (error: the installed engine has no MTP class for the target),
-`mtp_head/not_checked` (info: no weights, or a layout this reader does not know), `mtp_head/ok`.
+its initial values or fails to start), `mtp_head/no_mtp_class` (error: the installed engine has no
+MTP class for the target), `mtp_head/not_checked` (info: no weights, no engine source, or a layout
+this reader does not know), `mtp_head/ok`; `draft/is_target` (error: the target stands in for an
+EAGLE-3 draft, or declares no MTP layers).
 """
 
 from __future__ import annotations
@@ -35,6 +36,11 @@ PROBE_ID = "mtp_head"
 DECLARE_KEYS = ("num_nextn_predict_layers", "mtp_num_hidden_layers")
 _MODULE_CALL = re.compile(r"(Norm|Linear|SharedHead)")
 _NOT_HEAD = ("lm_head", "logits_processor", "embed_tokens")
+
+
+class Unread(str):
+    """Why the layout was not read (no engine source, a layout specwatch does not know): nothing is
+    judged, unlike a plain `str` reason (the engine has no MTP class for the target)."""
 
 
 @dataclass(frozen=True)
@@ -117,7 +123,7 @@ def sglang_layout(facts, arch: str | None) -> MtpLayout | str:
     """The MTP head the installed SGLang (`SourceFacts`) builds for target `arch`, or why none."""
     version = f"SGLang {facts.version or '?'}"
     if not hasattr(facts, "_find_class"):
-        return f"not read: {version} from specwatch's table (no source to read the MTP class from)"
+        return Unread(f"not read: {version} from specwatch's table (no source to read the MTP class from)")
     rewrites = facts.draft_arch_rewrites()
     mtp = rewrites.get(arch or "") or (arch if arch in rewrites.values() else None)  # a NextN export names its class
     if mtp is None:
@@ -131,7 +137,7 @@ def sglang_layout(facts, arch: str | None) -> MtpLayout | str:
         strings |= _strings(facts._tree(f))
     style = _style(strings)
     if style is None:
-        return f"{version}'s {mtp} (srt/models/{fname}): a checkpoint layout specwatch does not know"
+        return Unread(f"{version}'s {mtp} (srt/models/{fname}): a checkpoint layout specwatch does not know")
     return MtpLayout(version, mtp, f"srt/models/{fname}", head_modules(facts._tree(fname)), style)
 
 
@@ -204,7 +210,7 @@ def vllm_layout(facts, arch: str | None, model_type: str | None) -> MtpLayout | 
     tree = _tree(facts.pkg / rel)
     style = _style(_strings(tree))
     if tree is None or style is None:
-        return f"{version}'s {mtp} ({rel}): a checkpoint layout specwatch does not know"
+        return Unread(f"{version}'s {mtp} ({rel}): a checkpoint layout specwatch does not know")
     return MtpLayout(version, mtp, rel, head_modules(tree), style)
 
 
@@ -218,17 +224,13 @@ def declared_layers(target) -> tuple[str | None, int | None]:
 
 
 def check(target, layout: MtpLayout | str) -> list[Finding]:
-    """The findings for a target served as its own MTP draft under `layout` (or the reason there is none)."""
+    """The findings for a checkpoint whose config declares MTP layers (`declared_layers`), served as
+    its own MTP draft under `layout` (or the reason there is none)."""
     arch = target.architecture
     key, count = declared_layers(target)
-    engine = layout.engine if isinstance(layout, MtpLayout) else layout.split(" has ")[0].split("'s ")[0]
-    if not count:
-        return [Finding(PROBE_ID, "not_declared", ERROR,
-                        f"the target config declares no MTP layers ({' / '.join(DECLARE_KEYS)} "
-                        f"{'is 0' if key else 'absent'}): {arch} carries no MTP head to draft with",
-                        {"target": str(target.path), "architecture": arch},
-                        "Serve an MTP release of the model (its config declares num_nextn_predict_layers), or give "
-                        "a separate draft with --speculative-draft-model-path and --speculative-algorithm EAGLE3.")]
+    if isinstance(layout, Unread):
+        return [Finding(PROBE_ID, "not_checked", INFO, f"MTP head not checked: {layout}", {"architecture": arch, key: count},
+                        "Point specwatch at the engine the server runs (--sglang-root, --vllm-root).")]
     if isinstance(layout, str):
         return [Finding(PROBE_ID, "no_mtp_class", ERROR, layout, {"architecture": arch, key: count},
                         f"Use an engine version that serves {arch}'s MTP head, or a separate draft model.")]

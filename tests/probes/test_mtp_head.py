@@ -215,3 +215,12 @@ def test_the_missing_head_fix_names_the_engine_flag(facts, vllm_facts, tmp_path)
     d = target(tmp_path, "deepseek", drop=("model.layers.2.",))
     assert diagnose(None, d, facts=facts["0.5.23"]).findings[0].fix.endswith("(no `--speculative-algorithm`).")
     assert diagnose_vllm(None, d, vllm_facts["0.33.0"]).findings[0].fix.endswith("(no `--speculative-config`).")
+
+
+def test_without_an_engine_source_the_head_is_not_judged(tmp_path):
+    """specwatch's version table knows no MTP classes: not checked (info), never a made-up error."""
+    from specwatch.probes.known_versions import TableFacts
+
+    r = diagnose(None, target(tmp_path, "deepseek"), facts=TableFacts("0.5.23"), settings=ServerSettings(algorithm="EAGLE"))
+    assert [(f.id, f.severity) for f in r.findings] == [("mtp_head/not_checked", "info")]
+    assert "from specwatch's table" in r.findings[0].title and "--sglang-root" in r.findings[0].fix
