@@ -389,7 +389,8 @@ def cmd_diagnose(args) -> int:
         settings, found = _settings(args)
         target = args.target or (found.get("model_path") if found and os.path.exists(str(found.get("model_path"))) else None)
         vllm = _vllm_facts(args, found)
-        draft = args.draft or next((d for d in [found.get("speculative_draft_model_path")] if d and os.path.isdir(str(d))), None)
+        logged = found.get("speculative_draft_model_path")
+        draft = args.draft or (logged if logged and os.path.isdir(str(logged)) else None)
         if draft is None and target is None:
             raise CheckpointError("give --draft DIR (an EAGLE-3 draft), or --target DIR alone for an MTP/NEXTN server")
         if vllm is not None:

@@ -348,9 +348,10 @@ def build_notification_payload(notification: Notification, *, channel: str | Non
     if firing:
         # a phone shows only this: each firing rank with its value, the resolved ones only counted after
         # them (a banner ending in "resolved: <name>" reads as if the incident were over)
-        each = "; ".join(" ".join(p for p in ((a.labels.get("rank", "") if server else _where(a)), _firing_detail(a)) if p)
+        each = "; ".join(" ".join(p for p in (a.labels.get("rank", "") if server else _where(a), _firing_detail(a)) if p)
                          for a in firing)
-        fallback = f"[FIRING:{len(firing)}] {names(firing)}" + (f" on {server}" if server else "") + (f": {each}" if each else "")
+        fallback = (f"[FIRING:{len(firing)}] {names(firing)}" + (f" on {server}" if server else "")
+                    + (f": {each}" if each else ""))
         if resolved:
             fallback += f" (+{len(resolved)} resolved)"
     else:

@@ -189,7 +189,7 @@ def vllm_mtp_arch(facts, model_type: str | None, arch: str | None) -> tuple[str 
                 for k, v in zip(n.keys, n.values):
                     if isinstance(k, ast.Constant) and k.value == "architectures" and isinstance(v, ast.List) and v.elts:
                         e = v.elts[0]
-                        e = e.orelse if isinstance(e, ast.IfExp) else e  # `"V32…" if use_v32 else "…"`: the plain one
+                        e = e.orelse if isinstance(e, ast.IfExp) else e  # `"V32..." if use_v32 else "..."`: the plain one
                         if isinstance(e, ast.Constant):
                             mtp = e.value
     return mtp, key
@@ -229,8 +229,8 @@ def check(target, layout: MtpLayout | str) -> list[Finding]:
     arch = target.architecture
     key, count = declared_layers(target)
     if isinstance(layout, Unread):
-        return [Finding(PROBE_ID, "not_checked", INFO, f"MTP head not checked: {layout}", {"architecture": arch, key: count},
-                        "Point specwatch at the engine the server runs (--sglang-root, --vllm-root).")]
+        return [Finding(PROBE_ID, "not_checked", INFO, f"MTP head not checked: {layout}",
+                        {"architecture": arch, key: count}, "Point specwatch at the engine the server runs (--sglang-root, --vllm-root).")]
     if isinstance(layout, str):
         return [Finding(PROBE_ID, "no_mtp_class", ERROR, layout, {"architecture": arch, key: count},
                         f"Use an engine version that serves {arch}'s MTP head, or a separate draft model.")]
