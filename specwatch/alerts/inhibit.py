@@ -4,7 +4,8 @@ A rule mutes a target alert when the target matches `target`, some firing alert 
 target itself matches `source`, and both have the same value (absent = "") for every label in
 `equal`. The defaults: an acceptance collapse mutes the throughput-drop and degradation alerts of
 the same server and rank, and a degradation or a GPU throttling drop mutes the throughput drop,
-because those alerts name the cause and carry the fix.
+because those alerts name the cause and carry the fix; a down server mutes the
+`SpecwatchSourceDown` of its HTTP API and /metrics (it cannot answer).
 """
 
 from __future__ import annotations
@@ -40,6 +41,11 @@ def default_inhibit_rules() -> list[InhibitRule]:
         InhibitRule(source=(parse_matcher('alertname=~"AcceptanceDegradation|GpuThrottlingThroughputDrop"'),),
                     target=(parse_matcher("alertname=ThroughputDrop"),),
                     equal=("server", "rank")),
+        # a server that is down does not answer its HTTP API (rules/source_down.py)
+        InhibitRule(source=(parse_matcher("alertname=SGLangServerDown"),),
+                    target=(parse_matcher("alertname=SpecwatchSourceDown"),
+                            parse_matcher('source_kind=~"server_api|server_metrics"')),
+                    equal=("server",)),
     ]
 
 

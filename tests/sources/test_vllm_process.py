@@ -196,3 +196,31 @@ def test_diagnose_chooses_vllm_from_the_running_server(vllm_install, vllm_facts)
     assert r.returncode == 0, r.stderr
     doc = json.loads(r.stdout)
     assert doc["engine"] == "vllm" and doc["target"] == str(ckpt / "target-llama")  # the model path /v1/models names
+
+
+def test_a_vllm_server_teed_into_its_log_is_the_logs_server(vllm_install, tmp_path):
+    """README § vLLM as written: `vllm serve ... 2>&1 | tee -a server.log` and one `logs[].path`,
+    no `process.servers`: the server is the log's, down when it is killed."""
+    import os
+    import signal
+
+    from specwatch.config import ProcessTies, build_config
+
+    log = tmp_path / "server.log"
+    cfg = build_config({"server": "vllm-0", "logs": [{"path": str(log)}]})
+    port = free_port()
+    procs = Launcher()
+    try:
+        sh, pid = procs.start_teed([str(vllm_install), "-m", "vllm.entrypoints.openai.api_server", "--model",
+                                    "/models/llama", "--port", str(port)], log, children=1)
+        rec = Recorder()
+        src = ProcessSource(rec, server="vllm-0", interval=5, ties=ProcessTies.of(cfg))
+        src.poll(time.time())
+        assert [(e.process.pid, e.process.engine) for e in rec.of(ServerStarted)] == [(pid, "vllm")]
+        os.kill(pid, signal.SIGKILL)
+        sh.wait(timeout=10)
+        rec.events.clear()
+        src.poll(time.time())
+        assert [d.last.pid for d in rec.of(ServerDown)] == [pid]
+    finally:
+        procs.stop_all()
