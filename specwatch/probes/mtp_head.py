@@ -280,8 +280,7 @@ def same_model(draft: str | None, target) -> bool:
     from specwatch.probes.checkpoint import load_draft
 
     ck = load_draft(d)
-    return (ck.config == target.config and target.store is not None
-            and set(ck.tensors) == set(target.store.tensors) and "Eagle" not in str(target.architecture))
+    return ck.config == target.config and target.store is not None and set(ck.tensors) == set(target.store.tensors)
 
 
 def self_draft(target, layout: MtpLayout | str, algorithm: str | None, engine: str) -> list[Finding]:

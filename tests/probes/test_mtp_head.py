@@ -135,10 +135,14 @@ def test_an_undeclared_head_is_no_draft(facts, tmp_path):
     assert "`--speculative-draft-model-path <draft folder>`" in r.findings[0].fix
 
 
-def test_br50_target_given_as_its_own_eagle3_draft(facts, vllm_facts):
+def test_br50_target_given_as_its_own_eagle3_draft(facts, vllm_facts, tmp_path):
     """BR-50: SGLang without --speculative-draft-model-path drafts with the target (Qwen2ForCausalLM):
-    an error that says so, with that flag as the fix, not a relabel to LlamaForCausalLMEagle3."""
-    for draft in (BR50, None):
+    an error that says so, with that flag as the fix, not a relabel to LlamaForCausalLMEagle3. The
+    same for a copy of the target in another folder (same config, same tensors)."""
+    import shutil
+
+    copy = shutil.copytree(BR50, tmp_path / "copy")
+    for draft in (BR50, None, copy):
         r = diagnose(draft, BR50, facts=facts["0.5.23"], settings=ServerSettings(algorithm="EAGLE3"))
         assert [f.id for f in r.findings] == ["draft/is_target"] and r.has_errors
         f = r.findings[0]
