@@ -141,7 +141,8 @@ def test_collapse_alert_carries_the_vllm_diagnosis(vllm_facts, tmp_path):
     from checkpoints import OUT as CKPT
     from checkpoints import variant
 
-    draft = variant(CKPT / "specforge", tmp_path / "draft", drop=("fc.", "norm."))
+    draft = variant(CKPT / "specforge", tmp_path / "draft", drop=("fc.", "norm."),
+                    config={"eagle_aux_hidden_state_layer_ids": [2, 4, 5]})  # named: no guessed-layers warning
     log = VllmLog(version="0.33.0", method="eagle3", draft=str(draft), model=str(CKPT / "target-llama"), k=3)
     log.interval(4, positions=[0.0, 0.0, 0.0])
     cfg = build_config({"server": "box", "logs": [{"path": "server.log"}],
