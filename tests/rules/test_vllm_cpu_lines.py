@@ -121,3 +121,24 @@ def test_a_scrape_interval_that_drafted_is_not_idle_though_the_running_gauge_rea
     cfg = build_config({"server": "box", "server_metrics": [{"url": "http://127.0.0.1:1/metrics"}]})
     [(_, w)] = metrics_windows(MetricsSample(0.0, "u", "vllm", ranks=ranks), cfg.windows)
     assert (w.idle, w.acceptance_valid) == (False, True)
+
+
+def test_a_real_engine_going_from_4_to_1_collapses_once_in_replay_and_the_pipeline(tmp_path):
+    """The whole log of one real engine (draft_live: 4.00 on prompts below id 1024, 1.00 above)."""
+    lines = real_lines("live_healthy_then_collapsed.log")
+    spec = [parse_line(x) for x in lines if "SpecDecoding metrics: " in x]
+    assert [s.accept_length for s in spec] == [4.0, 2.56, 1.0, 1.0, 1.0, 1.0]
+    collapse = [a for a in run(lines, {"diagnosis": {"enabled": False}}) if a.name == "AcceptanceCollapse"]
+    assert names(collapse) == [("AcceptanceCollapse", "firing", "")]
+    ev = dict(collapse[0].evidence)
+    assert ev["accept len"] == "1.00" and ev["accepted / drafted tokens"] == "0 / 1224"
+    log, cfg = tmp_path / "vllm.log", tmp_path / "config.yaml"
+    log.write_text("\n".join(lines) + "\n")
+    cfg.write_text("server: vllm-0\nlogs:\n  - path: %s\ndiagnosis:\n  enabled: false\n" % log)
+    r = subprocess.run([sys.executable, "-m", "specwatch", "replay", str(log), "--config", str(cfg), "--json"],
+                       capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["lines"]["decode"] == 6
+    assert [(a["name"], a["status"]) for a in doc["alerts"] if a["name"] == "AcceptanceCollapse"] == [
+        ("AcceptanceCollapse", "firing")]
