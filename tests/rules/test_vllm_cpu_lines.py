@@ -60,6 +60,17 @@ def healthy_then_collapsed() -> list[str]:
     return out
 
 
+def replay(tmp_path: Path, lines: list[str]) -> dict:
+    """`specwatch replay LOG --json` of `lines` (diagnosis off), as a user runs it."""
+    log, cfg = tmp_path / "vllm.log", tmp_path / "config.yaml"
+    log.write_text("\n".join(lines) + "\n")
+    cfg.write_text("server: vllm-0\nlogs:\n  - path: %s\ndiagnosis:\n  enabled: false\n" % log)
+    r = subprocess.run([sys.executable, "-m", "specwatch", "replay", str(log), "--config", str(cfg), "--json"],
+                       capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout)
+
+
 def test_the_cpu_builds_kv_usage_is_read():
     for name in ("draft_same.log", "draft_other.log", "eagle3.log", "ngram_cyclic.log"):
         stats = parse_line(interval(name)[0])
@@ -99,13 +110,7 @@ def test_a_real_collapse_fires_once_in_the_pipeline_and_in_replay(tmp_path):
     ev = dict(transitions[0].evidence)
     assert (ev["accept len"], ev["accepted / drafted tokens"]) == ("1.00", "0 / 3780")
 
-    log, cfg = tmp_path / "vllm.log", tmp_path / "config.yaml"
-    log.write_text("\n".join(lines) + "\n")
-    cfg.write_text("server: vllm-0\nlogs:\n  - path: %s\ndiagnosis:\n  enabled: false\n" % log)
-    r = subprocess.run([sys.executable, "-m", "specwatch", "replay", str(log), "--config", str(cfg), "--json"],
-                       capture_output=True, text=True, timeout=60, cwd=ROOT)
-    assert r.returncode == 0, r.stderr
-    doc = json.loads(r.stdout)
+    doc = replay(tmp_path, lines)
     assert doc["lines"]["decode"] == 4
     assert [(a["name"], a["status"]) for a in doc["alerts"]] == [("AcceptanceCollapse", "firing")]
 
@@ -132,13 +137,7 @@ def test_a_real_engine_going_from_4_to_1_collapses_once_in_replay_and_the_pipeli
     assert names(collapse) == [("AcceptanceCollapse", "firing", "")]
     ev = dict(collapse[0].evidence)
     assert ev["accept len"] == "1.00" and ev["accepted / drafted tokens"] == "0 / 1224"
-    log, cfg = tmp_path / "vllm.log", tmp_path / "config.yaml"
-    log.write_text("\n".join(lines) + "\n")
-    cfg.write_text("server: vllm-0\nlogs:\n  - path: %s\ndiagnosis:\n  enabled: false\n" % log)
-    r = subprocess.run([sys.executable, "-m", "specwatch", "replay", str(log), "--config", str(cfg), "--json"],
-                       capture_output=True, text=True, timeout=60, cwd=ROOT)
-    assert r.returncode == 0, r.stderr
-    doc = json.loads(r.stdout)
+    doc = replay(tmp_path, lines)
     assert doc["lines"]["decode"] == 6
     assert [(a["name"], a["status"]) for a in doc["alerts"] if a["name"] == "AcceptanceCollapse"] == [
         ("AcceptanceCollapse", "firing")]
