@@ -143,8 +143,11 @@ def start_up(tmp: Path, repeats: int) -> dict:
 
 # --- idle beside a live server -------------------------------------------------------------------
 
-def write_ranks(log: Path, stop: threading.Event) -> None:
-    """8 DP ranks, each one decode line a second, spread over the second as separate processes print."""
+def write_ranks(log: Path, stop: threading.Event, rate: float = 1.0) -> None:
+    """8 DP ranks, each `rate` decode lines a second: at 1 a second spread over the second as separate
+    processes print; above that each rank's lines of a tenth of a second written together."""
+    if rate > 1:
+        return _write_busy(log, stop, rate)
     with open(log, "a", buffering=1) as f:
         tick = time.monotonic()
         while not stop.is_set():
@@ -153,6 +156,21 @@ def write_ranks(log: Path, stop: threading.Event) -> None:
                 ts = time.strftime("%Y-%m-%d %H:%M:%S")
                 f.write(decode_line("0.5.23", ts=ts, rank={"DP": r, "TP": r}, running=8, accept_len=2.75)[0] + "\n")
             tick += 1.0
+
+
+def _write_busy(log: Path, stop: threading.Event, rate: float) -> None:
+    stamp = "2000-01-01 00:00:00"
+    lines = [decode_line("0.5.23", ts=stamp, rank={"DP": r, "TP": r}, running=8, accept_len=2.75)[0] + "\n"
+             for r in range(RANKS)]
+    with open(log, "a") as f:
+        tick, owed = time.monotonic(), 0.0
+        while not stop.wait(max(0.0, tick - time.monotonic())):
+            tick += 0.1
+            owed += rate * 0.1
+            k, owed = int(owed), owed - int(owed)
+            ts = time.strftime("%Y-%m-%d %H:%M:%S")
+            f.write("".join(line.replace(stamp, ts) for line in lines) * k)
+            f.flush()
 
 
 def wait_until(pred, timeout: float, what: str) -> None:
@@ -171,14 +189,14 @@ def sample(port: int, name: str) -> float | None:
 
 
 @contextlib.contextmanager
-def live_daemon(tmp: Path, others: int) -> Iterator[tuple[subprocess.Popen, int]]:
+def live_daemon(tmp: Path, others: int, rate: float = 1.0) -> Iterator[tuple[subprocess.Popen, int]]:
     """`specwatch run` (process and API sources on, GPU off) beside a live fake SGLang server whose
-    8 DP ranks each append one decode line a second, among `others` `sleep` processes; yields
+    8 DP ranks each append `rate` decode lines a second, among `others` `sleep` processes; yields
     (daemon, metrics port) once it sees the server and is past start-up. Stops everything after."""
     sleepers: list[subprocess.Popen] = []
     server = daemon = None
     stop = threading.Event()
-    writer = threading.Thread(target=write_ranks, args=(tmp / "sglang.log", stop), daemon=True)
+    writer = threading.Thread(target=write_ranks, args=(tmp / "sglang.log", stop, rate), daemon=True)
     try:
         for _ in range(others):  # appended one by one: a failed start still cleans up the others
             sleepers.append(subprocess.Popen(["sleep", "infinity"]))

@@ -1,7 +1,8 @@
 #!/bin/sh
 # Install specwatch as a systemd service:
 #   venv in /opt/specwatch, config in /etc/specwatch, unit in /etc/systemd/system, enabled and
-#   started. Re-running upgrades the venv and the unit; an existing config is never overwritten.
+#   started, `specwatch` on PATH (/usr/local/bin). Re-running upgrades the venv and the unit; an
+#   existing config is never overwritten.
 #
 # usage: deploy/install.sh [--root DIR] [--dry-run] [--no-enable]
 #                          [--venv-args ARGS] [--pip-args ARGS] [SOURCE]
@@ -12,7 +13,12 @@
 #   --no-enable    install only; do not run systemctl
 #   --venv-args    extra arguments for `python3 -m venv` (e.g. --system-site-packages)
 #   --pip-args     extra arguments for `pip install` (e.g. --no-index --find-links DIR offline)
-# Environment: PYTHON (default python3, must be >= 3.11).
+# Environment: PYTHON (default: the first python3 >= 3.11 outside /home and /root).
+#
+# Each install is a new venv, /opt/specwatch.d/STAMP; /opt/specwatch is a symlink to it, switched
+# only once the venv is built and the config validates with the new code (a failed upgrade
+# leaves the running install as it was). The previous venv is kept, and any a process still runs
+# (a daemon runs its venv until `systemctl restart specwatch`); older ones are removed.
 set -eu
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -23,9 +29,9 @@ enable=1
 venv_args=
 pip_args=
 source=$src_dir
-python=${PYTHON:-python3}
+python=${PYTHON:-}
 
-usage() { sed -n '2,16s/^# \{0,1\}//p' "$0"; }
+usage() { sed -n '2,17s/^# \{0,1\}//p' "$0"; }
 
 while [ $# -gt 0 ]; do
   case $1 in
@@ -45,8 +51,11 @@ done
 
 root=${root%/}
 venv=$root/opt/specwatch
+releases=$root/opt/specwatch.d
+new=$releases/$(date -u +%Y%m%dT%H%M%SZ)-$$
 etc=$root/etc/specwatch
 unit_dir=$root/etc/systemd/system
+bin_link=$root/usr/local/bin/specwatch
 
 # Print a command; run it unless --dry-run. Word splitting of $venv_args/$pip_args is wanted.
 run() {
@@ -54,18 +63,51 @@ run() {
   if [ "$dry_run" = 0 ]; then "$@"; fi
 }
 
-"$python" -c 'import sys; sys.exit(sys.version_info < (3, 11))' || {
-  echo "install.sh: $python is older than 3.11; set PYTHON=/path/to/python3.11" >&2; exit 1; }
+# The unit has ProtectHome=yes: an interpreter (or its standard library) under /home, /root or
+# /run/user is invisible to the service, which then fails with status 203/EXEC, restarting.
+# Prints where PYTHON's files are; exit 1 below 3.11, 3 when they are hidden from the unit.
+python_home() {
+  "$1" -c 'import os, sys
+where = [os.path.realpath(p) for p in (sys.executable, sys.base_prefix)]
+print(" ".join(where))
+if sys.version_info < (3, 11): sys.exit(1)
+sys.exit(3 if any(p == h or p.startswith(h + "/") for p in where for h in ("/home", "/root", "/run/user")) else 0)' 2>/dev/null
+}
 
+if [ -z "$python" ]; then
+  for p in python3 /usr/local/bin/python3 /usr/bin/python3; do
+    if command -v "$p" >/dev/null 2>&1 && python_home "$p" >/dev/null; then python=$p; break; fi
+  done
+  if [ -z "$python" ]; then
+    echo "install.sh: no python3 >= 3.11 outside /home and /root (the unit cannot see those: ProtectHome=yes);" \
+      "install one (Debian 12: apt install python3 python3-venv) or set PYTHON=/path/to/python3.11" >&2
+    exit 1
+  fi
+fi
+rc=0; where=$(python_home "$python") || rc=$?
+if [ "$rc" = 3 ] && [ "$root" = "" ]; then
+  echo "install.sh: $python lives under /home or /root ($where): the unit's ProtectHome=yes hides it" \
+    "from the service (it would fail with status 203/EXEC); use a Python outside them, e.g." \
+    "PYTHON=/usr/bin/python3 (Debian 12: apt install python3-venv)" >&2
+  exit 1
+elif [ "$rc" = 3 ]; then
+  echo "  note: $python is under /home or /root: fine for staging, hidden from the unit on a host"
+elif [ "$rc" != 0 ]; then
+  echo "install.sh: $python is not a Python >= 3.11; set PYTHON=/path/to/python3.11" >&2; exit 1
+fi
+
+# Until the new venv is in place, a failure removes it and leaves the installed one as it was.
+if [ "$dry_run" = 0 ]; then trap 'rm -rf "$new"' EXIT; fi
+run install -d -m 0755 "$releases"
 # shellcheck disable=SC2086
-run "$python" -m venv $venv_args "$venv"
+run "$python" -m venv $venv_args "$new"
 # shellcheck disable=SC2086
-run "$venv/bin/python" -m pip install --quiet --disable-pip-version-check $pip_args "$source"
+run "$new/bin/python" -m pip install --quiet --disable-pip-version-check $pip_args "$source"
 # The unit's Documentation= and the Prometheus/Grafana files, next to the code they match.
-run install -d -m 0755 "$venv/share"
-run install -m 0644 "$src_dir/README.md" "$venv/share/README.md"
-run cp -R "$src_dir/deploy/prometheus" "$venv/share/"
-if [ -d "$src_dir/grafana" ]; then run cp -R "$src_dir/grafana" "$venv/share/"; fi
+run install -d -m 0755 "$new/share"
+run install -m 0644 "$src_dir/README.md" "$new/share/README.md"
+run cp -R "$src_dir/deploy/prometheus" "$new/share/"
+if [ -d "$src_dir/grafana" ]; then run cp -R "$src_dir/grafana" "$new/share/"; fi
 
 run install -d -m 0755 "$etc"
 if [ -e "$etc/config.yaml" ]; then
@@ -81,7 +123,36 @@ if [ ! -e "$etc/environment" ]; then
       '# SPECWATCH_SLACK_WEBHOOK_URL=https://hooks.slack.com/services/T000/B000/XXXX' > "$etc/environment"
   fi
 fi
-run "$venv/bin/specwatch" check-config "$etc/config.yaml"
+# The new code validates the config, with the secrets the unit gives it.
+run "$new/bin/specwatch" check-config --env-file "$etc/environment" "$etc/config.yaml"
+
+# Switch /opt/specwatch to the new venv in one rename. An install from before this layout (a
+# directory there) is moved into $releases first.
+previous=
+if [ -L "$venv" ]; then
+  previous=$(readlink "$venv")
+elif [ -d "$venv" ]; then
+  previous=$(basename "$new")-before
+  run mv "$venv" "$releases/$previous"
+fi
+run ln -sfn "specwatch.d/$(basename "$new")" "$venv.link"
+run mv -T "$venv.link" "$venv"
+if [ "$dry_run" = 0 ]; then trap - EXIT; fi
+# Older venvs go, but the previous one and any a running process was started from (a daemon not
+# restarted since an earlier upgrade).
+for old in "$releases"/*; do
+  case $old in "$new"|"$releases/${previous#specwatch.d/}"|"$releases/*") continue ;; esac
+  if grep -qsF "$old/bin/" /proc/[0-9]*/cmdline; then echo "  keeping $old (still running)"; continue; fi
+  run rm -rf "$old"
+done
+
+# `specwatch` in a shell: a symlink to the venv's, unless something else is there.
+if [ -L "$bin_link" ] || [ ! -e "$bin_link" ]; then
+  run install -d -m 0755 "$(dirname "$bin_link")"
+  run ln -sfn "$venv/bin/specwatch" "$bin_link"
+else
+  echo "  keeping $bin_link (not a symlink: another install); this one is $venv/bin/specwatch"
+fi
 
 run install -d -m 0755 "$unit_dir"
 run install -m 0644 "$here/specwatch.service" "$unit_dir/specwatch.service"
@@ -108,6 +179,7 @@ else
   elif [ "$dry_run" = 0 ] && ! systemctl is-active --quiet specwatch.service; then
     echo "next: it did not start (journalctl -u specwatch): $edit, then: systemctl restart specwatch"
   else
-    echo "next: it runs with the example config now: $edit, then: systemctl reload specwatch"
+    echo "next: it runs with the example config now: $edit, then: systemctl reload specwatch" \
+      "(restart instead after editing $etc/environment: systemd reads it at start only)"
   fi
 fi

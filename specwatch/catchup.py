@@ -24,7 +24,7 @@ from datetime import datetime
 
 from specwatch.events import DecodeBatch, OtherLine, PrefillBatch
 from specwatch.rules.base import alert_key
-from specwatch.rules.windows import Window
+from specwatch.rules.windows import Window, running_in_window
 from specwatch.sources.engines import SGLANG, parse_line
 from specwatch.sources.log_errors import maybe_error
 from specwatch.sources.vllm_log import maybe_event as vllm_maybe
@@ -116,7 +116,7 @@ class Rows:
         j = self.dcount[i]
         b = self.batch(i)
         gap, prefills = self.d_gap[j], self.d_prefills[j]
-        return Window(b, b.running_requests < config.min_running_requests, prefills > config.max_prefill_batches,
+        return Window(b, running_in_window(b.running_requests, b.draft_tokens) < config.min_running_requests, prefills > config.max_prefill_batches,
                       gap is None or gap > config.max_gap, gap, prefills)
 
     def decodes(self, a: int, b: int) -> tuple[int, int]:
@@ -128,12 +128,12 @@ class Rows:
         return self.ppos[a - self.dcount[a]:b - self.dcount[b]]
 
 
-def read(block: bytes, server: str, tz, windows, now: float | None) -> Rows | None:
+def read(block: bytes, server: str, tz, windows, now: float | None, fits=None) -> Rows | None:
     """The read `block` (lines each ending in "\\n") as Rows, classifying its decode lines in
     `windows` (the pipeline's WindowTracker, advanced past the read); None when the read needs
     the per-line path (nothing is changed then): a line holding "batch" that is not a canonical
     batch line (`sglang_columns.parse`), or another line the error stage could take, a
-    `server_args` line."""
+    `server_args` line, or ranks that `fits(names)` (`Pipeline.ranks_fit`) says pass the limit."""
     import numpy as np
 
     from specwatch import columns
@@ -147,6 +147,8 @@ def read(block: bytes, server: str, tz, windows, now: float | None) -> Rows | No
         return None
     other = cols.other
     if b"server_args=" in other or b"]:[E" in other or maybe_error(other.decode()):
+        return None
+    if fits is not None and not fits(cols.ranks):
         return None
     r = Rows()
     r.server, r.tz, r._batches, r._names, r._now = server, tz, {}, cols.ranks, now
@@ -281,7 +283,8 @@ def take(pipeline, server: str, stats, grouper, engine, maybe_event, batch, tz, 
     # a tick every few lines, or a collapse: per line is cheaper (both paths decide the same)
     if now is None and _dense(block, len(batch)) or _collapsed(pipeline.collapse, server):
         return pipeline._feed_lines(server, stats, grouper, engine, maybe_event, batch.lines, None, None, tz, now)
-    rows = read(block, server, tz, pipeline.windows, now)
+    fits = lambda names: pipeline.ranks_fit(server, names)  # noqa: E731
+    rows = read(block, server, tz, pipeline.windows, now, fits)
     if rows is not None:
         _settle(engine)
         return feed(pipeline, server, stats, rows, len(batch), now)
@@ -308,7 +311,7 @@ def take(pipeline, server: str, stats, grouper, engine, maybe_event, batch, tz, 
         part = None
         if j - i >= MIN_LINES:  # in columns, less the inert lines (each an OtherLine event, as per line)
             kept = [line for x, line in enumerate(lines[i:j], i) if x not in inert] if inert else lines[i:j]
-            part = read(("\n".join(kept) + "\n").encode(), server, tz, pipeline.windows, now)
+            part = read(("\n".join(kept) + "\n").encode(), server, tz, pipeline.windows, now, fits)
         if part is not None:
             _settle(engine)
             stats.lines["other"] += j - i - len(kept)

@@ -34,6 +34,11 @@ def _print_problems(path: str, e: ConfigError) -> int:
 
 
 def cmd_check_config(args) -> int:
+    from specwatch import envfile
+
+    env_file = args.env_file or os.path.join(os.path.dirname(os.path.abspath(args.file)), "environment")
+    for w in envfile.apply(env_file)[1]:
+        print(f"{args.file}: warning: {w}", file=sys.stderr)
     try:
         cfg = load_run_config(args.file)  # what `run` and a reload accept, no more, no less
     except ConfigError as e:
@@ -53,7 +58,7 @@ def cmd_replay(args) -> int:
     from specwatch.alerting import build_alerting
     from specwatch.notifiers.http import PERMANENT
     from specwatch.pipeline import Pipeline
-    from specwatch.replay import format_text, replay_files, summary
+    from specwatch.replay import format_text, replay_files, server_of_file, summary
     from specwatch.sources.logfiles import is_pattern, resolve
 
     cfg = _load(args.config)
@@ -66,7 +71,8 @@ def cmd_replay(args) -> int:
             print(f"specwatch replay: {p}: {what}", file=sys.stderr)
             return 2
     known = {s.path for s in cfg.logs}
-    server = args.server or cfg.server
+    # one server per run; without a config it is named after the (first) file, not `replay`
+    server = args.server or (cfg.server if args.config or not args.logs else server_of_file(args.logs[0]))
     tz = args.log_timezone or cfg.log_timezone
     fmt = {}
     if args.format is not None:
@@ -352,7 +358,7 @@ def _facts(args):
     from specwatch.probes.sglang_source import sglang_root_of_process
 
     root, pid = args.sglang_root, args.pid
-    if root is None and pid is None:
+    if root is None and pid is None and args.draft is not None:
         pid = server_of_draft(args.draft)
     if root is None and pid:
         root = sglang_root_of_process(pid)
@@ -388,10 +394,14 @@ def cmd_diagnose(args) -> int:
         settings, found = _settings(args)
         target = args.target or (found.get("model_path") if found and os.path.exists(str(found.get("model_path"))) else None)
         vllm = _vllm_facts(args, found)
+        logged = found.get("speculative_draft_model_path")
+        draft = args.draft or (logged if logged and os.path.isdir(str(logged)) else None)
+        if draft is None and target is None:
+            raise CheckpointError("give --draft DIR (an EAGLE-3 draft), or --target DIR alone for an MTP/NEXTN server")
         if vllm is not None:
-            report = diagnose_vllm(args.draft, target, vllm)
+            report = diagnose_vllm(draft, target, vllm, settings=settings)
         else:
-            report = diagnose(args.draft, target, facts=_facts(args), settings=settings)
+            report = diagnose(draft, target, facts=_facts(args), settings=settings)
     except (CheckpointError, FileNotFoundError, OSError) as e:
         print(f"specwatch diagnose: {e}", file=sys.stderr)
         return 2
@@ -406,6 +416,9 @@ def cmd_fix_checkpoint(args) -> int:
     from specwatch.fixes.fix_checkpoint import FixError, fix_checkpoint
     from specwatch.probes.checkpoint import CheckpointError
 
+    if args.draft is None:
+        print("specwatch fix-checkpoint: --draft is required (the EAGLE-3 draft folder to convert)", file=sys.stderr)
+        return 2
     try:
         settings, _ = _settings(args)
         result = fix_checkpoint(args.draft, args.out, facts=_facts(args), target=args.target, settings=settings)
@@ -422,7 +435,8 @@ def cmd_fix_checkpoint(args) -> int:
 
 
 def _diagnosis_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--draft", required=True, metavar="DIR", help="draft checkpoint folder (config.json + weights)")
+    p.add_argument("--draft", metavar="DIR", help="draft checkpoint folder (config.json + weights); omit it for an "
+                                                  "MTP/NEXTN server, whose --target is its own draft")
     p.add_argument("--target", metavar="DIR|CONFIG",
                    help="target model folder, or its config.json: the same either way (the folder's weights, "
                         "when present, are read for the lm_head check)")
@@ -476,7 +490,8 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument("--plot", metavar="OUT.svg|png",
                     help="draw accept length per rank (threshold, alert episodes, restarts) and throughput "
                          "over the log's time; needs pip install 'specwatch[plot]' (from a checkout: pip install '.[plot]')")
-    rp.add_argument("--server", help="server name for the replayed logs (default: the config's `server`, else 'replay')")
+    rp.add_argument("--server", help="server name for the replayed logs (default: the config's `server`; without --config, "
+                                      "the first log's file name, e.g. sglang-0 for sglang-0.log.1)")
     rp.add_argument("--format", help="the logs' format: auto (default: plain, Docker json-file or Kubernetes CRI, "
                     "detected per file), sglang, docker, cri, python-logging, or a regex with named groups "
                     "timestamp, message (and ranks)")
@@ -538,6 +553,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     c = sub.add_parser("check-config", parents=[common], help="validate a config file (exit 2 with every problem named)")
     c.add_argument("file")
+    c.add_argument("--env-file", metavar="FILE", help="KEY=value secrets the service gets (the unit's EnvironmentFile); "
+                   "default: `environment` beside the config; the shell's variables win")
     c.set_defaults(func=cmd_check_config)
     return p
 

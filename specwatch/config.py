@@ -161,6 +161,13 @@ class FollowConfig(Section):
     rescan_interval: Annotated[float, Meta(ge=0.1, le=YEAR, extra=DURATION)] = 10.0
 
 
+class LimitsConfig(Section):
+    # distinct ranks (`DP3 TP3` tokens) one server's logs may name: each is a label set on
+    # /metrics and state in every per-rank rule; the lines of any further rank are summed into
+    # one rank `other`, counted and warned once (pipeline.OTHER_RANK)
+    max_ranks_per_server: Annotated[int, Meta(ge=1, le=100_000)] = 64
+
+
 class SlackConfig(Section):
     """alerts.slack, and a route's `slack` (its unset keys come from alerts.slack). The webhook
     URL is a secret: one of webhook_url, webhook_url_env (a variable's name) or webhook_url_file;
@@ -376,6 +383,7 @@ class Config:
     log_timezone: str | None = None  # default zone of log timestamps (None: local time)
     logs: list[LogSource] = field(default_factory=list)
     follow: FollowConfig = field(default_factory=FollowConfig)
+    limits: LimitsConfig = field(default_factory=LimitsConfig)
     listen_address: str = "127.0.0.1"
     listen_port: int = DEFAULT_PORT
     state_dir: str = "/var/lib/specwatch"
@@ -693,7 +701,10 @@ def _resolve_secret(r: _Reader, data: dict, path: str, name: str) -> str | None:
     if key.endswith("_env"):
         value = os.environ.get(raw)
         if not value:
-            r.bad(f"{path}.{key}", f"environment variable {raw} is not set or empty; export it, or use {name}_file")
+            # INVOCATION_ID: set by systemd for a service (systemd.exec(5)); its EnvironmentFile= is read at start
+            how = ("; a variable added to the unit's EnvironmentFile takes effect on `systemctl restart`, not on reload"
+                   if os.environ.get("INVOCATION_ID") else f"; export it, or use {name}_file")
+            r.bad(f"{path}.{key}", f"environment variable {raw} is not set or empty{how}")
         return value or None
     try:
         value = read_secret_file(raw)
@@ -826,7 +837,7 @@ def build_config(data: dict | None, source_path: str | None = None, *, for_run: 
     if not isinstance(data, dict):
         raise ConfigError(["(top level): must be a mapping of keys such as `logs:`, `metrics:`, `alerts:`"])
     r.unknown(data, "", {"server", "log_timezone", "logs", "follow", "metrics", "state_dir", "rules", "alerts", "gpu",
-                         "process", "server_api", "server_metrics", "diagnosis"})
+                         "process", "server_api", "server_metrics", "diagnosis", "limits"})
     default_server = r.string(data, "server", "", None) or socket.gethostname()
     cfg.server = default_server
     default_tz = _timezone(r, data, "", None)
@@ -889,6 +900,7 @@ def build_config(data: dict | None, source_path: str | None = None, *, for_run: 
               "if both files come from one SGLang server)")
 
     cfg.follow = r.section_of(FollowConfig, data.get("follow"), "follow")
+    cfg.limits = r.section_of(LimitsConfig, data.get("limits"), "limits")
     cfg.gpu = r.section_of(GpuConfig, data.get("gpu"), "gpu")
     cfg.process = r.section_of(ProcessConfig, data.get("process"), "process")
     cfg.server_apis = _server_api_section(r, data, default_server)

@@ -73,6 +73,7 @@ from specwatch.sdnotify import Watchdog, monotonic_usec, notify
 from specwatch.sources.engines import low_accept_in
 from specwatch.sources.filestream import Follower
 from specwatch.sources.follow import FollowerGroup
+from specwatch.sources.log_health import LogHealth
 from specwatch.sources.logfiles import LogSet, stage
 from specwatch.status.view import StatusView
 from specwatch.status.web import status_app
@@ -238,6 +239,7 @@ class Daemon:
         if legacy and self.store.ok:
             os.replace(self.state_path, self.state_path.with_name(self.state_path.name + ".migrated"))
         self._missing_since: dict[str, list] = {}  # path -> [absent since, last warned] (monotonic)
+        self.log_health = LogHealth(self._emit, self.pipeline.server_for)  # SourceHealth events
         self.registry = CollectorRegistry()
         OwnProcessCollector(registry=self.registry)  # specwatch's own process_* (CPU, RSS, fds)
         self.registry.register(PipelineCollector(self.pipeline))
@@ -255,7 +257,7 @@ class Daemon:
 
             self.process = ProcessSource(self._emit, server=cfg.server, interval=cfg.process.interval,
                                          servers=cfg.process.servers, match=cfg.process.match,
-                                         ties=ProcessTies.of(cfg))
+                                         ties=ProcessTies.of(cfg), log_ports=self.pipeline.log_ports)
             self.sources.append(self.process)
             self.registry.register(ProcessCollector(self.process))
         if cfg.server_apis:
@@ -330,6 +332,7 @@ class Daemon:
         if self.logset.patterns and time.monotonic() - self._last_scan >= self.config.follow.rescan_interval:
             self._rescan()
         self._warn_missing_logs()
+        self.log_health.check(dict(self.followers.followers), time.time())
         if self._release_after_backlog and not self.followers.catching_up:
             self._release_after_backlog = False
             heap.release()  # the large backlog's reads freed tens of MB the heap would keep

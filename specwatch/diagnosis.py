@@ -69,6 +69,9 @@ class Report:
 
 
 NO_SOURCE = "not checked: no SGLang source found"
+# Algorithms whose server drafts with the target itself when no draft path is given: SGLang's NEXTN
+# (resolved to EAGLE, `_handle_eagle_family` in srt/arg_groups/speculative_hook.py@0.5.23), vLLM's mtp.
+MTP_ALGORITHMS = ("NEXTN", "EAGLE", "MTP")
 
 
 class NoSGLangSource(FileNotFoundError):
@@ -137,16 +140,41 @@ def resolve_model_dir(path: str) -> Path | None:
     return dirs[-1] if dirs else None
 
 
-def diagnose(draft: str | Path, target: str | Path | None = None, *, facts=None,
+def diagnose(draft: str | Path | None, target: str | Path | None = None, *, facts=None,
              settings: ServerSettings | None = None) -> Report:
     """Run every probe. Raises CheckpointError when `draft` is not a directory or the target
     config cannot be read (bad input, reported by the caller); a probe that fails internally
-    becomes a warning finding, never an exception."""
-    from specwatch.probes.checkpoint import load_draft, load_target
+    becomes a warning finding, never an exception. `draft` None (or the target's own folder): the
+    server drafts with the target (SGLang's default without --speculative-draft-model-path), so
+    only `probes/mtp_head.py` applies: its MTP head checked, or the missing draft named."""
+    from specwatch.probes.checkpoint import CheckpointError, load_draft, load_target
 
     facts = facts if facts is not None else facts_for()
-    ckpt = load_draft(draft)
+    if draft is None and target is None:
+        raise CheckpointError("give --draft (an EAGLE-3 draft folder) or --target (an MTP/NEXTN model served alone)")
     tgt = load_target(target) if target is not None else None
+    if tgt is not None:
+        from specwatch.probes import mtp_head
+
+        if mtp_head.same_model(None if draft is None else str(draft), tgt):
+            settings = settings or ServerSettings()
+            findings = mtp_head.self_draft(tgt, mtp_head.sglang_layout(facts, tgt.architecture), settings.algorithm,
+                                           "sglang")
+            return Report(facts.version, facts.describe(), str(tgt.path), str(tgt.path), sort_findings(findings),
+                          list(facts.notes) + ["the draft is the target itself (no separate draft model)"])
+    if (settings or ServerSettings()).algorithm in ("EAGLE", "MTP"):
+        from specwatch.probes import mtp_head
+
+        try:
+            mtp = load_target(draft)  # a separate NextN/MTP checkpoint (e.g. an exported DeepSeek NextN layer)
+        except CheckpointError:
+            mtp = None  # no readable config: the EAGLE probes below report it
+        if mtp is not None and mtp_head.declared_layers(mtp)[1]:
+            layout = mtp_head.sglang_layout(facts, mtp.architecture)
+            return Report(facts.version, facts.describe(), str(mtp.path), str(tgt.path) if tgt else None,
+                          sort_findings(mtp_head.check(mtp, layout)),
+                          list(facts.notes) + ["an MTP/NextN draft: its MTP head checked, not the EAGLE-3 probes"])
+    ckpt = load_draft(draft)
     ctx = ProbeContext(ckpt, tgt, facts, settings or ServerSettings())
     findings: list[Finding] = []
     for probe_id in PROBE_IDS:
@@ -214,6 +242,8 @@ class Diagnoser:
         (from psutil); the configured `sglang_root` wins over it."""
         draft = self.draft or server_args.get("speculative_draft_model_path")
         target = self.target or server_args.get("model_path")
+        if not draft and target and str(server_args.get("speculative_algorithm") or "").upper() in MTP_ALGORITHMS:
+            draft = target  # the target drafts with its own MTP head (probes/mtp_head.py)
         if not draft:
             return None
         engine = "vllm" if server_args.get("engine") == "vllm" else "sglang"

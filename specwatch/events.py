@@ -402,3 +402,23 @@ class MetricsSample:
     error: str | None = None
     ranks: tuple[RankMetrics, ...] = ()
     resets: int = 0
+
+
+# --- specwatch's own log sources (sources/log_health.py) ---
+
+
+@dataclass(frozen=True, slots=True)
+class SourceHealth:
+    """A followed log source's state changed (and its first state, at start-up).
+
+    timestamp: seconds since the epoch. kind: "file" or "journal". name: the followed path (a
+    journal's `journal:` key). ok: the file is open / journalctl runs and reads. state: what is
+    wrong in words ("does not exist", "is a directory", "cannot be read: [Errno 13] ...", the
+    journalctl error), "" when ok.
+    """
+
+    timestamp: float
+    kind: str
+    name: str
+    ok: bool
+    state: str = ""

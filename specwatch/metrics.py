@@ -24,7 +24,7 @@ from prometheus_client.samples import Sample
 
 from specwatch import __version__
 from specwatch.config import source_servers
-from specwatch.pipeline import KINDS, Pipeline
+from specwatch.pipeline import KINDS, OTHER_RANK, Pipeline
 from specwatch.rules.acceptance_ceiling import accept_length_ceiling
 from specwatch.rules.base import alert_names_of
 
@@ -32,8 +32,11 @@ RANK_LABELS = ("server", "dp_rank", "tp_rank", "pp_rank", "ep_rank", "engine")
 _TOKEN_OF = {"dp_rank": "DP", "tp_rank": "TP", "pp_rank": "PP", "ep_rank": "EP"}
 
 
-def rank_label_values(server: str, ranks: dict[str, int], engine: str = "sglang") -> list[str]:
-    """`engine`: the server's engine ("sglang", "vllm": `DecodeBatch.engine`)."""
+def rank_label_values(server: str, ranks: dict[str, int], engine: str = "sglang", rank: str | None = None) -> list[str]:
+    """`engine`: the server's engine ("sglang", "vllm": `DecodeBatch.engine`); `rank` OTHER_RANK:
+    every rank label "other" (the ranks past `limits.max_ranks_per_server`)."""
+    if rank == OTHER_RANK:
+        return [server] + [OTHER_RANK] * 4 + [engine]
     return [server] + [str(ranks[t]) if t in ranks else "" for t in ("DP", "TP", "PP", "EP")] + [engine]
 
 
@@ -81,7 +84,8 @@ class PipelineCollector(Collector):
         decode_total = CounterMetricFamily("specwatch_decode_batches", "Decode batch lines read.", labels=RANK_LABELS)
         prefill_total = CounterMetricFamily("specwatch_prefill_batches", "Prefill batch lines read.", labels=RANK_LABELS)
         lines = CounterMetricFamily("specwatch_log_lines", "Log lines read, by kind (decode, prefill, other, malformed).", labels=("server", "kind"))
-        errors = CounterMetricFamily("specwatch_log_errors", "Errors in the log (a traceback is one), by kind (cuda_oom, nccl_timeout, shape_mismatch, health_check, other).", labels=("server", "kind"))
+        overflow = CounterMetricFamily("specwatch_rank_overflow_lines", "Batch lines of ranks past limits.max_ranks_per_server, summed into the rank series dp_rank=\"other\".", labels=("server",))
+        errors = CounterMetricFamily("specwatch_log_errors", "Errors in the log (a traceback is one), by kind (cuda_oom, nccl_timeout, shape_mismatch, health_check, watchdog_timeout, subprocess_crash, cuda_graph, device_assert, unsupported, shutdown, other).", labels=("server", "kind"))
         last_line = GaugeMetricFamily("specwatch_server_log_last_line_timestamp_seconds", "When the last line of this kind (decode, prefill, other, malformed, error) from the server's logs was read, seconds since the epoch (agent clock).", labels=("server", "kind"))
         spec = GaugeMetricFamily(
             "specwatch_speculative_info",
@@ -104,7 +108,7 @@ class PipelineCollector(Collector):
             servers = list(p.servers.items())
             for rs in ranks:
                 d = rs.last_decode
-                lv = rank_label_values(rs.server, rs.ranks, "sglang" if d is None else d.engine)
+                lv = rank_label_values(rs.server, rs.ranks, "sglang" if d is None else d.engine, rs.rank)
                 decode_total.add_metric(lv, rs.decode_batches)
                 prefill_total.add_metric(lv, rs.prefill_batches)
                 if d is None:
@@ -129,6 +133,7 @@ class PipelineCollector(Collector):
                 if server in named or any(st.lines.values()):  # not the host-name default no source uses
                     for kind in KINDS:
                         lines.add_metric([server, kind], st.lines[kind])
+                    overflow.add_metric([server], p.rank_overflow.get(server, 0))
                 for kind, n in st.errors.items():
                     errors.add_metric([server, kind], n)
                 for kind, ts in st.last_line.items():
@@ -143,7 +148,7 @@ class PipelineCollector(Collector):
                     if (top := accept_length_ceiling(a)) is not None:
                         ceiling.add_metric([server], top[0])
         yield from (accept_length, accept_rate, throughput, running, queued, usage, tokens, graph,
-                    last_ts, collapsed, positions, decode_total, prefill_total, lines, errors, last_line, spec, ceiling, skew)
+                    last_ts, collapsed, positions, decode_total, prefill_total, lines, overflow, errors, last_line, spec, ceiling, skew)
         yield rule_errors
 
 

@@ -11,6 +11,7 @@ hot path does plain attribute updates only.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import math
 import os
 import re
@@ -59,6 +60,13 @@ from specwatch.status.history import AcceptHistory, AlertState
 _OTHER = OtherLine()
 
 KINDS = ("decode", "prefill", "other", "malformed", "unrecognized")
+
+log = logging.getLogger(__name__)
+
+# The rank that sums the batch lines of a server's ranks beyond `limits.max_ranks_per_server`
+# (`Pipeline._rank`): one label set on /metrics (every rank label "other") and one rank in the
+# rules for all of them. It has no rank tokens (`RankStats.ranks` {}).
+OTHER_RANK = "other"
 
 
 # Alerts about one rank's acceptance that carry its trend (`Pipeline._add_trend`).
@@ -159,6 +167,8 @@ class Pipeline:
         self.windows = WindowTracker(config.windows)  # the one classification of decode lines
         self.servers: dict[str, ServerStats] = {}
         self.ranks: dict[tuple[str, str], RankStats] = {}
+        self.rank_overflow: dict[str, int] = {}  # server → batch lines summed into OTHER_RANK
+        self._full: set[str] = set()  # servers at limits.max_ranks_per_server: a new rank is OTHER_RANK
         self.scraped: dict[tuple[str, str], RankStats] = {}  # ranks read from /metrics (`_take_scraped`)
         self.alert_state = AlertState(self.rules)  # a chart point's alert state (status page)
         self.lock = threading.Lock()
@@ -199,6 +209,7 @@ class Pipeline:
             if new_routing is not None:
                 self.dispatcher.adopt(new_routing, time.time() if now is None else now)
             self.windows.config = config.windows
+            self._full.clear()  # the limit may have changed: counted again at the next new rank
             for rule in self.rules:
                 rule.reconfigure(config)
 
@@ -292,7 +303,8 @@ class Pipeline:
         holds `lock`)."""
         if prefix is not None or text[:1] not in ("[", " ", ""):
             text = strip_container_prefix(text, prefix)
-        for event in grouper.line(text, now, tz):
+        dated = self._last_tick if now is None and self._last_tick > -math.inf else None  # a replay's clock: the year of a glog stamp
+        for event in grouper.line(text, now, tz, dated):
             self._take_error(server, stats, event, now)
 
     def _take_error(self, server: str, stats: ServerStats, event: LogError, now: float | None) -> None:
@@ -534,6 +546,23 @@ class Pipeline:
                 rule.forget(server)
             forget_keys((self.ranks, self.scraped, self.servers, self._starts, self._vllm,
                          self.windows._last, self.windows._prefills), server)
+            self._full.discard(server)
+
+    def log_ports(self) -> dict[int, str]:
+        """{port: server} for each followed log's server: the `port` of its log's `server_args`
+        line, else of its last settings (kept across specwatch restarts). The process source
+        ties a launcher with that `--port` to the log's server where it cannot read the
+        launcher's fds (another user's process)."""
+        with self.lock:
+            out: dict[int, str] = {}
+            for server in sorted({s.server for s in self.config.logs}):
+                st = self.servers.get(server)
+                port = (st.args_by_source.get("log", {}) if st else {}).get("port")
+                if not isinstance(port, int):
+                    port = self.collapse.settings(server).get("port")
+                if isinstance(port, int):
+                    out.setdefault(port, server)
+            return out
 
     def servers_with_alerts(self) -> set[str]:
         """The `server` labels of the alerts the rules hold firing (restored ones included)."""
@@ -580,11 +609,38 @@ class Pipeline:
             alert.annotations["accept_length_ranks"] = f"lowest {lo_rank} {lo:.2f}, highest {hi_rank} {hi:.2f}"
 
     def _rank(self, server: str, event: DecodeBatch | PrefillBatch) -> RankStats:
+        """The rank of a batch line. A new rank past `limits.max_ranks_per_server` of the server
+        is OTHER_RANK: the event is relabelled (before any rule or window sees it), its line
+        counted in `rank_overflow`, and the first such line warned about."""
         key = (server, event.rank)
         rs = self.ranks.get(key)
         if rs is None:
+            limit = self.config.limits.max_ranks_per_server
+            if server not in self._full and sum(1 for s, r in self.ranks if s == server and r != OTHER_RANK) >= limit:
+                self._full.add(server)
+            if server in self._full and event.rank != OTHER_RANK:
+                n = self.rank_overflow.get(server, 0)
+                if not n:
+                    log.warning("server %s: more than %d distinct ranks in its logs (limits.max_ranks_per_server): "
+                                "lines of %r and any further rank are summed into rank %r "
+                                "(specwatch_rank_overflow_lines_total)", server or "(default)", limit, event.rank,
+                                OTHER_RANK)
+                self.rank_overflow[server] = n + 1
+                event.rank, event.ranks = OTHER_RANK, {}
+                return self._rank(server, event)
             rs = self.ranks[key] = RankStats(server, event.rank, dict(event.ranks))
         return rs
+
+    def ranks_fit(self, server: str, names: list[str]) -> bool:
+        """Whether batch lines of these ranks all keep their own rank (catch-up: a read that
+        would pass `limits.max_ranks_per_server` goes line by line, through `_rank`)."""
+        new = sum(1 for r in names if (server, r) not in self.ranks)
+        if not new:
+            return True
+        if server in self._full:
+            return False
+        known = sum(1 for s, r in self.ranks if s == server and r != OTHER_RANK)
+        return known + new <= self.config.limits.max_ranks_per_server
 
     def to_state(self) -> dict:
         """Rule and alert state, and each rank's last decode line (caller holds `lock`)."""

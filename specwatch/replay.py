@@ -10,6 +10,7 @@ import contextlib
 import gzip
 import math
 import os
+import re
 import shutil
 import tempfile
 from typing import Iterable, Iterator
@@ -40,6 +41,17 @@ def replay_files(pipeline: Pipeline, paths: Iterable[str], max_line_bytes: int) 
                 pass
             follower.finish()  # a last line without a newline still counts in a recorded log
         pipeline.flush_errors()  # a traceback cut off at the end of the file still counts
+
+
+_LOG_NAME_TAIL = re.compile(r"(\.(log|txt|out|err|jsonl?)(\.\d+)?)?(\.gz)?$", re.I)
+
+
+def server_of_file(path: str) -> str:
+    """The server a log replayed without a config or `--server` is named after: the file's name
+    without its log, rotation and gzip suffixes (`sglang-0.log.2.gz` -> `sglang-0`; a version
+    in the name stays: `sglang-0.5.23.log` -> `sglang-0.5.23`), `replay` when nothing is left.
+    The rotated files of one log share a name, so they replay as one server."""
+    return _LOG_NAME_TAIL.sub("", os.path.basename(path), count=1) or "replay"
 
 
 @contextlib.contextmanager

@@ -14,6 +14,7 @@ and prints decode lines to stdout unless `--log-level` is warning.
 from __future__ import annotations
 
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -143,6 +144,27 @@ class Launcher:
         if children:
             wait_children(p, children)
         return p
+
+    def start_teed(self, argv: list[str], log: Path, *, env: dict | None = None,
+                   children: int = 2) -> tuple[subprocess.Popen, int]:
+        """`sh -c 'ARGV 2>&1 | tee -a LOG'`, the README's plain-file setup, through a real shell
+        pipe: (the shell, the launcher's pid) once the launcher's `children` SGLang-named (or
+        vLLM-named) children run. The launcher is the shell's child; `tee` (its sibling) holds
+        the log, not the launcher."""
+        p = launch(["sh", "-c", f"{shlex.join(argv)} 2>&1 | tee -a {shlex.quote(str(log))}"], env=env)
+        self.started.append(p)
+        deadline = time.monotonic() + 10.0
+        while True:
+            assert p.poll() is None, "the shell pipeline exited"
+            try:
+                for c in psutil.Process(p.pid).children():
+                    if c.cmdline() == argv and sum((k.cmdline() or [""])[0].startswith(("sglang::", "VLLM::"))
+                                                   for k in c.children()) >= children:
+                        return p, c.pid
+            except psutil.Error:
+                pass
+            assert time.monotonic() < deadline, "the teed launcher did not start its children"
+            time.sleep(0.02)
 
     def stop_all(self) -> None:
         for p in self.started:

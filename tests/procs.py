@@ -47,8 +47,8 @@ def release_ports(keep: int = 0) -> None:
 
 def popen(argv, **kw) -> subprocess.Popen:
     """`subprocess.Popen` of a child that is SIGKILLed when the test process (the calling thread)
-    ends, however it ends: a killed or timed-out test run leaves no daemon behind (`setpriv
-    --pdeathsig`, specwatch/childproc.py; the pid is the command's)."""
+    ends, however it ends: a killed or timed-out test run leaves no daemon behind (a
+    parent-death signal, specwatch/childproc.py; the pid is the command's)."""
     return subprocess.Popen(die_with_parent(argv, signal.SIGKILL), **kw)
 
 

@@ -135,8 +135,8 @@ def dump(x, seen=()):
     seen = seen + (id(x),)
     if isinstance(x, dict):
         return ["dict", [[dump(k, seen), dump(v, seen)] for k, v in x.items()]]
-    if isinstance(x, Recent):  # a window: its samples as floats, in either of its stores
-        return ["Recent", dump(x.span), dump(x.sum), [[repr(float(t)), repr(float(v))] for t, v in x.samples]]
+    if isinstance(x, Recent):  # a window: its buckets, floats by repr
+        return ["Recent", dump(x.span), dump(x.sum), [[repr(t), n, repr(v)] for t, n, v in x.buckets]]
     if isinstance(x, (list, tuple, deque)):
         return [type(x).__name__, [dump(v, seen) for v in x]]
     names = list(getattr(x, "__dict__", {})) or [n for c in type(x).__mro__ for n in getattr(c, "__slots__", ())]
@@ -356,113 +356,6 @@ print(held, kept >> 20, (start + kept - p.memory_info().rss) >> 20)
     assert out[2] == "True" and int(out[3]) >= 60 and int(out[4]) >= 60, out  # 80 MB kept, then handed back
 
 
-@pytest.mark.parametrize("max_buckets,old", [(1, 0), (3, 2), (4, 4), (40, 5)])
-def test_baseline_in_columns_drops_buckets_as_one_by_one(max_buckets, old):
-    """`columns.baseline_steps` over samples that go back and forth across bucket bounds (aged
-    samples of several ranks), past `max_buckets`: the same sums, counts and buckets as `add`."""
-    import numpy as np
-
-    from specwatch import columns
-    from specwatch.rules.stats import Baseline
-
-    rnd = random.Random(max_buckets * 7 + old)
-    t = sorted(1000.0 + rnd.random() * 3000 for _ in range(600))
-    t = [x + rnd.choice((-40.0, 0.0, 0.0, 40.0)) for x in t]  # flips between neighbouring buckets
-    v = [2.0 + rnd.random() for _ in t]
-    one, cols = Baseline(100.0, 100.0 * max_buckets), Baseline(100.0, 100.0 * max_buckets)
-    for i in range(old):  # the newest old bucket is the first samples' (it grows)
-        one.add(100.0 * (i + 11 - old) + 0.1 * i, 1.0 + 0.1 * i)
-        cols.add(100.0 * (i + 11 - old) + 0.1 * i, 1.0 + 0.1 * i)
-    sums, counts = [], []
-    for x, y in zip(t, v):
-        one.add(x, y)
-        sums.append(one._sum)
-        counts.append(one.count)
-    steps = columns.baseline_steps(cols, np.array(t), np.array(v))
-    assert [repr(x) for x in steps[0].tolist()] == [repr(x) for x in sums]
-    assert steps[1].tolist() == counts
-    assert steps[3] > 0
-    columns.apply_baseline(cols, steps)
-    assert dump(cols) == dump(one)
-
-
-@pytest.mark.parametrize("seed,lines", [(1, 300), (2, 300), (3, 300), (4, 103)])
-def test_level_windows_in_columns_as_one_by_one(seed, lines):
-    """`columns.levels_steps` (one rank's load-level windows over its rows, throughput_drop)
-    against the windows fed line by line: sums, counts, aged samples and rows, bit for bit;
-    with old samples (all aged out, or some left: a read of 3 lines), levels that empty (their
-    sums start again at 0.0) and one first seen."""
-    import numpy as np
-
-    from specwatch import columns
-    from specwatch.rules.stats import Recent
-
-    rnd = random.Random(seed)
-    span, levels = 30.0, 4
-    one = [Recent(span) for _ in range(levels)]
-    t, now = [], 1000.0
-    for _ in range(lines):  # old samples, then the read's rows (sparse levels empty between lines)
-        now += rnd.choice((0.05, 0.3, 0.3, 2.0, 9.0, 40.0))
-        t.append(now)
-    li = [rnd.choice((0, 0, 1, 2)) for _ in t[:100]] + [rnd.choice((0, 1, 1, 2, 3)) for _ in t[100:]]
-    v = [rnd.random() * 1000 for _ in t]
-    old = 100
-
-    def feed(r, sums, counts, aged):
-        x = one[li[r]]
-        aged[li[r]] += [(s, r) for s in x.add(t[r], v[r])]
-        for k, w in enumerate(one):
-            if k != li[r] and w.samples and w.samples[0][0] <= t[r] - span:
-                aged[k] += [(s, r) for s in w.prune(t[r])]
-            sums[k].append(w.sum)
-            counts[k].append(len(w))
-
-    for r in range(old):
-        feed(r, [[] for _ in one], [[] for _ in one], [[] for _ in one])
-    cols = [Recent(span) for _ in one]
-    for a, b in zip(cols, one):
-        a.samples, a._sum = type(b.samples)(b.samples), b.sum
-    sums, counts, aged = [[] for _ in one], [[] for _ in one], [[] for _ in one]
-    for r in range(old, len(t)):
-        feed(r, sums, counts, aged)
-    s = columns.levels_steps(cols, np.array(t[old:]), np.array(v[old:]), np.array(li[old:]))
-    for k in range(levels):
-        assert [repr(x) for x in s.sums[k].tolist()] == [repr(x) for x in sums[k]], k
-        assert s.counts[k].tolist() == counts[k]
-        assert s.aged_t[k].tolist() == [a[0][0] for a in aged[k]]
-        assert s.aged_v[k].tolist() == [a[0][1] for a in aged[k]]
-        assert (s.aged_rows[k] + old).tolist() == [a[1] for a in aged[k]]
-        assert s.pruned[k, -1] == len(aged[k])
-    if lines < 200:
-        return
-    assert counts[3][0] == 0  # a level first seen in the read
-    assert any(c and not d for k in range(levels) for c, d in zip(counts[k], counts[k][1:]))  # one empties
-
-
-def test_twin_window_sums_as_its_own():
-    """`columns.recent_steps(twin=...)`: a window of the same times (degradation's running
-    requests) summed with the first's searches equals it summed alone; another's times: None."""
-    import numpy as np
-
-    from specwatch import columns
-    from specwatch.rules.stats import Recent
-
-    rnd = random.Random(5)
-    a, b, c = Recent(20.0), Recent(20.0), Recent(20.0)
-    now = 100.0
-    for _ in range(50):
-        now += rnd.choice((0.5, 3.0, 25.0))
-        a.add(now, rnd.random() * 3)
-        b.add(now, rnd.randint(1, 64))
-        c.add(now + 0.25, 1)
-    t = np.cumsum([rnd.choice((0.5, 3.0, 25.0)) for _ in range(80)]) + now
-    v, w = np.array([rnd.random() * 3 for _ in t]), np.array([float(rnd.randint(1, 64)) for _ in t])
-    both = columns.recent_steps(a, t, v, twin=b, twin_v=w)
-    alone = columns.recent_steps(b, t, w)
-    assert [repr(x) for x in both.twin_sums.tolist()] == [repr(x) for x in alone.sums.tolist()]
-    assert columns.recent_steps(a, t, v, twin=c, twin_v=w).twin_sums is None
-
-
 def test_unique_first_is_numpy_unique():
     """`columns.unique_first` gives what `np.unique(..., return_index=True)` gives, codes over 64
     and floats included (those go to numpy)."""
@@ -479,18 +372,19 @@ def test_unique_first_is_numpy_unique():
                 assert got[0].tolist() == want[0].tolist() and got[1].tolist() == want[1].tolist()
 
 
-def test_windows_left_by_the_catchup_are_compact(tmp_path, monkeypatch):
-    """Every rule window after a catch-up in columns is the per-line path's compact store
-    (`stats.Pairs`, 16 bytes a sample), not a deque of tuples kept for the daemon's life."""
+def test_windows_left_by_the_catchup_are_bucket_sums(tmp_path, monkeypatch):
+    """Every rule window after a catch-up holds at most one time bucket a second of its span
+    (`stats.Recent`), however many lines the read had."""
     import gc
 
-    from specwatch.rules.stats import Pairs, Recent
+    from specwatch.rules.stats import Recent
 
     log = tmp_path / "server.log"
     scenario(log)
     run(log, fast=True, chunk=1 << 20, clock=False, monkeypatch=monkeypatch)
     windows = [o for o in gc.get_objects() if type(o) is Recent and len(o)]
-    assert windows and all(type(w.samples) is Pairs for w in windows), {type(w.samples) for w in windows}
+    assert windows and all(len(w.buckets) <= w.span / w.width + 1 for w in windows)
+    assert any(len(w) > len(w.buckets) for w in windows)  # lines summed, not kept
 
 
 def test_a_catchup_read_leaves_the_heap_as_it_is(tmp_path, monkeypatch):

@@ -114,16 +114,19 @@ def test_a_killed_daemon_leaves_no_journalctl(tmp_path):
             os.kill(journalctl.pid, signal.SIGKILL)
 
 
-def test_die_with_parent_is_setpriv_and_the_child_ends_with_the_thread_that_started_it():
-    """No `preexec_fn` (unsafe with threads): `setpriv --pdeathsig` execs the command, so the pid
-    is the command's, and it gets the signal when the starting thread ends."""
+def test_die_with_parent_execs_the_command_and_it_ends_with_the_thread_that_started_it():
+    """No `preexec_fn` (unsafe with threads) and no setpriv (its capset is refused under the
+    unit's system-call filter): this interpreter sets the signal and execs the command, so the
+    pid is the command's, and it gets the signal when the starting thread ends."""
     argv = die_with_parent(["sleep", "60"], signal.SIGTERM)
-    assert argv == [shutil.which("setpriv"), "--pdeathsig=SIGTERM", "--", "sleep", "60"]
+    assert argv[:4] == [sys.executable, "-I", "-S", "-c"]
+    assert argv[5:] == [str(int(signal.SIGTERM)), str(os.getpid()), "sleep", "60"]
+    assert "setpriv" not in " ".join(argv)
     started: list[subprocess.Popen] = []
 
-    def starter() -> None:  # lives until setpriv has set the signal and exec'd `sleep`
+    def starter() -> None:  # lives until the signal is set and `sleep` exec'd
         started.append(subprocess.Popen(argv))
-        wait_for(lambda: psutil.Process(started[0].pid).cmdline()[:1] == ["sleep"], what="setpriv's exec")
+        wait_for(lambda: psutil.Process(started[0].pid).cmdline()[:1] == ["sleep"], what="the exec of sleep")
 
     t = threading.Thread(target=starter)
     t.start()
@@ -136,15 +139,28 @@ def test_die_with_parent_is_setpriv_and_the_child_ends_with_the_thread_that_star
         child.wait()
 
 
-# The follower on a host without setpriv (PATH holds only the stand-in journalctl): journalctl is a
-# plain child, and `close()` (the daemon's stop) ends it.
+def test_a_command_that_cannot_run_exits_127_and_says_so():
+    r = subprocess.run(die_with_parent(["/nonexistent/journalctl", "-f"]), capture_output=True, text=True, timeout=30)
+    assert r.returncode == 127 and r.stderr == "cannot run /nonexistent/journalctl: No such file or directory\n", r
+
+
+def test_a_child_whose_parent_is_already_gone_does_not_run(tmp_path):
+    """The parent pid given is not the child's parent (as when the parent died before the signal
+    was set): the child ends at once instead of running unowned."""
+    marker = tmp_path / "ran"
+    argv = die_with_parent(["touch", str(marker)], signal.SIGTERM)
+    argv[6] = "1"  # the parent pid it checks
+    r = subprocess.run(argv, timeout=30)
+    assert r.returncode == 128 + signal.SIGTERM and not marker.exists()
+
+
+# The follower's journalctl is its child, and `close()` (the daemon's stop) ends it (PATH holds only
+# the stand-in journalctl).
 PLAIN = """
 import os, sys
 import psutil
-from specwatch.childproc import setpriv
 from specwatch.config import JournalConfig
 from specwatch.sources.journal import JournalFollower
-assert setpriv() is None
 f = JournalFollower(JournalConfig(unit="sglang.service"), lambda batch: None)
 f.poll()
 p = psutil.Process(f._proc.pid)
@@ -154,7 +170,7 @@ print(p.is_running() and p.status() != psutil.STATUS_ZOMBIE, flush=True)
 """
 
 
-def test_without_setpriv_journalctl_is_a_plain_child_that_stop_ends(tmp_path):
+def test_journalctl_is_a_child_of_the_follower_that_stop_ends(tmp_path):
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     stub = bin_dir / "journalctl"

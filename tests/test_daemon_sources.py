@@ -9,6 +9,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -207,6 +208,165 @@ def test_only_configured_servers_page_and_a_disabled_source_clears_its_alerts(tm
         assert "process watching is off" in json.dumps(resolved[0])
         assert ("specwatch_alerts_firing", (("alertname", "SGLangServerDown"),)) not in _scrape(d.port) or \
             _scrape(d.port)[("specwatch_alerts_firing", (("alertname", "SGLangServerDown"),))] == 0
+    finally:
+        rc, out = d.stop()
+    assert rc == 0, out
+
+
+def test_the_readme_plain_file_setup_alerts_a_crash_and_the_restart(tmp_path, slack, sglang_install, sglang_procs):
+    """The README's plain file as written (`server: sglang-0`, one `logs[].path`, no
+    process.servers) beside `python -m sglang.launch_server ... 2>&1 | tee -a server.log` run
+    through a real shell: `tee` writes the log, yet the server is the log's. Killed, it is down
+    (to Slack); started again the same way, the restart is reported and the down alert resolves."""
+    from specwatch_daemon import SpecwatchDaemon
+
+    log = tmp_path / "server.log"
+    port = free_port()
+    env = {"FAKE_SGLANG_HTTP": "1"}  # decode lines on its stdout, into the pipe
+    sh, pid = sglang_procs.start_teed(server_argv(sglang_install, port, 3, "info"), log, env=env)
+    d = SpecwatchDaemon(tmp_path, log, server="sglang-0", env={"SW_TEST_HOOK": slack.url},
+                        rules={"server": {"down_for": "1s", "restart_window": "3s"}},
+                        extra={"process": {"interval": "300ms"}},
+                        alerts={"group_by": ["..."], "group_wait": "0s", "group_interval": "0s",
+                                "slack": {"webhook_url_env": "SW_TEST_HOOK", "backoff_initial": "0.1s"}})
+    d.start()
+    try:
+        srv = (("server", "sglang-0"),)
+        wait_for(lambda: _scrape(d.port).get(("specwatch_server_up", srv)) == 1, timeout=20,
+                 what="the teed server tied to its log")
+        assert ("specwatch_server_up", (("server", f"sglang-0:{port}"),)) not in _scrape(d.port)
+
+        os.kill(pid, signal.SIGKILL)  # a crash
+        sh.wait(timeout=10)
+        wait_for(lambda: any(t.startswith("[FIRING] SGLangServerDown on sglang-0") for t in texts(slack)),
+                 timeout=20, what="the down alert")
+        down = next(b for b in delivered(slack) if b["text"].startswith("[FIRING] SGLangServerDown"))
+        assert str(pid) in json.dumps(down)  # its last pid in the evidence
+
+        sh, pid2 = sglang_procs.start_teed(server_argv(sglang_install, port, 5, "info"), log, env=env)
+        wait_for(lambda: any(t.startswith("[FIRING] SGLangServerRestarted on sglang-0") for t in texts(slack)),
+                 timeout=20, what="the restart alert")
+        restart = next(b for b in delivered(slack) if b["text"].startswith("[FIRING] SGLangServerRestarted"))
+        assert str(pid2) in json.dumps(restart) and "3 → 5" in json.dumps(restart, ensure_ascii=False)
+        wait_for(lambda: any(t.startswith("[RESOLVED] SGLangServerDown on sglang-0") for t in texts(slack)),
+                 timeout=20, what="the down alert resolved")
+    finally:
+        rc, out = d.stop()
+    assert rc == 0, out
+    assert f"sglang-0:{port} (pid {pid}) exited; not a configured server" not in out  # (others' may run on the box)
+    assert f"SGLang server pid {pid} writes {log} (through the pipe its output goes to)" in out
+
+
+def test_a_broken_source_raises_its_own_alert_and_resolves_when_it_reads_again(tmp_path, slack):
+    """The daemon's own sources: a log path under a directory that does not exist, a directory
+    where the log file should be, a journal directory that does not exist, a /metrics URL and a
+    server_api URL on ports nothing listens on. Each raises
+    SpecwatchSourceDown (to Slack, and on the status page) after `down_for`, and resolves once
+    it is read again."""
+    from engine_metrics import EngineMetrics
+    from journal_files import JournalDir
+    from sglang_http import SGLangHTTP
+    from specwatch_daemon import SpecwatchDaemon
+
+    missing = tmp_path / "not-yet" / "server.log"
+    folder = tmp_path / "folder.log"
+    folder.mkdir()
+    closed, api_port = free_port(), free_port()  # bound, never listening: connection refused
+    d = SpecwatchDaemon(tmp_path, missing, server="sglang-0", env={"SW_TEST_HOOK": slack.url},
+                        rules={"source_down": {"down_for": "1s"}},
+                        extra={"process": {"enabled": False},
+                               "server_metrics": [{"url": f"http://127.0.0.1:{closed}/metrics", "interval": "1s",
+                                                   "timeout": "0.5s", "backoff_max": "1s"}],
+                               "server_api": {"url": f"http://127.0.0.1:{api_port}", "interval": "300ms",
+                                              "timeout": "200ms", "backoff_max": "600ms"}},
+                        alerts={"group_by": ["..."], "group_wait": "0s", "group_interval": "0s",
+                                "slack": {"webhook_url_env": "SW_TEST_HOOK", "backoff_initial": "0.1s"}})
+    doc = yaml.safe_load(d.cfg.read_text())
+    journal = tmp_path / "journal"  # journalctl: "Failed to open ...: No such file or directory"
+    doc["logs"] += [{"path": str(folder), "server": "sglang-1"},
+                    {"journal": {"unit": "sglang.service", "directory": str(journal)}, "server": "sglang-2"}]
+    d.cfg.write_text(yaml.safe_dump(doc))
+    d.start()
+    engine = api = None
+    try:
+        firing = lambda: [b for b in delivered(slack) if b["text"].startswith("[FIRING] SpecwatchSourceDown")]  # noqa: E731
+        wait_for(lambda: len(firing()) >= 5, timeout=30, what="five source-down alerts")
+        bodies = [json.dumps(b) for b in firing()]
+        assert len(bodies) == 5
+        for where, why in ((str(missing), "does not exist (nor its directory"), (str(folder), "is a directory"),
+                           (f"journal:sglang.service@{journal}", "No such file or directory"),
+                           (f"http://127.0.0.1:{closed}/metrics", "connection_error"),
+                           (f"http://127.0.0.1:{api_port}`", "connection_error")):
+            assert sum(where in b and why in b for b in bodies) == 1, (where, bodies)
+        with urllib.request.urlopen(f"http://127.0.0.1:{d.port}/api/status", timeout=10) as r:
+            status = json.load(r)
+        shown = sorted(a["labels"]["source_kind"] for a in status["alerts"] if a["alertname"] == "SpecwatchSourceDown")
+        assert shown == ["file", "file", "journal", "server_api", "server_metrics"]
+        assert ("specwatch_alerts_firing", (("alertname", "SpecwatchSourceDown"),)) in _scrape(d.port)
+        assert _scrape(d.port)[("specwatch_alerts_firing", (("alertname", "SpecwatchSourceDown"),))] == 5
+
+        # the directory appears with the file, the journal is written, the engine serves on that port
+        missing.parent.mkdir()
+        missing.write_text("")
+        JournalDir(journal).append(["INFO:     127.0.0.1:40052 - \"GET /health HTTP/1.1\" 200 OK"])
+        engine = EngineMetrics("sglang")
+        engine.httpd.shutdown()  # serve on the configured port instead
+        engine.httpd.server_close()
+        from wsgiref.simple_server import make_server
+        engine.httpd = make_server("127.0.0.1", closed, engine.httpd.get_app(), server_class=type(engine.httpd),
+                                   handler_class=engine.httpd.RequestHandlerClass)
+        threading.Thread(target=engine.httpd.serve_forever, daemon=True).start()
+        api = SGLangHTTP("0.5.23", port=api_port)
+        resolved = lambda: [b for b in delivered(slack) if b["text"].startswith("[RESOLVED] SpecwatchSourceDown")]  # noqa: E731
+        wait_for(lambda: len(resolved()) >= 4, timeout=40, what="the file's, journal's, API's and endpoint's resolved")
+        texts_resolved = [json.dumps(b) for b in resolved()]
+        assert any(str(missing) in b for b in texts_resolved)
+        assert any(f"journal:sglang.service@{journal}" in b for b in texts_resolved)
+        assert any(f"source: http://127.0.0.1:{api_port} · kind: server_api" in json.dumps(b, ensure_ascii=False)
+                   for b in resolved())
+        assert any(f"127.0.0.1:{closed}/metrics" in b for b in texts_resolved)
+        assert not any(str(folder) in b for b in texts_resolved)  # still a directory
+    finally:
+        if engine is not None:
+            engine.httpd.shutdown()
+        if api is not None:
+            api.close()
+        rc, out = d.stop()
+    assert rc == 0, out
+
+
+def test_a_server_whose_fds_say_nothing_is_tied_by_the_port_of_its_log_server_args(tmp_path, slack, sglang_install,
+                                                                                     sglang_procs):
+    """specwatch as a service user cannot read another user's fds; here the server's output goes
+    to /dev/null, which ties it to nothing either. The `port` of the log's `server_args` line
+    ties it (its --port), also after specwatch restarts past that line: killed, it is down."""
+    from sglang_lines import server_args_line
+    from specwatch_daemon import SpecwatchDaemon
+
+    log = tmp_path / "server.log"
+    port = free_port()
+    server = sglang_procs.start(server_argv(sglang_install, port, 3, "info"))
+    log.write_text(server_args_line(ts="2026-03-01 10:00:00", port=port, speculative_algorithm="EAGLE3")[0] + "\n")
+    d = SpecwatchDaemon(tmp_path, log, server="sglang-0", env={"SW_TEST_HOOK": slack.url},
+                        rules={"server": {"down_for": "1s"}}, extra={"process": {"interval": "300ms"}},
+                        alerts={"group_by": ["..."], "group_wait": "0s", "group_interval": "0s",
+                                "slack": {"webhook_url_env": "SW_TEST_HOOK", "backoff_initial": "0.1s"}})
+    srv = (("server", "sglang-0"),)
+    d.start()
+    try:
+        wait_for(lambda: _scrape(d.port).get(("specwatch_server_up", srv)) == 1, timeout=20,
+                 what="the server tied by its port")
+    finally:
+        rc, out = d.stop()
+    assert rc == 0, out
+    assert f"SGLang server pid {server.pid}: tied to sglang-0 by its --port {port}" in out
+    d.start()  # resumes after the server_args line: its settings were kept
+    try:
+        wait_for(lambda: _scrape(d.port).get(("specwatch_server_up", srv)) == 1, timeout=20,
+                 what="the server tied again after the restart")
+        stop(server)
+        wait_for(lambda: any(t.startswith("[FIRING] SGLangServerDown on sglang-0") for t in texts(slack)),
+                 timeout=20, what="the down alert")
     finally:
         rc, out = d.stop()
     assert rc == 0, out

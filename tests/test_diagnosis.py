@@ -45,8 +45,10 @@ def test_diagnose_json_speculators_on_0511(sglang_roots):
                                                              key=["error", "warning", "info"].index)
 
 
-def test_diagnose_healthy_exit_0_text_report(sglang_roots):
-    r = cli("diagnose", "--draft", CK / "specforge", "--target", CK / "target-llama", "--sglang-root",
+def test_diagnose_healthy_exit_0_text_report(sglang_roots, tmp_path):
+    named = variant(CK / "specforge", tmp_path / "named", config={"eagle_config": {
+        "eagle_aux_hidden_state_layer_ids": [1, 3, 4]}})  # the layers it was trained on, written down
+    r = cli("diagnose", "--draft", named, "--target", CK / "target-llama", "--sglang-root",
             sglang_roots["0.5.23"])
     assert r.returncode == 0, r.stdout + r.stderr
     assert "result: 0 error(s), 0 warning(s)" in r.stdout and "INFOS" in r.stdout

@@ -256,13 +256,13 @@ def test_report_prints_each_fix_once(tmp_path):
     assert r.returncode == 0, r.stderr
     doc = json.loads(replay(str(log), "--json").stdout)
     blocks = {b.split(":", 1)[0]: b for b in r.stdout.rstrip().split("\n\nALERT ")[1:]}
-    assert set(blocks) == {f"{name} on replay {rank}" for name in ("AcceptanceCollapse", "RankDisagreement")
+    assert set(blocks) == {f"{name} on eight {rank}" for name in ("AcceptanceCollapse", "RankDisagreement")
                            for rank in ("DP3 TP3", "DP5 TP5")}
-    assert blocks["AcceptanceCollapse on replay DP5 TP5"].endswith("what to check: as above")
+    assert blocks["AcceptanceCollapse on eight DP5 TP5"].endswith("what to check: as above")
     [dp3, dp5] = [e["fixes"] for e in doc["episodes"] if e["name"] == "RankDisagreement"]
     assert dp3[0] != dp5[0] and dp3[1:] == dp5[1:] and len(dp5) == 4
-    assert f"   1. {dp5[0]}" in blocks["RankDisagreement on replay DP5 TP5"]
-    assert blocks["RankDisagreement on replay DP5 TP5"].endswith(
+    assert f"   1. {dp5[0]}" in blocks["RankDisagreement on eight DP5 TP5"]
+    assert blocks["RankDisagreement on eight DP5 TP5"].endswith(
         "   2. (as above: Check the GPU of this rank)\n   3. (as above: PD disaggregation / transfer)\n"
         "   4. (as above: Routing)")
     for fix in {f for e in doc["episodes"] for f in e["fixes"]}:
@@ -283,7 +283,7 @@ def test_resolved_slack_message_shows_why_not_the_firing_evidence(tmp_path, slac
     doc = json.loads(replay(str(log), "--config", str(cfg), "--slack-dry-run", "--json").stdout)
     [resolved] = [p for p in doc["slack_payloads"] if p["text"].startswith("[RESOLVED] AcceptanceCollapse")]
     [fields] = [b["fields"] for b in resolved["blocks"] if "fields" in b]
-    assert [f["text"] for f in fields] == ["*Server*\nreplay", "*Rank*\nDP1 TP1", "*recovered accept len*\n2.64"]
+    assert [f["text"] for f in fields] == ["*Server*\nthree", "*Rank*\nDP1 TP1", "*recovered accept len*\n2.64"]
     [at_firing] = [e["text"] for b in resolved["blocks"] if b["type"] == "context" for e in b["elements"]
                    if e["text"].startswith("*At firing:*")]
     assert at_firing.startswith("*At firing:* accept len: 1.02 · accept rate: ")
@@ -326,10 +326,22 @@ def test_json_alerts_carry_severity_labels_and_annotations_as_alertmanager_lists
     by_name = {(a["name"], a["status"]): a for a in doc["alerts"]}
     page, note = by_name[("AcceptanceCollapse", "firing")], by_name[("RankDisagreement", "firing")]
     assert (page["severity"], note["severity"]) == ("critical", "warning")
-    assert page["labels"] == {"alertname": "AcceptanceCollapse", "severity": "critical", "server": "replay",
+    assert page["labels"] == {"alertname": "AcceptanceCollapse", "severity": "critical", "server": "three",
                               "rank": "DP1 TP1"}
     assert page["annotations"]["summary"] == page["summary"] and "description" in page["annotations"]
     assert page["fingerprint"] == Alert(labels=page["labels"], annotations={}, starts_at=0).fingerprint
     assert by_name[("AcceptanceCollapse", "resolved")]["fingerprint"] == page["fingerprint"]
     [episode] = [e for e in doc["episodes"] if e["name"] == "AcceptanceCollapse"]
     assert episode["severity"] == "critical" and episode["labels"] == page["labels"]
+
+
+def test_without_a_config_the_server_is_named_after_the_file(tmp_path):
+    """No config and no --server: each log replays as the server its file is named after (its
+    rotated and gzipped siblings as the same one), not as `replay`; --server still wins."""
+    log = tmp_path / "sglang-7.log.1"
+    three_rank_collapse_log(log)
+    doc = json.loads(replay(str(log), "--json").stdout)
+    assert {a["server"] for a in doc["alerts"]} == {"sglang-7"} and doc["alerts"]
+    assert "ALERT AcceptanceCollapse on sglang-7 DP1 TP1" in replay(str(log)).stdout
+    doc = json.loads(replay(str(log), "--server", "box", "--json").stdout)
+    assert {a["server"] for a in doc["alerts"]} == {"box"}

@@ -4,11 +4,13 @@ A rule mutes a target alert when the target matches `target`, some firing alert 
 target itself matches `source`, and both have the same value (absent = "") for every label in
 `equal`. The defaults: an acceptance collapse mutes the throughput-drop and degradation alerts of
 the same server and rank, and a degradation or a GPU throttling drop mutes the throughput drop,
-because those alerts name the cause and carry the fix. A rank disagreement mutes the collapse
-alert of the same rank: a collapse of some ranks only is that disagreement, and its message (the
-draft checkpoint, shared by the healthy ranks, is not the problem) is the one diagnosis sent,
-not a second message leading with checkpoint checks. A collapse mutes the draft-too-long alert
-of its server: once (almost) nothing is accepted, a long draft is not the fault.
+because those alerts name the cause and carry the fix; a down server mutes the
+`SpecwatchSourceDown` of its HTTP API and /metrics (it cannot answer). A rank disagreement mutes
+the collapse alert of the same rank: a collapse of some ranks only is that disagreement, and its
+message (the draft checkpoint, shared by the healthy ranks, is not the problem) is the one
+diagnosis sent, not a second message leading with checkpoint checks. A collapse mutes the
+draft-too-long alert of its server: once (almost) nothing is accepted, a long draft is not the
+fault.
 """
 
 from __future__ import annotations
@@ -49,6 +51,11 @@ def default_inhibit_rules() -> list[InhibitRule]:
                     equal=("server", "rank")),
         InhibitRule(source=(parse_matcher("alertname=AcceptanceCollapse"),),
                     target=(parse_matcher("alertname=DraftTooLong"),),
+                    equal=("server",)),
+        # a server that is down does not answer its HTTP API (rules/source_down.py)
+        InhibitRule(source=(parse_matcher("alertname=SGLangServerDown"),),
+                    target=(parse_matcher("alertname=SpecwatchSourceDown"),
+                            parse_matcher('source_kind=~"server_api|server_metrics"')),
                     equal=("server",)),
     ]
 

@@ -105,6 +105,13 @@ def fix_checkpoint(draft: str | Path, out: str | Path, *, facts, target: str | P
     if ckpt.config_problem or ckpt.store.problems or not ckpt.tensors:
         raise FixError(f"{draft}: cannot convert: {ckpt.config_problem or '; '.join(ckpt.store.problems) or 'no weights'}")
     tgt = load_target(target) if target is not None else None
+    if tgt is not None:
+        from specwatch.probes.mtp_head import same_model
+
+        if same_model(str(draft), tgt):  # an MTP/NEXTN server, or a missing draft: no EAGLE-3 draft to convert
+            raise FixError(f"{draft}: is the target model itself, not an EAGLE-3 draft: nothing to convert "
+                           "(`specwatch diagnose --target` checks its MTP head; an EAGLE-3 server needs "
+                           "--speculative-draft-model-path)")
     ctx = ProbeContext(ckpt, tgt, facts, settings or ServerSettings())
     result = FixResult(out)
     actions = result.actions

@@ -157,13 +157,19 @@ def _fallback_text(alert: Alert) -> str:
             if alert.ends_at is not None
             else "resolved"
         )
-    elif alert.evidence:
-        name, value = alert.evidence[0]
-        detail = f"{name} {value}"
     else:
-        detail = alert.annotations.get("summary", "")
+        detail = _firing_detail(alert)
     line = f"{head}: {detail}" if detail else head
     return _truncate(escape_mrkdwn(_one_line(line)), MAX_FALLBACK_TEXT)
+
+
+def _firing_detail(alert: Alert) -> str:
+    """What a firing alert's phone banner shows after its name: its first evidence item (`accept
+    len 1.02`), else its summary."""
+    if alert.evidence:
+        name, value = alert.evidence[0]
+        return f"{name} {value}"
+    return alert.annotations.get("summary", "")
 
 
 SPARK = "▁▂▃▄▅▆▇█"
@@ -327,8 +333,9 @@ def build_notification_payload(notification: Notification, *, channel: str | Non
     up to 10 evidence fields (a resolved alert: why it resolved) and, while firing, its numbered fixes
     (fixes the same as an earlier alert's: "as for <server rank> above"). Alerts that would pass
     Slack's 50-block cap are counted in a last "N more alerts not shown" line. `text`, the
-    fallback, reads e.g. `[FIRING:2] AcceptanceCollapse, ThroughputDrop on sglang-0`, with
-    `; resolved: <names>` when the group also holds resolved alerts. An update (a firing alert
+    fallback (what a phone shows), reads e.g. `[FIRING:2] AcceptanceCollapse on sglang-0: DP3 TP3
+    accept len 1.02; DP5 TP5 accept len 1.04`, with `(+N resolved)` after them when the group also
+    holds resolved alerts. An update (a firing alert
     with `annotations["update"]`) is marked "(update)" with its note, and the fallback starts
     with `[UPDATE]`.
     """
@@ -340,9 +347,14 @@ def build_notification_payload(notification: Notification, *, channel: str | Non
     server = notification.common_labels().get("server", "")
     names = lambda group: ", ".join(sorted({a.name or "alert" for a in group}))  # noqa: E731
     if firing:
-        fallback = f"[FIRING:{len(firing)}] {names(firing)}" + (f" on {server}" if server else "")
+        # a phone shows only this: each firing rank with its value, the resolved ones only counted after
+        # them (a banner ending in "resolved: <name>" reads as if the incident were over)
+        each = "; ".join(" ".join(p for p in (a.labels.get("rank", "") if server else _where(a), _firing_detail(a)) if p)
+                         for a in firing)
+        fallback = (f"[FIRING:{len(firing)}] {names(firing)}" + (f" on {server}" if server else "")
+                    + (f": {each}" if each else ""))
         if resolved:
-            fallback += f"; resolved: {names(resolved)}"
+            fallback += f" (+{len(resolved)} resolved)"
     else:
         fallback = f"[RESOLVED:{len(resolved)}] {names(resolved)}" + (f" on {server}" if server else "")
     if any(a.annotations.get("update") for a in firing):

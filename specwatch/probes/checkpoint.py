@@ -277,7 +277,7 @@ class TensorStore:
         every tensor the folder declares was read."""
         if self.problems:
             return "; ".join(self.problems)
-        return "no weights: neither *.safetensors nor pytorch_model.bin" if self.format is None else None
+        return "no weights: neither `*.safetensors` nor `pytorch_model.bin`" if self.format is None else None
 
     def _add(self, info: TensorInfo) -> None:
         if info.name in self.tensors:

@@ -139,6 +139,17 @@ def run(ctx: ProbeContext) -> list[Finding]:
             out.append(Finding(PROBE_ID, "count", ERROR, f"{len(v.captured)} captured states but fc.weight takes {k}: "
                                "the first draft step fails with a shape error", {"fc.weight": list(fc.shape), **ev},
                                f"Give exactly {k} ids in eagle_config.{IDS_KEY}."))
+    if not out and v.ids_read is None:
+        # No ids in the draft config: the engine falls back to its own choice, which matches only a draft
+        # trained with the same default (a trainer's default can differ, and engines change theirs).
+        guessed = ids_for(v.rule, v.captured, v.n_layers)
+        out.append(Finding(PROBE_ID, "guessed", WARNING,
+                           f"the draft config names no aux layers: SGLang {version} guesses them and captures "
+                           f"positions {v.captured} (its default [2, N//2, N-3] for N = {v.n_layers})",
+                           ev, (f'Write the layers the draft was trained on into its config.json, e.g. '
+                                f'"eagle_config": {{"{IDS_KEY}": {guessed}}} for the ones SGLang picks now.'
+                                if guessed is not None else "Write the layers the draft was trained on into "
+                                f"eagle_config.{IDS_KEY} of its config.json.")))
     if not out:
         out.append(Finding(PROBE_ID, "ok", INFO, f"captures positions {v.captured}, as trained", ev, ""))
     return out

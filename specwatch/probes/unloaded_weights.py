@@ -37,7 +37,7 @@ def run(ctx: ProbeContext) -> list[Finding]:
                            "Re-export the checkpoint (the file is corrupt, truncated or not what its header says); "
                            "specwatch read nothing from it."))
     if d.store.format is None and not d.store.problems:
-        out.append(Finding(PROBE_ID, "no_weights", ERROR, "no weights: neither *.safetensors nor pytorch_model.bin",
+        out.append(Finding(PROBE_ID, "no_weights", ERROR, "no weights: neither `*.safetensors` nor `pytorch_model.bin`",
                            {"path": str(d.path)}, "Point --draft at the folder holding the draft's weights."))
     if not d.tensors:
         return out

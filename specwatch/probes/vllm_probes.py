@@ -14,7 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from specwatch.alerts.model import code
-from specwatch.probes.base import ERROR, INFO, WARNING, Finding, fix_checkpoint_command, sort_findings
+from specwatch.probes.base import ERROR, INFO, WARNING, Finding, sort_findings
 from specwatch.probes.vllm_source import VllmFacts
 
 # The parameters of vLLM's Llama EAGLE-3 draft decoder layer (model_executor/models/llama.py and
@@ -47,13 +47,23 @@ def known_param(facts: VllmFacts, name: str) -> bool:
     return len(parts) == 3
 
 
-def diagnose_vllm(draft: str | Path, target: str | Path | None, facts: VllmFacts):
-    """Run the vLLM probes. Raises CheckpointError for a draft or target that cannot be read."""
+def diagnose_vllm(draft: str | Path | None, target: str | Path | None, facts: VllmFacts, *, settings=None):
+    """Run the vLLM probes. Raises CheckpointError for a draft or target that cannot be read.
+    `draft` None or the target's folder: `method: mtp` (the target's MTP head, `probes/mtp_head.py`),
+    or an EAGLE-3 server (`settings.algorithm` EAGLE3) given no draft."""
     from specwatch.diagnosis import Report
-    from specwatch.probes.checkpoint import load_draft, load_target
+    from specwatch.probes import mtp_head
+    from specwatch.probes.checkpoint import CheckpointError, load_draft, load_target
 
-    ckpt = load_draft(draft)
+    if draft is None and target is None:
+        raise CheckpointError("give --draft (an EAGLE-3 draft folder) or --target (an MTP model served alone)")
     tgt = load_target(target) if target is not None else None
+    if tgt is not None and mtp_head.same_model(None if draft is None else str(draft), tgt):
+        layout = mtp_head.vllm_layout(facts, tgt.architecture, tgt.get("model_type"))
+        findings = mtp_head.self_draft(tgt, layout, getattr(settings, "algorithm", None), "vllm")
+        return Report(facts.version, facts.describe(), str(tgt.path), str(tgt.path), sort_findings(findings),
+                      list(facts.notes) + ["the draft is the target itself (no separate draft model)"], engine="vllm")
+    ckpt = load_draft(draft)
     findings: list[Finding] = []
     if not facts.has_eagle3:
         findings.append(Finding("vllm_support", "no_eagle3", ERROR,
@@ -84,7 +94,7 @@ def _config_format(d, tgt, facts: VllmFacts) -> list[Finding]:
     elif "draft_vocab_size" not in d.flat and not facts.draft_vocab_optional:
         out.append(Finding("vllm_config_format", "no_draft_vocab_size", ERROR,
                            f"the draft config has no draft_vocab_size, which vLLM {facts.version} reads unconditionally "
-                           "(Eagle3LlamaForCausalLM.__init__): the server will not start",
+                           "(`Eagle3LlamaForCausalLM.__init__`): the server will not start",
                            {"config": str(d.path / "config.json")},
                            "Add \"draft_vocab_size\" (the lm_head rows; the vocabulary size for a full-vocabulary draft)."))
     return out
@@ -110,7 +120,7 @@ def _weights(d, tgt, facts: VllmFacts) -> list[Finding]:
                            "parameter named …` from `AutoWeightsLoader` later)",
                            {"keys": [f"{k} -> {n}" for k, n in unknown[:8]], "count": len(unknown)},
                            ("Remove the `model.` prefix from the keys (vLLM adds it: " + code("model." + "<key>") + ")."
-                            if prefixed else "Export only the draft's own modules (midlayer.* or layers.N.*, fc, norm, "
+                            if prefixed else "Export only the draft's own modules (`midlayer.*` or `layers.N.*`, fc, norm, "
                             "lm_head, d2t), or upgrade vLLM for the modules it does not know yet.")))
     if skipped:
         out.append(Finding("vllm_weights", "skipped_keys", INFO, f"{len(skipped)} key(s) the loader ignores",
@@ -126,7 +136,8 @@ def _weights(d, tgt, facts: VllmFacts) -> list[Finding]:
     missing = [p for p in required if p not in loaded]
     if missing:
         out.append(Finding("vllm_weights", "uninitialised", ERROR,
-                           f"{len(missing)} parameter(s) of the draft get no weights from the checkpoint: vLLM "
+                           f"{len(missing)} parameter(s) of the draft get no weights from the checkpoint "
+                           f"({', '.join(code(m) for m in missing[:8])}{', …' if len(missing) > 8 else ''}): vLLM "
                            f"{facts.version} serves them at their initial values without an error, and the target "
                            "rejects (almost) every draft token",
                            {"missing": missing[:8], "count": len(missing)},
@@ -171,8 +182,14 @@ def _aux_layers(d, tgt, facts: VllmFacts) -> list[Finding]:
         out.append(Finding("vllm_aux_layers", "layers_unchecked", INFO,
                            "give --target to compare the draft's layer ids with what vLLM captures", ev))
     elif not trained:
-        out.append(Finding("vllm_aux_layers", "default_layers", INFO,
-                           f"the draft names no layer ids: vLLM captures {list(captured) if captured else '(2, N//2, N-3)'}", ev))
+        # the engine guesses: right only for a draft trained on the same default
+        picks = list(captured) if captured else "(2, N//2, N-3)"
+        out.append(Finding("vllm_aux_layers", "default_layers", WARNING,
+                           f"the draft names no layer ids: vLLM {facts.version} guesses them and captures {picks}", ev,
+                           "Write the layers the draft was trained on into its config.json: "
+                           + code(f'"eagle_aux_hidden_state_layer_ids": {picks}') + " for the ones vLLM picks now."
+                           if captured and "top" in keys else
+                           "Check that the draft was trained on the layers vLLM picks (" + str(picks) + ")."))
     return out
 
 
@@ -188,7 +205,8 @@ def _d2t(d, tgt, facts: VllmFacts) -> list[Finding]:
             out.append(Finding("vllm_d2t", "missing_map", ERROR,
                                f"draft vocab {Vd} < target vocab {V} but the checkpoint has no d2t: vLLM keeps the "
                                "zero map, so draft token i is read as target token i", {"draft_vocab_size": Vd, "vocab": V},
-                               "Export d2t with the draft; " + fix_checkpoint_command(d.path) + " builds it from t2d."))
+                               "Export d2t with the draft, as offsets: " + code("d2t[i] = target_id[i] - i")
+                               + " (from a t2d mask: " + code("d2t = nonzero(t2d) - arange(draft_vocab_size)") + ")."))
         return out
     if Vd == V and facts.d2t_only_smaller_vocab:
         out.append(Finding("vllm_d2t", "map_without_parameter", ERROR,
@@ -214,6 +232,7 @@ def _d2t(d, tgt, facts: VllmFacts) -> list[Finding]:
                            "vLLM reads d2t as offsets (target = i + d2t[i]) but this d2t "
                            + ("holds absolute target ids" if absolute else "sends draft ids outside the target vocabulary"),
                            {"d2t[:8]": d2t[:8].tolist(), "vocab": V},
-                           fix_checkpoint_command(d.path) + " re-encodes it as offsets." if absolute else
+                           "Re-encode it as offsets: " + code("d2t = d2t - arange(len(d2t))")
+                           + " (vLLM adds the draft id back)." if absolute else
                            "Re-export d2t from the trainer's vocabulary mapping."))
     return out

@@ -113,7 +113,7 @@ class AcceptanceCeilingRule(Rule):
     def reconfigure(self, config: Config) -> None:
         self.config = config.acceptance_ceiling
         for st in self._ranks.values():
-            st.steady.span = self.config.steady_window
+            st.steady.resize(self.config.steady_window)
 
     def on_event(self, server: str, event: object, now: float) -> list[Alert]:
         if isinstance(event, ServerArgs):

@@ -25,6 +25,9 @@ from specwatch.alerts.model import code
 _PY_KEYS = ("python -c \"import glob, sys; from safetensors import safe_open; "
             "print(sorted({'.'.join(k.split('.')[:2]) for f in glob.glob(glob.escape(sys.argv[1]) + '/*.safetensors') "
             "for k in safe_open(f, 'np').keys()}))\" ")
+_PY_D2T = ("python -c \"import glob, sys; from safetensors import safe_open; "
+           "fs = [safe_open(f, 'np') for f in glob.glob(glob.escape(sys.argv[1]) + '/*.safetensors')]; "
+           "d = [f.get_tensor('d2t') for f in fs if 'd2t' in f.keys()][0]; print(d[:8], d.min(), d.max())\" ")
 _PY_LAYERS = ("python -c \"import json, sys; c = json.load(open(sys.argv[1] + '/config.json')); "
               "print(c.get('eagle_aux_hidden_state_layer_ids'), (c.get('eagle_config') or {}).get('eagle_aux_hidden_state_layer_ids'))\" ")
 
@@ -76,6 +79,7 @@ def vllm_causes(args: dict[str, object], kind: str | None) -> list[str]:
         "`grep -n 'Detected EAGLE model with' <log>` — `distinct embed_tokens weights` on any rank. Fix: remove "
         "`embed_tokens.weight` from the draft checkpoint so vLLM shares the target's.",
         "d2t map: vLLM reads `d2t` as offsets (target id = draft id + d2t[draft id]); a map of absolute target "
-        "ids sends every draft token to the wrong target token (`specwatch fix-checkpoint` re-encodes it).",
+        f"ids sends every draft token to the wrong target token. Check: {code(_PY_D2T + d)} — offsets start near 0. "
+        "Fix: re-export d2t as offsets (`d2t[i] = target_id[i] - i`) from the trainer's vocabulary map.",
         *common,
     ]

@@ -1,25 +1,33 @@
-"""Decode stalled: requests were running, no decode line since, and the server says it is stuck.
+"""Decode stalled: requests were running and no decode line came since.
 
 A wedged scheduler (a hung kernel or collective, a deadlock) prints nothing more, while the HTTP
-server around it stays up: access lines keep arriving, the process runs, and `/health`, which
+server around it stays up: access lines may keep arriving, the process runs, and `/health`, which
 sends a one-token generation through the scheduler, times out (`health_generate`,
 sglang/srt/entrypoints/http_server.py 0.5.11-0.5.23: 503 and the ERROR line `Health check failed.
 Server couldn't get a response from detokenizer …`). `DecodeStalled` (critical) fires when a rank's
-last decode line showed running requests, no decode line came for `for`, and since that line the
-health check failed: `/health` not 200 (the HTTP API source) or that ERROR line in the log (any
-client's health probe writes it). It resolves at the next decode line, or when the server stops or
-restarts (the down and restart alerts take over).
+last decode line showed running requests and no decode line came for a while: `for` when since
+that line the health check failed (`/health` not 200 from the HTTP API source, or that ERROR line
+in the log: any client's health probe writes it); `silent_for` when nothing said whether the
+server is healthy (the plain-file setup, `… 2>&1 | tee -a server.log`: the log alone). A `/health`
+that answered 200 since the last decode line says the scheduler moves: nothing fires. It fires
+from the ticks (a live clock: a log that stays silent), and in a replay at the decode line that
+ends such a gap (then it resolves at once). It resolves at the next decode line, or when the
+server stops or restarts (the down and restart alerts take over).
 
-Silence alone is not enough: SGLang prints a decode line every `--decode-log-interval` rounds, not
-when the batch drains, so the last line before traffic stops nearly always shows running requests;
-an idle server with a load balancer polling `/health` looks alive and silent too. `SGLangLogSilent`
-is the opposite case (the scheduler decodes, its lines do not reach specwatch); the scheduler's own
+The log-only case cannot tell a wedge from traffic that stopped: SGLang prints a decode line
+every `--decode-log-interval` rounds, not when the batch drains, so the last line before traffic
+stops may show running requests. `silent_for` (2m) is set above the time the batch of that last
+line takes to drain; raise it where bursts end with long generations. There it pages only when
+the log shows more than silence after a steady batch (queued requests, lines still arriving): a
+batch that was shrinking at its last line may have drained, and is a warning. `SGLangLogSilent` is the
+opposite case (the scheduler decodes, its lines do not reach specwatch); the scheduler's own
 `--watchdog-timeout` (300 s) kills a forward pass stuck that long, so this alert often precedes a
-crash and restart.
+crash and restart (`SGLangLogError`, kind `watchdog_timeout`).
 """
 
 from __future__ import annotations
 
+import copy
 from collections import defaultdict
 
 import msgspec
@@ -35,23 +43,40 @@ from specwatch.rules.windows import Window
 @rule_section("decode_stalled")
 class DecodeStalledConfig(Section):
     enabled: bool = True
-    hold: Seconds = msgspec.field(default=120.0, name="for")  # no decode line this long
+    hold: Seconds = msgspec.field(default=120.0, name="for")  # no decode line this long after a failed health check
+    silent_for: Seconds = 120.0  # no decode line this long, and no health check either way (the log alone)
 
 
 ALERT_NAME = "DecodeStalled"
 
 
 class _State:
-    __slots__ = ("last_decode", "running", "queued", "unhealthy", "process", "watched", "api_reachable", "args")
+    __slots__ = ("last_decode", "running", "queued", "unhealthy", "healthy", "process", "watched", "api_reachable",
+                 "args", "last_batch", "draining")
 
     def __init__(self) -> None:
         self.last_decode: float | None = None  # clock of the last decode line of any rank
         self.running: dict[str, tuple[int, int]] = {}  # rank → (running, queued) of its last decode line
         self.unhealthy: tuple[float, str] | None = None  # last failed health check: (clock, what)
+        self.healthy: float | None = None  # clock of the last /health 200
+        self.last_batch = None  # the last decode line (DecodeBatch)
+        self.draining = False  # the last decode line showed fewer running requests than its rank's one before
         self.process: ServerProcess | None = None
         self.watched = False
         self.api_reachable: float | None = None  # clock of the last HTTP answer
         self.args: dict = {}
+
+
+def _describe(b, at: float | None) -> str:
+    """The last decode line as evidence: its time, rank and counts."""
+    if b is None:
+        return iso8601(at) or "n/a"
+    parts = [f"#running-req: {b.running_requests}", f"#queue-req: {b.queued_requests}"]
+    if b.accept_length is not None:
+        parts.append(f"accept len: {b.accept_length:.2f}")
+    if b.gen_throughput is not None:
+        parts.append(f"gen throughput (token/s): {b.gen_throughput:.2f}")
+    return f"{iso8601(at)} {b.rank or 'single rank'}: Decode batch, " + ", ".join(parts)
 
 
 @register
@@ -76,30 +101,116 @@ class DecodeStalledRule(ActiveAlertsRule):
     def on_decode(self, server: str, window: Window, now: float) -> list[Alert]:
         st = self._s[server]
         b = window.batch
+        out = []
+        if st.last_decode is not None and b.engine == "sglang":
+            # A gap no tick saw (a replay): SGLang prefills new requests first (a `Prefill batch`
+            # line), so a decode line right after the gap is the same batch decoding on. vLLM
+            # prints no prefill line: there a gap cannot be told from idle time.
+            out = self._seen(server, st, now, handed=True)
         st.last_decode = now
+        st.last_batch = b
+        before = st.running.get(b.rank)
+        st.draining = before is not None and b.running_requests < before[0]
         st.running[b.rank] = (b.running_requests, b.queued_requests)
         if server not in self.active:
-            return []  # the common case
-        return self.active.resolve(server, now, ("decode lines", f"arriving again ({b.rank or 'single rank'})"))
+            return out  # the common case
+        return out + self.active.resolve(server, now, ("decode lines", f"arriving again ({b.rank or 'single rank'})"))
+
+    def on_prefill(self, server: str, batch, now: float) -> list[Alert]:
+        """A prefill line: its `#running-req` is the rank's decode batch now (0 after a burst
+        drained and traffic came back). It is no decode progress."""
+        self._s[server].running[batch.rank] = (batch.running_requests, batch.queued_requests)
+        return []
+
+    @staticmethod
+    def _watchdog(st: _State) -> float:
+        """SGLang's `--watchdog-timeout` (300 s by default, sglang/srt/server_args.py 0.4-0.5.23): a
+        forward pass stuck longer kills the server, so a gap longer than it past the threshold
+        is not a stall a tick would have seen (a log of lines spliced together, an idle
+        decode-only server, specwatch itself stopped meanwhile)."""
+        try:
+            return float(st.args.get("watchdog_timeout") or 300.0)
+        except (TypeError, ValueError):
+            return 300.0
+
+    def _shortest(self) -> float:
+        return min(self.config.hold, self.config.silent_for)
+
+    def _gaps(self, rows, a: int, b: int, prev: float | None, inclusive: bool):
+        """Seconds from the last decode line to each row in [a, b) (`prev`: the clock of the last
+        one before row a, None: none; NaN then): before the row, or, `inclusive`, at or before
+        it (what a tick after the row sees). A numpy array over the rows."""
+        import numpy as np
+
+        from specwatch import columns
+
+        clock = columns.cached(rows, ("clock",), lambda: np.asarray(rows.clock, dtype=float))[a:b]
+        dec = rows.array("dec")[a:b]
+        at = np.maximum.accumulate(np.where(dec, np.arange(len(clock)), -1))
+        if not inclusive:
+            at = np.concatenate(([-1], at[:-1]))
+        last = np.where(at >= 0, clock[np.maximum(at, 0)], np.nan if prev is None else prev)
+        return clock - last
 
     def advance(self, server: str, rows, a: int, b: int) -> tuple[int, list[Alert]]:
-        da, db = rows.decodes(a, b)
-        if da == db:
+        """Rows [a, b) as on_decode and on_prefill would take them, up to the first row that
+        comes `_shortest()` or more after the last decode line (it goes through its hook one by
+        one: on_decode may fire there)."""
+        if a >= b:
             return b, []
         if server in self.active:
             return a, []
-        st = self._s[server]
-        from specwatch import columns
+        import numpy as np
 
-        st.last_decode = rows.clock[rows.dpos[db - 1]]
-        names, running, queued = columns.rank_names(rows), rows.array("d_running"), rows.array("d_queued")
-        for code, j in columns.last_by_rank(rows, da, db):  # as a line at a time: each rank's last line
-            st.running[names[code]] = (int(running[j]), int(queued[j]))
+        st = self._s[server]
+        if self.config.enabled:
+            late = np.flatnonzero(self._gaps(rows, a, b, st.last_decode, False) >= self._shortest())
+            if len(late):
+                b = a + int(late[0])
+                if b == a:
+                    return a, []
+
+        da, db = rows.decodes(a, b)
+        codes = rows.array("rank")[a:b]
+        names, dec, dcount = rows._names, rows.array("dec"), rows.array("dcount")
+        running, queued = rows.array("d_running"), rows.array("d_queued")
+        if db > da:
+            i = int(rows.dpos[db - 1])
+            st.last_decode = rows.clock[i]
+            st.last_batch = rows.decode(db - 1)
+            # as on_decode: the last decode line against its rank's line before it (decode or prefill)
+            earlier = np.flatnonzero(codes[: i - a] == codes[i - a])
+            if len(earlier):
+                r = a + int(earlier[-1])
+                before = int(running[int(dcount[r])]) if dec[r] else rows.batch(r).running_requests
+            else:
+                before = (st.running.get(names[codes[i - a]]) or (None,))[0]
+            st.draining = before is not None and int(running[db - 1]) < before
+        found, first = np.unique(codes, return_index=True)
+        _, back = np.unique(codes[::-1], return_index=True)
+        # ranks new to `running` are added in the order of their first line, as a line at a time
+        for _, code, i in sorted(zip(first.tolist(), found.tolist(), (a + len(codes) - 1 - back).tolist())):
+            if dec[i]:  # each rank's last line: its decode counts, or its prefill line's
+                j = int(dcount[i])
+                st.running[names[code]] = (int(running[j]), int(queued[j]))
+            else:
+                p = rows.batch(i)
+                st.running[names[code]] = (p.running_requests, p.queued_requests)
         return b, []
 
     def on_restart(self, server: str, at: float, why: str) -> list[Alert]:
         st = self._s.pop(server, None)
         return [] if st is None else self.active.resolve(server, at, ("server", why))
+
+    def _seen(self, server: str, st: _State, now: float, handed: bool = False) -> list[Alert]:
+        """`_check` once `now` is `_shortest()` past the last decode line (a tick, or a line
+        that shows a gap no tick saw). `handed`: the caller resolves the alert at once, so its
+        firing state goes out as a copy first."""
+        if not self.config.enabled or server in self.active or st.last_decode is None \
+                or now - st.last_decode < self._shortest():
+            return []
+        out = self._check(server, st, now)
+        return [copy.deepcopy(a) for a in out] if handed else out
 
     def on_event(self, server: str, event: object, now: float) -> list[Alert]:
         if type(event) is LogError:
@@ -112,8 +223,10 @@ class DecodeStalledRule(ActiveAlertsRule):
             if event.healthy is False:
                 st.unhealthy = (now, f"/health answered {event.health_status}" if event.health_status
                                 else "/health did not answer")
-            elif event.healthy and st.unhealthy is not None and st.unhealthy[0] < now:
-                st.unhealthy = None  # it answers: whatever was stuck moves again
+            elif event.healthy:
+                st.healthy = now
+                if st.unhealthy is not None and st.unhealthy[0] < now:
+                    st.unhealthy = None  # it answers: whatever was stuck moves again
         elif isinstance(event, ProcessSample):
             st = self._s[server]
             st.watched, st.process = True, event.process
@@ -125,27 +238,53 @@ class DecodeStalledRule(ActiveAlertsRule):
         return []
 
     def quiet_until(self, server: str, rows, a: int) -> int:
-        """No server that is not firing had a failed health check (events set it, never log
-        lines): on_tick does nothing, whatever decode lines come."""
-        if not self.config.enabled or all(st.unhealthy is None or s in self.active for s, st in self._s.items()):
-            return len(rows.dec)
-        return a
+        """The first row from `a` whose tick may fire: for `server` (whose lines these rows
+        are), the first that comes `_shortest()` or more after its last decode line (a decode
+        row's own tick never does); any other server not firing with a failed health check or
+        running requests: `a`."""
+        n = len(rows.dec)
+        if not self.config.enabled or a >= n:
+            return n
+        for s, st in self._s.items():
+            if s != server and s not in self.active and (
+                    st.unhealthy is not None or any(r for r, _ in st.running.values())):
+                return a
+        if server in self.active:
+            return n
+        import numpy as np
+
+        st = self._s.get(server)
+        late = np.flatnonzero(self._gaps(rows, a, n, st.last_decode if st else None, True) >= self._shortest())
+        return a + int(late[0]) if len(late) else n
 
     def on_tick(self, now: float) -> list[Alert]:
         if not self.config.enabled:
             return []
         out = []
         for server, st in self._s.items():
-            if server in self.active or st.last_decode is None or st.unhealthy is None:
-                continue
-            if now - st.last_decode < self.config.hold or st.unhealthy[0] < st.last_decode:
-                continue
-            if not any(r for r, _ in st.running.values()) or (st.watched and st.process is None):
-                continue
-            out += self.active.fire(server, self._alert(server, st, now))
+            out += self._seen(server, st, now)
         return out
 
-    def _alert(self, server: str, st: _State, now: float) -> Alert:
+    def _threshold(self, st: _State) -> float | None:
+        """How long without a decode line is a stall: `for` after a failed health check since the
+        last decode line, None after a passed one (the scheduler answers), else `silent_for`."""
+        if st.unhealthy is not None and st.unhealthy[0] >= st.last_decode:
+            return self.config.hold
+        if st.healthy is not None and st.healthy >= st.last_decode:
+            return None
+        return self.config.silent_for
+
+    def _check(self, server: str, st: _State, now: float) -> list[Alert]:
+        """The one decision: fire when the last decode line showed running requests, the server
+        runs (or nothing says it does not), and no decode line came for `_threshold`."""
+        limit = self._threshold(st)
+        if limit is None or not limit <= now - st.last_decode <= limit + self._watchdog(st):
+            return []  # a longer gap is not seen live: lines spliced together, specwatch itself stopped
+        if not any(r for r, _ in st.running.values()) or (st.watched and st.process is None):
+            return []
+        return self.active.fire(server, self._alert(server, st, now, limit))
+
+    def _alert(self, server: str, st: _State, now: float, limit: float) -> Alert:
         running = sum(r for r, _ in st.running.values())
         queued = sum(q for _, q in st.running.values())
         last = (self.last_lines(server) if self.last_lines else {}) or {}
@@ -157,12 +296,17 @@ class DecodeStalledRule(ActiveAlertsRule):
         other = last.get("other")
         if other is not None and other > st.last_decode:
             alive.append(f"other log lines until {iso8601(other)}")
+        later = [f"{k} lines until {iso8601(t)}" for k, t in sorted(last.items())
+                 if k not in ("decode",) and t > st.last_decode]
+        log_only = st.unhealthy is None or st.unhealthy[0] < st.last_decode
         evidence = [
             ("running requests at the last decode line", str(running)),
             ("queued requests at the last decode line", str(queued)),
-            ("last decode line", iso8601(st.last_decode) or "n/a"),
+            ("last decode line", _describe(st.last_batch, st.last_decode)),
             ("no decode line for", f"{now - st.last_decode:.0f}s"),
-            ("health check", f"{st.unhealthy[1]} at {iso8601(st.unhealthy[0])}"),
+            ("health check", "none seen since the last decode line (the log alone: silent_for "
+             f"{limit:.0f}s)" if log_only else f"{st.unhealthy[1]} at {iso8601(st.unhealthy[0])}"),
+            ("still arriving", "; ".join(later) or "nothing: the log is silent"),
             ("server alive", "; ".join(alive) or "unknown"),
         ]
         if len(st.running) > 1:
@@ -170,14 +314,22 @@ class DecodeStalledRule(ActiveAlertsRule):
         evidence += args_evidence(st.args)
         pid = st.process.pid if st.process is not None else "PID"
         watchdog = st.args.get("watchdog_timeout")
+        # The log alone cannot tell a wedge from a burst that drained after its last line (SGLang
+        # logs every --decode-log-interval rounds, not when the batch empties): a page needs a
+        # failed health check, queued requests, lines still arriving, or a batch that was not
+        # shrinking; a draining one is a warning.
+        certain = not log_only or queued > 0 or bool(later) or not st.draining
         return new_alert(
-            ALERT_NAME, "critical", server, "",
+            ALERT_NAME, "critical" if certain else "warning", server, "",
             summary=f"Decoding stalled on {server}: {running} request(s) running, no decode line for {now - st.last_decode:.0f}s",
             description=(
                 f"The last decode line showed {running} running request(s); no decode line since "
-                f"{iso8601(st.last_decode)}, and the health check fails, which sends a one-token "
-                "generation through the scheduler. The HTTP server is up but the scheduler makes no "
-                "progress: every request hangs."
+                f"{iso8601(st.last_decode)}"
+                + (f" ({now - st.last_decode:.0f}s), and nothing else says the scheduler moves. "
+                   "The scheduler makes no progress: every request hangs (or traffic stopped with that "
+                   "batch, if its requests were about to finish)." if log_only else
+                   ", and the health check fails, which sends a one-token generation through the "
+                   "scheduler. The HTTP server is up but the scheduler makes no progress: every request hangs.")
             ),
             starts_at=now,
             evidence=evidence,
@@ -194,7 +346,7 @@ class DecodeStalledRule(ActiveAlertsRule):
             ],
         )
 
-    def to_state(self) -> dict:
+    def to_state(self) -> dict:  # last_batch is not kept: the evidence then names the line by its time
         return {"active": self.active.to_state(),
                 "servers": {s: {"last_decode": st.last_decode, "running": {r: list(v) for r, v in st.running.items()}}
                             for s, st in self._s.items() if st.last_decode is not None}}

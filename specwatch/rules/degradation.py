@@ -29,7 +29,7 @@ from specwatch.alerts.model import Alert
 from specwatch.config import Config, Count, Ratio, Seconds, Section, drop_hysteresis, rule_section
 from specwatch.events import DecodeBatch, ServerArgs
 from specwatch.rules.active import ActiveAlerts
-from specwatch.rules.base import Rule, RuleContext, ServerArgsMemory, alert_key, args_evidence, decodes_left, fmt, new_alert, register
+from specwatch.rules.base import Rule, RuleContext, ServerArgsMemory, alert_key, args_evidence, fmt, new_alert, register
 from specwatch.rules.collapse import CollapseConfig
 from specwatch.rules.stats import Baseline, Recent, drop_transition
 from specwatch.rules.windows import Window
@@ -113,7 +113,8 @@ class DegradationRule(Rule):
         self.config = config.degradation
         self.collapse_max = config.collapse.max_accept_length
         for st in self._ranks.values():
-            st.recent.span = st.running.span = self.config.window
+            st.recent.resize(self.config.window)
+            st.running.resize(self.config.window)
         for b in self._baselines.values():
             b.resize(self.config.baseline_window)
 
@@ -128,10 +129,7 @@ class DegradationRule(Rule):
         fires, and before a line of a rank that fires (it updates or resolves the alert handed out)."""
         if not self.config.enabled:
             return b, []
-        left = decodes_left(self._columns, server, rows, a, b)
-        if left is None:
-            return b, []
-        da, db = left
+        da, db = rows.decodes(a, b)
         observe, rank, ts, acc, running = self._observe, rows.d_rank, rows.d_ts, rows.d_acc, rows.d_running
         active, cmax = self.active, self.collapse_max
         for j in range(da, db):
@@ -144,87 +142,6 @@ class DegradationRule(Rule):
             if alerts:
                 return rows.dpos[j] + 1, alerts
         return b, []
-
-    def _columns(self, server: str, rows, da: int, db: int) -> int | None:
-        """Decode rows [da, db) at C speed while none of them can alert (`specwatch/columns.py`):
-        the decode ordinal up to which they were taken (db: all), None when they cannot be
-        (an alert fires, a rank is below its baseline, times out of order)."""
-        import numpy as np
-
-        from specwatch import columns
-
-        cfg = self.config
-        if not self.active.empty():
-            return None
-        acc = rows.array("d_acc")[da:db]
-        counted = np.flatnonzero((acc > self.collapse_max) & (acc < np.inf)) + da  # decode ordinals
-        if not len(counted):
-            return db
-        codes = rows.array("d_code")[counted]
-        t_all, x_all, run_all = rows.array("d_ts")[counted], rows.array("d_acc")[counted], rows.array("d_running")[counted]
-        n = len(counted)
-        uniq, first = columns.unique_first(codes)
-        per_rank = []  # (rank, its _Rank or None, positions among counted, window steps, running steps)
-        sums, cnts = np.empty(n), np.empty(n)
-        aged_keys, aged_t, aged_v = [], [], []
-        for code in uniq[np.argsort(first)]:
-            pos = np.flatnonzero(codes == code)
-            rank = rows.d_rank[counted[pos[0]]]
-            st = self._ranks.get((server, rank))
-            if st is not None and st.low_since is not None:
-                return None
-            recent = st.recent if st is not None else Recent(cfg.window)
-            running = st.running if st is not None else Recent(cfg.window)
-            w = columns.recent_steps(recent, t_all[pos], x_all[pos], twin=running, twin_v=run_all[pos])
-            r = w if w is None or w.twin_sums is not None else columns.recent_steps(running, t_all[pos], run_all[pos])
-            if w is None or r is None:
-                return None
-            r = (int(r.pruned[-1]), float((r.twin_sums if r is w else r.sums)[-1]))  # the running window's end
-            sums[pos], cnts[pos] = w.sums, w.counts
-            k = int(w.pruned[-1])
-            if k:
-                aged_keys.append(pos[w.aged_rows])
-                aged_t.append(w.t[:k])
-                aged_v.append(w.v[:k])
-            per_rank.append((rank, st, pos, w, r))
-        # healthy lines teach the model pair's baseline what aged out, in line order
-        pair = self._pair(server)
-        learned = self._baselines.get(pair[2])
-        base_now = learned if learned is not None else Baseline(BASELINE_BUCKET, cfg.baseline_window)
-        if aged_keys:
-            keys = np.concatenate(aged_keys)
-            order = np.argsort(keys, kind="stable")
-            keys, lt, lv = keys[order], np.concatenate(aged_t)[order], np.concatenate(aged_v)[order]
-        else:
-            keys, lt, lv = np.empty(0, int), np.empty(0), np.empty(0)
-        learning = columns.baseline_steps(base_now, lt, lv)
-        configured = self._configured(*pair)
-        if configured:
-            base = np.full(n, configured[0])
-        else:
-            done = np.searchsorted(keys, np.arange(n), side="right")  # aged samples learned by each line
-            lsum = np.concatenate(([base_now._sum], learning[0]))[done]
-            lcnt = np.concatenate(([base_now.count], learning[1]))[done]
-            base = np.where(lcnt >= cfg.min_baseline_batches, lsum / np.maximum(lcnt, 1), np.nan)
-        check = (cnts >= cfg.min_window_batches) & ~np.isnan(base)
-        with np.errstate(invalid="ignore"):
-            low = check & ((sums / cnts) / base < 1 - cfg.max_drop_ratio)
-        if low.any():
-            stop = int(counted[int(np.argmax(low))])  # the first line below: one by one from there
-            return stop if stop == int(counted[0]) else self._columns(server, rows, da, stop)
-        running_int = rows.array("d_running_int")  # the lines' running requests: ints, as per line
-        for rank, st, pos, w, r in per_rank:
-            if st is None:
-                st = self._ranks[(server, rank)] = _Rank(Recent(cfg.window), Recent(cfg.window))
-                st.akey = alert_key(server, rank)
-            js = counted[pos]
-            columns.apply_recent(st.recent, w, js, rows.array("d_ts"), rows.array("d_accept"))
-            columns.set_recent(st.running, *r, js, rows.array("d_ts"), running_int)
-        if len(lv):
-            if learned is None:
-                learned = self._baselines[pair[2]] = base_now
-            columns.apply_baseline(learned, learning)
-        return db
 
     def on_event(self, server: str, event: object, now: float) -> list[Alert]:
         if not self.config.enabled:
@@ -297,9 +214,9 @@ class DegradationRule(Rule):
         if st.low_since is None and not firing and aged:
             if learned is None:
                 learned = self._baselines[pair[2]] = Baseline(BASELINE_BUCKET, cfg.baseline_window)
-            for at, v in aged:
-                learned.add(at, v)
-        n = len(recent)
+            for at, v, k in aged:
+                learned.add(at, v, k)
+        n = recent.count
         if n < cfg.min_window_batches:
             return []
         # `_base(server)`, inline: the configured value of the pair, else the learned mean once usable

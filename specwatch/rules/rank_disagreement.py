@@ -206,7 +206,7 @@ class RankDisagreementRule(Rule):
                 "| grep -i -E 'draft|eagle|load weight|embed|lm_head'` against a healthy rank; ranks that "
                 "disagree on weight sharing or loading build different drafters (BR-05).",
                 "Check the GPU of this rank: `nvidia-smi -q -d ECC,PERFORMANCE` and "
-                "`dmesg | grep -i xid` (specwatch_gpu_* metrics); a faulty GPU corrupts draft logits first.",
+                "`dmesg | grep -i xid` (`specwatch_gpu_*` metrics); a faulty GPU corrupts draft logits first.",
                 "PD disaggregation / transfer: if only some ranks receive requests through a KV transfer "
                 "path, the draft may miss its hidden states there (BR-10).",
                 "Routing: a load-balance method that sends one kind of request to one DP rank "

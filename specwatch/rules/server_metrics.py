@@ -32,7 +32,7 @@ from specwatch.config import Config, Count, Seconds, Section, rule_section
 from specwatch.events import DecodeBatch, MetricsSample, RankMetrics
 from specwatch.rules.active import ActiveAlertsRule
 from specwatch.rules.base import alert_key, fmt, new_alert, register
-from specwatch.rules.windows import Window, WindowConfig
+from specwatch.rules.windows import Window, WindowConfig, running_in_window
 
 
 def metrics_windows(sample: MetricsSample, cfg: WindowConfig) -> Iterator[tuple[RankMetrics, Window]]:
@@ -43,7 +43,7 @@ def metrics_windows(sample: MetricsSample, cfg: WindowConfig) -> Iterator[tuple[
     for rm in sample.ranks:
         if not rm.fresh or rm.accept_length is None:
             continue
-        running = rm.running_requests if rm.running_requests is not None else 1  # drafts were made
+        running = running_in_window(rm.running_requests, rm.draft_tokens) if rm.running_requests is not None else 1  # drafts were made
         batch = DecodeBatch(sample.timestamp, rm.rank, dict(rm.ranks), {}, running, rm.queued_requests or 0,
                             accept_length=rm.accept_length, accept_rate=rm.accept_rate,
                             gen_throughput=rm.gen_throughput, engine=sample.engine or "sglang")
@@ -154,7 +154,8 @@ class MetricsCrossCheckRule(ActiveAlertsRule):
             return []
         out = []
         for rm in event.ranks:
-            if not rm.fresh or rm.accept_length is None or (rm.running_requests is not None and rm.running_requests < 1):
+            if not rm.fresh or rm.accept_length is None or (rm.running_requests is not None
+                                                          and running_in_window(rm.running_requests, rm.draft_tokens) < 1):
                 continue
             found = self._log_values(server, rm, now)
             if found is not None:

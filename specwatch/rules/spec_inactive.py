@@ -103,7 +103,7 @@ class SpeculationInactiveRule(Rule):
             fixes=[
                 "Check what the running server uses: `curl -s localhost:30000/server_info | python3 -m json.tool "
                 "| grep -E 'speculative|version'` (port: --port). A server restarted without the "
-                "--speculative-* flags still shows the old settings line in a log that was not rotated.",
+                "`--speculative-*` flags still shows the old settings line in a log that was not rotated.",
                 "Check that the log holds only this server's lines: another SGLang process (a second "
                 "server, an old instance) writing to the same file mixes decode lines; compare the rank "
                 "prefixes and `grep -n 'server_args=' <log>`.",

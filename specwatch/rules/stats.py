@@ -1,8 +1,8 @@
 """Rolling statistics for the baseline rules: a recent window and a learned baseline.
 
-`Recent` holds the samples of the last `span` seconds and hands back the ones that age out, so
-a rule can feed them into its `Baseline` only when they were healthy: a degradation never
-teaches the baseline that it is normal. `Baseline` keeps per-bucket sums (a bounded number of
+`Recent` sums the samples of the last `span` seconds in time buckets (memory bounded by the span,
+not by the line rate) and hands back the buckets that age out, so a rule can feed them into its
+`Baseline` only when they were healthy: a degradation never teaches the baseline that it is normal. `Baseline` keeps per-bucket sums (a bounded number of
 buckets, so memory and state size stay small over days) and reports their weighted mean.
 Times are seconds (the batches' timestamps).
 """
@@ -14,51 +14,15 @@ import math
 import sys
 from array import array
 from collections import deque
-from collections.abc import Iterable, Iterator
-from itertools import chain
 
 
-class Pairs:
-    """Samples (t, value), oldest first, in two `array('d')` columns: 16 bytes a sample where a
-    deque of tuples takes ~100 (a tuple and two floats), for windows of thousands of lines.
-    Readers use it as that deque (`len`, `[i]`, iteration: (t, value) tuples of floats); `Recent`
-    appends to the columns and `drop`s the oldest."""
+MAX_BUCKETS = 600  # time buckets a `Recent` window holds at most (a 600 s window: 1 s buckets)
 
-    __slots__ = ("t", "v", "head")
 
-    def __init__(self, pairs: Iterable[tuple[float, float]] = ()):
-        flat = array("d", chain.from_iterable(pairs))  # t0, v0, t1, v1, ...
-        self.t, self.v, self.head = flat[0::2], flat[1::2], 0
-
-    def drop(self, k: int) -> None:
-        """Forget the oldest `k` samples (at most all)."""
-        h, ts = self.head + k, self.t
-        if h >= len(ts):
-            del ts[:], self.v[:]
-            h = 0
-        elif h >= 256 and 2 * h >= len(ts):  # the dropped front goes once it is half: O(1) amortized
-            del ts[:h], self.v[:h]
-            h = 0
-        self.head = h
-
-    def __len__(self) -> int:
-        return len(self.t) - self.head
-
-    def __getitem__(self, i: int) -> tuple[float, float]:
-        n = len(self.t) - self.head
-        if i < 0:
-            i += n
-        if not 0 <= i < n:
-            raise IndexError("Pairs index out of range")
-        i += self.head
-        return self.t[i], self.v[i]
-
-    def __iter__(self) -> Iterator[tuple[float, float]]:
-        h = self.head
-        return zip(self.t[h:], self.v[h:])  # copies: safe against changes while iterating
-
-    def __repr__(self) -> str:
-        return f"Pairs({list(self)!r})"
+def bucket_width(span: float) -> float:
+    """Seconds per time bucket of a `span`-second window: 1 s (log stamps are whole seconds), wider
+    for windows over `MAX_BUCKETS` seconds, never wider than the span itself."""
+    return min(span, max(1.0, span / MAX_BUCKETS)) if span > 0 else 1.0
 
 
 def _pack(a: array) -> str:
@@ -77,95 +41,144 @@ def _unpack(s: str) -> array:
 
 
 class Recent:
-    """Samples (t, value) of the last `span` seconds, oldest first, with their running sum
-    (`mean` is O(1): the rules call it on every decode line). `samples`: a `Pairs` (the catch-up
-    in columns builds one from its arrays: `columns.set_recent`); a deque of (t, value) tuples
-    set here serves as the store as it is."""
+    """The samples (t, value) of the last `span` seconds as time buckets: per `width`-second bucket
+    (`bucket_width(span)`) its start time, sample count and value sum, oldest first, in `array`
+    columns, with the window's running `sum` and `count` (samples; `len()` too), so `mean` is O(1): the
+    rules read them on every decode line. Memory is at most `MAX_BUCKETS` + 1 buckets (24 bytes each) whatever the line rate.
 
-    __slots__ = ("span", "_pairs", "_sum")
+    A bucket ages out whole once its start is `span` or more before the newest time: for stamps in
+    whole seconds (SGLang's `%H:%M:%S`) exactly the samples a window of samples would drop; finer
+    stamps age up to one bucket early. A sample older than the newest bucket (the log's clock
+    stepped back) joins the newest bucket. `oldest`: the oldest bucket's start (inf when empty),
+    so `oldest > t - span` says that nothing ages out at `t` without a call."""
+
+    __slots__ = ("span", "width", "oldest", "sum", "count", "_t", "_n", "_s", "_head")
 
     def __init__(self, span: float):
         self.span = span
-        self._pairs: Pairs | deque = Pairs()
-        self._sum = 0.0
+        self.width = bucket_width(span)
+        self._clear()
+
+    def _clear(self) -> None:
+        self._t, self._n, self._s = array("d"), array("q"), array("d")  # start s, samples, value sum
+        self._head = 0
+        self.sum = 0.0
+        self.count = 0
+        self.oldest = math.inf
+
+    def resize(self, span: float) -> None:
+        """A new span (config reload): the buckets kept, merged into the new width's if it changed."""
+        self.span = span
+        width = bucket_width(span)
+        if width != self.width:
+            old = self.buckets
+            self.width = width
+            self._clear()
+            for start, n, total in old:
+                self._put(start, n, total)
 
     @property
-    def samples(self) -> Pairs | deque:
-        return self._pairs
+    def buckets(self) -> list[tuple[float, int, float]]:
+        """(start s, samples, value sum) of each bucket, oldest first."""
+        h = self._head
+        return list(zip(self._t[h:], self._n[h:], self._s[h:]))
 
-    @samples.setter
-    def samples(self, pairs: Iterable[tuple[float, float]]) -> None:
-        self._pairs = pairs if isinstance(pairs, (Pairs, deque)) else Pairs(pairs)
-
-    def add(self, t: float, value: float) -> list[tuple[float, float]]:
-        """Add a sample; returns the samples that fell out of the window (oldest first)."""
-        p = self._pairs
-        if type(p) is Pairs:
-            ts = p.t
-            ts.append(t)
-            p.v.append(value)
-            oldest = ts[p.head]
+    def _put(self, t: float, n: int, total: float) -> None:
+        start = (t // self.width) * self.width
+        ts = self._t
+        if self.count and start <= ts[-1]:
+            self._n[-1] += n
+            self._s[-1] += total
         else:
-            p.append((t, value))
-            oldest = p[0][0]
-        self._sum += value
+            ts.append(start)
+            self._n.append(n)
+            self._s.append(total)
+            if not self.count:
+                self.oldest = start
+        self.sum += total
+        self.count += n
+
+    def add(self, t: float, value: float) -> list[tuple[float, float, int]]:
+        """Add a sample; returns the buckets that fell out of the window (oldest first), each as
+        (start s, value sum, samples)."""
+        start = (t // self.width) * self.width  # `_put`, inline: every decode line of several rules
+        ts = self._t
+        if self.count and start <= ts[-1]:
+            self._n[-1] += 1
+            self._s[-1] += value
+        else:
+            ts.append(start)
+            self._n.append(1)
+            self._s.append(value)
+            if not self.count:
+                self.oldest = start
+        self.sum += value
+        self.count += 1
         limit = t - self.span
-        if oldest > limit:
+        if self.oldest > limit:
             return []  # nothing aged out (prune's test): no call, no list to build
-        if type(p) is Pairs:  # a steady window: one sample in, one out (prune's result, inline)
-            h = p.head
-            if ts[h + 1] > limit:  # ts[h + 1] exists: this sample's t is > limit
-                v = p.v[h]
-                self._sum -= v
-                if h < 255 or 2 * h + 2 < len(ts):  # `drop(1)` when it does not compact
-                    p.head = h + 1
-                else:
-                    p.drop(1)
-                return [(oldest, v)]
+        h = self._head
+        # one bucket out and the next stays, no compaction due: prune's result, inline (ts[h + 1]
+        # exists: the bucket of t is newer than the limit)
+        if ts[h + 1] > limit and (h < 63 or 2 * h + 2 < len(ts)):
+            start, total, n = ts[h], self._s[h], self._n[h]
+            self.sum -= total
+            self.count -= n
+            self._head = h + 1
+            self.oldest = ts[h + 1]
+            return [(start, total, n)]
         return self.prune(t)
 
-    def prune(self, t: float) -> list[tuple[float, float]]:
-        """Drop the samples older than `span` before `t`; returns them (oldest first)."""
-        p = self._pairs
+    def prune(self, t: float) -> list[tuple[float, float, int]]:
+        """Drop the buckets that start `span` or more before `t`; returns them as `add` does."""
         limit = t - self.span
-        if type(p) is Pairs:
-            ts, h = p.t, p.head
-            k, n = h, len(ts)
-            while k < n and ts[k] <= limit:
-                k += 1
-            out = list(zip(ts[h:k], p.v[h:k]))
-            if k > h:
-                p.drop(k - h)
-        else:
-            out = []
-            while p and p[0][0] <= limit:
-                out.append(p.popleft())
-        for _, v in out:  # one by one, oldest first: the same float sum either way
-            self._sum -= v
-        if not p:
-            self._sum = 0.0  # no drift of float error across idle spells
+        if self.oldest > limit:
+            return []
+        ts, sums, counts, h = self._t, self._s, self._n, self._head
+        n = len(ts)
+        out = []
+        while h < n and ts[h] <= limit:
+            out.append((ts[h], sums[h], counts[h]))
+            self.sum -= sums[h]
+            self.count -= counts[h]
+            h += 1
+        if h == n:  # empty: no drift of float error across idle spells
+            self._clear()
+            return out
+        if h >= 64 and 2 * h >= n:  # the dropped front goes once it is half: O(1) amortized
+            del ts[:h], counts[:h], sums[:h]
+            h = 0
+        self._head = h
+        self.oldest = ts[h]
         return out
 
-    @property
-    def sum(self) -> float:
-        return self._sum
-
     def __len__(self) -> int:
-        return len(self._pairs)
+        """Samples in the window."""
+        return self.count
 
     def mean(self) -> float | None:
-        return self._sum / len(self._pairs) if self._pairs else None
+        return self.sum / self.count if self.count else None
 
     def to_state(self) -> dict:
-        """The samples as {"t": ..., "v": ...}: base64 of float64 little-endian columns."""
-        p = self._pairs if type(self._pairs) is Pairs else Pairs(self._pairs)
-        return {"t": _pack(p.t[p.head:]), "v": _pack(p.v[p.head:])}
+        """The buckets as {"t": starts, "s": sums, "n": counts}: base64 of float64 little-endian
+        columns (counts as floats); "sum": the running sum, "width": seconds per bucket."""
+        h = self._head
+        return {"t": _pack(self._t[h:]), "s": _pack(self._s[h:]), "n": _pack(array("d", self._n[h:])),
+                "sum": self.sum, "width": self.width}
 
     def load_state(self, state: dict | list) -> None:
-        """Add the samples of `to_state()` (or a list of (t, value) pairs: earlier versions) in order."""
+        """Add what `to_state()` saved; or the samples of earlier versions ({"t", "v"} columns, or
+        a list of (t, value) pairs), in order."""
+        if isinstance(state, dict) and "s" in state:
+            fresh = not self.count
+            for t, total, n in zip(_unpack(state["t"]), _unpack(state["s"]), _unpack(state["n"])):
+                self._put(t, int(n), total)
+            if fresh and self.count and state.get("width") == self.width:
+                self.sum = float(state.get("sum", self.sum))  # the same sum as before, bit for bit
+            return
         pairs = zip(_unpack(state["t"]), _unpack(state["v"])) if isinstance(state, dict) else state
         for t, v in pairs:
-            self.add(t, v)
+            self._put(t, 1, v)
 
 
 class Baseline:
@@ -184,17 +197,18 @@ class Baseline:
         self._sum = 0.0
         self.count = 0
 
-    def add(self, t: float, value: float) -> None:
+    def add(self, t: float, value: float, n: int = 1) -> None:
+        """Add `n` samples at `t` whose values sum to `value` (a bucket aged out of a `Recent`)."""
         idx = math.floor(t / self.bucket)
         self._sum += value
-        self.count += 1
+        self.count += n
         buckets = self.buckets
         if buckets and buckets[-1][0] == idx:
             last = buckets[-1]
             last[1] += value
-            last[2] += 1
+            last[2] += n
             return
-        buckets.append([idx, value, 1])
+        buckets.append([idx, value, n])
         self._trim()
 
     def resize(self, span: float) -> None:

@@ -23,7 +23,7 @@ from specwatch.alerts.model import Alert
 from specwatch.config import Config, Count, Ratio, Seconds, Section, drop_hysteresis, rule_section
 from specwatch.events import DecodeBatch
 from specwatch.rules.active import ActiveAlerts
-from specwatch.rules.base import Rule, alert_key, decodes_left, fmt, new_alert, register
+from specwatch.rules.base import Rule, alert_key, fmt, new_alert, register
 from specwatch.rules.stats import Baseline, Recent, drop_transition
 from specwatch.rules.windows import Window
 
@@ -107,7 +107,7 @@ class ThroughputDropRule(Rule):
         self.config = config.throughput_drop
         for st in self._ranks.values():
             for lv in st.levels.values():
-                lv.recent.span = self.config.window
+                lv.recent.resize(self.config.window)
         for b in self._baselines.values():
             b.resize(self.config.baseline_window)
         self._refresh()
@@ -120,7 +120,7 @@ class ThroughputDropRule(Rule):
                 lv.learned = self._baselines.get((server, rank, lv.level))
                 lv.base = self._usable(lv.learned)
                 recent = lv.recent
-                count = len(recent.samples) if lv.base else 0
+                count = recent.count if lv.base else 0
                 st.n += count - lv.count
                 lv.count = count
                 st.terms[lv.index] = recent.sum / lv.base if count else 0.0
@@ -140,10 +140,7 @@ class ThroughputDropRule(Rule):
         fires, and before a line of a rank that fires (it may resolve the alert handed out)."""
         if not self.config.enabled:
             return b, []
-        left = decodes_left(self._columns, server, rows, a, b)
-        if left is None:
-            return b, []
-        da, db = left
+        da, db = rows.decodes(a, b)
         observe, rank, ts, running, thr = self._observe, rows.d_rank, rows.d_ts, rows.d_running, rows.d_thr
         active = self.active
         for j in compress(range(da, db), rows.d_thr_ok[da:db]):
@@ -153,111 +150,6 @@ class ThroughputDropRule(Rule):
             if alerts:
                 return rows.dpos[j] + 1, alerts
         return b, []
-
-    def _columns(self, server: str, rows, da: int, db: int) -> int | None:
-        """Decode rows [da, db) at C speed while none of them can alert (`specwatch/columns.py`):
-        the decode ordinal up to which they were taken (db: all), None when they cannot be (a
-        rank fires or is below its baseline, times out of order)."""
-        import numpy as np
-
-        from specwatch import columns
-
-        cfg = self.config
-        if cfg is not self._cached_for:
-            self._refresh()
-        if not self.active.empty():
-            return None
-        valid = np.flatnonzero(rows.array("d_thr_ok")[da:db]) + da  # decode ordinals
-        if not len(valid):
-            return db
-        codes = rows.array("d_code")[valid]
-        t_all, thr_all = rows.array("d_ts")[valid], rows.array("d_thr")[valid]
-        level_all = np.maximum(rows.array("d_running")[valid], 1).astype(np.int64)
-        level_all = np.frexp(level_all.astype(float))[1]  # bit_length, exactly for these integers
-        n_rows = len(valid)
-        low = np.zeros(n_rows, bool)
-        uniq, first = columns.unique_first(codes)
-        plans = []
-        thr_low = 1 - cfg.max_drop_ratio
-        for code in uniq[np.argsort(first)]:
-            pos = np.flatnonzero(codes == code)
-            rank = rows.d_rank[valid[pos[0]]]
-            st = self._ranks.get((server, rank))
-            if st is not None and st.low_since is not None:
-                return None
-            lev = level_all[pos]
-            existing = list(st.levels.values()) if st is not None else []
-            known = {lv.level for lv in existing}
-            levels = [lv.level for lv in existing] + [int(x) for x in dict.fromkeys(lev.tolist()) if x not in known]
-            lut = np.zeros(max(levels) + 1, np.int64)
-            lut[levels] = np.arange(len(levels))
-            li = lut[lev]  # each row's level, by its index in `levels`
-            lvs = [st.levels.get(level) if st is not None else None for level in levels]
-            steps = columns.levels_steps([lv.recent if lv is not None else Recent(cfg.window) for lv in lvs],
-                                         t_all[pos], thr_all[pos], li)
-            if steps is None:
-                return None
-            m = len(pos)
-            learned, probes, learnings, lsums, lcnts = [], [], [], [], []
-            for x, (level, lv) in enumerate(zip(levels, lvs)):
-                known_base = lv.learned if lv is not None else self._baselines.get((server, rank, level))
-                probe = known_base if known_base is not None else Baseline(BASELINE_BUCKET, cfg.baseline_window)
-                learning = columns.baseline_steps(probe, steps.aged_t[x], steps.aged_v[x])
-                learned.append(known_base)
-                probes.append(probe)
-                learnings.append(learning)
-                lsums += [[probe._sum], learning[0]]
-                lcnts += [[probe.count], learning[1]]
-            # each level's baseline after each row: what it learned from the samples aged by then
-            at = steps.pruned + np.cumsum([0] + [len(ls) + 1 for ls in steps.aged_t[:-1]])[:, None]
-            lsum, lcnt = np.concatenate(lsums)[at], np.concatenate(lcnts)[at]
-            base = np.where(lcnt >= cfg.min_baseline_batches, lsum / np.maximum(lcnt, 1), 0.0)
-            # as per line: no lines count while the level has no baseline (None or 0.0), and a
-            # new level counts from its first line on
-            firsts = np.array([0 if lv is not None else int(np.argmax(li == x)) for x, lv in enumerate(lvs)])
-            count = np.where((np.arange(m) >= firsts[:, None]) & (base != 0.0), steps.counts, 0)
-            with np.errstate(invalid="ignore", divide="ignore"):
-                term = np.where(count > 0, steps.sums / base, 0.0)
-            total = np.zeros(m)
-            for x in range(len(levels)):  # one addition at a time, in level order (as per line)
-                total = total + term[x]
-            n = count.sum(axis=0)
-            with np.errstate(invalid="ignore", divide="ignore"):
-                low[pos] = (n >= cfg.min_window_batches) & (total / n < thr_low)
-            plans.append((rank, st, pos, levels, lvs, li, steps, learned, probes, learnings))
-        if low.any():
-            stop = int(valid[int(np.argmax(low))])  # the first line below: one by one from there
-            return stop if stop == int(valid[0]) else self._columns(server, rows, da, stop)
-        # new baselines in the order their first lines aged out (levels in their order), as per line
-        born = sorted(((int(pos[steps.aged_rows[x][0]]), x), rank, levels[x], probes[x])
-                      for rank, st, pos, levels, lvs, li, steps, learned, probes, _ in plans
-                      for x in range(len(levels)) if len(steps.aged_t[x]) and learned[x] is None)
-        for _, rank, level, probe in born:
-            self._baselines.setdefault((server, rank, level), probe)
-        for rank, st, pos, levels, lvs, li, steps, learned, probes, learnings in plans:
-            if st is None:
-                st = self._ranks[(server, rank)] = _Rank()
-            if st.akey is None:
-                st.akey = alert_key(server, rank)
-            js = valid[pos]
-            for x, (level, lv) in enumerate(zip(levels, lvs)):
-                if lv is None:
-                    lv = st.levels[level] = _Level(level, len(st.terms), Recent(cfg.window), learned[x])
-                    lv.base = self._usable(learned[x])
-                    st.terms.append(0.0)
-                columns.set_recent(lv.recent, int(steps.pruned[x, -1]), float(steps.sums[x, -1]),
-                                   js[li == x], rows.array("d_ts"), rows.array("d_thr"))
-                if len(steps.aged_t[x]):
-                    if lv.learned is None:
-                        lv.learned = self._baselines.setdefault((server, rank, level), probes[x])
-                    columns.apply_baseline(lv.learned, learnings[x])
-                    lv.base = self._usable(lv.learned)
-                base = lv.base
-                count = len(lv.recent.samples) if base else 0
-                st.n += count - lv.count
-                lv.count = count
-                st.terms[lv.index] = lv.recent.sum / base if count else 0.0
-        return db
 
     def baseline(self, server: str, rank: str, level: int) -> float | None:
         """Learned gen throughput (token/s) of the rank at that load level, once usable."""
@@ -277,7 +169,7 @@ class ThroughputDropRule(Rule):
         akey = st.akey
         if akey is None:
             akey = st.akey = alert_key(server, rank)
-        this = load_level(running)
+        this = running.bit_length() if running > 1 else 1  # load_level, inline
         cur = st.levels.get(this)
         if cur is None:
             learned = self._baselines.get((server, rank, this))  # loaded from the state file, maybe
@@ -293,8 +185,7 @@ class ThroughputDropRule(Rule):
             if lv is cur:
                 aged = aged_here
             else:
-                samples = recent.samples
-                if not samples or samples[0][0] > t - recent.span:
+                if recent.oldest > t - recent.span:
                     continue  # nothing ages out at this level: nothing changed (prune's test, inline)
                 aged = recent.prune(t)
             if healthy and aged:
@@ -302,12 +193,12 @@ class ThroughputDropRule(Rule):
                 if learned is None:
                     learned = lv.learned = self._baselines.setdefault(
                         (server, rank, lv.level), Baseline(BASELINE_BUCKET, cfg.baseline_window))
-                for at, v in aged:
-                    learned.add(at, v)
+                for at, v, k in aged:
+                    learned.add(at, v, k)
                 lv.base = self._usable(learned)
             # this level's lines changed: its share of the window average
             base = lv.base
-            count = len(recent.samples) if base else 0
+            count = recent.count if base else 0
             n += count - lv.count
             lv.count = count
             terms[lv.index] = recent.sum / base if count else 0.0

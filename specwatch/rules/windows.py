@@ -31,10 +31,20 @@ class WindowConfig(Section):
     max_gap: Seconds = 120.0
 
 
+def running_in_window(running: int, draft_tokens: float | None) -> int:
+    """The requests a decode line's window ran: the printed count, at least one when the window
+    drafted tokens. vLLM prints `Running: N reqs` at the instant of the stats line
+    (`LoggingStatLogger.log`, vllm/v1/metrics/loggers.py@0.33.0) and its `SpecDecoding metrics`
+    only for an interval that drafted (vllm/v1/spec_decode/metrics.py@0.33.0): an interval that
+    drafted hundreds of tokens can print `Running: 0` when its requests finished before the line."""
+    return max(running, 1) if draft_tokens else running
+
+
 class Window:
     """One decode line and what the window behind it was like. Read-only: rules share it.
 
-    idle: fewer running requests than `min_running_requests`. prefill_dominated: more prefill
+    idle: fewer running requests than `min_running_requests` (`running_in_window`: a window
+    that drafted tokens ran at least one). prefill_dominated: more prefill
     lines of this rank than `max_prefill_batches` since its previous decode line. after_gap: no
     previous decode line of the rank within `max_gap` seconds. gap: seconds since the rank's
     previous decode line (None for its first).
@@ -91,5 +101,6 @@ class WindowTracker:
         prefills = self._prefills.pop(key, 0) if self._prefills else 0
         self._last[key] = batch.timestamp
         cfg = self.config
-        return Window(batch, batch.running_requests < cfg.min_running_requests, prefills > cfg.max_prefill_batches,
+        running = running_in_window(batch.running_requests, batch.draft_tokens)
+        return Window(batch, running < cfg.min_running_requests, prefills > cfg.max_prefill_batches,
                       gap is None or gap > cfg.max_gap, gap, prefills)

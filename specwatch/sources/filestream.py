@@ -8,9 +8,12 @@ watchdog observer are in `specwatch.sources.follow` (the split of mtail's
 
 A followed file is identified by device + inode + a hash of its first `HEAD_BYTES` bytes (the
 "head"): the inode alone is reused by filesystems, and copytruncate keeps the inode but replaces
-the content. Lines written while the reader was stopped or slow are found in the rotated copies
-(`<path>.1`, `.2.gz`, `-YYYYMMDD`, ...: `specwatch.sources.rotated`) and read in order before the
-new file; what cannot be found is counted (`rotated_files_lost_total`) and logged as a warning.
+the content. Every file is read through a descriptor held from the moment a poll (or a `glance`)
+first sees it at the path, so later renames and removals cannot take it away; files that came and
+went between two polls, or while the reader was stopped, are found in the rotated copies
+(`<path>.1`, `.2.gz`, `-YYYYMMDD`, ...: `specwatch.sources.rotated`), opened by identity (device
++ inode, not by the name they had when listed), and read in order before the next file; what cannot
+be found is counted (`rotated_files_lost_total`) and logged as a warning.
 """
 
 from __future__ import annotations
@@ -215,7 +218,7 @@ class Follower:
     `recovered_lines_total` (lines read from rotated copies by name: `<path>.1` after a
     copytruncate, files rotated away while the reader was stopped), `rotated_files_lost_total`
     (rotated files, or the unread rest of one, that could not be found or read: a gap in `.N`,
-    a checkpointed file gone with bytes unread, a corrupt `.gz`; each also a warning),
+    a checkpointed file gone at start, a corrupt `.gz`; each also a warning),
     `callback_errors_total` (exceptions raised by `on_line` or `on_lines`, logged and swallowed),
     `last_line_timestamp` (time.time() seconds of the last emitted line, or None).
     """
@@ -269,6 +272,9 @@ class Follower:
                 self._resume = cp
         self._opened_once = False
         self._cur: _Stream | None = None
+        # files seen at `path` after `_cur`, oldest first, held open until read (their checkpoint
+        # is `_cur`'s: a restart finds them among the rotated copies)
+        self._later: list[_Stream] = []
         self._ckpt: _Stream | None = None  # what checkpoint() describes (may be a recovery stream)
 
         self.lines_total = 0
@@ -308,6 +314,7 @@ class Follower:
                 self.close()
             elif self._cur is None and self._ckpt is not None:  # failed between two files
                 self._resume, self._ckpt = self.checkpoint(), None
+                self._drop_later()  # found again among the rotated copies
         return self.lines_total - before
 
     def peek(self, limit: int) -> bytes | None:
@@ -333,6 +340,20 @@ class Follower:
         except OSError:
             return None
         return s.buf + new if s.buf else new
+
+    def glance(self) -> None:
+        """Open the file now at `path` when it is not the one being read (rotated: it is read
+        from that fd later, so a further rename or removal cannot take it out of reach). Reads
+        no line; a stat when nothing changed. Never raises."""
+        s = self._cur
+        if s is None:
+            return
+        try:
+            st = os.stat(self.path)
+        except OSError:
+            return
+        if (st.st_dev, st.st_ino) != (s.dev, s.ino):
+            self._hold_new(st)
 
     @property
     def stage(self) -> Callable[[LineBatch], None] | None:
@@ -379,6 +400,15 @@ class Follower:
             os.close(s.fd)
         except OSError:
             pass
+        self._drop_later()
+
+    def _drop_later(self) -> None:
+        later, self._later = self._later, []
+        for n in later:
+            try:
+                os.close(n.fd)
+            except OSError:
+                pass
 
     # --------------------------------------------------------------------------------- polling
 
@@ -387,43 +417,72 @@ class Follower:
             self._open()
             if self._cur is None:
                 return
-        s = self._cur
-        try:
-            st: os.stat_result | None = os.stat(self.path)
-        except FileNotFoundError:
-            st = None
-        if st is not None and st.st_ino == s.ino and st.st_dev == s.dev:
-            if st.st_size == s.offset and st.st_mtime_ns == s.mtime_ns:
-                return  # nothing changed
-            s.mtime_ns = st.st_mtime_ns
-            # Equal size with a new mtime may be a truncate + rewrite of the same length.
-            if (
-                st.st_size < s.offset
-                or (st.st_size == s.offset and not self._head_ok(s))
-                or not self._read(s, st.st_size)
-            ):
-                self._truncated(s)
-            return
+        while True:  # once per file rotated away since the last poll (each held open)
+            s = self._cur
+            try:
+                st: os.stat_result | None = os.stat(self.path)
+            except FileNotFoundError:
+                st = None
+            if st is not None and st.st_ino == s.ino and st.st_dev == s.dev:
+                if st.st_size == s.offset and st.st_mtime_ns == s.mtime_ns:
+                    return  # nothing changed
+                s.mtime_ns = st.st_mtime_ns
+                # Equal size with a new mtime may be a truncate + rewrite of the same length.
+                if (
+                    st.st_size < s.offset
+                    or (st.st_size == s.offset and not self._head_ok(s))
+                    or not self._read(s, st.st_size)
+                ):
+                    self._truncated(s)
+                return
 
-        # `path` is gone or is another file: `s` is the old file. Keep draining it; switch only
-        # once the new file has data, since the writer may still append to its old fd until then.
-        fst = os.fstat(s.fd)
-        if fst.st_size < s.offset or not self._read(s, fst.st_size):
-            self._truncated(s)
+            # `path` is gone or is another file: `s` is the old file. The new one is opened at
+            # once, so a further rename cannot take it out of reach; `s` is drained, and left
+            # only once a later file has data, since the writer may still append to its old fd
+            # until then.
+            if st is not None:
+                self._hold_new(st)
+            fst = os.fstat(s.fd)
+            if fst.st_size < s.offset or not self._read(s, fst.st_size):
+                self._truncated(s)
+                return
+            if not any(os.fstat(n.fd).st_size for n in self._later):
+                return
+            # The later file's first byte was written after the writer's last write to the old
+            # one, and we saw it (fstat above) before that last read: the old file is complete.
+            self._finish(s)
+            self._cur = None
+            os.close(s.fd)
+            self.rotations_total += 1
+            log.info("%s rotated: old file finished at offset %d", self.path, s.emitted)
+            # Files rotated after it and before the next one held (missed between two polls).
+            _, prior = self._catch_up(s.fingerprint(), s.emitted, s.prior, read_match=False)
+            nxt = self._later.pop(0)
+            nxt.prior = prior
+            self._cur = self._ckpt = nxt
+            self._read_or_truncate(nxt)
+
+    def _hold_new(self, st: os.stat_result) -> None:
+        """Open the file now at `path` (stat `st`) unless it is one already held."""
+        held = {(n.dev, n.ino) for n in self._later}
+        if (st.st_dev, st.st_ino) in held:
             return
-        if st is None or st.st_size == 0:
+        # An empty file removed before it got data holds nothing: let it go (a writer that makes
+        # and removes empty files at `path` must not pile up descriptors).
+        for n in list(self._later):
+            fst = os.fstat(n.fd)
+            if fst.st_size == 0 and fst.st_nlink == 0:
+                self._later.remove(n)
+                os.close(n.fd)
+        try:
+            fd, fst = _open_regular(self.path)
+        except OSError:  # gone again (its rotated copy is found by listing), unreadable, a FIFO
             return
-        # The new file's first byte was written after the writer's last write to the old one,
-        # and we saw it (stat above) before that last read: the old file is complete.
-        self._finish(s)
-        self._cur = None
-        os.close(s.fd)
-        self.rotations_total += 1
-        log.info("%s rotated: old file finished at offset %d", self.path, s.emitted)
-        # Files rotated after it while we were stopped or slow come first.
-        prior = self._catch_up(s.fingerprint(), s.emitted, s.prior, read_match=False, follow=True)
-        if self._cur is None:
-            self._open(prior)  # a new file at `path` is read from its start
+        if (fst.st_dev, fst.st_ino) in held or self._cur is not None and (
+                fst.st_dev, fst.st_ino) == (self._cur.dev, self._cur.ino):
+            os.close(fd)
+            return
+        self._later.append(_Stream(fd, fst))
 
     def _open(self, prior: Fingerprint | None | object = _LIST) -> None:
         """Open `path` (resuming a checkpoint first); `prior`: the newest rotated copy, listed
@@ -525,12 +584,13 @@ class Follower:
                 # Same inode, other content: truncated (copytruncate) or inode reused meanwhile.
                 self.truncations_total += 1
                 prior = self._catch_up(ours, off, prior, known_end=cp["size"],
-                                       counter="truncations_total")
+                                       counter="truncations_total", restart=True)[0]
             else:
                 # Replaced or removed while we were stopped: our file is among the rotated
                 # copies, its writer maybe still appending (then it is followed: _poll drains it
                 # and switches once `path` has data).
-                prior = self._catch_up(ours, off, prior, known_end=cp["size"], follow=True)
+                prior = self._catch_up(ours, off, prior, known_end=cp["size"], follow=True,
+                                       restart=True)[0]
                 if self._cur is not None:
                     if fd is not None:
                         os.close(fd)
@@ -551,19 +611,25 @@ class Follower:
     def _catch_up(
         self, ours: Fingerprint, off: int, prior: Fingerprint | None | object, *,
         read_match: bool = True, known_end: int = 0, unfinished: _Stream | None = None,
-        follow: bool = False, counter: str = "rotations_total",
-    ) -> Fingerprint | None:
+        follow: bool = False, counter: str = "rotations_total", restart: bool = False,
+    ) -> tuple[Fingerprint | None, Fingerprint | None]:
         """Read, oldest first, what was rotated away after our file (`ours`, read up to byte
-        `off`) and before the file now at `path`: the rest of our file from its rotated copy
-        (when `read_match`), then each later copy whole, each counted in `counter`.
+        `off`) and before the file now at `path` (or the first later file held open): the rest
+        of our file from its rotated copy (when `read_match`), then each later copy whole, each
+        counted in `counter`. Every copy to read is opened (by identity) before the first is
+        read, so the writer's renames and removals meanwhile change nothing.
 
         Our file is found by inode or first bytes among the copies rotated after `prior` (all of
         them when `prior` is gone; none when `_UNKNOWN` and ours is not found). Lost, counted and
         warned about: our file's rest when no copy of it is found and `known_end` (its last size
-        seen) says bytes were unread, a missing `.N` between ours and `path`, an unreadable copy.
+        seen) says bytes were unread, or at all on a `restart` (a file removed while the reader
+        was stopped may have had lines after `off`), a missing `.N` between ours and `path`, an
+        unreadable copy.
         Not found, `unfinished` (our stream) emits its last unterminated line. With `follow`, the
         newest copy is followed as the current file when `path` has no data yet (its writer may
-        still append). Returns the newest copy's fingerprint: the next file's `prior`.
+        still append). Returns (the newest copy's fingerprint, the fingerprint of the last file
+        read, or `ours`, or `prior` when ours was not found and nothing was read): the next
+        file's `prior` as listed, and as read.
         """
         files = rotated_files(self.path)
         try:
@@ -579,6 +645,9 @@ class Follower:
                 off = unfinished.emitted
             if read_match and known_end > off:
                 self._lost(f"the rest of the file read up to offset {off}", known_end - off)
+            elif restart:  # gone while stopped: what was written to it after the stop is not known
+                self._lost(f"the file read up to offset {off} (inode {ours.ino}) before the stop, with "
+                           "any lines written to it since,", None)
             todo = [] if prior is _UNKNOWN else [(f, None) for f in cands if not f.is_(ours)]
             prev = prior if isinstance(prior, Fingerprint) else None
         else:
@@ -592,20 +661,39 @@ class Follower:
                     if n not in have:
                         self._lost(f"{self.path}.{n}", None)
             prev = ours
-        for i, (f, start) in enumerate(todo):
-            if start is None:  # a later file: one more rotation (or truncation) passed
-                setattr(self, counter, getattr(self, counter) + 1)
-                start = 0
-            if follow and i == len(todo) - 1 and not path_has_data and not f.compressed:
-                self._follow_rotated(f, start, prev)
-                break
-            self._read_rotated(f, start, prev)
-            prev = f.fingerprint(HEAD_BYTES)
-        return newest_fingerprint(files, HEAD_BYTES)
+        # Files held open since they were at `path` are read from their own fd, after these.
+        held = {(n.dev, n.ino) for n in self._later}
+        stop = next((i for i, (f, _) in enumerate(todo) if (f.dev, f.ino) in held), len(todo))
+        todo = todo[:stop]
+        try:
+            for f, _ in todo:
+                try:
+                    f.hold()
+                except OSError:
+                    pass  # counted as lost when read (`_read_rotated`)
+            for i, (f, start) in enumerate(todo):
+                if start is None:  # a later file: one more rotation (or truncation) passed
+                    setattr(self, counter, getattr(self, counter) + 1)
+                    start = 0
+                if follow and i == len(todo) - 1 and not path_has_data and not f.compressed \
+                        and not self._later:
+                    self._follow_rotated(f, start, prev)
+                    break
+                self._read_rotated(f, start, prev)
+                prev = f.fingerprint(HEAD_BYTES)
+        finally:
+            for f, _ in todo:
+                f.release()
+        return newest_fingerprint(files, HEAD_BYTES), prev
 
     def _follow_rotated(self, f: RotatedFile, off: int, prior: Fingerprint | None) -> None:
-        fd, st = _open_regular(f.path)
-        s = _Stream(fd, st, off, os.pread(fd, HEAD_BYTES, 0))
+        fd = f.take()
+        try:
+            st = os.fstat(fd)
+            s = _Stream(fd, st, off, os.pread(fd, HEAD_BYTES, 0))
+        except BaseException:
+            os.close(fd)
+            raise
         s.prior = prior
         self._cur = self._ckpt = s
 
@@ -643,7 +731,7 @@ class Follower:
         # a truncation after everything was read loses nothing.
         prior = self._catch_up(s.fingerprint(), s.emitted, s.prior,
                                known_end=max(s.size, s.offset), unfinished=s,
-                               counter="truncations_total")
+                               counter="truncations_total")[0]
         new = _Stream(s.fd, os.fstat(s.fd))
         self._set_current(new, prior)
         self._read_or_truncate(new, depth)
@@ -708,14 +796,26 @@ class Follower:
         if s.prior is not None and len(late) == len(files):
             return  # `prior` is gone: there is no telling
         ours = s.fingerprint()
-        for f in late:
-            if f.is_(ours):  # `s` itself was rotated meanwhile: it is read from its fd
-                break
-            if f.head(HEAD_BYTES):
-                log.info("%s: a file rotated before its first bytes were seen", self.path)
-                self.rotations_total += 1
-                self._read_rotated(f, 0, s.prior)  # type: ignore[arg-type]
-                s.prior = f.fingerprint(HEAD_BYTES)
+        held = {(n.dev, n.ino) for n in self._later}
+        # `s` itself rotated meanwhile, or a later file held open: read from its own fd
+        stop = next((i for i, f in enumerate(late) if f.is_(ours) or (f.dev, f.ino) in held),
+                    len(late))
+        late = late[:stop]
+        try:
+            for f in late:
+                try:
+                    f.hold()
+                except OSError:
+                    pass
+            for f in late:
+                if f.head(HEAD_BYTES):
+                    log.info("%s: a file rotated before its first bytes were seen", self.path)
+                    self.rotations_total += 1
+                    self._read_rotated(f, 0, s.prior)  # type: ignore[arg-type]
+                    s.prior = f.fingerprint(HEAD_BYTES)
+        finally:
+            for f in late:
+                f.release()
         self._ckpt = s
 
     def _consume(self, s: _Stream, chunk: bytes) -> None:

@@ -45,7 +45,9 @@ class FollowerGroup:
     cannot peek (rotated, truncated, a journal, more than `PEEK_BYTES` new), nothing is new, or
     `hold` intervals passed without a round: a busy, healthy log is read every `hold + 1`
     intervals, an urgent line within one. A peek is a `stat` and a `pread`; a round runs the
-    whole pipeline for its lines, mostly with cold caches.
+    whole pipeline for its lines, mostly with cold caches. A busy file renamed away (a rotation)
+    is glanced at once (`Follower.glance`: its new file opened, nothing read), so a rotation storm
+    cannot replace a file before it was opened, whatever the read cadence.
 
     Counters: `watch_errors_total` (watchdog could not start or watch a directory; those paths
     are polled only), `poll_errors_total` (unexpected exceptions from a follower, logged).
@@ -262,6 +264,9 @@ class FollowerGroup:
                 woke = watcher.wait(until - time.monotonic(), files=not read)
                 if self._stop.is_set():
                     break
+                if read and watcher.renamed:  # busy, and a followed file was rotated: its new
+                    self._glance()  # file is opened now, its lines wait for the next round
+                    continue
                 self._wake.clear()
                 if read and not woke and held < self.hold and (due is None or until < due) and self._calm():
                     held += 1  # a busy, healthy log: its lines wait for the next round
@@ -278,6 +283,13 @@ class FollowerGroup:
                     break
             last = time.monotonic()
             read = self._round(woke) > 0
+
+    def _glance(self) -> None:
+        """Let every file follower open the file now at its path (`Follower.glance`)."""
+        for f in self._followers.values():
+            glance = getattr(f, "glance", None)  # a journal has none
+            if glance is not None:
+                glance()
 
     def _calm(self) -> bool:
         """Every follower's new bytes say a round can wait (`urgent`, `hold`): none is urgent,

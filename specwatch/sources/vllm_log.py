@@ -19,7 +19,8 @@ Lines read (the printing code, file in the vLLM wheel and the versions that prin
   reqs, GPU KV cache usage: x%, CPU KV cache usage: y%.` (`vllm/engine/metrics.py@0.8.5.post1`
   line 487); V1 `[Engine 00k: |N Engines Aggregated: ]Avg prompt throughput: …, Running: N reqs,
   Waiting: N reqs, … GPU KV cache usage: x%, …` (`vllm/v1/metrics/loggers.py`, 0.8.5.post1 line
-  112, 0.33.0 line 283; `N Engines Aggregated` from 0.12.0).
+  112, 0.33.0 line 283; `N Engines Aggregated` from 0.12.0); the CPU build prints `CPU KV cache
+  usage` where a GPU prints `GPU KV cache usage` (`_kv_usage`).
 - The engine config: `Initializing an LLM engine (v…) with config: …` (0.4-0.7), `Initializing a
   V0 LLM engine (v…)` (`vllm/engine/llm_engine.py@0.8.5.post1` line 241), `Initializing a V1 LLM
   engine (v…) with config: model='…', speculative_config=SpeculativeConfig(method='eagle3',
@@ -264,6 +265,16 @@ def _v0_spec(ts: float, body: str) -> VllmV0Spec:
                       _number(f.get("System efficiency"), nan_ok=True))
 
 
+def _kv_usage(f: dict[str, str]) -> str | None:
+    """The KV usage field of a stats line: `<device> KV cache usage`, the device as V1 names its
+    KV cache (`kv_cache_device`: GPU for cuda, else the device type upper-cased, CPU on the CPU
+    build; vllm/v1/metrics/loggers.py@0.33.0 line 117). V0 prints both `GPU KV cache usage` and
+    `CPU KV cache usage`, the CPU one being swap space (vllm/engine/metrics.py@0.8.5.post1 line
+    490): any other device's field is read first."""
+    found = [(k.startswith("CPU"), v) for k, v in f.items() if k.endswith("KV cache usage")]
+    return min(found, key=lambda kv: kv[0])[1] if found else None
+
+
 def _stats(ts: float, msg: str) -> VllmStats:
     engine = engines = None
     m = _ENGINE.match(msg)
@@ -278,8 +289,7 @@ def _stats(ts: float, msg: str) -> VllmStats:
     waiting = _number(f.get("Waiting", f.get("Pending")), "reqs", integer=True)
     if running is None:
         raise _Bad("no Running")
-    kv = next((v for k, v in f.items() if k.endswith("KV cache usage") and not k.startswith("CPU")), None)
-    kv = _number(kv, "%")
+    kv = _number(_kv_usage(f), "%")
     return VllmStats(ts, f, engine, engines, running, waiting or 0,
                      _number(f.get("Avg generation throughput"), "tokens/s"), None if kv is None else round(kv / 100, 6))
 

@@ -78,5 +78,5 @@ def test_files_written_by_the_cli_are_readable_by_the_daemon(tmp_path):
     store.add([parse_matcher("a=b")], 0, 10)
     for name in ("silences.json", "silences.lock"):
         st = os.stat(tmp_path / name)
-        assert stat.S_IMODE(st.st_mode) == 0o644
+        assert stat.S_IMODE(st.st_mode) == 0o600  # private (a comment may name what is), the daemon's own
         assert (st.st_uid, st.st_gid) == (os.stat(tmp_path).st_uid, os.stat(tmp_path).st_gid)

@@ -17,6 +17,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from procs import popen
+
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
 UNIT = DEPLOY / "specwatch.service"
@@ -128,12 +130,31 @@ def test_install_script_is_shellcheck_clean():
 def test_install_dry_run_changes_nothing(tmp_path):
     r = run("sh", str(DEPLOY / "install.sh"), "--dry-run", "--root", str(tmp_path / "r"))
     assert r.returncode == 0, r.stderr
-    assert re.search(rf"^\+ \S*python\S* -m venv {re.escape(str(tmp_path))}/r/opt/specwatch$", r.stdout, re.M), r.stdout
+    # the new venv is built beside the installed one, then /opt/specwatch is switched to it
+    m = re.search(rf"^\+ \S*python\S* -m venv {re.escape(str(tmp_path))}/r/opt/specwatch\.d/(\d{{8}}T\d{{6}}Z-\d+)$",
+                  r.stdout, re.M)
+    assert m, r.stdout
+    assert f"+ ln -sfn specwatch.d/{m.group(1)} {tmp_path}/r/opt/specwatch.link" in r.stdout.splitlines()
+    assert f"+ ln -sfn {tmp_path}/r/opt/specwatch/bin/specwatch {tmp_path}/r/usr/local/bin/specwatch" in r.stdout
     assert f"+ install -m 0644 {DEPLOY}/specwatch.service {tmp_path}/r/etc/systemd/system/specwatch.service" in r.stdout
     assert not (tmp_path / "r").exists()
     # on the real root it would enable the unit
     r = run("sh", str(DEPLOY / "install.sh"), "--dry-run")
     assert "+ systemctl enable --now specwatch.service" in r.stdout.splitlines()
+
+
+def test_install_over_an_install_of_the_older_layout_moves_it_aside(tmp_path):
+    """/opt/specwatch as a venv directory (install.sh before the side-by-side layout): moved into
+    /opt/specwatch.d once the new venv validates, then replaced by the symlink."""
+    old = tmp_path / "r" / "opt" / "specwatch"
+    (old / "bin").mkdir(parents=True)
+    r = run("sh", str(DEPLOY / "install.sh"), "--dry-run", "--root", str(tmp_path / "r"))
+    assert r.returncode == 0, r.stderr
+    out = r.stdout.splitlines()
+    [mv] = [x for x in out if x.startswith(f"+ mv {old} ")]
+    assert re.fullmatch(rf"\+ mv {re.escape(str(old))} {re.escape(str(old))}\.d/\d{{8}}T\d{{6}}Z-\d+-before", mv), mv
+    check = next(i for i, x in enumerate(out) if " check-config " in x)
+    assert check < out.index(mv) < next(i for i, x in enumerate(out) if x.startswith("+ mv -T "))
 
 
 def _next_step(out: str) -> str:
@@ -160,6 +181,33 @@ def test_install_says_the_next_step_for_what_runs(tmp_path):
         r = run("sh", install, "--dry-run", env=env)
         assert "+ systemctl enable --now specwatch.service" in r.stdout.splitlines()
         assert want in _next_step(r.stdout), r.stdout
+
+
+def _hidden_by_protect_home(python: str) -> bool:
+    r = run(python, "-c", "import os, sys; print(os.path.realpath(sys.base_prefix))")
+    return r.returncode == 0 and r.stdout.strip().startswith(("/home/", "/root/"))
+
+
+def test_install_refuses_a_python_the_unit_cannot_see_and_picks_one_it_can(tmp_path):
+    """ProtectHome=yes hides /home and /root from the service: a venv whose interpreter lives
+    there fails with 203/EXEC in a restart loop. Given one, install.sh refuses and names the fix;
+    without PYTHON it takes the first python3 >= 3.11 outside them (pyenv's shims come first
+    on PATH here)."""
+    candidates = [sys.executable, *sorted(str(p) for p in Path("/root/.pyenv/versions").glob("3.1[1-9]*/bin/python3"))]
+    home = next((c for c in candidates if _hidden_by_protect_home(c)), None)
+    if home is None:
+        pytest.skip("no Python under /home or /root here to refuse (pyenv installs one under /root)")
+    install = str(DEPLOY / "install.sh")
+    r = run("sh", install, "--dry-run", env=dict(os.environ, PYTHON=home))
+    assert r.returncode == 1 and "+ " not in r.stdout, r.stdout + r.stderr
+    assert "the unit's ProtectHome=yes hides it from the service" in r.stderr and "PYTHON=/usr/bin/python3" in r.stderr
+    env = dict(os.environ, PATH=f"{Path(home).parent}:{os.environ['PATH']}")
+    env.pop("PYTHON", None)
+    r = run("sh", install, "--dry-run", env=env)
+    [chosen] = re.findall(r"^\+ (\S+) -m venv ", r.stdout, re.M) or [None]
+    if chosen is None and "no python3 >= 3.11 outside /home and /root" in r.stderr:
+        pytest.skip("no python3 >= 3.11 outside /home and /root here (Debian 12: apt install python3-venv)")
+    assert r.returncode == 0 and not _hidden_by_protect_home(chosen), (chosen, r.stderr)
 
 
 def test_install_rejects_unknown_options():
@@ -204,18 +252,47 @@ def test_install_into_a_staging_root(tmp_path):
     assert (root / "opt/specwatch/share/prometheus/specwatch-rules.yml").is_file()
     assert (root / "opt/specwatch/share/grafana/specwatch.json").is_file()
 
-    # re-running upgrades in place and keeps an edited config
+    # re-running upgrades (a new venv beside) and keeps an edited config
+    first = os.readlink(root / "opt/specwatch")
     cfg.write_text(cfg.read_text().replace("path: /var/log/sglang/server.log", "path: /srv/sglang.log"))
     r = run(*cmd, env=env)
     assert r.returncode == 0 and f"keeping {cfg}" in r.stdout, r.stdout + r.stderr
     assert "/srv/sglang.log" in cfg.read_text()
 
-    # an invalid config stops the install before the unit is (re)placed
+    # `specwatch` on PATH: /usr/local/bin/specwatch -> the stable /opt/specwatch path
+    link = root / "usr/local/bin/specwatch"
+    assert os.readlink(link) == str(root / "opt/specwatch/bin/specwatch")
+    assert run(str(link), "--version", env=env).stdout.strip() == "specwatch 0.1.0"
+    releases = root / "opt/specwatch.d"
+    second = os.readlink(root / "opt/specwatch")
+    assert len(list(releases.iterdir())) == 2  # this one and the one before (a daemon may still run it)
+
+    # an invalid config stops the install before anything installed is replaced: the venv
+    # /opt/specwatch points at and its code stay, the half-built new one is removed
     cfg.write_text("logs: 3\n")
     (root / "etc/systemd/system/specwatch.service").unlink()
+    before = sorted(releases.iterdir())
     r = run(*cmd, env=env)
     assert r.returncode != 0 and "logs: must be a list" in r.stdout + r.stderr
     assert not (root / "etc/systemd/system/specwatch.service").exists()
+    assert os.readlink(root / "opt/specwatch") == second and sorted(releases.iterdir()) == before
+    assert run(str(link), "--version", env=env).stdout.strip() == "specwatch 0.1.0"
+
+    # a third install keeps itself, the previous one and one a process still runs (a daemon not
+    # restarted since the first install), and removes the rest
+    cfg.write_text((ROOT / "config.example.yaml").read_text())
+    running = popen(["sh", "-c", "sleep 60", str(root / "opt" / first / "bin" / "specwatch")])
+    try:
+        r = run(*cmd, env=env)
+    finally:
+        running.kill()
+        running.wait()
+    assert r.returncode == 0 and f"keeping {root / 'opt' / first} (still running)" in r.stdout, r.stdout + r.stderr
+    third = os.readlink(root / "opt/specwatch")
+    assert sorted(p.name for p in releases.iterdir()) == sorted(Path(x).name for x in (first, second, third))
+    r = run(*cmd, env=env)  # nothing runs the first one now
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert sorted(p.name for p in releases.iterdir()) == sorted(Path(x).name for x in (third, os.readlink(root / "opt/specwatch")))
 
     sa = shutil.which("systemd-analyze")
     if sa:  # the staged unit verifies with ExecStart at the staged binary

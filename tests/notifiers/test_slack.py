@@ -395,7 +395,7 @@ def test_group_payload_lists_firing_then_resolved():
     done.labels["alertname"] = "ThroughputDrop"
     done.resolved_with(("recovered to baseline", "98%"))
     p = build_notification_payload(Notification("slack", "k", {}, [done, fired]), channel="#gpu")
-    assert p["text"] == "[FIRING:1] AcceptanceCollapse; resolved: ThroughputDrop"
+    assert p["text"] == "[FIRING:1] AcceptanceCollapse: sglang-1 DP0 TP0 accept len 1.05 (+1 resolved)"
     assert p["channel"] == "#gpu"
     b = p["blocks"]
     assert b[0]["text"]["text"] == ":rotating_light: 2 alerts: 1 firing, 1 resolved"
@@ -417,7 +417,8 @@ def test_group_payload_respects_the_block_cap():
     p = build_notification_payload(Notification("slack", "k", {}, many))
     assert len(p["blocks"]) <= 50
     assert p["blocks"][-1]["elements"][0]["text"] == "_18 more alerts not shown_"  # 12 shown × 4 blocks
-    assert p["text"] == "[FIRING:30] AcceptanceCollapse"
+    assert p["text"].startswith("[FIRING:30] AcceptanceCollapse: sglang-0 DP0 TP0 accept len 1.05; sglang-1 DP0 TP0 ")
+    assert len(p["text"]) <= 300
 
 
 def test_any_2xx_without_an_error_code_is_delivered_once(slack):
@@ -465,3 +466,22 @@ def test_collapse_message_carries_the_ranks_sparkline():
     assert sum("`███▇▃▁▁▁` 2.90 → 1.00" in t for t in texts) == 1
     assert not any("accept len, recent" in b["text"]["text"] for b in build_payload(make_alert(2))["blocks"]
                    if b["type"] == "section" and "text" in b)
+
+
+def test_group_fallback_names_each_rank_and_value_and_never_ends_in_a_resolve():
+    """What a phone shows of a grouped message: the firing ranks with their values; the ranks that
+    already recovered are only counted after them, so the banner never reads as a resolve."""
+    from specwatch.alerts.model import Notification
+    from specwatch.notifiers.slack import build_notification_payload
+
+    def collapse(rank, value, **kw):
+        a = Alert(labels={"alertname": "AcceptanceCollapse", "server": "sglang-0", "rank": rank, "severity": "critical"},
+                  annotations={"summary": f"collapsed {rank}"}, starts_at=T0, evidence=[("accept len", value)], **kw)
+        return a
+
+    n = Notification("slack", "g", {"server": "sglang-0"}, [collapse("DP3 TP3", "1.02"), collapse("DP5 TP5", "1.04")])
+    assert build_notification_payload(n)["text"] == \
+        "[FIRING:2] AcceptanceCollapse on sglang-0: DP3 TP3 accept len 1.02; DP5 TP5 accept len 1.04"
+    done = collapse("DP3 TP3", "1.02", status=RESOLVED, ends_at=T0 + 42)
+    text = build_notification_payload(Notification("slack", "g", {"server": "sglang-0"}, [done, collapse("DP5 TP5", "1.04")]))["text"]
+    assert text == "[FIRING:1] AcceptanceCollapse on sglang-0: DP5 TP5 accept len 1.04 (+1 resolved)"

@@ -123,7 +123,7 @@ def test_sharded_checkpoint_and_missing_shard(tmp_path):
 @pytest.mark.parametrize("case, reason", [
     ("corrupt", "runs past the end of the file"),
     ("missing_shard", "model-00002-of-00002.safetensors: listed in model.safetensors.index.json but missing"),
-    ("no_weights", "no weights: neither *.safetensors nor pytorch_model.bin"),
+    ("no_weights", "no weights: neither `*.safetensors` nor `pytorch_model.bin`"),
 ])
 def test_probes_of_tensors_say_not_checked_after_unreadable_weights(tmp_path, run_probe, case, reason):
     """Nothing is judged from the tensors that happen to be readable: a d2t in the lost shard is

@@ -9,8 +9,15 @@ from specwatch.probes import layer_ids
 IDS = "eagle_aux_hidden_state_layer_ids"
 
 
-def test_defaults_match(run_probe):
-    f = one(run_probe(layer_ids, "specforge"), "layer_ids/ok")
+def test_no_ids_is_a_warning_naming_the_guessed_layers(run_probe, tmp_path):
+    """A draft config without aux layer ids: SGLang guesses [2, N//2, N-3] (N = 8 here), which is
+    right only for a draft trained on that default: a warning with the layers it picks."""
+    f = one(run_probe(layer_ids, "specforge"), "layer_ids/guessed")
+    assert f.severity == "warning" and "captures positions [2, 4, 5]" in f.title
+    assert f.evidence["ids read by SGLang"] is None and f.evidence["captured positions"] == [2, 4, 5]
+    assert f'"eagle_config": {{"{IDS}": [1, 3, 4]}}' in f.fix
+    explicit = variant(CK / "specforge", tmp_path / "e", config={"eagle_config": {IDS: [1, 3, 4]}})
+    f = one(run_probe(layer_ids, explicit), "layer_ids/ok")
     assert f.evidence["captured positions"] == [2, 4, 5] and f.evidence["trained positions"] == [2, 4, 5]
 
 

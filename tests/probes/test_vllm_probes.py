@@ -79,12 +79,13 @@ def test_target_support(vllm_facts, version, arch, model_type, supported, defaul
     # speculators: no speculators config reader in 0.8.5; its input_norm (norm_before_fc) has no module there
     ("0.8.5.post1", "speculators-eagle3", ["vllm_config_format/speculators_unsupported", "vllm_weights/rejected_keys"]),
     ("0.8.5.post1", "speculators-converted", ["vllm_config_format/speculators_unsupported"]),
-    ("0.8.5.post1", "specforge", []),  # midlayer.*, fc, norm, lm_head, d2t: what 0.8.5's loader expects
-    ("0.8.5.post1", "safeailab-eagle3", []),
+    # midlayer.*, fc, norm, lm_head, d2t: what 0.8.5's loader expects; no layer ids: vLLM guesses (a warning)
+    ("0.8.5.post1", "specforge", ["vllm_aux_layers/default_layers"]),
+    ("0.8.5.post1", "safeailab-eagle3", ["vllm_aux_layers/default_layers"]),
     ("0.33.0", "speculators-eagle3", []),
     ("0.33.0", "speculators-converted", []),
     ("0.33.0", "speculators-fullvocab", []),
-    ("0.33.0", "specforge", []),
+    ("0.33.0", "specforge", ["vllm_aux_layers/default_layers"]),
 ])
 def test_real_formats(vllm_facts, version, draft, expected):
     r = diagnose_vllm(CKPT / draft, TARGET, vllm_facts[version])
@@ -150,8 +151,10 @@ def test_d2t(vllm_facts, tmp_path):
     nomap = variant(CKPT / "specforge", tmp_path / "nomap", drop=("d2t", "t2d"))
     for version in ("0.8.5.post1", "0.33.0"):
         f = next(f for f in diagnose_vllm(absolute, TARGET, vllm_facts[version]).findings if f.id.startswith("vllm_d2t"))
-        assert f.id == "vllm_d2t/absolute_ids" and "fix-checkpoint" in f.fix
-        assert "vllm_d2t/missing_map" in ids(diagnose_vllm(nomap, TARGET, vllm_facts[version]))
+        assert f.id == "vllm_d2t/absolute_ids" and "`d2t = d2t - arange(len(d2t))`" in f.fix
+        assert "fix-checkpoint" not in f.fix  # it writes SGLang's layout: no vLLM mode
+        m = next(f for f in diagnose_vllm(nomap, TARGET, vllm_facts[version]).findings if f.id == "vllm_d2t/missing_map")
+        assert "fix-checkpoint" not in m.fix and "`d2t[i] = target_id[i] - i`" in m.fix
     # a full-vocabulary draft with a d2t: 0.33.0 has no parameter for it (llama_eagle3.py 339-345)
     full = variant(CKPT / "speculators-fullvocab", tmp_path / "full", set_tensors={"d2t": np.zeros(256, np.int64)})
     assert "vllm_d2t/map_without_parameter" in ids(diagnose_vllm(full, TARGET, vllm_facts["0.33.0"]))
@@ -179,3 +182,14 @@ def test_cli_engine_vllm(vllm_facts, tmp_path):
     r = run("--engine", "vllm", "--vllm-root", str(vllm_facts["0.33.0"].root), "--draft", str(CKPT / "specforge"),
             "--target", str(TARGET))
     assert r.returncode == 0 and "vllm: vLLM 0.33.0 read from" in r.stdout
+
+
+def test_no_layer_ids_is_a_warning_with_the_layers_vllm_picks(vllm_facts):
+    """The draft names no aux layer ids: vLLM guesses them (its default for the target's 8 layers)."""
+    r = diagnose_vllm(CKPT / "specforge", TARGET, vllm_facts["0.33.0"])
+    f = next(f for f in r.findings if f.id == "vllm_aux_layers/default_layers")
+    assert f.severity == "warning" and f.title.endswith("guesses them and captures [2, 4, 5]")
+    assert '`"eagle_aux_hidden_state_layer_ids": [2, 4, 5]`' in f.fix
+    old = next(f for f in diagnose_vllm(CKPT / "specforge", TARGET, vllm_facts["0.8.5.post1"]).findings
+               if f.id == "vllm_aux_layers/default_layers")
+    assert old.severity == "warning" and "[2, 4, 5]" in old.fix  # 0.8.5 reads no ids: nothing to write

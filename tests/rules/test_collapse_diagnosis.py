@@ -65,9 +65,13 @@ def test_findings_ready_before_the_collapse_lead_the_fixes(sglang_roots):
     assert dict(a.evidence)["diagnosis"] == "3 error(s), 0 warning(s) on SGLang 0.5.11"
 
 
-def test_a_healthy_draft_keeps_the_generic_causes_only(sglang_roots):
+def test_a_healthy_draft_keeps_the_generic_causes_only(sglang_roots, tmp_path):
+    from checkpoints import variant
+
+    named = variant(CK / "specforge", tmp_path / "named", config={"eagle_config": {
+        "eagle_aux_hidden_state_layer_ids": [1, 3, 4]}})  # aux layers written down: nothing guessed
     p, rec = pipeline(sglang_roots["0.5.23"], background=False)
-    feed(p, server_args_line(draft="specforge"))
+    feed(p, server_args_line(draft=named))
     for s in range(3):
         feed(p, decode(s))
     assert rec.got[0].fixes[0].startswith("Run the whole diagnosis") and rec.got[0].fixes[1].startswith("Unloaded draft weights:")

@@ -156,3 +156,104 @@ def test_a_restart_or_a_stopped_server_ends_it(tmp_path, srv):
     assert [s for s, _ in box.stalled()] == ["firing", "resolved"]
     box.step(t + 600, access(t + 600))  # no decode line since the restart: nothing was running
     assert [s for s, _ in box.stalled()] == ["firing", "resolved"]
+
+
+# --- the plain-file setup: the log alone (no server_api, no health check either way) ---
+
+
+def replayed(tmp_path: Path, lines: list[str], rules: dict | None = None) -> list:
+    from test_log_error_rule import replay
+
+    p = replay(tmp_path, lines, rules)
+    return [a for a in p.dispatcher.history if a.name == ALERT_NAME]
+
+
+def decoding(t0: float, n: int, running: int = 32) -> list[str]:
+    return [decode_line("0.5.23", ts=stamp(t0 + 5 * i), accept_len=2.1, running=running)[0] for i in range(n)]
+
+
+def test_log_only_stall_fires_after_silent_for_with_the_last_decode_line_and_what_arrives(tmp_path):
+    """No API source, the log silent for 2.5 min after decode lines with 32 running (ticks of the
+    Follower's clock): DecodeStalled at `silent_for` (2m by default), naming the last decode line."""
+    box = Box(tmp_path, None)
+    box.now = last = T0 + 15  # the Follower's clock when it reads them
+    box.write(*decoding(T0 + 5, 3))
+    for t in range(int(last) + 10, int(last) + 151, 10):  # 2.5 min: no line at all, only the clock
+        box.step(t)
+    [(status, at)] = box.stalled()
+    assert status == "firing" and at == last + 120
+    [alert] = [a for a in box.p.dispatcher.history if a.name == ALERT_NAME]
+    ev = dict(alert.evidence)
+    assert ev["running requests at the last decode line"] == "32"
+    assert ev["last decode line"].startswith("2026-03-01T") and "Decode batch, #running-req: 32, #queue-req: 0, accept len: 2.10" in ev["last decode line"]
+    assert ev["still arriving"] == "nothing: the log is silent" and ev["health check"].startswith("none seen")
+    assert alert.labels["severity"] == "critical"
+
+
+def test_log_only_stall_with_access_lines_still_arriving_names_them(tmp_path):
+    box = Box(tmp_path, None)
+    box.now = last = T0 + 15
+    box.write(*decoding(T0 + 5, 3))
+    for t in range(int(last) + 10, int(last) + 151, 10):
+        box.step(t, access(t, "/v1/chat/completions"))
+    [(status, at)] = box.stalled()
+    assert status == "firing" and at == last + 120
+    [alert] = [a for a in box.p.dispatcher.history if a.name == ALERT_NAME]
+    assert dict(alert.evidence)["still arriving"].startswith("other lines until ")
+
+
+def test_silent_for_is_configurable_and_a_passed_health_check_holds_it(tmp_path, srv):
+    box = Box(tmp_path, None, {"decode_stalled": {"silent_for": "5m"}})
+    box.now = T0 + 15
+    box.write(*decoding(T0 + 5, 3))
+    for t in range(int(T0) + 25, int(T0) + 15 + 151, 10):
+        box.step(t)
+    assert box.stalled() == []
+    for t in range(int(T0) + 175, int(T0) + 15 + 301, 10):
+        box.step(t)
+    assert [s for s, _ in box.stalled()] == ["firing"]
+    # /health answering 200 since the last decode line: the scheduler answers, nothing fires
+    (tmp_path / "b").mkdir()
+    box = Box(tmp_path / "b", srv)
+    box.now = T0 + 15
+    box.write(*decoding(T0 + 5, 3))
+    for t in range(int(T0) + 25, int(T0) + 15 + 600, 10):
+        box.step(t)
+    assert box.stalled() == []
+
+
+def test_replay_fires_at_the_line_that_shows_the_gap(tmp_path):
+    """A recorded log: 32 running, 2.5 min without a decode line, then the same batch decoding
+    again: the stall is in the replay's history, fired and resolved."""
+    lines = decoding(T0, 4) + [access(T0 + 20 + 10 * i) for i in range(15)] + decoding(T0 + 15 + 150, 2)
+    fired = replayed(tmp_path, lines)
+    assert [(a.status, dict(a.evidence)["no decode line for"]) for a in fired] == [("firing", "150s"), ("resolved", "150s")]
+    assert replayed(tmp_path, decoding(T0, 4) + decoding(T0 + 15 + 100, 2)) == []  # under silent_for: nothing
+    assert replayed(tmp_path, decoding(T0, 4, running=0) + decoding(T0 + 15 + 150, 2)) == []  # nothing was running
+    # longer than silent_for + the watchdog timeout (300 s): not the same batch resuming (spliced lines)
+    assert replayed(tmp_path, decoding(T0, 4) + decoding(T0 + 15 + 421, 2)) == []
+    # traffic that stopped and came back: the first line after the gap is a prefill line whose
+    # batch is empty (the burst drained), not the same batch decoding on
+    resumed = (f"[{stamp(T0 + 15 + 600)}] Prefill batch, #new-seq: 1, #new-token: 7, #cached-token: 0, "
+               "token usage: 0.00, #running-req: 0, #queue-req: 0, input throughput (token/s): 0.00")
+    assert replayed(tmp_path, decoding(T0, 4) + [resumed] + decoding(T0 + 15 + 605, 2)) == []
+    # a restart after the silence says nothing either way (the down and restart alerts' business)
+    restart = f"[{stamp(T0 + 15 + 200)}] server_args=ServerArgs(model_path='/m', speculative_algorithm='EAGLE3', tp_size=1)"
+    assert replayed(tmp_path, decoding(T0, 4) + [restart]) == []
+
+
+def test_log_only_silence_after_a_draining_batch_is_a_warning_not_a_page(tmp_path):
+    """A burst that drains (32, 20, 8 running) and then nothing: SGLang logs every
+    --decode-log-interval rounds, so the last line shows requests that may well have finished.
+    The log alone cannot tell that from a wedge: a warning, not a page; a steady batch pages."""
+    box = Box(tmp_path, None)
+    box.now = last = T0 + 15
+    box.write(*[decode_line("0.5.23", ts=stamp(T0 + 5 * (i + 1)), accept_len=2.1, running=r)[0]
+                for i, r in enumerate((32, 20, 8))])
+    for t in range(int(last) + 10, int(last) + 151, 10):
+        box.step(t)
+    [(status, at)] = box.stalled()
+    assert status == "firing" and at == last + 120
+    [alert] = [a for a in box.p.dispatcher.history if a.name == ALERT_NAME]
+    assert alert.labels["severity"] == "warning"
+    assert dict(alert.evidence)["running requests at the last decode line"] == "8"

@@ -24,6 +24,7 @@ from specwatch.pipeline import Pipeline  # noqa: E402
 from specwatch.replay import replay_files  # noqa: E402
 from specwatch.events import LogError  # noqa: E402
 from specwatch.rules.log_errors import ALERT_NAME, fixes_for  # noqa: E402
+from specwatch.sources.log_errors import KINDS  # noqa: E402
 
 V = "0.5.23"
 SHAPE = "RuntimeError: The size of tensor a (8640) must match the size of tensor b (5760) at non-singleton dimension 1"
@@ -82,7 +83,8 @@ def test_each_kind_fires_once_with_its_severity_lines_and_fix(tmp_path):
     assert live["errors of this kind"] == "2" and live["exception"] == "KeyError: 'y'"
     m = scrape(p)
     counts = {k[1][0][1]: v for k, v in m.items() if k[0] == "specwatch_log_errors_total"}
-    assert counts == {"cuda_oom": 1, "nccl_timeout": 1, "shape_mismatch": 1, "health_check": 0, "other": 2}
+    assert {k: v for k, v in counts.items() if v} == {"cuda_oom": 1, "nccl_timeout": 1, "shape_mismatch": 1, "other": 2}
+    assert set(counts) == set(KINDS)  # every kind is on /metrics, 0 while none came
     # the lines are still counted as lines
     assert m[("specwatch_log_lines_total", (("kind", "other"), ("server", "box")))] == len(lines) - 2  # all but the 2 decode lines, as before
 
@@ -132,7 +134,10 @@ def test_a_vllm_traceback_is_stamped_with_its_year_and_advised_for_vllm(tmp_path
     vLLM's engine-config line, not SGLang's `server_args`."""
     br04 = (Path(__file__).resolve().parents[1] / "data" / "samples" / "bugreport-logs" / "BR-04.log")
     p = replay(tmp_path, br04.read_text().splitlines())
-    [a] = p.dispatcher.history
+    a, refused = p.dispatcher.history
+    # the second report's `NotImplementedError: EAGLE does not support TP > 1 yet`: a refusal at start-up
+    assert (refused.labels["kind"], refused.labels["severity"]) == ("unsupported", "critical")
+    assert (a.labels["kind"], a.labels["severity"]) == ("other", "critical")  # no batch line yet: at start-up
     assert a.starts_at > 1e9 and time.localtime(a.starts_at)[1:6] == (12, 16, 5, 3, 28)
     assert any("engine-config line" in f for f in a.fixes) and not any("server_args" in f for f in a.fixes)
     oom = LogError(None, "x.log", "cuda_oom", None, (), 1, engine="vllm")
@@ -152,3 +157,118 @@ def test_no_line_counts_for_the_host_name_server_no_source_uses(tmp_path):
     servers = {dict(k)["server"] for (name, k) in scrape(p) if name == "specwatch_log_lines_total"}
     assert servers == {"sglang-a"}
     assert scrape(p)[("specwatch_log_lines_total", (("kind", "decode"), ("server", "sglang-a")))] == 1
+
+
+BR = Path(__file__).resolve().parents[1] / "data" / "samples" / "bugreport-logs"
+
+
+def test_br45_hung_schedulers_page_by_the_watchdog_line_naming_the_settings_and_the_crash(tmp_path):
+    """BR-45 (sgl-project/sglang#29144): EAGLE + DP attention, every DP scheduler's watchdog fires
+    after 300 s with /health at 200; one critical alert at the first watchdog line, with every
+    rank and the launcher's crash line in its evidence, the settings and the workaround."""
+    lines = BR.joinpath("BR-45.log").read_text().splitlines()
+    p = replay(tmp_path, lines)
+    [a] = [x for x in p.dispatcher.history if x.name == ALERT_NAME]
+    assert (a.labels["kind"], a.labels["severity"], a.status) == ("watchdog_timeout", "critical", "firing")
+    assert time.localtime(a.starts_at)[:6] == (2026, 6, 24, 8, 13, 0)  # the watchdog line, not later
+    assert "EAGLE + DP attention" in a.annotations["summary"]
+    [rule] = [r for r in p.rules if r.name == "log_errors"]
+    ev = dict(rule.active.get("box|watchdog_timeout").evidence)  # the firing alert, as the status page shows it
+    assert ev["ranks"] == ", ".join([f"DP{i} TP{i} EP{i}" for i in range(8)] + ["scheduler_0 crashed (exit code -3)"])
+    assert ev["speculative_algorithm"] == "EAGLE" and ev["enable_dp_attention"] == "True" and ev["dp_size"] == "8"
+    assert "sgl-project/sglang#29144" in a.fixes[0] and "drop `--speculative-algorithm`" in a.fixes[0]
+    assert scrape(p)[("specwatch_log_errors_total", (("kind", "subprocess_crash"), ("server", "box")))] == 1
+
+
+def test_a_subprocess_crash_alone_is_critical_with_its_signal():
+    from specwatch.rules.log_errors import fixes_for as fx
+    e = LogError(None, "s.log", "subprocess_crash",
+                 "[2026-04-25 02:01:26] Subprocess scheduler_0 (pid=7391) crashed with exit code -11. Triggering SIGQUIT for cleanup...",
+                 (), 1)
+    assert "SIGSEGV" in fx("subprocess_crash", e)[0]
+
+
+def test_br47_crash_loop_counts_three_failed_starts_with_the_specific_fix(tmp_path):
+    """BR-47 (sgl-project/sglang#32105): draft CUDA graph capture fails at each of three starts
+    with the same settings: one critical alert, `failed starts with these settings` 3, the fix
+    naming `--enable-expert-distribution-metrics` and `--speculative-num-steps 1`."""
+    p = replay(tmp_path, BR.joinpath("BR-47.log").read_text().splitlines())
+    [a] = [x for x in p.dispatcher.history if x.name == ALERT_NAME]
+    assert (a.labels["kind"], a.labels["severity"]) == ("cuda_graph", "critical")
+    [rule] = [r for r in p.rules if r.name == "log_errors"]
+    a = rule.active.get("box|cuda_graph")
+    ev = dict(a.evidence)
+    assert ev["failed starts with these settings"] == "3" and ev["errors of this kind"] == "3"
+    assert "crash loop: 3 failed starts" in a.annotations["summary"]
+    # the 2nd and 3rd failed starts are updates of the one alert: a receiver hears of each
+    class Receiver:
+        name, send_resolved = "rec", True
+
+        def __init__(self):
+            self.got = []
+
+        def notify(self, n):
+            self.got += [(a.labels.get("kind"), a.annotations.get("update")) for a in n.alerts]
+
+    rec = Receiver()
+    log = tmp_path / "loop.log"
+    log.write_text(BR.joinpath("BR-47.log").read_text())
+    p = Pipeline(build_config({"server": "box", "logs": [{"path": str(log)}]}),
+                 Dispatcher([rec], group_wait=0, group_interval=0, keep_history=True))
+    replay_files(p, [str(log)], 1 << 20)
+    assert rec.got == [("cuda_graph", None), ("cuda_graph", "crash loop: 2 failed starts with the same settings"),
+                       ("cuda_graph", "crash loop: 3 failed starts with the same settings")]
+    assert "--enable-expert-distribution-metrics" in a.fixes[0] and "--speculative-num-steps 1" in a.fixes[0]
+    assert any("--disable-cuda-graph" in f for f in a.fixes)
+    # a start with other settings starts the count again
+    lines = BR.joinpath("BR-47.log").read_text().splitlines()
+    at = [i for i, t in enumerate(lines) if "server_args=" in t][2]
+    lines[at] = lines[at].replace("speculative_num_steps=3", "speculative_num_steps=2")
+    p = replay(tmp_path, lines)
+    [rule] = [r for r in p.rules if r.name == "log_errors"]
+    assert dict(rule.active.get("box|cuda_graph").evidence)["failed starts with these settings"] == "1"
+
+
+def test_br49_vllm_that_refuses_to_start_is_an_error_with_the_dp_fix(tmp_path):
+    p = replay(tmp_path, BR.joinpath("BR-49.log").read_text().splitlines())
+    [a] = [x for x in p.dispatcher.history if x.name == ALERT_NAME]
+    assert (a.labels["kind"], a.labels["severity"]) == ("unsupported", "critical")
+    assert "NotImplementedError: Prometheus metrics with Spec Decoding" in dict(a.evidence)["exception"]
+    assert "--data-parallel-size 1" in a.fixes[0] and "vllm-project/vllm#24049" in a.fixes[0]
+    assert dict(a.evidence)["when"].startswith("at start-up")
+
+
+def test_an_unknown_traceback_at_start_up_is_an_error_and_after_serving_a_warning(tmp_path):
+    start = [server_args_line(ts="2026-03-01 09:59:00", speculative_algorithm="EAGLE3")[0]]
+    p = replay(tmp_path, start + tb("2026-03-01 10:00:05", "KeyError: 'x'"))
+    [a] = p.dispatcher.history
+    assert a.labels["severity"] == "critical" and "not serving" in a.annotations["description"]
+    p = replay(tmp_path, start + [decode("2026-03-01 10:00:00")] + tb("2026-03-01 10:00:05", "KeyError: 'x'"))
+    [a] = p.dispatcher.history
+    assert a.labels["severity"] == "warning" and "when" not in dict(a.evidence)
+
+
+def test_a_device_side_assert_names_the_poisoned_rank_before_the_nccl_timeouts(tmp_path):
+    lines = [decode("2026-03-01 10:00:00")]
+    lines += ["[2026-03-01 10:00:01 TP3] Scheduler hit an exception: Traceback (most recent call last):",
+              '  File "/sgl/python/sglang/srt/managers/scheduler.py", line 2790, in run_scheduler_process',
+              "    scheduler.event_loop_overlap()",
+              "RuntimeError: CUDA error: device-side assert triggered"]
+    lines += ["[rank1]:[E301 10:10:01.1 ProcessGroupNCCL.cpp:616] [Rank 1] Watchdog caught collective operation "
+              "timeout: WorkNCCL(SeqNum=12, OpType=ALLREDUCE) ran for 600031 milliseconds before timing out."]
+    p = replay(tmp_path, lines + [decode("2026-03-01 10:10:02")])
+    errors = [a for a in p.dispatcher.history if a.name == ALERT_NAME]
+    kinds = [(a.labels["kind"], a.labels["severity"], dict(a.evidence).get("rank")) for a in errors]
+    assert kinds == [("device_assert", "critical", "TP3"), ("nccl_timeout", "critical", "rank1")]
+    assert "The rank with the assert is the cause" in errors[0].fixes[0]
+    assert dict(errors[1].evidence)["caused by"].startswith("the device-side assert on TP3 at 2026-03-01T")
+    assert errors[1].fixes[0].startswith("The device-side assert on TP3 came first")
+    assert time.localtime(errors[1].starts_at)[:5] == (2026, 3, 1, 10, 10)  # March 1, not 1970
+
+
+def test_a_traceback_while_vllm_stops_is_not_a_page(tmp_path):
+    """The real vLLM CPU server's SIGTERM ends in `AsyncLLM output_handler failed.` + EngineDeadError."""
+    lines = (Path(__file__).resolve().parents[1] / "data" / "samples" / "vllm-cpu" / "eagle3.log").read_text().splitlines()
+    p = replay(tmp_path, lines)
+    assert [a for a in p.dispatcher.history if a.name == ALERT_NAME] == []
+    assert p.servers["box"].errors["shutdown"] == 1

@@ -141,7 +141,8 @@ def test_collapse_alert_carries_the_vllm_diagnosis(vllm_facts, tmp_path):
     from checkpoints import OUT as CKPT
     from checkpoints import variant
 
-    draft = variant(CKPT / "specforge", tmp_path / "draft", drop=("fc.", "norm."))
+    draft = variant(CKPT / "specforge", tmp_path / "draft", drop=("fc.", "norm."),
+                    config={"eagle_aux_hidden_state_layer_ids": [2, 4, 5]})  # named: no guessed-layers warning
     log = VllmLog(version="0.33.0", method="eagle3", draft=str(draft), model=str(CKPT / "target-llama"), k=3)
     log.interval(4, positions=[0.0, 0.0, 0.0])
     cfg = build_config({"server": "box", "logs": [{"path": "server.log"}],
@@ -151,6 +152,7 @@ def test_collapse_alert_carries_the_vllm_diagnosis(vllm_facts, tmp_path):
     assert names(t) == [("AcceptanceCollapse", "firing", "")]
     assert dict(t[0].evidence)["diagnosis"] == "1 error(s), 0 warning(s) on vLLM 0.33.0"
     assert t[0].fixes[0].startswith("[error] vllm_weights: 2 parameter(s) of the draft get no weights")
+    assert "(`model.fc.weight`, `model.norm.weight`)" in t[0].fixes[0]  # which ones, in the alert itself
     assert "specwatch diagnose --engine vllm" in t[0].fixes[1]
 
 

@@ -69,7 +69,9 @@ def test_warmup_oom_and_nccl_burst_are_classified():
     events = group(OOM_TB + [ACCESS] + NCCL + [ACCESS])
     assert [(e.kind, e.line_count, e.cut) for e in events] == [("cuda_oom", 4, False), ("nccl_timeout", 6, False)]
     assert events[0].exception.startswith("torch.OutOfMemoryError: CUDA out of memory")
-    assert events[1].exception is None and events[1].timestamp == 100.0  # no SGLang prefix: the clock
+    # no SGLang prefix: glog's own stamp, in the year of the file's last dated line (the OOM's 2026)
+    assert events[1].exception is None and events[1].rank == "rank1"
+    assert events[1].timestamp == pytest.approx(datetime(2026, 12, 5, 17, 8, 49).timestamp() + 0.123456789)
 
 
 def test_chained_exceptions_stay_one_group_classified_by_the_last():
@@ -85,7 +87,7 @@ def test_real_bug_report_tracebacks():
     br04 = group((SAMPLES / "bugreport-logs" / "BR-04.log").read_text().splitlines())
     assert [(e.kind, e.exception, e.line_count) for e in br04] == [
         ("other", "ValueError: Found bias in the loaded weights but the model config doesn't have bias", 5),
-        ("other", "NotImplementedError: EAGLE does not support TP > 1 yet", 5)]
+        ("unsupported", "NotImplementedError: EAGLE does not support TP > 1 yet", 5)]
     public = group((SAMPLES / "sglang-public-lines.txt").read_text().splitlines())
     assert [(e.rank, e.cut, e.exception, e.line_count) for e in public] == [
         ("TP2", True, None, 1), ("DP2 TP2 EP2", True, None, 1)]
@@ -151,3 +153,82 @@ def test_prefilter_passes_every_line_that_starts_something():
 ])
 def test_classify(text, kind):
     assert classify(text, ()) == kind
+
+
+# torch's glog stamp writes the month without a leading zero (c10/util/Logging.cpp): `E411` is
+# April 11, `E1205` December 5 (the NCCL watchdog line of the public reports, e.g.
+# https://github.com/pytorch/pytorch/issues/115388 and the ProcessGroupNCCL.cpp:616 line above).
+GLOG_NCCL = ("[rank3]:[E{md} 10:18:06.598287174 ProcessGroupNCCL.cpp:616] [Rank 3] Watchdog caught collective "
+             "operation timeout: WorkNCCL(SeqNum=5, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) "
+             "ran for 600079 milliseconds before timing out.")
+
+
+@pytest.mark.parametrize("md,month,day", [("111", 1, 11), ("411", 4, 11), ("905", 9, 5), ("1011", 10, 11),
+                                          ("1205", 12, 5), ("229", 2, 29)])
+def test_every_month_of_a_glog_stamp_is_read_and_dated_in_the_logs_year(md, month, day):
+    g = ErrorGrouper("server.log")
+    dated = datetime(2024, 6, 30, 8).timestamp()  # the caller's last dated line: in 2024 (a leap year)
+    [e] = g.line(GLOG_NCCL.format(md=md), None, None, dated) + g.line(ACCESS, None, None, dated)
+    assert e.kind == "nccl_timeout" and e.rank == "rank3"
+    assert e.timestamp == pytest.approx(datetime(2024, month, day, 10, 18, 6).timestamp() + 0.598287174)
+
+
+def test_a_glog_line_with_no_dated_line_before_it_takes_the_current_year():
+    [e] = group([GLOG_NCCL.format(md="411")], now=datetime(2026, 7, 1).timestamp())
+    assert datetime.fromtimestamp(e.timestamp).timetuple()[:6] == (2026, 4, 11, 10, 18, 6)
+    [e] = group([GLOG_NCCL.format(md="1205")], now=datetime(2027, 1, 3).timestamp())  # read in January
+    assert datetime.fromtimestamp(e.timestamp).timetuple()[:3] == (2026, 12, 5)
+    [e] = group([GLOG_NCCL.format(md="101")], now=None)  # a replay: the current year
+    assert datetime.fromtimestamp(e.timestamp).year in (datetime.now().year, datetime.now().year - 1)
+    assert group(["[2026-03-01 10:00:01] E411 is a model name"], now=None) == []
+
+
+def test_br45_watchdog_and_subprocess_crash_lines_are_events():
+    """BR-45 (sgl-project/sglang#29144): each DP scheduler's watchdog line, then the launcher's crash line."""
+    lines = [t for t in (SAMPLES / "bugreport-logs" / "BR-45.log").read_text().splitlines() if not t.startswith("#")]
+    events = group(lines, now=None)
+    assert [e.kind for e in events] == ["watchdog_timeout"] * 8 + ["subprocess_crash"]
+    assert [e.rank for e in events[:8]] == [f"DP{i} TP{i} EP{i}" for i in range(8)]
+    assert events[-1].exception.startswith("[2026-06-24 08:13:02] Subprocess scheduler_0 crashed with exit code -3")
+    assert events[0].timestamp == pytest.approx(datetime(2026, 6, 24, 8, 13).timestamp())
+    # the other shapes of SGLang's sources: `(pid=N)` (sglang/srt/utils/watchdog.py) and the older
+    # scheduler watchdog without `soft` (sglang/srt/managers/scheduler.py 0.4-0.5.11)
+    kinds = [e.kind for e in group([
+        "[2026-08-10 09:47:36] Subprocess scheduler_0 (pid=3417555) crashed with exit code -11. Triggering SIGQUIT for cleanup...",
+        "[2026-08-10 09:47:30 TP0] Watchdog timeout (self.watchdog_timeout=300)",
+        "[2026-08-10 09:47:30] DetokenizerManager watchdog timeout (self.watchdog_timeout=300.0, self.soft=True)"])]
+    assert kinds == ["subprocess_crash", "watchdog_timeout", "watchdog_timeout"]
+
+
+def test_br47_br49_and_a_device_assert_are_their_own_kinds():
+    def replayed(name):
+        return group([t for t in (SAMPLES / "bugreport-logs" / name).read_text().splitlines() if not t.startswith("#")],
+                     now=None)
+    assert [e.kind for e in replayed("BR-47.log")] == ["cuda_graph"] * 3  # three starts, one capture failure each
+    [refused] = replayed("BR-49.log")
+    assert refused.kind == "unsupported" and refused.exception.startswith("NotImplementedError: Prometheus metrics")
+    # PyTorch's CUDA kernel assert, then the error it raises on that rank (pytorch/pytorch#124213's shape)
+    assert classify("RuntimeError: CUDA error: device-side assert triggered", [
+        "/pytorch/aten/src/ATen/native/cuda/Indexing.cu:1289: indexSelectLargeIndex: block: [0,0,0], thread: "
+        "[0,0,0] Assertion `srcIndex < srcSelectDimSize` failed."]) == "device_assert"
+    # the assert wins over the NCCL timeout it causes on the same rank's later lines
+    assert classify(None, ["RuntimeError: CUDA error: device-side assert triggered", "NCCL timeout"]) == "device_assert"
+
+
+def test_a_traceback_while_vllm_stops_is_of_kind_shutdown():
+    """The real vLLM 0.32.0 CPU server's end (tests/data/samples/vllm-cpu/eagle3.log): SIGTERM, then
+    `AsyncLLM output_handler failed.` with an `EngineDeadError` traceback, a race of the stop."""
+    lines = (SAMPLES / "vllm-cpu" / "eagle3.log").read_text().splitlines()
+    events = group(lines, now=None)
+    assert [e.kind for e in events] == ["shutdown"]
+    assert "EngineDeadError" in events[0].exception
+    # the same traceback with no stop before it is an error
+    at = next(i for i, t in enumerate(lines) if "[shutdown]" in t)
+    assert [e.kind for e in group([t for t in lines[at:] if "[shutdown]" not in t and "SIGTERM" not in t
+                                   and "Shutting down" not in t and "sigterm" not in t], now=None)] == ["other"]
+
+
+def test_a_glog_line_in_january_after_a_december_line_is_in_the_next_year():
+    g = ErrorGrouper("server.log")
+    [e] = g.line(GLOG_NCCL.format(md="102"), None, None, datetime(2025, 12, 31, 23).timestamp()) + g.flush()
+    assert datetime.fromtimestamp(e.timestamp).timetuple()[:3] == (2026, 1, 2)

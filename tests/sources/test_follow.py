@@ -23,10 +23,13 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from procs import popen
+from rotating_writer import RotatingWriter, tally
+from specwatch.daemon import HOLD_ROUNDS
 from specwatch.events import LogLine
 from specwatch.metrics import FollowerCollector
 from specwatch.sources.filestream import HEAD_BYTES, Follower, LineBatch
 from specwatch.sources.follow import FollowerGroup
+from specwatch.sources.rotated import rotated_files
 from specwatch.storage import read_json, write_json_atomic
 
 LINE_BYTES = len("line 000000\n")
@@ -1133,6 +1136,10 @@ def test_group_inotify_reads_a_change_at_once_and_a_busy_file_once_per_interval(
             f.write("two\n")
         time.sleep(1.0)
         assert got.texts == ["one"]  # a round read a line: the next waits for the poll interval...
+        # ...but the new file was opened at once: renamed over its predecessor's copy and
+        # removed, its line is still read
+        os.rename(p, p1)
+        os.unlink(p1)
         g.wake()  # ...unless asked
         wait_for(lambda: len(got) >= 2, 10, what="a line of the new file")
         assert got.texts == ["one", "two"]
@@ -1278,3 +1285,113 @@ def test_group_inotify_holds_a_busy_file_until_a_line_is_urgent(tmp_path):
         assert any(b"LOW" in d for _, d in seen)
     finally:
         assert g.stop(5.0)
+
+
+# ------------------------------------------------------------------------- rotation storms
+
+
+class SlowConsumer:
+    """An `on_lines` consumer that takes `per_line` seconds a line, as the daemon's pipeline
+    does: a catch-up over several rotated copies takes long enough for the writer to rename
+    them again meanwhile."""
+
+    def __init__(self, per_line: float = 25e-6) -> None:
+        self.texts: list[str] = []
+        self.per_line = per_line
+
+    def __call__(self, batch: LineBatch) -> None:
+        self.texts.extend(batch.lines)
+        time.sleep(len(batch) * self.per_line)
+
+
+def storm_read(tmp_path: Path, f: Follower, got: SlowConsumer, run, **writer) -> tuple[int, int]:
+    """Start `run` (the reader), a RotatingWriter with `writer`, wait for the writer and every
+    line (then a second more: a line read twice shows up too); (written, rotations)."""
+    w = RotatingWriter(f.path, **writer)
+    try:
+        stop = run()
+        written, rotations = w.wait(60)
+        deadline = time.monotonic() + 20
+        while len(got.texts) < written and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(1.0)
+        stop()
+    finally:
+        w.kill()
+    return written, rotations
+
+
+def assert_storm(texts: list[str], written: int, f: Follower) -> None:
+    lost, dup, ordered = tally(texts, written)
+    assert (lost, dup, ordered) == (0, 0, True), (
+        f"{written} written, {len(texts)} read: {lost} lost, {dup} read twice, in order {ordered};"
+        f" rotated_files_lost_total {f.rotated_files_lost_total}")
+    assert f.rotated_files_lost_total == 0
+
+
+def test_rotation_storm_a_slow_reader_finds_every_copy_by_identity(tmp_path):
+    """A rename every 0.2 s at 4,000 lines/s (`.N` → `.N+1`, log → `.1`, every copy kept) and a
+    reader polled once a second with a consumer of the daemon's speed: five copies or more pile
+    up between two polls and are renamed again while they are read; each is found by its inode,
+    read once, in order."""
+    p = tmp_path / "server.log"
+    p.touch()
+    got = SlowConsumer()
+    f = Follower(p, on_lines=got)
+    g = FollowerGroup([f], poll_interval=1.0, use_watchdog=False)
+
+    def run():
+        g.start()
+        return g.stop
+
+    written, rotations = storm_read(tmp_path, f, got, run, mode="numbered", rate=4000, seconds=3.0,
+                                    every=0.2)
+    assert rotations >= 10
+    assert_storm(got.texts, written, f)
+    assert f.rotations_total == rotations
+
+
+@pytest.mark.parametrize("mode,keep", [("mv", 0), ("numbered", 2)])
+def test_rotation_storm_at_the_daemons_cadence_opens_each_file_before_it_is_gone(
+        tmp_path, mode, keep):
+    """The reader set up as `specwatch run` sets it up (inotify, a busy log read every
+    HOLD_ROUNDS + 1 intervals of 0.75 s) and a writer that replaces its `.1` on each rename
+    (`mv log log.1`) or keeps two copies: every file is opened as it appears, so the copies
+    removed meanwhile are read from their open descriptor: nothing lost, nothing twice."""
+    p = tmp_path / "server.log"
+    p.touch()
+    got = SlowConsumer()
+    f = Follower(p, on_lines=got)
+    g = FollowerGroup([f], poll_interval=0.75, use_watchdog=False, inotify=True,
+                      urgent=lambda path, data: False, hold=HOLD_ROUNDS)
+
+    def run():
+        g.start()
+        return g.stop
+
+    written, rotations = storm_read(tmp_path, f, got, run, mode=mode, keep=keep, rate=4000,
+                                    seconds=3.0, every=0.2)
+    assert rotations >= 10
+    assert_storm(got.texts, written, f)
+
+
+def test_a_listed_copy_renamed_since_is_opened_by_its_inode(tmp_path):
+    """`.2` and `.1` listed, then one more rotation (`.2` → `.3`, `.1` → `.2`, a new `.1`): each
+    listed copy still opens as itself; one removed since is FileNotFoundError, not its neighbour."""
+    p = tmp_path / "server.log"
+    Path(f"{p}.2").write_text("old\n")
+    Path(f"{p}.1").write_text("mid\n")
+    listed = rotated_files(str(p))
+    assert [Path(f.path).name for f in listed] == ["server.log.2", "server.log.1"]
+    os.rename(f"{p}.2", f"{p}.3")
+    os.rename(f"{p}.1", f"{p}.2")
+    Path(f"{p}.1").write_text("new\n")
+    assert [f.open().read() for f in listed] == [b"old\n", b"mid\n"]
+    os.unlink(f"{p}.3")
+    with pytest.raises(FileNotFoundError):
+        listed[0].open()
+    listed[1].hold()  # held open: a removal no longer matters
+    os.unlink(f"{p}.2")
+    with listed[1].open() as fh:
+        assert fh.read() == b"mid\n"
+    listed[1].release()

@@ -3,6 +3,8 @@ users launch SGLang, found through psutil, restarted, killed."""
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 import sys
 import time
@@ -459,3 +461,69 @@ def test_usage_reads_what_psutil_reads_and_tells_a_reused_pid_by_its_start_time(
         p.kill()
         p.wait()
     assert process_mod._usage(p.pid) is None
+
+
+def _samples(rec, server):
+    return [e for s, e in rec.events if s == server and isinstance(e, ProcessSample)]
+
+
+def test_a_log_written_through_tee_ties_its_server(sglang_install, sglang_procs, tmp_path):
+    """The README's plain-file setup, `... 2>&1 | tee -a server.log`, through a real shell: the
+    launcher's fd 1/2 is a pipe, `tee` holds the file. The server is still the log's (a
+    configured server): killed, it is down; started again the same way, it is back, restarted."""
+    from specwatch.config import ProcessTies, build_config
+
+    log = tmp_path / "server.log"
+    cfg = build_config({"server": "sglang-0", "logs": [{"path": str(log)}]})
+    port = free_port()
+    sh, pid = sglang_procs.start_teed(server_argv(sglang_install, port), log)
+    assert all(t.startswith("pipe:[") for t in (os.readlink(f"/proc/{pid}/fd/{fd}") for fd in (1, 2)))
+    rec = Recorder()
+    src = ProcessSource(rec, server="sglang-0", interval=5, ties=ProcessTies.of(cfg))
+    src.poll(time.time())
+    assert [e.process.pid for e in rec.of(ServerStarted)] == [pid]
+    assert [(e.process.pid, e.expected) for e in _samples(rec, "sglang-0")] == [(pid, True)]
+    assert not any(s == f"sglang-0:{port}" for s, _ in rec.events)
+
+    os.kill(pid, signal.SIGKILL)  # a crash: tee sees the end of its input and exits
+    sh.wait(timeout=10)
+    rec.clear()
+    src.poll(time.time())
+    assert [d.last.pid for d in rec.of(ServerDown)] == [pid]
+
+    sh2, pid2 = sglang_procs.start_teed(server_argv(sglang_install, port, steps=3), log)
+    rec.clear()
+    src.poll(time.time())
+    assert [(r.old.pid, r.new.pid) for r in rec.of(ServerRestarted)] == [(pid, pid2)]
+    assert [(e.process.pid, e.expected) for e in _samples(rec, "sglang-0")] == [(pid2, True)]
+
+
+def test_a_server_writing_elsewhere_is_tied_by_the_port_of_its_log_server_args(sglang_install, sglang_procs,
+                                                                                 tmp_path):
+    """No fd ties it (its output goes to /dev/null here; another user's fds cannot be read at
+    all): the port of the log's own `server_args` line does, and keeps it tied for that process
+    after the log's settings are cleared by its start."""
+    from specwatch.config import ProcessTies, build_config
+
+    log = tmp_path / "server.log"
+    cfg = build_config({"server": "sglang-0", "logs": [{"path": str(log)}]})
+    port = free_port()
+    p = sglang_procs.start(server_argv(sglang_install, port))
+    ports: dict[int, str] = {}
+    rec = Recorder()
+    src = ProcessSource(rec, server="sglang-0", interval=5, ties=ProcessTies.of(cfg), log_ports=lambda: dict(ports))
+    src.poll(time.time())
+    assert [(e.process.pid, e.expected) for e in _samples(rec, f"sglang-0:{port}")] == [(p.pid, False)]
+    ports[port] = "sglang-0"  # the log's server_args line was read
+    rec.clear()
+    src.poll(time.time())
+    assert [(e.process, e.expected) for e in _samples(rec, f"sglang-0:{port}")] == [(None, False)]
+    assert [(e.process.pid, e.expected) for e in _samples(rec, "sglang-0")] == [(p.pid, True)]
+    ports.clear()
+    rec.clear()
+    src.poll(time.time())
+    assert [(e.process.pid, e.expected) for e in _samples(rec, "sglang-0")] == [(p.pid, True)]
+    stop(p)
+    rec.clear()
+    src.poll(time.time())
+    assert [d.last.pid for d in rec.of(ServerDown)] == [p.pid]

