@@ -279,7 +279,7 @@ def test_resolved_slack_message_shows_why_not_the_firing_evidence(tmp_path, slac
     three_rank_collapse_log(log)
     # without inhibitions: by default the rank disagreement of DP1 mutes its collapse
     cfg = tmp_path / "config.yaml"
-    cfg.write_text(yaml.safe_dump({"server": "replay", "alerts": {"inhibit_rules": [], "webhooks": [{"name": "ops", "url": slack.url}]}}))
+    cfg.write_text(yaml.safe_dump({"server": "three", "alerts": {"inhibit_rules": [], "webhooks": [{"name": "ops", "url": slack.url}]}}))
     doc = json.loads(replay(str(log), "--config", str(cfg), "--slack-dry-run", "--json").stdout)
     [resolved] = [p for p in doc["slack_payloads"] if p["text"].startswith("[RESOLVED] AcceptanceCollapse")]
     [fields] = [b["fields"] for b in resolved["blocks"] if "fields" in b]
