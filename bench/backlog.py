@@ -10,7 +10,7 @@ Measures, each repeated `--repeats` times (medians reported):
   2. idle: CPU used by an idle `specwatch run` over `--idle` seconds, and its RSS.
   3. latency: wall time from appending the third of three collapse lines (stamped 8 s, 4 s and
      0 s ago, as a live server prints them) to a followed file until a local Slack-compatible
-     endpoint receives the alert (default group_wait of 1 s applies).
+     endpoint receives the alert (the default group_wait, 0 s).
 
 Usage: python bench/backlog.py [--lines 200000] [--repeats 3] [--idle 20]
 Needs the Debian package `mtail` for the comparison (skipped with a note otherwise).

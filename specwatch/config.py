@@ -393,7 +393,7 @@ class Config:
     # Alertmanager's default is [] (one group); per alert name and server, an XID on one GPU
     # never holds back a collapse by a group_interval.
     group_by: list[str] = field(default_factory=lambda: ["alertname", "server"])
-    group_wait: float = 1.0  # Alertmanager: 30s; see config.example.yaml
+    group_wait: float = 0.0  # Alertmanager: 30s; see config.example.yaml
     group_interval: float = 60.0  # Alertmanager: 5m; a resolve goes out within a minute
     repeat_interval: float = 4 * 3600.0
     inhibit_rules: list[InhibitRule] = field(default_factory=default_inhibit_rules)
@@ -1128,7 +1128,7 @@ def drop_hysteresis(max_drop: float, recover_drop: float) -> list[tuple[str, str
 
 def _alerts(r: _Reader, cfg: Config, a: dict) -> None:
     cfg.group_by = r.strings(a, "group_by", "alerts", ["alertname", "server"])
-    cfg.group_wait = r.duration(a, "group_wait", "alerts", 1.0, minimum=0.0)
+    cfg.group_wait = r.duration(a, "group_wait", "alerts", 0.0, minimum=0.0)
     cfg.group_interval = r.duration(a, "group_interval", "alerts", 60.0, minimum=0.0)
     cfg.repeat_interval = r.duration(a, "repeat_interval", "alerts", 4 * 3600.0)
     cfg.runbook_url = r.string(a, "runbook_url", "alerts", "")

@@ -1,5 +1,5 @@
 """One incident, one message: `specwatch run` as a real subprocess, posting to a real local Slack
-endpoint, with the default alert settings (group_wait 1s, group_interval 1m, default inhibit
+endpoint, with the default alert settings (group_wait 0s, group_interval 1m, default inhibit
 rules). An 8-rank SGLang server whose ranks collapse together sends one message, not one per
 rank; one collapsed rank of 8 sends one message (the rank disagreement), not a collapse message
 with checkpoint checks beside a disagreement saying the checkpoint is not the problem."""
