@@ -49,7 +49,20 @@ def popen(argv, **kw) -> subprocess.Popen:
     """`subprocess.Popen` of a child that is SIGKILLed when the test process (the calling thread)
     ends, however it ends: a killed or timed-out test run leaves no daemon behind (a
     parent-death signal, specwatch/childproc.py; the pid is the command's)."""
-    return subprocess.Popen(die_with_parent(argv, signal.SIGKILL), **kw)
+    proc = subprocess.Popen(wrapped := die_with_parent(argv, signal.SIGKILL), **kw)
+    # The wrapper sets the signal, then execs argv: until then /proc shows the wrapper's command
+    # line (which names argv), and a process scan started at once would see that process.
+    if wrapped != list(argv):
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and proc.poll() is None:
+            try:
+                with open(f"/proc/{proc.pid}/cmdline", "rb") as f:
+                    if f.read().split(b"\0")[:-1] != [os.fsencode(a) for a in wrapped]:
+                        break  # exec'd (or gone)
+            except OSError:
+                break
+            time.sleep(0.002)
+    return proc
 
 
 def run(argv, **kw) -> subprocess.CompletedProcess:
