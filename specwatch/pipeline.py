@@ -179,7 +179,6 @@ class Pipeline:
         self._vllm: dict[str, VllmAssembler] = {}  # server → its vLLM lines into decode batches
         self._path = ""  # the file being fed
         self._before_handle: Callable[[list], None] | None = None  # set by `catchup.feed` during a read
-        self._flush_held = self._flush_owed = False  # a live read's alerts wait for its end (`feed_batch`)
         # reads of at least this many lines go in columns (numpy); the daemon raises it for a
         # small start-up backlog, so that a restart does not keep numpy's RSS for its lifetime
         self.columns_min_lines: float = catchup.MIN_LINES
@@ -255,19 +254,12 @@ class Pipeline:
         with self.lock:
             stats = self._stats(server)
             grouper = self._grouper(path)
-            self._flush_held = now is not None  # a live read: its alerts are sent together at its end
-            try:
-                if prefix is None and raw_ok is None and grouper.group is None and engine.name != VLLM \
-                        and len(batch) >= self.columns_min_lines:  # a large read: in columns
-                    other = catchup.take(self, server, stats, grouper, engine, maybe_event, batch, tz, now)
-                else:
-                    other = self._feed_lines(server, stats, grouper, engine, maybe_event, batch.lines, raw_ok,
-                                             prefix, tz, now)
-            finally:
-                self._flush_held = False
-                if self._flush_owed:
-                    self._flush_owed = False
-                    self.dispatcher.flush_due(now)
+            if prefix is None and raw_ok is None and grouper.group is None and engine.name != VLLM \
+                    and len(batch) >= self.columns_min_lines:  # a large read: in columns
+                other = catchup.take(self, server, stats, grouper, engine, maybe_event, batch, tz, now)
+            else:
+                other = self._feed_lines(server, stats, grouper, engine, maybe_event, batch.lines, raw_ok, prefix,
+                                         tz, now)
             stats.lines["other"] += other
             if other and now is not None:  # the follower's clock: one stamp per read
                 stats.last_line["other"] = now
@@ -585,12 +577,8 @@ class Pipeline:
                 self._add_trend(alert)
             self.dispatcher.handle(alert, now, flush=False)
         # Flushed once all are in: an alert that mutes another of the same line (a rank
-        # disagreement its rank's collapse) is there before either is sent, even at group_wait 0;
-        # in a live read, once the whole read is in (`feed_batch`): ranks logged together, one message.
-        if self._flush_held:
-            self._flush_owed = True
-        else:
-            self.dispatcher.flush_due(now)
+        # disagreement its rank's collapse) is there before either is sent, even at group_wait 0.
+        self.dispatcher.flush_due(now)
 
     def _add_trend(self, alert: Alert) -> None:
         """Annotate a rank's acceptance alert, when it first fires, with the rank's recent accept

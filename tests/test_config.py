@@ -37,8 +37,8 @@ def test_example_config_is_valid_and_matches_defaults():
                 "inhibit_rules", "runbook_url", "external_url", "slack", "webhooks", "alertmanager", "routes"):
         assert getattr(cfg, key) == getattr(default, key), key
     # Alertmanager's defaults
-    # not Alertmanager's [] / 30s: the one-second collapse budget (config.example.yaml says why)
-    assert (cfg.group_by, cfg.group_wait, cfg.group_interval) == (["alertname", "server"], 1, 60)
+    # not Alertmanager's [] / 30s: a collapse goes out as it is read (config.example.yaml says why)
+    assert (cfg.group_by, cfg.group_wait, cfg.group_interval) == (["alertname", "server"], 0, 60)
     assert cfg.alertmanager.resend_delay == 60 and cfg.alertmanager.resolved_retention == 900
     assert cfg.degradation.hold == 600 and cfg.throughput_drop.max_drop_ratio == 0.4
     assert cfg.process == default.process and cfg.process.enabled and cfg.process.interval == 10.0

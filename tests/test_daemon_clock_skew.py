@@ -48,20 +48,20 @@ def test_a_log_hours_off_the_host_clock_alerts_at_once_and_says_so(tmp_path, sla
         wait_for(lambda: slack.received, timeout=10, what="the firing message")
         delay = slack.times[0] - fired_at
         assert delay < 2.0, f"the collapse went out {delay:.1f}s after its line"
-        assert "AcceptanceCollapse" in slack.received[0]["text"] and "RESOLVED" not in slack.received[0]["text"]
+        assert "RankDisagreement" in slack.received[0]["text"] and "RESOLVED" not in slack.received[0]["text"]
         for _ in range(12):  # still collapsed for 4 s of wall (and log) time: nothing resolves
             _write(log, shift, {"TP0": 1.02, "TP1": 2.9})
             time.sleep(0.33)
         assert _collapsed(d) == 1
         last = d.scrape()[("specwatch_last_decode_batch_timestamp_seconds", TP0)]
         assert abs(last - time.time()) < 60, "the log's time is read onto the wall clock"
-        collapse_msgs = [b["text"] for b in slack.received if "AcceptanceCollapse" in b["text"]]
+        collapse_msgs = [b["text"] for b in slack.received if "RankDisagreement" in b["text"]]
         assert len(collapse_msgs) == 1, collapse_msgs
         for _ in range(3):  # the log says it recovered
             _write(log, shift, {"TP0": 2.9, "TP1": 2.9})
             time.sleep(0.3)
         wait_for(lambda: _collapsed(d) == 0, timeout=10, what="the recovery")
-        wait_for(lambda: any("RESOLVED" in b["text"] and "AcceptanceCollapse" in b["text"] for b in slack.received),
+        wait_for(lambda: any("RESOLVED" in b["text"] and "RankDisagreement" in b["text"] for b in slack.received),
                  timeout=10, what="the resolved message")
         texts = " ".join(b["text"] for b in slack.received)
         durations = [int(s) for s in re.findall(r"[Rr]esolved after \*?(\d+)s", texts)]
@@ -127,7 +127,7 @@ def test_a_backlog_hours_ahead_is_read_shifted_from_its_first_line(tmp_path, sla
             time.sleep(0.3)
         wait_for(lambda: slack.received, timeout=10, what="the firing message")
         assert slack.times[0] - fired_at < 2.0
-        assert "AcceptanceCollapse" in slack.received[0]["text"]
+        assert "RankDisagreement" in slack.received[0]["text"]
     finally:
         d.stop()
     assert len([ln for ln in d.output.splitlines() if " WARNING " in ln and "clock" in ln]) == 1, d.output

@@ -1,5 +1,5 @@
 """One incident, one message: `specwatch run` as a real subprocess, posting to a real local Slack
-endpoint, with the default alert settings (group_wait 0s, group_interval 1m, default inhibit
+endpoint, with the default alert settings (group_wait set to 1s, group_interval 1m, default inhibit
 rules). An 8-rank SGLang server whose ranks collapse together sends one message, not one per
 rank; one collapsed rank of 8 sends one message (the rank disagreement), not a collapse message
 with checkpoint checks beside a disagreement saying the checkpoint is not the problem."""
@@ -41,7 +41,9 @@ def _run(tmp_path, slack, collapsed: set[int], later: set[int] = frozenset(), al
     bodies received `settle` seconds after that and the daemon's output."""
     log = tmp_path / "sglang.log"
     log.write_text("")
-    d = SpecwatchDaemon(tmp_path, log, alerts=alerts or {"slack": {"webhook_url": slack.url}}, rules=rules,
+    # group_wait 1s (the default is 0s: the first rank at once, the others in the one follow-up)
+    alerts = {"group_wait": "1s", **(alerts or {"slack": {"webhook_url": slack.url}})}
+    d = SpecwatchDaemon(tmp_path, log, alerts=alerts, rules=rules,
                         extra={"process": {"enabled": False}})
     d.start()
     try:

@@ -196,8 +196,9 @@ def test_without_matplotlib_the_error_names_the_extra(tmp_path):
 
 
 def test_collapse_message_carries_the_ranks_trend(tmp_path):
-    """Issue 12 item 3, end to end: the collapse alert of DP1 (fires at 10:00:42, its 3rd line at
-    1.02) carries DP1's 10 s means since 10:00:00 (5 points), the mean since the last point and
+    """End to end: the collapse alert of DP1 (fires at 10:00:42, its 3rd line at 1.02; the other
+    ranks healthy, so the one message is its RankDisagreement, which mutes its AcceptanceCollapse)
+    carries DP1's 10 s means since 10:00:00 (5 points), the mean since the last point and
     the firing line's 1.02, drawn as a sparkline that ends at the floor, and the server's
     lowest/highest rank."""
     import re
@@ -205,7 +206,8 @@ def test_collapse_message_carries_the_ranks_trend(tmp_path):
     log = tmp_path / "three.log"
     three_rank_collapse_log(log)
     doc = json.loads(replay(str(log), "--slack-dry-run", "--json").stdout)
-    [payload] = [p for p in doc["slack_payloads"] if p["text"].startswith("[FIRING] AcceptanceCollapse")]
+    [payload] = [p for p in doc["slack_payloads"] if p["text"].startswith("[FIRING] RankDisagreement")]
+    assert not [p for p in doc["slack_payloads"] if "AcceptanceCollapse" in p["text"]]
     [trend] = [b["text"]["text"] for b in payload["blocks"]
                if b["type"] == "section" and "text" in b and b["text"]["text"].startswith("*accept len, recent trend*")]
     title, spark, ranks = trend.split("\n")

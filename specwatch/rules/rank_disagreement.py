@@ -187,8 +187,10 @@ class RankDisagreementRule(Rule):
             who = f"Only {where} collapsed:"
         files = [p for p in self.log_paths.get(server, []) if not p.startswith("journal:")]
         log = " ".join(shlex.quote(p) for p in files) if files else "<log>"
+        # critical: it is the rank's collapse alert too (the default inhibit rules mute that
+        # rank's AcceptanceCollapse under it: one message, one diagnosis)
         return new_alert(
-            ALERT_NAME, "warning", server, rank,
+            ALERT_NAME, "critical", server, rank,
             summary=f"{who} accept len {mine[-1]:.2f} while {len(healthy)} {'healthy' if collapsed else 'other'} "
                     f"rank(s) reach {min(others.values()):.2f}+",
             description=(
