@@ -339,9 +339,9 @@ class DecodeStalledRule(ActiveAlertsRule):
                 "no progress is a hung kernel or collective).",
                 "A hung collective shows on the other ranks and nodes: look for an NCCL timeout or a "
                 "traceback in their logs, and XIDs in `journalctl -k | grep -i xid`.",
-                "SGLang's `--watchdog-timeout` (now "
-                + (f"{watchdog}" if watchdog is not None else "300 by default")
-                + " s) crashes a scheduler whose forward pass takes longer; a lower value turns a hang into "
+                "SGLang's `--watchdog-timeout` ("
+                + (f"now {watchdog} s" if watchdog is not None else "300 s by default")
+                + ") crashes a scheduler whose forward pass takes longer; a lower value turns a hang into "
                 "a restart. Restart the server to serve again.",
             ],
         )

@@ -104,6 +104,7 @@ def test_br37_wedge_fires_within_the_hold_and_resolves_at_the_next_decode_line(t
     assert ev["health check"].startswith("/health answered 503")
     assert "the HTTP API answers" in ev["server alive"] and "other log lines until" in ev["server alive"]
     assert alert.labels["severity"] == "critical" and "py-spy dump" in alert.fixes[0]
+    assert "SGLang's `--watchdog-timeout` (300 s by default) crashes" in alert.fixes[2]
     # the freshness of each kind of line, as Prometheus sees it: access lines arrive, decode lines do not
     m = scrape(box.p)
     fresh = {dict(k[1])["kind"]: v for k, v in m.items() if k[0] == "specwatch_server_log_last_line_timestamp_seconds"}
