@@ -181,7 +181,8 @@ def _json_stream(text: str) -> list:
 def _state_dir(args) -> str:
     if args.state_dir:
         return args.state_dir
-    return load_config(args.config).state_dir if args.config else Config().state_dir
+    # state_dir is all these commands need: a secret the daemon's environment holds is not read
+    return load_config(args.config, secrets=False).state_dir if args.config else Config().state_dir
 
 
 MAX_SILENCE_S = 3650 * 86400  # 10 years: beyond, the end is no date the platform can write
