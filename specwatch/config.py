@@ -1199,8 +1199,15 @@ def _alerts(r: _Reader, cfg: Config, a: dict) -> None:
 
 def load_run_config(path: str | os.PathLike) -> Config:
     """`load_config(path, for_run=True)`, so start-up, a reload (SIGHUP) and `check-config` accept
-    exactly the same files. Raises ConfigError."""
-    return load_config(path, for_run=True)
+    exactly the same files, and its state_dir is a folder the daemon can write in (or create).
+    Raises ConfigError."""
+    from specwatch.storage import state_dir_problem
+
+    cfg = load_config(path, for_run=True)
+    problem = state_dir_problem(cfg.state_dir)
+    if problem:
+        raise ConfigError([f"state_dir: {problem}"])
+    return cfg
 
 
 def config_warnings(cfg: Config) -> list[str]:
