@@ -11,7 +11,8 @@ in the log: any client's health probe writes it); `silent_for` when nothing said
 server is healthy (the plain-file setup, `… 2>&1 | tee -a server.log`: the log alone). A `/health`
 that answered 200 since the last decode line says the scheduler moves: nothing fires. It fires
 from the ticks (a live clock: a log that stays silent), and in a replay at the decode line that
-ends such a gap (then it resolves at once). It resolves at the next decode line, or when the
+ends such a gap, or at the restart (`server_args` line) that does (then it resolves at once).
+It resolves at the next decode line, or when the
 server stops or restarts (the down and restart alerts take over).
 
 The log-only case cannot tell a wedge from traffic that stopped: SGLang prints a decode line
@@ -199,8 +200,13 @@ class DecodeStalledRule(ActiveAlertsRule):
         return b, []
 
     def on_restart(self, server: str, at: float, why: str) -> list[Alert]:
+        """The server (re)started at `at`: its state is dropped and the alert resolves. A gap no
+        tick saw (a replay) that the restart ends is a stall first, as a live clock would have
+        fired it during the gap: the hang that led to the restart."""
         st = self._s.pop(server, None)
-        return [] if st is None else self.active.resolve(server, at, ("server", why))
+        if st is None:
+            return []
+        return self._seen(server, st, at, handed=True) + self.active.resolve(server, at, ("server", why))
 
     def _seen(self, server: str, st: _State, now: float, handed: bool = False) -> list[Alert]:
         """`_check` once `now` is `_shortest()` past the last decode line (a tick, or a line

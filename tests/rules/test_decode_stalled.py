@@ -238,9 +238,14 @@ def test_replay_fires_at_the_line_that_shows_the_gap(tmp_path):
     resumed = (f"[{stamp(T0 + 15 + 600)}] Prefill batch, #new-seq: 1, #new-token: 7, #cached-token: 0, "
                "token usage: 0.00, #running-req: 0, #queue-req: 0, input throughput (token/s): 0.00")
     assert replayed(tmp_path, decoding(T0, 4) + [resumed] + decoding(T0 + 15 + 605, 2)) == []
-    # a restart after the silence says nothing either way (the down and restart alerts' business)
+    # a restart that ends the silence: the hang that led to it, as the live clock saw it during
+    # the gap (fired, then resolved by the restart)
     restart = f"[{stamp(T0 + 15 + 200)}] server_args=ServerArgs(model_path='/m', speculative_algorithm='EAGLE3', tp_size=1)"
-    assert replayed(tmp_path, decoding(T0, 4) + [restart]) == []
+    fired = replayed(tmp_path, decoding(T0, 4) + [restart] + decoding(T0 + 15 + 205, 2))
+    assert [(a.status, dict(a.evidence)["no decode line for"]) for a in fired] == [("firing", "200s"), ("resolved", "200s")]
+    assert dict(fired[1].evidence)["server"] == "the server restarted (new server_args line)"
+    assert replayed(tmp_path, decoding(T0, 4) + [restart.replace(stamp(T0 + 215), stamp(T0 + 115))]) == []  # under silent_for
+    assert replayed(tmp_path, decoding(T0, 4, running=0) + [restart]) == []  # nothing was running
 
 
 def test_log_only_silence_after_a_draining_batch_is_a_warning_not_a_page(tmp_path):
@@ -258,3 +263,17 @@ def test_log_only_silence_after_a_draining_batch_is_a_warning_not_a_page(tmp_pat
     [alert] = [a for a in box.p.dispatcher.history if a.name == ALERT_NAME]
     assert alert.labels["severity"] == "warning"
     assert dict(alert.evidence)["running requests at the last decode line"] == "8"
+
+
+def test_specwatch_replay_reports_the_hang_a_restart_ended(tmp_path):
+    """tests/data/gap_restart.log (a new user's reproduction): 30 decode lines with 32 running,
+    3 minutes of nothing, a new `server_args` line, 10 decode lines. `specwatch replay` named no
+    alert; the live daemon fired DecodeStalled during the gap."""
+    import subprocess
+
+    data = Path(__file__).resolve().parents[1] / "data" / "gap_restart.log"
+    r = subprocess.run([sys.executable, "-m", "specwatch", "replay", str(data)], capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert "ALERT DecodeStalled on gap_restart" in r.stdout and "no decode line for 181s" in r.stdout
+    assert "alerts: none" not in r.stdout
