@@ -36,6 +36,7 @@ import msgspec
 from specwatch.alerts.model import Alert, iso8601
 from specwatch.config import Config, Seconds, Section, rule_section
 from specwatch.events import ApiSample, LogError, ProcessSample, ServerArgs, ServerProcess
+from specwatch.logclock import MAX_ZONE
 from specwatch.rules.active import ActiveAlertsRule
 from specwatch.rules.base import RuleContext, args_evidence, new_alert, register
 from specwatch.rules.windows import Window
@@ -49,11 +50,12 @@ class DecodeStalledConfig(Section):
 
 
 ALERT_NAME = "DecodeStalled"
+FAR_AHEAD = MAX_ZONE + 3600.0  # seconds a decode line's stamp may run ahead of the clock reading it
 
 
 class _State:
     __slots__ = ("last_decode", "running", "queued", "unhealthy", "healthy", "process", "watched", "api_reachable",
-                 "args", "last_batch", "draining")
+                 "args", "last_batch", "draining", "stamps")
 
     def __init__(self) -> None:
         self.last_decode: float | None = None  # clock of the last decode line of any rank
@@ -66,6 +68,7 @@ class _State:
         self.watched = False
         self.api_reachable: float | None = None  # clock of the last HTTP answer
         self.args: dict = {}
+        self.stamps: dict[str, float] = {}  # rank → the stamp of its newest decode line
 
 
 def _describe(b, at: float | None) -> str:
@@ -108,6 +111,8 @@ class DecodeStalledRule(ActiveAlertsRule):
             # line), so a decode line right after the gap is the same batch decoding on. vLLM
             # prints no prefill line: there a gap cannot be told from idle time.
             out = self._seen(server, st, now, handed=True)
+        if not self._progress(st, b, now):
+            return out
         st.last_decode = now
         st.last_batch = b
         before = st.running.get(b.rank)
@@ -116,6 +121,22 @@ class DecodeStalledRule(ActiveAlertsRule):
         if server not in self.active:
             return out  # the common case
         return out + self.active.resolve(server, now, ("decode lines", f"arriving again ({b.rank or 'single rank'})"))
+
+    @staticmethod
+    def _progress(st: _State, b, now: float) -> bool:
+        """Whether decode line `b` (read at `now`) shows the scheduler moving: not when it is
+        stamped before its rank's newest decode line (a line pasted or replayed into the log), nor
+        when its stamp is more than a day ahead of the clock that reads it (no zone explains
+        that: `logclock.MAX_ZONE`; a line from another year). Such a line neither resolves the
+        alert nor restarts the silence."""
+        t = b.timestamp
+        if t is None:
+            return True
+        newest = st.stamps.get(b.rank)
+        if newest is not None and t < newest or t - now > FAR_AHEAD:
+            return False
+        st.stamps[b.rank] = t
+        return True
 
     def on_prefill(self, server: str, batch, now: float) -> list[Alert]:
         """A prefill line: its `#running-req` is the rank's decode batch now (0 after a burst
@@ -197,6 +218,15 @@ class DecodeStalledRule(ActiveAlertsRule):
             else:
                 p = rows.batch(i)
                 st.running[names[code]] = (p.running_requests, p.queued_requests)
+        decs = np.flatnonzero(dec[a:b])  # as _progress: each rank's newest decode stamp, new ranks in line order
+        if len(decs):
+            rc = codes[decs]
+            found, first = np.unique(rc, return_index=True)
+            _, back = np.unique(rc[::-1], return_index=True)
+            for _, code, k in sorted(zip(first.tolist(), found.tolist(), (len(rc) - 1 - back).tolist())):
+                t = rows.decode(int(dcount[a + int(decs[k])])).timestamp
+                if t is not None:
+                    st.stamps[names[code]] = t
         return b, []
 
     def on_restart(self, server: str, at: float, why: str) -> list[Alert]:

@@ -191,6 +191,29 @@ def test_log_only_stall_fires_after_silent_for_with_the_last_decode_line_and_wha
     assert alert.labels["severity"] == "critical"
 
 
+def test_a_decode_line_stamped_before_the_last_one_or_far_off_the_clock_does_not_resolve_it(tmp_path):
+    """While stalled, a decode line stamped an hour ago, or in 2030 (pasted into the log), is no
+    progress: the alert stays firing (it flapped to Slack: resolved, then firing again); the
+    next line of the batch decoding on resolves it."""
+    box = Box(tmp_path, None)
+    box.now = last = T0 + 15
+    box.write(*decoding(T0 + 5, 3))
+    for t in range(int(last) + 10, int(last) + 131, 10):
+        box.step(t)
+    [(status, at)] = box.stalled()
+    assert status == "firing" and at == last + 120
+    t = last + 130
+    for stamped in (t - 3600, datetime(2030, 1, 1, 12, 0, 0).timestamp(), last - 5):
+        t += 10
+        box.step(t, decode_line("0.5.23", ts=stamp(stamped), accept_len=2.1, running=32)[0])
+        t += 30
+        box.step(t)
+        assert box.stalled() == [("firing", at)], stamped
+    t += 10
+    box.step(t, decode_line("0.5.23", ts=stamp(t), accept_len=2.1, running=32)[0])
+    assert box.stalled() == [("firing", at), ("resolved", t)]
+
+
 def test_log_only_stall_with_access_lines_still_arriving_names_them(tmp_path):
     box = Box(tmp_path, None)
     box.now = last = T0 + 15
