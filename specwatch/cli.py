@@ -181,7 +181,8 @@ def _json_stream(text: str) -> list:
 def _state_dir(args) -> str:
     if args.state_dir:
         return args.state_dir
-    return load_config(args.config).state_dir if args.config else Config().state_dir
+    # state_dir is all these commands need: a secret the daemon's environment holds is not read
+    return load_config(args.config, secrets=False).state_dir if args.config else Config().state_dir
 
 
 MAX_SILENCE_S = 3650 * 86400  # 10 years: beyond, the end is no date the platform can write
@@ -363,7 +364,8 @@ def _facts(args):
     if root is None and pid:
         root = sglang_root_of_process(pid)
         if root is None and args.pid and not args.sglang_version:
-            raise NoSGLangSource(f"none readable for pid {pid}: pass --sglang-root")
+            raise NoSGLangSource(f"none readable for pid {pid}: pass --sglang-root, or --sglang-version X.Y.Z to "
+                                 "judge against specwatch's built-in table")
     facts = facts_for(root, args.sglang_version)
     if pid and root is not None:
         facts.notes.append(f"SGLang of the server process {pid}" + ("" if args.pid else " (its command line names this draft)"))
@@ -386,10 +388,16 @@ def _vllm_facts(args, found: dict):
 
 
 def cmd_diagnose(args) -> int:
-    from specwatch.diagnosis import diagnose
+    from specwatch.diagnosis import NoSGLangSource, diagnose
     from specwatch.probes.checkpoint import CheckpointError
     from specwatch.probes.vllm_probes import diagnose_vllm
 
+    missing = [f"--{flag} {path}: no such file or directory" for flag, path in (("draft", args.draft), ("target", args.target))
+               if path is not None and not os.path.exists(os.path.expanduser(path))]
+    if missing:  # before the SGLang source: a mistyped path is the first thing to fix
+        for m in missing:
+            print(f"specwatch diagnose: {m}", file=sys.stderr)
+        return 2
     try:
         settings, found = _settings(args)
         target = args.target or (found.get("model_path") if found and os.path.exists(str(found.get("model_path"))) else None)
@@ -402,6 +410,12 @@ def cmd_diagnose(args) -> int:
             report = diagnose_vllm(draft, target, vllm, settings=settings)
         else:
             report = diagnose(draft, target, facts=_facts(args), settings=settings)
+    except NoSGLangSource as e:
+        print(f"specwatch diagnose: {e}", file=sys.stderr)
+        if args.json:  # a script reads the outcome: nothing was checked
+            print(json.dumps({"engine": "sglang", "sglang_version": None, "sglang": None, "draft": args.draft,
+                              "target": args.target, "checked": False, "notes": [str(e)], "findings": []}, indent=2))
+        return 2
     except (CheckpointError, FileNotFoundError, OSError) as e:
         print(f"specwatch diagnose: {e}", file=sys.stderr)
         return 2

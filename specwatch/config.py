@@ -542,8 +542,9 @@ def _is_section(t) -> bool:
 class _Reader:
     """Walks a parsed YAML mapping, recording problems with key paths."""
 
-    def __init__(self) -> None:
+    def __init__(self, secrets: bool = True) -> None:
         self.problems: list[str] = []
+        self.secrets = secrets  # False: `*_env` / `*_file` secrets are left unread (None)
 
     def bad(self, path: str, msg: str) -> None:
         if len(msg) > 500:  # a value from the file echoed by a message (a path, a matcher)
@@ -698,6 +699,8 @@ def _resolve_secret(r: _Reader, data: dict, path: str, name: str) -> str | None:
     raw = str(data[key])
     if key == name:
         return raw
+    if not r.secrets:
+        return None
     if key.endswith("_env"):
         value = os.environ.get(raw)
         if not value:
@@ -827,10 +830,12 @@ def _valid_url(url: str) -> bool:
     return u.scheme in ("http", "https") and bool(u.hostname)
 
 
-def build_config(data: dict | None, source_path: str | None = None, *, for_run: bool = False) -> Config:
+def build_config(data: dict | None, source_path: str | None = None, *, for_run: bool = False,
+                 secrets: bool = True) -> Config:
     """Validate a parsed YAML document. Raises ConfigError listing every problem. for_run: at
-    least one log is required (`specwatch run`)."""
-    r = _Reader()
+    least one log is required (`specwatch run`). secrets=False: secrets named by a variable or a
+    file are not read (left None), for commands that only need state_dir (`silence`, `notifications`)."""
+    r = _Reader(secrets)
     cfg = Config(source_path=source_path)
     if data is None:
         data = {}
@@ -1069,7 +1074,7 @@ def _server_metrics_section(r: _Reader, data: dict, default_server: str) -> list
     return out
 
 
-def load_config(path: str | os.PathLike, *, for_run: bool = False) -> Config:
+def load_config(path: str | os.PathLike, *, for_run: bool = False, secrets: bool = True) -> Config:
     """Read and validate a YAML config file. Raises ConfigError (with key paths) on any problem,
     whatever the file holds (bounded: see `safe_yaml`). for_run: also require what `specwatch run`
     needs beyond a valid file (at least one log)."""
@@ -1089,7 +1094,7 @@ def load_config(path: str | os.PathLike, *, for_run: bool = False) -> Config:
     if data is None:
         raise ConfigError([f"{path}: (file): empty; start from config.example.yaml (at least "
                            "`logs: [{path: /var/log/sglang/server.log}]`)"])
-    return build_config(data, str(path), for_run=for_run)
+    return build_config(data, str(path), for_run=for_run, secrets=secrets)
 
 
 def _slack(r: _Reader, raw, path: str, base: SlackConfig) -> SlackConfig:
@@ -1174,7 +1179,7 @@ def _alerts(r: _Reader, cfg: Config, a: dict) -> None:
         slack = None
         if "slack" in rt:
             slack = _slack(r, rt.get("slack"), f"{rp}.slack", cfg.slack)
-            if not slack.webhook_url:
+            if not slack.webhook_url and r.secrets:
                 r.bad(f"{rp}.slack", "no webhook: set webhook_url (or _env/_file) here or in alerts.slack")
         webhooks = r.strings(rt, "webhooks", rp, None)
         for j, h in enumerate(webhooks or []):
@@ -1194,8 +1199,15 @@ def _alerts(r: _Reader, cfg: Config, a: dict) -> None:
 
 def load_run_config(path: str | os.PathLike) -> Config:
     """`load_config(path, for_run=True)`, so start-up, a reload (SIGHUP) and `check-config` accept
-    exactly the same files. Raises ConfigError."""
-    return load_config(path, for_run=True)
+    exactly the same files, and its state_dir is a folder the daemon can write in (or create).
+    Raises ConfigError."""
+    from specwatch.storage import state_dir_problem
+
+    cfg = load_config(path, for_run=True)
+    problem = state_dir_problem(cfg.state_dir)
+    if problem:
+        raise ConfigError([f"state_dir: {problem}"])
+    return cfg
 
 
 def config_warnings(cfg: Config) -> list[str]:

@@ -79,7 +79,8 @@ class NoSGLangSource(FileNotFoundError):
     would judge the draft against a guess, so nothing is checked. The message says how to point
     specwatch at the server's SGLang."""
 
-    def __init__(self, how: str = "pass --sglang-root or --pid"):
+    def __init__(self, how: str = "pass --sglang-root or --pid, or --sglang-version X.Y.Z to judge against "
+                                  "specwatch's built-in table"):
         super().__init__(f"{NO_SOURCE} ({how})")
 
 

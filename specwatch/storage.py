@@ -62,6 +62,29 @@ def private_dir(path: str | os.PathLike[str]) -> None:
                         "`chmod 700 %s` keeps even their names private", path, mode, path)
 
 
+def state_dir_problem(path: str | os.PathLike[str]) -> str | None:
+    """Why `path` cannot be the daemon's state_dir (None: it can): it must be a directory this
+    process can write in, or be creatable as one (`private_dir`) under its nearest existing
+    parent. Tried for real (a temporary file or folder, removed at once): permission bits say
+    nothing for root, nor for /proc, a read-only mount or a full disk."""
+    path = os.path.abspath(os.fspath(path))
+    top = path
+    while not os.path.lexists(top):
+        top = os.path.dirname(top)
+    if not os.path.isdir(top):
+        return (f"{top} is not a directory" + (f" (a parent of {path})" if top != path else "")
+                + "; give a folder the daemon may write in, e.g. /var/lib/specwatch")
+    try:
+        if top == path:
+            tempfile.TemporaryFile(dir=path).close()
+        else:
+            os.rmdir(tempfile.mkdtemp(dir=top))
+    except OSError as e:
+        what = "cannot write in it" if top == path else f"cannot be created in {top}"
+        return f"{path} {what} ({e.strerror or e}); give a folder the daemon may write in, or fix its permissions"
+    return None
+
+
 def private_file(path: str | os.PathLike[str], fd: int | None = None) -> None:
     """Make an existing file (or the open `fd` of it) 0600: one of an earlier version, or
     SQLite's `-wal`/`-shm`. Nothing when it is missing; a warning when it is another user's."""

@@ -48,3 +48,33 @@ def test_add_into_a_missing_state_dir_says_it_was_created(tmp_path):
     assert f"state directory {missing} did not exist and is created" in r.stderr
     again = _add(missing, "--for", "1h")
     assert again.returncode == 0 and "did not exist" not in again.stderr
+
+
+def test_silence_and_notifications_with_a_config_need_no_secret_from_the_shell(tmp_path):
+    """They read state_dir only: the Slack webhook the daemon gets from its environment
+    (`webhook_url_env`, a route's too, a webhook's `url_file`) is not resolved, so an operator's
+    shell without the variable lists the daemon's silences and queues."""
+    import os
+
+    state = tmp_path / "state"
+    state.mkdir()
+    cfg = tmp_path / "config.yaml"
+    cfg.write_text(f"server: sglang-0\nlogs:\n  - path: {tmp_path / 'server.log'}\nstate_dir: {state}\n"
+                   "alerts:\n  slack:\n    webhook_url_env: SPECWATCH_TEST_UNSET_HOOK\n"
+                   "  webhooks:\n    - {name: pager, url_file: /nonexistent/hook}\n"
+                   "  routes:\n    - {matchers: [severity=critical], slack: {channel: '#oncall'}}\n")
+    env = {k: v for k, v in os.environ.items() if k != "SPECWATCH_TEST_UNSET_HOOK"}
+    for cmd in (["silence", "list"], ["notifications", "list"]):
+        r = subprocess.run([sys.executable, "-m", "specwatch", *cmd, "--config", str(cfg)],
+                           capture_output=True, text=True, timeout=30, env=env)
+        assert "SPECWATCH_TEST_UNSET_HOOK" not in r.stderr, (cmd, r.stderr)
+        # the config's state_dir is read (no daemon ran there yet: no state.db)
+        assert r.returncode == 0 if cmd[0] == "silence" else f"{state}/state.db: no such file" in r.stderr, r.stderr
+    r = subprocess.run([sys.executable, "-m", "specwatch", "silence", "add", "--match", "alertname=X",
+                        "--comment", "x", "--for", "1h", "--config", str(cfg)],
+                       capture_output=True, text=True, timeout=30, env=env)
+    assert r.returncode == 0 and (state / "silences.json").exists(), r.stderr
+    # the daemon's own load still requires it
+    check = subprocess.run([sys.executable, "-m", "specwatch", "check-config", str(cfg)],
+                           capture_output=True, text=True, timeout=30, env=env)
+    assert check.returncode == 2 and "SPECWATCH_TEST_UNSET_HOOK is not set" in check.stderr + check.stdout

@@ -70,7 +70,10 @@ def test_every_problem_is_reported_with_its_key_path():
 
 def test_recover_must_exceed_collapse_threshold():
     ps = problems({"rules": {"collapse": {"max_accept_length": 1.6, "recover_accept_length": 1.5}}})
-    assert ps[0].startswith("rules.collapse.recover_accept_length:")
+    assert ps[0].startswith("rules.collapse.recover_accept_length:") and ps[0].endswith("e.g. 2.0")
+    # the example is above max_accept_length, whatever it is
+    ps = problems({"rules": {"collapse": {"max_accept_length": 3.0, "recover_accept_length": 1.5}}})
+    assert "must be above max_accept_length (3.0)" in ps[0] and ps[0].endswith("e.g. 3.4")
 
 
 def test_webhook_from_env_and_file(tmp_path, monkeypatch):

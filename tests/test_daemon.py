@@ -192,8 +192,10 @@ def test_missing_log_is_warned_about_and_bad_state_dir_is_a_clean_error(tmp_path
                    f"metrics:\n  listen_port: {free_port()}\ngpu:\n  enabled: false\n")
     r = procs.run([sys.executable, "-m", "specwatch", "run", "--config", str(cfg)],
                   capture_output=True, text=True, timeout=30)
-    assert r.returncode == 1
-    assert "cannot start" in r.stderr and "Traceback" not in r.stderr
+    # a config error (as check-config says): the key, why, exit 2
+    assert r.returncode == 2
+    assert f"  state_dir: {tmp_path / 'afile'} is not a directory (a parent of {tmp_path / 'afile' / 'state'})" \
+        in r.stderr and "Traceback" not in r.stderr
 
 
 def _live(ago: float) -> tuple[str, str]:

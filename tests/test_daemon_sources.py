@@ -213,22 +213,27 @@ def test_only_configured_servers_page_and_a_disabled_source_clears_its_alerts(tm
     assert rc == 0, out
 
 
+def _plain_file_daemon(tmp_path: Path, log: Path, slack):
+    """The README's plain file (`server: sglang-0`, one log), quick down/restart timings, to Slack."""
+    from specwatch_daemon import SpecwatchDaemon
+
+    return SpecwatchDaemon(tmp_path, log, server="sglang-0", env={"SW_TEST_HOOK": slack.url},
+                           rules={"server": {"down_for": "1s", "restart_window": "3s"}},
+                           extra={"process": {"interval": "300ms"}},
+                           alerts={"group_by": ["..."], "group_wait": "0s", "group_interval": "0s",
+                                   "slack": {"webhook_url_env": "SW_TEST_HOOK", "backoff_initial": "0.1s"}})
+
+
 def test_the_readme_plain_file_setup_alerts_a_crash_and_the_restart(tmp_path, slack, sglang_install, sglang_procs):
     """The README's plain file as written (`server: sglang-0`, one `logs[].path`, no
     process.servers) beside `python -m sglang.launch_server ... 2>&1 | tee -a server.log` run
     through a real shell: `tee` writes the log, yet the server is the log's. Killed, it is down
     (to Slack); started again the same way, the restart is reported and the down alert resolves."""
-    from specwatch_daemon import SpecwatchDaemon
-
     log = tmp_path / "server.log"
     port = free_port()
     env = {"FAKE_SGLANG_HTTP": "1"}  # decode lines on its stdout, into the pipe
     sh, pid = sglang_procs.start_teed(server_argv(sglang_install, port, 3, "info"), log, env=env)
-    d = SpecwatchDaemon(tmp_path, log, server="sglang-0", env={"SW_TEST_HOOK": slack.url},
-                        rules={"server": {"down_for": "1s", "restart_window": "3s"}},
-                        extra={"process": {"interval": "300ms"}},
-                        alerts={"group_by": ["..."], "group_wait": "0s", "group_interval": "0s",
-                                "slack": {"webhook_url_env": "SW_TEST_HOOK", "backoff_initial": "0.1s"}})
+    d = _plain_file_daemon(tmp_path, log, slack)
     d.start()
     try:
         srv = (("server", "sglang-0"),)
@@ -255,6 +260,56 @@ def test_the_readme_plain_file_setup_alerts_a_crash_and_the_restart(tmp_path, sl
     assert rc == 0, out
     assert f"sglang-0:{port} (pid {pid}) exited; not a configured server" not in out  # (others' may run on the box)
     assert f"SGLang server pid {pid} writes {log} (through the pipe its output goes to)" in out
+
+
+def _start_wrapped(script: Path, log: Path) -> tuple[subprocess.Popen, int]:
+    """`sh -c 'python3 SCRIPT 2>&1 | tee -a LOG'`: (the shell, the script's pid) once it runs."""
+    import psutil
+
+    from fake_sglang import launch
+
+    argv = [sys.executable, str(script)]
+    sh = launch(["sh", "-c", f"{' '.join(argv)} 2>&1 | tee -a {log}"])
+    deadline = time.monotonic() + 10
+    while True:
+        kids = [c for c in psutil.Process(sh.pid).children() if c.cmdline() == argv]
+        if kids:
+            return sh, kids[0].pid
+        assert time.monotonic() < deadline, "the wrapped server did not start"
+        time.sleep(0.02)
+
+
+def test_a_server_run_by_a_wrapper_script_is_the_log_writer_and_alerts_a_crash_and_the_restart(tmp_path, slack):
+    """The README's plain file beside `python3 wrapper_server.py 2>&1 | tee -a server.log`: no
+    SGLang command line, yet the process writing the log (through tee's pipe) is the log's
+    server: up, down when killed (to Slack), restarted when started again."""
+    log = tmp_path / "server.log"
+    script = Path(__file__).resolve().parent / "data" / "wrapper_server.py"
+    sh, pid = _start_wrapped(script, log)
+    d = _plain_file_daemon(tmp_path, log, slack)
+    d.start()
+    try:
+        srv = (("server", "sglang-0"),)
+        wait_for(lambda: _scrape(d.port).get(("specwatch_server_up", srv)) == 1, timeout=20,
+                 what="the wrapped server tied to its log")
+        os.kill(pid, signal.SIGKILL)
+        sh.wait(timeout=10)
+        wait_for(lambda: any(t.startswith("[FIRING] SGLangServerDown on sglang-0") for t in texts(slack)),
+                 timeout=20, what="the down alert")
+        down = next(b for b in delivered(slack) if b["text"].startswith("[FIRING] SGLangServerDown"))
+        assert str(pid) in json.dumps(down)
+        sh, pid2 = _start_wrapped(script, log)
+        wait_for(lambda: any(t.startswith("[FIRING] SGLangServerRestarted on sglang-0") for t in texts(slack)),
+                 timeout=20, what="the restart alert")
+        assert str(pid2) in json.dumps(next(b for b in delivered(slack)
+                                            if b["text"].startswith("[FIRING] SGLangServerRestarted")))
+        wait_for(lambda: any(t.startswith("[RESOLVED] SGLangServerDown on sglang-0") for t in texts(slack)),
+                 timeout=20, what="the down alert resolved")
+    finally:
+        stop(sh)
+        rc, out = d.stop()
+    assert rc == 0, out
+    assert f"pid {pid} ({sys.executable} {script}) writes {log}: it is sglang-0's server process" in out
 
 
 def test_a_broken_source_raises_its_own_alert_and_resolves_when_it_reads_again(tmp_path, slack):
@@ -341,8 +396,6 @@ def test_a_server_whose_fds_say_nothing_is_tied_by_the_port_of_its_log_server_ar
     to /dev/null, which ties it to nothing either. The `port` of the log's `server_args` line
     ties it (its --port), also after specwatch restarts past that line: killed, it is down."""
     from sglang_lines import server_args_line
-    from specwatch_daemon import SpecwatchDaemon
-
     log = tmp_path / "server.log"
     port = free_port()
     server = sglang_procs.start(server_argv(sglang_install, port, 3, "info"))

@@ -62,6 +62,31 @@ def test_diagnose_bad_usage_exit_2(sglang_roots, tmp_path):
     assert cli("diagnose").returncode == 2  # argparse: --draft missing
 
 
+def test_no_source_and_no_version_is_not_checked_even_as_json():
+    """No SGLang source found and no --sglang-version: exit 2 naming both ways out; with --json
+    the outcome is a JSON object too (a script reads stdout), nothing checked."""
+    r = cli("diagnose", "--draft", CK / "speculators-converted", "--target", CK / "target-llama", "--json")
+    assert r.returncode == 2
+    doc = json.loads(r.stdout)
+    assert doc["checked"] is False and doc["findings"] == [] and doc["draft"] == str(CK / "speculators-converted")
+    assert doc["notes"][0].startswith("not checked: no SGLang source found (")
+    assert "--sglang-version X.Y.Z to judge against specwatch's built-in table" in doc["notes"][0]
+    assert "--sglang-version X.Y.Z" in r.stderr
+    text = cli("diagnose", "--draft", CK / "speculators-converted", "--target", CK / "target-llama")
+    assert text.returncode == 2 and text.stdout == "" and "--sglang-version X.Y.Z" in text.stderr
+
+
+def test_missing_draft_and_target_paths_are_named_first(tmp_path):
+    """Not `no SGLang source found`: each path that is not there, by its flag."""
+    r = cli("diagnose", "--draft", tmp_path / "nonexistent", "--target", tmp_path / "nonexistent2")
+    assert r.returncode == 2 and r.stderr.splitlines() == [
+        f"specwatch diagnose: --draft {tmp_path / 'nonexistent'}: no such file or directory",
+        f"specwatch diagnose: --target {tmp_path / 'nonexistent2'}: no such file or directory"]
+    r = cli("diagnose", "--draft", CK / "speculators-converted", "--target", tmp_path / "nonexistent2")
+    assert r.returncode == 2 and r.stderr.splitlines() == [
+        f"specwatch diagnose: --target {tmp_path / 'nonexistent2'}: no such file or directory"]
+
+
 def test_a_missing_sglang_root_says_how_to_get_it(tmp_path):
     """A fresh clone has no `.cache/`: the README's --sglang-root names a folder that is not there."""
     root = tmp_path / ".cache" / "sglang-0.5.11"

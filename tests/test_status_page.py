@@ -213,3 +213,25 @@ def test_status_of_a_server_read_only_from_its_metrics(tmp_path):
     dom = Dom(page)
     assert set(dom.charts) == {"DP0", "DP1"} and dom.charts["DP1"]["episodes"] == 1
     assert f"read from</dt><dd><code>{eng.url} (sglang)" in page
+
+
+def test_a_rank_of_a_server_with_a_firing_critical_alert_is_not_ok(tmp_path):
+    """DecodeStalled fires for the server (rank-less, critical): its rank rows name it in red,
+    not a green `ok`; the API says the same alert."""
+    log = tmp_path / "sglang.log"
+    t0 = int(time.time()) - 4
+    lines = [args_line(t0 - 1)]
+    for dt in range(3):
+        day, clock = stamp(t0 + dt)
+        lines += [decode_line(2.5, clock, rank="TP0", day=day, running=32)]
+    log.write_text("".join(lines))
+    d = SpecwatchDaemon(tmp_path, log, rules={"decode_stalled": {"silent_for": "2s"}})
+    d.start()
+    try:
+        wait_for(lambda: any(a["alertname"] == "DecodeStalled" for a in status(d.port)["alerts"]), timeout=30,
+                 what="DecodeStalled firing")
+        page = get(d.port, "/")[1].decode()
+    finally:
+        d.stop()
+    row = re.search(r"<tr><td>TP0</td>.*?</tr>", page).group(0)
+    assert '<span class="bad">DecodeStalled</span>' in row and '<span class="ok">ok</span>' not in row, row

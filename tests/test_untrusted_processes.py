@@ -76,7 +76,7 @@ def test_diagnose_pid_reads_the_process_and_never_runs_its_interpreter(trap):
         r = cli("diagnose", "--draft", CK / "specforge", "--pid", p.pid)
         assert uids_seen(trap) == {NOBODY_UID}, "specwatch ran nobody's interpreter as root"
         assert r.returncode == 2
-        assert f"not checked: no SGLang source found (none readable for pid {p.pid}: pass --sglang-root)" in r.stderr
+        assert f"not checked: no SGLang source found (none readable for pid {p.pid}: pass --sglang-root, or --sglang-version X.Y.Z" in r.stderr
     finally:
         p.kill()
         p.wait()
@@ -150,7 +150,7 @@ def test_replay_collapse_alert_says_why_it_has_no_findings(tmp_path):
 def test_diagnose_without_a_source_is_not_a_clean_bill(tmp_path):
     r = cli("diagnose", "--draft", CK / "speculators-converted", "--target", CK / "target-llama")
     assert r.returncode == 2
-    assert "not checked: no SGLang source found (pass --sglang-root or --pid)" in r.stderr
+    assert "not checked: no SGLang source found (pass --sglang-root or --pid, or --sglang-version X.Y.Z" in r.stderr
     assert "error(s)" not in r.stdout and "assumed" not in r.stdout + r.stderr
 
 

@@ -46,7 +46,7 @@ class CollapseConfig(Section):
     def problems(self):
         if self.recover_accept_length <= self.max_accept_length:
             yield "recover_accept_length", (f"must be above max_accept_length ({self.max_accept_length}) "
-                                            "or the alert would flap; e.g. 1.5")
+                                            f"or the alert would flap; e.g. {round(self.max_accept_length + 0.4, 2)}")
 
 
 ALERT_NAME = "AcceptanceCollapse"

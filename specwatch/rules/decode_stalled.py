@@ -11,7 +11,8 @@ in the log: any client's health probe writes it); `silent_for` when nothing said
 server is healthy (the plain-file setup, `… 2>&1 | tee -a server.log`: the log alone). A `/health`
 that answered 200 since the last decode line says the scheduler moves: nothing fires. It fires
 from the ticks (a live clock: a log that stays silent), and in a replay at the decode line that
-ends such a gap (then it resolves at once). It resolves at the next decode line, or when the
+ends such a gap, or at the restart (`server_args` line) that does (then it resolves at once).
+It resolves at the next decode line, or when the
 server stops or restarts (the down and restart alerts take over).
 
 The log-only case cannot tell a wedge from traffic that stopped: SGLang prints a decode line
@@ -35,6 +36,7 @@ import msgspec
 from specwatch.alerts.model import Alert, iso8601
 from specwatch.config import Config, Seconds, Section, rule_section
 from specwatch.events import ApiSample, LogError, ProcessSample, ServerArgs, ServerProcess
+from specwatch.logclock import MAX_ZONE
 from specwatch.rules.active import ActiveAlertsRule
 from specwatch.rules.base import RuleContext, args_evidence, new_alert, register
 from specwatch.rules.windows import Window
@@ -48,11 +50,12 @@ class DecodeStalledConfig(Section):
 
 
 ALERT_NAME = "DecodeStalled"
+FAR_AHEAD = MAX_ZONE + 3600.0  # seconds a decode line's stamp may run ahead of the clock reading it
 
 
 class _State:
     __slots__ = ("last_decode", "running", "queued", "unhealthy", "healthy", "process", "watched", "api_reachable",
-                 "args", "last_batch", "draining")
+                 "args", "last_batch", "draining", "stamps")
 
     def __init__(self) -> None:
         self.last_decode: float | None = None  # clock of the last decode line of any rank
@@ -65,6 +68,7 @@ class _State:
         self.watched = False
         self.api_reachable: float | None = None  # clock of the last HTTP answer
         self.args: dict = {}
+        self.stamps: dict[str, float] = {}  # rank → the stamp of its newest decode line
 
 
 def _describe(b, at: float | None) -> str:
@@ -107,6 +111,8 @@ class DecodeStalledRule(ActiveAlertsRule):
             # line), so a decode line right after the gap is the same batch decoding on. vLLM
             # prints no prefill line: there a gap cannot be told from idle time.
             out = self._seen(server, st, now, handed=True)
+        if not self._progress(st, b, now):
+            return out
         st.last_decode = now
         st.last_batch = b
         before = st.running.get(b.rank)
@@ -115,6 +121,22 @@ class DecodeStalledRule(ActiveAlertsRule):
         if server not in self.active:
             return out  # the common case
         return out + self.active.resolve(server, now, ("decode lines", f"arriving again ({b.rank or 'single rank'})"))
+
+    @staticmethod
+    def _progress(st: _State, b, now: float) -> bool:
+        """Whether decode line `b` (read at `now`) shows the scheduler moving: not when it is
+        stamped before its rank's newest decode line (a line pasted or replayed into the log), nor
+        when its stamp is more than a day ahead of the clock that reads it (no zone explains
+        that: `logclock.MAX_ZONE`; a line from another year). Such a line neither resolves the
+        alert nor restarts the silence."""
+        t = b.timestamp
+        if t is None:
+            return True
+        newest = st.stamps.get(b.rank)
+        if newest is not None and t < newest or t - now > FAR_AHEAD:
+            return False
+        st.stamps[b.rank] = t
+        return True
 
     def on_prefill(self, server: str, batch, now: float) -> list[Alert]:
         """A prefill line: its `#running-req` is the rank's decode batch now (0 after a burst
@@ -196,11 +218,25 @@ class DecodeStalledRule(ActiveAlertsRule):
             else:
                 p = rows.batch(i)
                 st.running[names[code]] = (p.running_requests, p.queued_requests)
+        decs = np.flatnonzero(dec[a:b])  # as _progress: each rank's newest decode stamp, new ranks in line order
+        if len(decs):
+            rc = codes[decs]
+            found, first = np.unique(rc, return_index=True)
+            _, back = np.unique(rc[::-1], return_index=True)
+            for _, code, k in sorted(zip(first.tolist(), found.tolist(), (len(rc) - 1 - back).tolist())):
+                t = rows.decode(int(dcount[a + int(decs[k])])).timestamp
+                if t is not None:
+                    st.stamps[names[code]] = t
         return b, []
 
     def on_restart(self, server: str, at: float, why: str) -> list[Alert]:
+        """The server (re)started at `at`: its state is dropped and the alert resolves. A gap no
+        tick saw (a replay) that the restart ends is a stall first, as a live clock would have
+        fired it during the gap: the hang that led to the restart."""
         st = self._s.pop(server, None)
-        return [] if st is None else self.active.resolve(server, at, ("server", why))
+        if st is None:
+            return []
+        return self._seen(server, st, at, handed=True) + self.active.resolve(server, at, ("server", why))
 
     def _seen(self, server: str, st: _State, now: float, handed: bool = False) -> list[Alert]:
         """`_check` once `now` is `_shortest()` past the last decode line (a tick, or a line
@@ -339,9 +375,9 @@ class DecodeStalledRule(ActiveAlertsRule):
                 "no progress is a hung kernel or collective).",
                 "A hung collective shows on the other ranks and nodes: look for an NCCL timeout or a "
                 "traceback in their logs, and XIDs in `journalctl -k | grep -i xid`.",
-                "SGLang's `--watchdog-timeout` (now "
-                + (f"{watchdog}" if watchdog is not None else "300 by default")
-                + " s) crashes a scheduler whose forward pass takes longer; a lower value turns a hang into "
+                "SGLang's `--watchdog-timeout` ("
+                + (f"now {watchdog} s" if watchdog is not None else "300 s by default")
+                + ") crashes a scheduler whose forward pass takes longer; a lower value turns a hang into "
                 "a restart. Restart the server to serve again.",
             ],
         )

@@ -132,3 +132,61 @@ def written_log(pids: Iterable[int], launcher: int, outputs: Iterable[str], file
                     return hit, "pipe"
     hit = files.held_by(launcher)
     return (hit, "open") if hit is not None else None
+
+
+def _writes(pid: int, fd: int | str) -> bool:
+    """Whether `pid` has fd `fd` open for writing (the `flags:` line of /proc/PID/fdinfo/FD, octal)."""
+    try:
+        with open(f"/proc/{pid}/fdinfo/{fd}") as f:
+            for line in f:
+                if line.startswith("flags:"):
+                    return int(line.split()[1], 8) & os.O_ACCMODE != os.O_RDONLY
+    except (OSError, ValueError, IndexError):
+        pass
+    return False
+
+
+def log_writers(files: LogFiles, pids: Iterable[int], parent: dict[int, int], skip: Iterable[int] = ()) -> dict[str, int]:
+    """followed path → pid of the process whose output it is, whatever its command line (a
+    wrapper script, `python3 serve.py`): the reverse of `written_log`, for a log no server found
+    by its command line writes.
+
+    A process that holds a followed file open for writing is its writer when its fd 1 or 2 is
+    the file (`> server.log 2>&1`); when its fd 0 is a pipe (`tee -a server.log`), the writers
+    are the processes whose fd 1 or 2 is that pipe, and the one whose parent is not one of them
+    (the pipeline's command, not its children) is named; the oldest pid of several. pids: every
+    process to look at (each fd of each is read: run it seldom); parent: pid → parent pid;
+    skip: pids never named (specwatch itself).
+    """
+    skip = set(skip)
+    direct: dict[str, set[int]] = {}
+    readers: dict[str, str] = {}  # pipe link text → the followed path its reader writes
+    for pid in pids:
+        if pid in skip:
+            continue
+        try:
+            fds = os.listdir(f"/proc/{pid}/fd")
+        except OSError:
+            continue
+        for fd in fds:
+            hit = files.match(pid, fd, _link(pid, fd))
+            if hit is None or not _writes(pid, fd):
+                continue
+            if any(files.match(pid, out, _link(pid, out)) == hit for out in (1, 2)):
+                direct.setdefault(hit, set()).add(pid)
+            else:
+                pipe = pipe_inode(_link(pid, 0) or "")
+                if pipe is not None:
+                    readers[pipe] = hit
+            break
+    if readers:
+        for pid in pids:
+            if pid in skip:
+                continue
+            for fd in (1, 2):
+                hit = readers.get(_link(pid, fd) or "")
+                if hit is not None:
+                    direct.setdefault(hit, set()).add(pid)
+                    break
+    return {path: min(p for p in ws if parent.get(p) not in ws) if any(parent.get(p) not in ws for p in ws) else min(ws)
+            for path, ws in direct.items()}

@@ -1,7 +1,8 @@
 """The SGLang server processes, through psutil: identity, settings, interpreter, CPU and memory.
 
 A server is a *launcher* process — `python -m sglang.launch_server ...`, `python .../sglang/
-launch_server.py ...`, `sglang serve ...` (or a command line matching `process.match`) — whose
+launch_server.py ...`, `sglang serve ...` (or a command line matching `process.match`, or, for a followed log
+none of those writes, the process writing it: `python3 serve.py 2>&1 | tee -a server.log`) — whose
 ancestors are not launchers (a forked child keeps its parent's command line until it renames
 itself), plus every descendant. SGLang renames its children with setproctitle:
 `sglang::scheduler_DP0_TP0`, `sglang::detokenizer`, `sglang::data_parallel_controller`
@@ -25,6 +26,7 @@ simply left out otherwise.
 
 from __future__ import annotations
 
+import glob
 import importlib.metadata
 import logging
 import math
@@ -49,7 +51,7 @@ from specwatch.events import (
     ServerStarted,
 )
 from specwatch.sources.base import Emit, PollingSource
-from specwatch.sources.log_writers import LogFiles, written_log
+from specwatch.sources.log_writers import LogFiles, log_writers, written_log
 from specwatch.sources import vllm_settings
 from specwatch.sources.server_settings import launcher_args, parse_server_argv
 
@@ -450,6 +452,9 @@ class ProcessSource(PollingSource):
         # (pid, start time) → [followed path or None, how, tries, retry at (monotonic)]
         self._writes: dict[tuple[int, float], list] = {}
         self._by_port: dict[tuple[int, float], str] = {}  # (pid, start time) → server, tied by log_ports
+        # pid → followed path: a log's writer found by its fds, a launcher whatever its command line
+        self._writers: dict[int, str] = {}
+        self._writer_search = [0, -math.inf]  # [searches since one found a writer, next search at (monotonic)]
         self.emit = emit
         self.server = server
         self.servers = dict(servers or {})
@@ -482,6 +487,7 @@ class ProcessSource(PollingSource):
         """What names an undeclared server (see the class docstring); also on a config reload."""
         self.logs, self.api_ports, self.expected = dict(ties.logs), dict(ties.api_ports), ties.configured
         self._writes, self._by_port = {}, {}  # the followed paths changed: tie again
+        self._writers, self._writer_search = {}, [0, -math.inf]
 
     # --- for the GPU collector and metrics ---
     def pids(self) -> set[int]:
@@ -566,10 +572,45 @@ class ProcessSource(PollingSource):
         return out
 
     def _servers(self) -> dict[str, ServerProcess]:
-        """The servers of the table as it stands, described and named."""
+        """The servers of the table as it stands, described and named; then, for a followed log
+        whose server none of them is, its writer (`_find_writers`)."""
+        out = self._found()
+        if not self.servers and self._find_writers(out):
+            out = self._found()
+        return out
+
+    def _find_writers(self, out: dict[str, ServerProcess]) -> bool:
+        """Look for the writers of the followed logs (exact paths) whose server is not in `out`:
+        the process writing a log is its server, whatever its command line (`python3 serve.py
+        2>&1 | tee -a server.log`, a wrapper script). Reads every process's fds: at the first
+        scan that misses the log's server, then after twice as long each time, up to LIST_EVERY.
+        True when one was found (it is a launcher from now on, while it lives)."""
+        self._writers = {pid: p for pid, p in self._writers.items() if pid in self._ppid}
+        missing = [p for p, name in self.logs.items() if name not in out and not glob.has_magic(p)
+                   and p not in self._writers.values()]
+        mono = time.monotonic()
+        if not missing or mono < self._writer_search[1]:
+            return False
+        own, anc = {os.getpid()}, self._ppid.get(os.getpid())
+        while anc and anc not in own:  # specwatch and what started it (a shell, a test) write no log of theirs
+            own.add(anc)
+            anc = self._ppid.get(anc)
+        hits = log_writers(LogFiles(missing), list(self._ppid), self._ppid, own)
+        new = {pid: path for path, pid in hits.items() if pid not in self._launchers}
+        tries = 0 if new else self._writer_search[0] + 1
+        self._writer_search = [tries, mono + min(LIST_EVERY, self.interval * (2 ** tries - 1))]
+        for pid, path in new.items():
+            log.info("pid %d (%s) writes %s: it is %s's server process (whatever its command line; "
+                     "`process.match` names a launcher by its command line)", pid,
+                     " ".join((_cmdline(pid) or ("?",))[:4])[:200], path, self.logs[path])
+        self._writers.update(new)
+        return bool(new)
+
+    def _found(self) -> dict[str, ServerProcess]:
         found: list[ServerProcess] = []
         members: dict[int, psutil.Process] = {}
-        for pid, args in list(self._launchers.items()):
+        writers = {pid: list((_cmdline(pid) or ("",))[1:]) for pid in self._writers if pid not in self._launchers}
+        for pid, args in [*self._launchers.items(), *writers.items()]:
             anc, seen = self._ppid.get(pid), set()
             while anc in self._ppid and anc not in seen and anc not in self._launchers:
                 seen.add(anc)
@@ -591,7 +632,8 @@ class ProcessSource(PollingSource):
                 if name is None:
                     continue
             else:
-                name = self._log_server(sp) or self.api_ports.get(sp.port) or self._by_port.get(sp.identity)
+                name = (self.logs.get(self._writers.get(sp.pid, "")) or self._log_server(sp)
+                        or self.api_ports.get(sp.port) or self._by_port.get(sp.identity))
                 if name is None:
                     ports = self.log_ports() if ports is None else ports
                     name = ports.get(sp.port)

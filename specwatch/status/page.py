@@ -194,7 +194,8 @@ def _servers(status: dict, now: float) -> Iterator[str]:
             yield f'accept length ceiling <code>{esc(s["accept_length_ceiling"])}</code>'
         yield "</p>"
         if s["ranks"]:
-            yield _rank_table(s["ranks"], now)
+            critical = [a for a in status["alerts"] if a["server"] == s["server"] and a["severity"] == "critical"]
+            yield _rank_table(s["ranks"], now, critical)
             top = _y_top(s, status["thresholds"])
             yield ('<div class="charts">' + "".join(
                 _chart(s, r, status, top) for r in s["ranks"]) + "</div>" + _LEGEND.format(step=w["step_seconds"]))
@@ -213,14 +214,18 @@ def _waiting(server: dict) -> str:
     return "; ".join(out) + "."
 
 
-def _rank_table(ranks: list[dict], now: float) -> str:
+def _rank_table(ranks: list[dict], now: float, critical: list[dict] = ()) -> str:
+    """The ranks' rows; `critical`: the server's firing critical alerts. A rank is `ok` only
+    when none of them is its own or server-wide (DecodeStalled, SGLangServerDown): its state
+    names them instead."""
     rows = ["<table><tr><th>rank</th><th>from</th><th>state</th><th>accept length</th><th>accept rate</th>"
             "<th>throughput (token/s)</th><th>running</th><th>queued</th><th>token usage</th>"
             "<th>decode batches</th><th>last decode line</th></tr>"]
     for r in ranks:
         alerting = r["alert_episodes"] and r["alert_episodes"][-1][1] is None
-        state = (_state(False, "collapsed") if r["collapsed"] else '<span class="warn">alert firing</span>'
-                 if alerting else _state(True, "ok"))
+        names = sorted({a["alertname"] for a in critical if not a["rank"] or a["rank"] == r["rank"]})
+        state = (_state(False, "collapsed") if r["collapsed"] else _state(False, ", ".join(names)) if names
+                 else '<span class="warn">alert firing</span>' if alerting else _state(True, "ok"))
         rows.append(
             f'<tr><td>{esc(r["rank"] or "–")}</td><td>{_source(r)}</td><td>{state}</td>'
             f'<td class="n">{esc(_num(r["accept_length"]))}</td><td class="n">{esc(_num(r["accept_rate"]))}</td>'

@@ -104,6 +104,7 @@ def test_br37_wedge_fires_within_the_hold_and_resolves_at_the_next_decode_line(t
     assert ev["health check"].startswith("/health answered 503")
     assert "the HTTP API answers" in ev["server alive"] and "other log lines until" in ev["server alive"]
     assert alert.labels["severity"] == "critical" and "py-spy dump" in alert.fixes[0]
+    assert "SGLang's `--watchdog-timeout` (300 s by default) crashes" in alert.fixes[2]
     # the freshness of each kind of line, as Prometheus sees it: access lines arrive, decode lines do not
     m = scrape(box.p)
     fresh = {dict(k[1])["kind"]: v for k, v in m.items() if k[0] == "specwatch_server_log_last_line_timestamp_seconds"}
@@ -190,6 +191,29 @@ def test_log_only_stall_fires_after_silent_for_with_the_last_decode_line_and_wha
     assert alert.labels["severity"] == "critical"
 
 
+def test_a_decode_line_stamped_before_the_last_one_or_far_off_the_clock_does_not_resolve_it(tmp_path):
+    """While stalled, a decode line stamped an hour ago, or in 2030 (pasted into the log), is no
+    progress: the alert stays firing (it flapped to Slack: resolved, then firing again); the
+    next line of the batch decoding on resolves it."""
+    box = Box(tmp_path, None)
+    box.now = last = T0 + 15
+    box.write(*decoding(T0 + 5, 3))
+    for t in range(int(last) + 10, int(last) + 131, 10):
+        box.step(t)
+    [(status, at)] = box.stalled()
+    assert status == "firing" and at == last + 120
+    t = last + 130
+    for stamped in (t - 3600, datetime(2030, 1, 1, 12, 0, 0).timestamp(), last - 5):
+        t += 10
+        box.step(t, decode_line("0.5.23", ts=stamp(stamped), accept_len=2.1, running=32)[0])
+        t += 30
+        box.step(t)
+        assert box.stalled() == [("firing", at)], stamped
+    t += 10
+    box.step(t, decode_line("0.5.23", ts=stamp(t), accept_len=2.1, running=32)[0])
+    assert box.stalled() == [("firing", at), ("resolved", t)]
+
+
 def test_log_only_stall_with_access_lines_still_arriving_names_them(tmp_path):
     box = Box(tmp_path, None)
     box.now = last = T0 + 15
@@ -237,9 +261,14 @@ def test_replay_fires_at_the_line_that_shows_the_gap(tmp_path):
     resumed = (f"[{stamp(T0 + 15 + 600)}] Prefill batch, #new-seq: 1, #new-token: 7, #cached-token: 0, "
                "token usage: 0.00, #running-req: 0, #queue-req: 0, input throughput (token/s): 0.00")
     assert replayed(tmp_path, decoding(T0, 4) + [resumed] + decoding(T0 + 15 + 605, 2)) == []
-    # a restart after the silence says nothing either way (the down and restart alerts' business)
+    # a restart that ends the silence: the hang that led to it, as the live clock saw it during
+    # the gap (fired, then resolved by the restart)
     restart = f"[{stamp(T0 + 15 + 200)}] server_args=ServerArgs(model_path='/m', speculative_algorithm='EAGLE3', tp_size=1)"
-    assert replayed(tmp_path, decoding(T0, 4) + [restart]) == []
+    fired = replayed(tmp_path, decoding(T0, 4) + [restart] + decoding(T0 + 15 + 205, 2))
+    assert [(a.status, dict(a.evidence)["no decode line for"]) for a in fired] == [("firing", "200s"), ("resolved", "200s")]
+    assert dict(fired[1].evidence)["server"] == "the server restarted (new server_args line)"
+    assert replayed(tmp_path, decoding(T0, 4) + [restart.replace(stamp(T0 + 215), stamp(T0 + 115))]) == []  # under silent_for
+    assert replayed(tmp_path, decoding(T0, 4, running=0) + [restart]) == []  # nothing was running
 
 
 def test_log_only_silence_after_a_draining_batch_is_a_warning_not_a_page(tmp_path):
@@ -257,3 +286,17 @@ def test_log_only_silence_after_a_draining_batch_is_a_warning_not_a_page(tmp_pat
     [alert] = [a for a in box.p.dispatcher.history if a.name == ALERT_NAME]
     assert alert.labels["severity"] == "warning"
     assert dict(alert.evidence)["running requests at the last decode line"] == "8"
+
+
+def test_specwatch_replay_reports_the_hang_a_restart_ended(tmp_path):
+    """tests/data/gap_restart.log (a new user's reproduction): 30 decode lines with 32 running,
+    3 minutes of nothing, a new `server_args` line, 10 decode lines. `specwatch replay` named no
+    alert; the live daemon fired DecodeStalled during the gap."""
+    import subprocess
+
+    data = Path(__file__).resolve().parents[1] / "data" / "gap_restart.log"
+    r = subprocess.run([sys.executable, "-m", "specwatch", "replay", str(data)], capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert "ALERT DecodeStalled on gap_restart" in r.stdout and "no decode line for 181s" in r.stdout
+    assert "alerts: none" not in r.stdout
