@@ -7,11 +7,12 @@ Every panel has the same shape (datasource variable, legend, units) and the quer
 readable list below. Edit here, then run `python grafana/build_dashboard.py` (needs
 `pip install '.[grafana]'`); `--check` exits 1 when the JSON is out of date (a test runs it).
 
-Variables: datasource, instance, server, engine (sglang, vllm), dp_rank, tp_rank (the "rank"
+Variables: datasource, job (the agents' scrape jobs), instance, server, engine (sglang, vllm), dp_rank, tp_rank (the "rank"
 selectors: SGLang prints a decode line per DP rank, each tagged with its TP rank; a single GPU has
 neither; a series without the label, e.g. one from a log without an engine label, shows under
 "All": its value `.*` also matches the empty label). Panels that aggregate the fleet (model
-pair, tokens per second per server) read the recording rules of deploy/prometheus/specwatch-rules.yml.
+pair, tokens per second per server) read the recording rules of deploy/prometheus/specwatch-rules.yml;
+per-server ones keep `instance`, so boxes that all name their server alike stay one series each.
 
 An agent with `server_metrics` exports the engine's /metrics beside the log's series, labelled
 `source="server_metrics"` (docs/server-metrics.md). Per-rank panels show one line per rank
@@ -126,7 +127,7 @@ ROWS: list[tuple[str, list[dict]]] = [
               [q("model_pair:specwatch_accept_length:avg", "mean {{model}} + {{draft_model}}"),
                q("model_pair:specwatch_accept_length:min", "worst rank {{model}} + {{draft_model}}")],
               unit="none", desc="Across every server running the same target and draft (recording rules model_pair:*; load deploy/prometheus/specwatch-rules.yml)."),
-        panel("stat", "Collapsed ranks", [q(f"sum by (server) ({preferred('specwatch_acceptance_collapsed', SRV)})", "{{server}}", instant=True)],
+        panel("stat", "Collapsed ranks", [q(f"sum by (instance, server) ({preferred('specwatch_acceptance_collapsed', SRV)})", "{{server}} {{instance}}", instant=True)],
               thresholds=steps((None, "green"), (1, "red"))),
         panel("table", "Speculative settings", [q(f"specwatch_speculative_info{{{SRV}}}", instant=True, fmt="table")],
               desc="From each server's server_args line: algorithm, target and draft, steps, topk, draft tokens."),
@@ -157,7 +158,7 @@ ROWS: list[tuple[str, list[dict]]] = [
               [q(f"specwatch_gen_throughput_tokens_per_second{{{RK}}}", RANK)], unit="short",
               desc="gen throughput (token/s) of the last decode line of each rank."),
         panel("timeseries", "Generated tokens per second per server",
-              [q('server:specwatch_gen_throughput_tokens_per_second:sum{server=~"$server"}', "{{server}}")],
+              [q(f"server:specwatch_gen_throughput_tokens_per_second:sum{{{SRV}}}", "{{server}} {{instance}}")],
               unit="short", desc="Sum over the ranks that printed a decode line in the last 5 minutes (recording rule; an idle server is 0)."),
         panel("timeseries", "Running and queued requests",
               [q(preferred("specwatch_running_requests"), "running " + RANK),
@@ -257,7 +258,7 @@ ROWS: list[tuple[str, list[dict]]] = [
               desc="The engine behind each /metrics URL, told from its metric names."),
     ]),
     ("specwatch", [
-        panel("stat", "Agents up", [q(f'up{{job="specwatch",{INST}}}', "{{instance}}", instant=True)],
+        panel("stat", "Agents up", [q(f'up{{job=~"$job",{INST}}}', "{{instance}}", instant=True)],
               mappings=UP_DOWN, thresholds=steps((None, "red"), (1, "green"))),
         panel("stat", "Alerts firing (agent)", [q(f"sum by (alertname) (specwatch_alerts_firing{{{INST}}})", "{{alertname}}", instant=True)],
               thresholds=steps((None, "green"), (1, "red"))),
@@ -283,15 +284,19 @@ FIRING = {"step": "60s", "titleFormat": "{{alertname}}", "textFormat": "{{severi
           "tagKeys": "alertname,severity", "useValueForTime": False}
 
 
-def variable(name: str, label: str, query: str) -> gd.QueryVariable:
-    return (gd.QueryVariable(name).label(label).datasource(DS).query(query)
-            .refresh(VariableRefresh.ON_TIME_RANGE_CHANGED).sort(VariableSort.ALPHABETICAL_ASC)
-            .multi(True).include_all(True).all_value(".*"))
+def variable(name: str, label: str, query: str, all_value: str | None = ".*") -> gd.QueryVariable:
+    v = (gd.QueryVariable(name).label(label).datasource(DS).query(query)
+         .refresh(VariableRefresh.ON_TIME_RANGE_CHANGED).sort(VariableSort.ALPHABETICAL_ASC)
+         .multi(True).include_all(True))
+    return v.all_value(all_value) if all_value is not None else v
 
 
 VARIABLES = [
     gd.DatasourceVariable("datasource").label("Data source").type("prometheus"),
-    variable("instance", "Instance", "label_values(specwatch_build_info, instance)"),
+    # The scrape job(s) of the agents; "All" is every listed job (no .* value: `up` of other jobs
+    # would show in "Agents up").
+    variable("job", "Job", "label_values(specwatch_build_info, job)", all_value=None),
+    variable("instance", "Instance", 'label_values(specwatch_build_info{job=~"$job"}, instance)'),
     variable("server", "Server", 'label_values(specwatch_log_lines_total{instance=~"$instance"}, server)'),
     variable("engine", "Engine", 'label_values(specwatch_accept_length{instance=~"$instance",server=~"$server"}, engine)'),
     variable("dp_rank", "DP rank", 'label_values(specwatch_accept_length{instance=~"$instance",server=~"$server",engine=~"$engine"}, dp_rank)'),

@@ -5,8 +5,12 @@
     am.silence(["alertname=X"])      # POST /api/v2/silences → id
     am.close()
 
-Clustering is off (`--cluster.listen-address=`), storage is a temp dir, and the route's timers
-are short (group_wait 100ms, group_interval 1s) so notifications come within a second or two.
+Clustering is off (`--cluster.listen-address=`) unless `cluster_port` is given: then it gossips
+on 127.0.0.1:cluster_port with the `peers` (their cluster ports) every 100ms, and a peer that is
+not first waits `peer_timeout` for the first one's notification before sending its own
+(Alertmanager's high-availability mode; keep it below group_interval: a flush that outlasts the
+interval shifts the next one, which can then send a state the other peer already replaced). Storage is a temp dir, and the route's timers are short
+(group_wait 100ms, group_interval 1s) so notifications come within a second or two.
 """
 
 from __future__ import annotations
@@ -39,7 +43,8 @@ class Alertmanager:
     """One Alertmanager process. `receiver`: a receiver dict (default: one that sends nothing)."""
 
     def __init__(self, tmp_path: Path, receiver: dict | None = None, *, group_by: list[str] | None = None,
-                 port: int | None = None):
+                 port: int | None = None, cluster_port: int | None = None, peers: list[int] = (),
+                 peer_timeout: str = "2s", group_interval: str = "1s"):
         if BINARY is None:
             raise RuntimeError("prometheus-alertmanager is not installed (apt-get install prometheus-alertmanager)")
         self.dir = Path(tmp_path) / f"am-{id(self)}"
@@ -47,17 +52,25 @@ class Alertmanager:
         receiver = receiver or {"name": "null"}
         config = {
             "route": {"receiver": receiver["name"], "group_by": group_by or ["alertname", "server"],
-                      "group_wait": "100ms", "group_interval": "1s", "repeat_interval": "1h"},
+                      "group_wait": "100ms", "group_interval": group_interval, "repeat_interval": "1h"},
             "receivers": [receiver],
         }
         (self.dir / "alertmanager.yml").write_text(yaml.safe_dump(config))
+        if cluster_port is None:
+            cluster = ["--cluster.listen-address="]
+        else:
+            cluster = [f"--cluster.listen-address=127.0.0.1:{cluster_port}",
+                       f"--cluster.advertise-address=127.0.0.1:{cluster_port}",
+                       *(f"--cluster.peer=127.0.0.1:{p}" for p in peers),
+                       "--cluster.gossip-interval=100ms", "--cluster.pushpull-interval=1s",
+                       f"--cluster.peer-timeout={peer_timeout}", "--cluster.reconnect-interval=1s"]
         self.proc = None
         for attempt in range(3):  # a free port can be taken before we bind it: retry
             self.port = port or free_port()
             self.url = f"http://127.0.0.1:{self.port}"
             self.proc = popen(
                 [BINARY, f"--config.file={self.dir / 'alertmanager.yml'}", f"--storage.path={self.dir / 'data'}",
-                 f"--web.listen-address=127.0.0.1:{self.port}", "--cluster.listen-address=", "--log.level=warn"],
+                 f"--web.listen-address=127.0.0.1:{self.port}", *cluster, "--log.level=warn"],
                 stdout=subprocess.DEVNULL, stderr=open(self.dir / "stderr.log", "wb"))
             if self._wait_ready():
                 return
@@ -98,6 +111,12 @@ class Alertmanager:
         r = requests.post(f"{self.url}/api/v2/silences", json=body, timeout=5)
         r.raise_for_status()
         return r.json()["silenceID"]
+
+    def cluster_peers(self) -> list[str]:
+        """The addresses of the cluster members this one knows (itself included), from /api/v2/status."""
+        r = requests.get(f"{self.url}/api/v2/status", timeout=5)
+        r.raise_for_status()
+        return sorted(p["address"] for p in r.json()["cluster"].get("peers") or [])
 
     def close(self) -> None:
         terminate(self.proc)

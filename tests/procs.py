@@ -116,9 +116,10 @@ class SpecwatchProcess:
     """`python -m specwatch run --config CFG` (or another argv) with its output in a file."""
 
     def __init__(self, config: Path, port: int, env: dict[str, str] | None = None,
-                 argv: list[str] | None = None):
+                 argv: list[str] | None = None, host: str = "127.0.0.1"):
         self.config = config
         self.port = port
+        self.host = host  # its metrics.listen_address
         self.env = dict(os.environ, PYTHONUNBUFFERED="1", **(env or {}))
         self.argv = argv or [sys.executable, "-m", "specwatch", "run", "--config", str(config)]
         self.out_path = config.with_name(config.stem + f".{port}.out")
@@ -140,7 +141,7 @@ class SpecwatchProcess:
         if self.proc.poll() is not None:
             raise AssertionError(f"specwatch exited {self.proc.returncode}: {self.output}")
         try:
-            urllib.request.urlopen(f"http://127.0.0.1:{self.port}/", timeout=1).read()
+            urllib.request.urlopen(f"http://{self.host}:{self.port}/", timeout=1).read()
             return True
         except OSError:
             return False

@@ -44,7 +44,7 @@ def static_job(job: str, targets: list[str], **extra) -> dict:
 
 class Prometheus:
     def __init__(self, workdir: Path, scrape_configs: list[dict], rule_files: list[Path] = (),
-                 interval: str = "1s"):
+                 interval: str = "1s", alertmanagers: list[str] = ()):
         self.dir = workdir
         self.dir.mkdir(parents=True, exist_ok=True)
         self.port = free_port()
@@ -57,6 +57,8 @@ class Prometheus:
         self.config = {"global": {"scrape_interval": interval, "evaluation_interval": interval,
                                   "scrape_timeout": interval},
                        "rule_files": rules, "scrape_configs": scrape_configs}
+        if alertmanagers:  # host:port of each; Prometheus sends every alert to all of them
+            self.config["alerting"] = {"alertmanagers": [{"static_configs": [{"targets": list(alertmanagers)}]}]}
         (self.dir / "prometheus.yml").write_text(yaml.safe_dump(self.config, sort_keys=False))
         self.log = self.dir / "prometheus.log"
         self.proc: subprocess.Popen | None = None

@@ -244,7 +244,7 @@ def variable_values(p: prom.Prometheus, d: dict, chosen: dict[str, str]) -> dict
     return out
 
 
-ALL = {"instance": ".*", "server": ".*", "engine": ".*", "dp_rank": ".*", "tp_rank": ".*"}
+ALL = {"job": regex_value("specwatch"), "instance": ".*", "server": ".*", "engine": ".*", "dp_rank": ".*", "tp_rank": ".*"}
 
 
 def test_variables_list_both_agents_and_their_ranks(fleet):

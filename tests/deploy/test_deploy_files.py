@@ -405,9 +405,14 @@ def test_dashboard_json_is_generated_and_importable():
     d = json.loads((ROOT / "grafana" / "specwatch.json").read_text())
     assert d["uid"] == "specwatch" and "id" not in d  # importable anywhere
     names = [v["name"] for v in d["templating"]["list"]]
-    assert names == ["datasource", "instance", "server", "engine", "dp_rank", "tp_rank"]
-    # "All" is `.*`, which also matches a series without the label (issue 13: engine)
-    assert all(v["allValue"] == ".*" for v in d["templating"]["list"] if v["type"] == "query")
+    assert names == ["datasource", "job", "instance", "server", "engine", "dp_rank", "tp_rank"]
+    # "All" is `.*`, which also matches a series without the label (issue 13: engine); but for
+    # job it is the listed jobs, so "Agents up" shows no other job's targets
+    assert all(v["allValue"] == ".*" for v in d["templating"]["list"] if v["type"] == "query" and v["name"] != "job")
+    [job] = [v for v in d["templating"]["list"] if v["name"] == "job"]
+    assert "allValue" not in job and job["includeAll"]
+    [up] = [t["expr"] for p in d["panels"] if p.get("title") == "Agents up" for t in p["targets"]]
+    assert up == 'up{job=~"$job",instance=~"$instance"}'
     ids, titles = set(), set()
     for p in d["panels"]:
         assert p["id"] not in ids
