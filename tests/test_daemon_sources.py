@@ -20,6 +20,7 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from fake_sglang import stop  # noqa: E402
 from procs import decode_line, free_port, popen  # noqa: E402
+from specwatch_daemon import SpecwatchDaemon  # noqa: E402
 from test_daemon import delivered, scrape, wait_for  # noqa: E402
 
 

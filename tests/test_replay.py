@@ -325,7 +325,9 @@ def test_json_alerts_carry_severity_labels_and_annotations_as_alertmanager_lists
     doc = json.loads(replay(str(log), "--json").stdout)
     by_name = {(a["name"], a["status"]): a for a in doc["alerts"]}
     page, note = by_name[("AcceptanceCollapse", "firing")], by_name[("RankDisagreement", "firing")]
-    assert (page["severity"], note["severity"]) == ("critical", "warning")
+    # both pages: a one-rank collapse's RankDisagreement is critical (it mutes that rank's collapse)
+    assert (page["severity"], note["severity"]) == ("critical", "critical")
+    assert all(a["severity"] == a["labels"]["severity"] for a in doc["alerts"])
     assert page["labels"] == {"alertname": "AcceptanceCollapse", "severity": "critical", "server": "three",
                               "rank": "DP1 TP1"}
     assert page["annotations"]["summary"] == page["summary"] and "description" in page["annotations"]

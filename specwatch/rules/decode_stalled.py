@@ -236,7 +236,9 @@ class DecodeStalledRule(ActiveAlertsRule):
         st = self._s.pop(server, None)
         if st is None:
             return []
-        return self._seen(server, st, at, handed=True) + self.active.resolve(server, at, ("server", why))
+        # as in on_decode: vLLM prints no prefill line, so its gaps cannot be told from idle time
+        gap = st.last_batch is not None and st.last_batch.engine == "sglang"
+        return (self._seen(server, st, at, handed=True) if gap else []) + self.active.resolve(server, at, ("server", why))
 
     def _seen(self, server: str, st: _State, now: float, handed: bool = False) -> list[Alert]:
         """`_check` once `now` is `_shortest()` past the last decode line (a tick, or a line
