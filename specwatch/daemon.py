@@ -51,7 +51,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-import math
 import os
 import signal
 import sqlite3
@@ -62,7 +61,7 @@ from pathlib import Path
 from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client import ProcessCollector as OwnProcessCollector
 
-from specwatch import __version__, heap
+from specwatch import __version__
 from specwatch.alerting import build_alerting
 from specwatch.config import Config, ConfigError, LogSource, ProcessTies, load_run_config, source_servers
 from specwatch.listener import serve_quietly, stop_serving
@@ -71,7 +70,7 @@ from specwatch.notifiers import dead_letter, failing
 from specwatch.pipeline import Pipeline
 from specwatch.sdnotify import Watchdog, monotonic_usec, notify
 from specwatch.sources.engines import low_accept_in
-from specwatch.sources.filestream import Follower
+from specwatch.sources.filestream import READ_BYTES, Follower
 from specwatch.sources.follow import FollowerGroup
 from specwatch.sources.log_health import LogHealth
 from specwatch.sources.logfiles import LogSet, stage
@@ -97,10 +96,6 @@ TICK_EVERY = 1.0  # seconds between ticks of the time-based rules (on the follow
 HOLD_ROUNDS = 2
 MAIN_EVERY = 5.0  # seconds between the main loop's health checks when the followers' thread ticks
 ALONE_EVERY = 15.0  # ... without systemd (no NOTIFY_SOCKET): only the log hears of health
-# A start-up backlog at least this large is read in columns (specwatch/catchup.py): numpy then stays
-# loaded (+14 MB RSS); below it (a restart after minutes down) per line costs at most a few CPU-s.
-COLUMNS_MIN_BYTES = 64 << 20
-CATCHUP_READ_BYTES = 4 << 20  # the follower's reads then (replay's size): the rules' per-read costs amortized
 
 
 # Settings read once at start; a reload that changes them warns and keeps the running value.
@@ -115,23 +110,6 @@ def known_servers(cfg: Config) -> set[str]:
     """Every server a source of `cfg` reports on (`config.source_servers`), and the default
     `server` (GPU alerts carry it)."""
     return source_servers(cfg) | {cfg.server}
-
-def unread_bytes(logs: list[LogSource], offsets: dict) -> int:
-    """Bytes of the followed files after their saved offsets (a file not seen before: all of it;
-    rotated copies and journals not counted)."""
-    total = 0
-    for s in logs:
-        if s.journal is not None:
-            continue
-        try:
-            st = os.stat(s.path)
-        except OSError:
-            continue
-        cp = offsets.get(s.path) or {}
-        same = cp.get("inode") == st.st_ino and cp.get("dev") == st.st_dev
-        total += max(0, st.st_size - int(cp.get("offset", 0))) if same else st.st_size
-    return total
-
 
 class Daemon:
     def __init__(self, config: Config):
@@ -159,10 +137,8 @@ class Daemon:
             from specwatch.sources.journal import JournalFollower
 
             return JournalFollower(src.journal, self._on_lines, max_line_bytes=limit, checkpoint=checkpoint)
-        # a backlog read in columns: reads as large as replay's (per-read costs of the rules)
-        chunk = CATCHUP_READ_BYTES if self.pipeline.columns_min_lines < math.inf else 1 << 20
         return Follower(src.path, on_lines=stage(src, self._on_lines, limit), max_line_bytes=limit,
-                        checkpoint=checkpoint, read_chunk_bytes=chunk)
+                        checkpoint=checkpoint, read_chunk_bytes=READ_BYTES)
 
     def _rescan(self) -> None:
         """Follow the files a `logs[].path` glob matches now (pods and containers that appeared),
@@ -222,11 +198,6 @@ class Daemon:
         # journal resumes by cursor, and its first turn may not end before a stop.)
         self._history_unsaved = not legacy and any(offsets.get(s.path) is None and s.journal is None
                                                    for s in cfg.logs)
-        self._release_after_backlog = unread_bytes(cfg.logs, offsets) >= COLUMNS_MIN_BYTES
-        if self._release_after_backlog:
-            heap.hold()  # until the backlog is read: freed arrays stay in the heap for the next read
-        else:
-            self.pipeline.columns_min_lines = math.inf  # per line: numpy (+14 MB RSS) is not worth it
         self.followers = FollowerGroup(
             [self._make_follower(s, offsets.get(s.path)) for s in cfg.logs],
             poll_interval=cfg.follow.poll_interval, use_watchdog=cfg.follow.watchdog, inotify=cfg.follow.inotify,
@@ -333,9 +304,6 @@ class Daemon:
             self._rescan()
         self._warn_missing_logs()
         self.log_health.check(dict(self.followers.followers), time.time())
-        if self._release_after_backlog and not self.followers.catching_up:
-            self._release_after_backlog = False
-            heap.release()  # the large backlog's reads freed tens of MB the heap would keep
         with self.pipeline.lock:
             if self.dispatcher.paused and not (self.followers.catching_up or self.followers.updating):
                 # the backlog (and any log a reload added) is read: notify from now

@@ -21,7 +21,6 @@ from zoneinfo import ZoneInfo
 from dataclasses import dataclass, field
 from typing import Callable
 
-from specwatch import catchup
 from specwatch.logclock import LogClocks, last_line
 from specwatch.rulefaults import RuleFaults
 from specwatch.alerts.dispatcher import Dispatcher
@@ -48,14 +47,16 @@ from specwatch.rules.base import (Rule, RuleContext, all_rules, forget_keys, is_
                                   overrides)
 from specwatch.rules.collapse import CollapseRule
 from specwatch.rules.server_metrics import collapse_from_metrics, metrics_windows
-from specwatch.rules.windows import WindowTracker
+from specwatch.rules.summary import (AFTER_GAP, IDLE, PREFILL_DOMINATED, VALID_ACCEPT, VALID_THROUGHPUT,
+                                     RankSummary, window_of)
 from specwatch.sources.filestream import LineBatch
 from specwatch.sources.log_errors import KINDS as ERROR_KINDS
 from specwatch.sources.log_errors import ErrorGrouper, maybe_error
 from specwatch.sources.engines import VLLM, LogEngine
-from specwatch.sources.sglang_log import strip_container_prefix
+from specwatch.sources.sglang_log import canonical_prefill, prefill_at, strip_container_prefix, timestamp_of
+from specwatch.sources.sglang_log import CANONICAL_LINES, rank_numbers
 from specwatch.sources.vllm_log import VllmAssembler, VllmLine
-from specwatch.status.history import AcceptHistory, AlertState
+from specwatch.status.history import AlertState
 
 _OTHER = OtherLine()
 
@@ -77,30 +78,7 @@ TREND_POINTS = 24
 _DECODE_FIELDS = tuple(f.name for f in dataclasses.fields(DecodeBatch))
 
 
-@dataclass
-class RankStats:
-    """Everything specwatch knows about one (server, rank) from its batch lines."""
-
-    server: str
-    rank: str
-    ranks: dict[str, int]
-    decode_batches: int = 0
-    prefill_batches: int = 0
-    last_decode: DecodeBatch | None = None
-    accept_length_sum: float = 0.0
-    accept_length_count: int = 0
-    accept_length_min: float = math.inf
-    accept_length_max: float = -math.inf
-    history: AcceptHistory = field(default_factory=AcceptHistory, repr=False, compare=False)  # the status page's chart
-
-    def add_accept(self, a: float) -> None:
-        """A decode line's accept length into the running sum, count, min and max."""
-        self.accept_length_sum += a
-        self.accept_length_count += 1
-        if a < self.accept_length_min:
-            self.accept_length_min = a
-        if a > self.accept_length_max:
-            self.accept_length_max = a
+RankStats = RankSummary  # the name metrics and the status page knew it by
 
 
 @dataclass
@@ -164,12 +142,16 @@ class Pipeline:
                           if overrides(r, "on_event") or overrides(r, "on_restart")]
         self._starts: dict[str, float] = {}  # server → timestamp of its last server_args log line
         self._on_tick = [r for r in self.rules if overrides(r, "on_tick")]
-        self.windows = WindowTracker(config.windows)  # the one classification of decode lines
+        self._wcfg = config.windows  # what makes a decode line a usable sample (rules/windows.py)
+        self._on_lines = [r for r in self.rules if overrides(r, "on_lines")]
+        self._order: list[tuple] = []  # (rank, entry) of each batch line since the last evaluation
+        self._dirty: list[RankSummary] = []  # the ranks with pending lines, first first
+        self._handed: list[Alert] | None = None  # during an evaluation: its transitions
         self.servers: dict[str, ServerStats] = {}
-        self.ranks: dict[tuple[str, str], RankStats] = {}
+        self.ranks: dict[tuple[str, str], RankSummary] = {}
         self.rank_overflow: dict[str, int] = {}  # server → batch lines summed into OTHER_RANK
         self._full: set[str] = set()  # servers at limits.max_ranks_per_server: a new rank is OTHER_RANK
-        self.scraped: dict[tuple[str, str], RankStats] = {}  # ranks read from /metrics (`_take_scraped`)
+        self.scraped: dict[tuple[str, str], RankSummary] = {}  # ranks read from /metrics (`_take_scraped`)
         self.alert_state = AlertState(self.rules)  # a chart point's alert state (status page)
         self.lock = threading.Lock()
         self.rule_faults = RuleFaults()  # a rule that raises: counted, logged, its line's result dropped
@@ -178,10 +160,6 @@ class Pipeline:
         self._engines: dict[str, LogEngine] = {}  # path → its engine's grammar (sources/engines.py)
         self._vllm: dict[str, VllmAssembler] = {}  # server → its vLLM lines into decode batches
         self._path = ""  # the file being fed
-        self._before_handle: Callable[[list], None] | None = None  # set by `catchup.feed` during a read
-        # reads of at least this many lines go in columns (numpy); the daemon raises it for a
-        # small start-up backlog, so that a restart does not keep numpy's RSS for its lifetime
-        self.columns_min_lines: float = catchup.MIN_LINES
         self._map_logs(config)
 
     def _map_logs(self, config: Config) -> None:
@@ -208,7 +186,8 @@ class Pipeline:
             self._map_logs(config)
             if new_routing is not None:
                 self.dispatcher.adopt(new_routing, time.time() if now is None else now)
-            self.windows.config = config.windows
+            self.evaluate()
+            self._wcfg = config.windows
             self._full.clear()  # the limit may have changed: counted again at the next new rank
             for rule in self.rules:
                 rule.reconfigure(config)
@@ -235,11 +214,15 @@ class Pipeline:
                 self._errors(server, stats, grouper, line.text, prefix, tz, now)
             if now is not None and type(event) in (OtherLine, ServerArgs):
                 stats.last_line["other"] = now
+            self.evaluate()  # one line: decided at it
         return event
 
     def feed_batch(self, batch: LineBatch, now: float | None = None) -> None:
         """The lines of one read (`Follower(on_lines=...)`), as `feed` would take them one by
-        one, under one lock: the catch-up path of `run` and `replay`. Never raises on input."""
+        one, under one lock: `run` (`now`: the read's wall time) and `replay` (None: the lines'
+        stamps). A live read ends with an evaluation (its collapse line is decided now); a
+        replay's reads do not (where a read ends says nothing: the next line's tick decides).
+        Never raises on input."""
         path = self._path = batch.path
         server = self.server_for(path)
         prefix, tz = self._prefix.get(path), self._tz.get(path)
@@ -250,25 +233,66 @@ class Pipeline:
         tz = self.clocks.zone(path, tz)
         raw_ok = batch.raw_ok
         engine = self._engine(path)
-        maybe_event = engine.maybe_event  # both engines' checks until the log's engine is known
         with self.lock:
             stats = self._stats(server)
             grouper = self._grouper(path)
-            if prefix is None and raw_ok is None and grouper.group is None and engine.name != VLLM \
-                    and len(batch) >= self.columns_min_lines:  # a large read: in columns
-                other = catchup.take(self, server, stats, grouper, engine, maybe_event, batch, tz, now)
+            if prefix is None and raw_ok is None and engine.name != VLLM:
+                other = self._scan(server, stats, grouper, engine, batch.text, tz, now)
             else:
-                other = self._feed_lines(server, stats, grouper, engine, maybe_event, batch.lines, raw_ok, prefix,
-                                         tz, now)
+                other = self._feed_lines(server, stats, grouper, engine, engine.maybe_event, batch.lines, raw_ok,
+                                         prefix, tz, now)
             stats.lines["other"] += other
             if other and now is not None:  # the follower's clock: one stamp per read
                 stats.last_line["other"] = now
+            if now is not None:
+                self.evaluate()
+
+    def _scan(self, server: str, stats: ServerStats, grouper: ErrorGrouper, engine: LogEngine, text: str, tz,
+              now: float | None) -> int:
+        """A read's text through the chunk scanner: its canonical SGLang batch lines
+        (`CANONICAL_LINES`, found at C speed) straight to the summariser, the lines between them
+        through `_feed_lines` where one may be an event (a batch line of another form, request
+        text, `server_args`, an error; vLLM's lines while the engine is unknown), else counted as
+        other lines. The same events as `_feed_lines` line by line; returns the other lines."""
+        other = pos = 0
+        maybe = engine.maybe_event
+        decode, prefill = self._decode_groups, self._prefill_groups
+        for m in CANONICAL_LINES.finditer(text):
+            start = m.start()
+            if start > pos or grouper.group is not None:
+                if grouper.group is not None:  # an open traceback takes every line until it ends
+                    return other + self._feed_lines(server, stats, grouper, engine, maybe,
+                                                    text[pos:-1].split("\n"), None, None, tz, now)
+                other += self._between(server, stats, grouper, engine, text[pos:start], tz, now)
+                if engine.name == VLLM:  # a vLLM log after all: its lines are no SGLang events
+                    return other + self._feed_lines(server, stats, grouper, engine, engine.maybe_event,
+                                                    text[start:-1].split("\n"), None, None, tz, now)
+            pos = m.end() + 1
+            g = m.groups()
+            if g[3] is not None:
+                decode(server, stats, g, tz, now)
+            else:
+                prefill(server, stats, g, tz, now)
+            if engine.name is None:
+                engine.settle("sglang")
+                maybe = engine.maybe_event
+        if pos < len(text):
+            other += self._between(server, stats, grouper, engine, text[pos:], tz, now)
+        return other
+
+    def _between(self, server: str, stats: ServerStats, grouper: ErrorGrouper, engine: LogEngine, gap: str, tz,
+                 now: float | None) -> int:
+        """Whole lines between two canonical batch lines (`_scan`): the other lines among them."""
+        if grouper.group is None and not engine.maybe_event(gap) and not maybe_error(gap) and "]:[E" not in gap:
+            return gap.count("\n")  # access log lines and the like: nothing to parse
+        return self._feed_lines(server, stats, grouper, engine, engine.maybe_event, gap[:-1].split("\n"), None, None,
+                                tz, now)
 
     def _feed_lines(self, server: str, stats: ServerStats, grouper: ErrorGrouper, engine: LogEngine,
                     maybe_event: Callable[[str], bool], lines: list[str], raw_ok: list[bool] | None,
                     prefix: re.Pattern | None, tz, now: float | None) -> int:
-        """`feed_batch`'s lines one by one (caller holds `lock`; `maybe_event`: the engine's check
-        when the read began); returns how many were other lines (the caller counts and stamps them)."""
+        """Lines one by one (caller holds `lock`; `maybe_event`: the engine's check when the read
+        began); returns how many were other lines (the caller counts and stamps them)."""
         parse, take = self._parse, self._take
         other = 0
         for i, text in enumerate(lines):
@@ -324,8 +348,9 @@ class Pipeline:
                     self._take_error(server, self._stats(server), event, now)
 
     def flush_errors(self) -> None:
-        """End every open traceback (the end of a recorded log)."""
+        """Decide on every line read and end every open traceback (the end of a recorded log)."""
         with self.lock:
+            self.evaluate()
             self._expire_errors(self._last_tick if self._last_tick > -math.inf else 0.0, flush=True)
 
     def _last_lines(self, server: str) -> dict[str, float]:
@@ -348,51 +373,180 @@ class Pipeline:
             stats = self.servers[server] = ServerStats()
         return stats
 
+    # --- the summariser: each batch line once (rules/summary.py) ---
+
+    def _decode_groups(self, server: str, stats: ServerStats, g: tuple, tz, now: float | None) -> None:
+        """A canonical decode line's groups (`CANONICAL_LINES`) into the summariser."""
+        try:
+            ts = timestamp_of(g[0], g[1], tz)
+        except ValueError:  # an impossible date: the general parser says why
+            self._take(server, stats, self._parse(self._engine(self._path), self._line(g, tz), True, None, tz), now)
+            return
+        self._decode(server, stats, ts, g[2][1:], int(g[3]), int(g[10]), float(g[6]), float(g[9]), None, g[:11], now)
+
+    @staticmethod
+    def _line(g: tuple, tz) -> str:
+        """A canonical decode line's text again, from its groups (for the general parser)."""
+        from specwatch.sources.sglang_log import canonical_text
+
+        return canonical_text(g)
+
+    def _prefill_groups(self, server: str, stats: ServerStats, g: tuple, tz, now: float | None) -> None:
+        """A canonical prefill line's groups into the summariser."""
+        try:
+            ts = timestamp_of(g[0], g[1], tz)
+        except ValueError:
+            event = canonical_prefill(g[:3] + g[11:], tz)  # None: the general parser reports the date
+            self._take(server, stats, event if event is not None else MalformedLine("impossible date", None, g[2][1:]),
+                       now)
+            return
+        self._prefill(server, stats, ts, g[2][1:], now, g)
+
+    def _decode(self, server: str, stats: ServerStats, ts: float, rank: str, running: int, queued: int,
+                accept: float | None, thr: float | None, drafted: int | None, src, now: float | None) -> None:
+        """One decode line (either parser): the rank's counters, its window (`rules/windows.py`)
+        and its pending entry; the evaluation and tick due at its clock (caller holds `lock`)."""
+        stats.lines["decode"] += 1
+        rs = self.ranks.get((server, rank))
+        if rs is None:
+            rs = self._rank(server, rank, src)
+        rs.decode_batches += 1
+        clock = ts if now is None else now
+        stats.last_line["decode"] = clock
+        # the window behind the line (WindowTracker's classification, inline)
+        cfg = self._wcfg
+        prev = rs.last_ts
+        rs.last_ts = ts
+        prefills = rs.prefills
+        rs.prefills = 0
+        flags = 0
+        if (max(running, 1) if drafted else running) < cfg.min_running_requests:  # `running_in_window`
+            flags = IDLE
+        if prefills > cfg.max_prefill_batches:
+            flags |= PREFILL_DOMINATED
+        if prev is None or ts - prev > cfg.max_gap:
+            flags |= AFTER_GAP
+        if accept is not None:
+            if not rs.pending:
+                rs.sum0, rs.count0 = rs.accept_length_sum, rs.accept_length_count  # the chart's totals (`_points`)
+            rs.add_accept(accept)
+            if not flags & (IDLE | PREFILL_DOMINATED):
+                flags |= VALID_ACCEPT
+        if thr is not None and not flags & (IDLE | PREFILL_DOMINATED | AFTER_GAP):
+            flags |= VALID_THROUGHPUT
+        entry = (ts, clock, accept, running, queued, thr, flags, src)
+        if not rs.pending:
+            self._dirty.append(rs)
+        rs.pending.append(entry)
+        rs._last, rs._last_batch = entry, None
+        self._order.append((rs, entry))
+        if clock - self._last_tick >= 1.0:  # time-based rules need no finer clock
+            self.evaluate()
+            self.tick(clock)
+
+    def _prefill(self, server: str, stats: ServerStats, ts: float, rank: str, now: float | None, src) -> None:
+        """One prefill line (either parser; `src`: its PrefillBatch, or its groups)."""
+        stats.lines["prefill"] += 1
+        rs = self.ranks.get((server, rank))
+        if rs is None:
+            rs = self._rank(server, rank, src)
+        rs.prefill_batches += 1
+        rs.prefills += 1
+        clock = ts if now is None else now
+        stats.last_line["prefill"] = clock
+        if not rs.pending and not rs.pending_prefills:
+            self._dirty.append(rs)
+        rs.pending_prefills.append((ts, clock))
+        self._order.append((rs, (ts, clock, src)))
+        if clock - self._last_tick >= 1.0:
+            self.evaluate()
+            self.tick(clock)
+
+    def evaluate(self) -> None:
+        """The rules read every line summarised since the last evaluation (caller holds `lock`):
+        those with `on_lines` the pending lines of each rank, in aggregate; those that still read
+        one line at a time (`on_decode` / `on_prefill`) each line in file order."""
+        order = self._order
+        if not order:
+            return
+        self._order, dirty = [], self._dirty
+        self._dirty = []
+        handed = self._handed = []  # the transitions of this evaluation (`_points`)
+        clock = order[-1][1][1]  # the last line's
+        if self._on_decode or self._on_prefill:
+            self._lines_one_by_one(order)
+        if self._on_lines:
+            by_server: dict[str, list[RankSummary]] = {}
+            for rs in dirty:
+                by_server.setdefault(rs.server, []).append(rs)
+            for server, ranks in by_server.items():
+                for rule in self._on_lines:
+                    alerts = self.rule_faults.call(rule, "on_lines", server, ranks, default=())
+                    if alerts:
+                        self._handle(alerts, clock)
+        self._handed = None
+        for rs in dirty:
+            if rs.pending:
+                self._points(rs, handed)
+                rs.pending.clear()
+            rs.pending_prefills.clear()
+
+    def _points(self, rs: RankSummary, handed: list[Alert]) -> None:
+        """The status chart's points among a rank's pending lines (`AcceptHistory`: one per STEP
+        s), each with the rank's alert state at its line: the state after the evaluation, less
+        the transitions of this evaluation that came after the line (`handed`, by their
+        starts_at / ends_at)."""
+        h = rs.history
+        total, count = rs.sum0, rs.count0
+        state = None
+        mine = [a for a in handed if a.labels.get("rank", "") == rs.rank and a.labels.get("server") == rs.server]
+        for entry in rs.pending:
+            a = entry[2]
+            if a is None:
+                continue
+            total += a  # in line order, as `add_accept` summed them
+            count += 1
+            ts = entry[0]
+            if not h.floor <= ts < h.due:  # one point per STEP s, or time went back
+                if state is None:
+                    state = self.alert_state(rs.server, rs.rank)
+                h.add(ts, a, total, count, self.alert_state.before(state, mine, ts) if mine else state)
+
+    def _lines_one_by_one(self, order: list) -> None:
+        """`on_decode` / `on_prefill` of each pending line, in file order."""
+        for rs, item in order:
+            server = rs.server
+            if type(item) is tuple and len(item) == 8:
+                clock = item[1]
+                window = window_of(rs, item)
+                fired = None
+                for rule in self._on_decode:
+                    try:
+                        alerts = rule.on_decode(server, window, clock)
+                    except Exception as e:  # that rule, that line: the read goes on
+                        self.rule_faults.failed(rule, "on_decode", e)
+                        continue
+                    if alerts:
+                        fired = alerts if fired is None else fired + alerts
+                if fired:
+                    self._handle(fired, clock)
+            elif self._on_prefill:
+                _, clock, src = item
+                event = src if type(src) is not tuple else prefill_at(src[:3] + src[11:], item[0])
+                if event.rank != rs.rank:  # summed into OTHER_RANK
+                    event.rank, event.ranks = rs.rank, {}
+                for rule in self._on_prefill:
+                    alerts = self.rule_faults.call(rule, "on_prefill", server, event, clock)
+                    if alerts:
+                        self._handle(alerts, clock)
+
     def _take(self, server: str, stats: ServerStats, event: object, now: float | None) -> None:
         """One parsed line of `server` (caller holds `lock`)."""
-        if type(event) is DecodeBatch:  # the hot path: `_rank`'s lookup inline
-            stats.lines["decode"] += 1
-            rs = self.ranks.get((server, event.rank))
-            if rs is None:
-                rs = self._rank(server, event)
-            rs.decode_batches += 1
-            rs.last_decode = event
-            a = event.accept_length
-            if a is not None:
-                rs.add_accept(a)
-            clock = event.timestamp if now is None else now
-            stats.last_line["decode"] = clock
-            window = self.windows.decode(server, event)
-            fired = None  # every rule's alerts of this line, handed over together (see `_handle`)
-            for rule in self._on_decode:
-                try:  # free in 3.11 while nothing raises
-                    alerts = rule.on_decode(server, window, clock)
-                except Exception as e:  # that rule, that line: the read goes on
-                    self.rule_faults.failed(rule, "on_decode", e)
-                    continue
-                if alerts:  # rarely: most calls return []
-                    fired = alerts if fired is None else fired + alerts
-            if fired:
-                self._handle(fired, clock)
-            h = rs.history
-            if a is not None and not h.floor <= event.timestamp < h.due:  # one point per STEP s, or time went back
-                h.add(event.timestamp, a, rs.accept_length_sum, rs.accept_length_count,
-                      self.alert_state(server, event.rank))
-            if clock - self._last_tick >= 1.0:  # time-based rules need no finer clock
-                self.tick(clock)
+        if type(event) is DecodeBatch:
+            self._decode(server, stats, event.timestamp, event.rank, event.running_requests, event.queued_requests,
+                         event.accept_length, event.gen_throughput, event.draft_tokens, event, now)
         elif type(event) is PrefillBatch:
-            stats.lines["prefill"] += 1
-            rs = self._rank(server, event)
-            rs.prefill_batches += 1
-            clock = event.timestamp if now is None else now
-            stats.last_line["prefill"] = clock
-            self.windows.prefill(server, event)
-            for rule in self._on_prefill:
-                alerts = self.rule_faults.call(rule, "on_prefill", server, event, clock)
-                if alerts:
-                    self._handle(alerts, clock)
-            if clock - self._last_tick >= 1.0:
-                self.tick(clock)
+            self._prefill(server, stats, event.timestamp, event.rank, now, event)
         elif isinstance(event, ServerArgs):
             stats.lines["other"] += 1
             merged = self._merge_args(stats, event)
@@ -463,7 +617,7 @@ class Pipeline:
             b = window.batch
             rs = self.scraped.get((server, b.rank))
             if rs is None:
-                rs = self.scraped[(server, b.rank)] = RankStats(server, b.rank, dict(b.ranks))
+                rs = self.scraped[(server, b.rank)] = RankSummary(server, b.rank, dict(b.ranks))
             rs.decode_batches += 1
             rs.last_decode = b
             rs.add_accept(b.accept_length)
@@ -492,6 +646,7 @@ class Pipeline:
     def tick(self, now: float, rules: list[Rule] | None = None, dispatch: bool = True) -> None:
         """Let time-based rules and alert repeats advance (caller holds `lock`). The catch-up
         names the `rules` whose `on_tick` may do something, and whether the dispatcher's may."""
+        self.evaluate()
         self._last_tick = now
         if self._groupers:
             self._expire_errors(now)
@@ -503,6 +658,7 @@ class Pipeline:
             self.dispatcher.tick(now)
 
     def _apply_rules(self, server: str, event: object, now: float) -> None:
+        self.evaluate()  # the lines before the event first
         why = self._restarted(server, event)
         at = getattr(event, "timestamp", None) or now
         for rule, restarts in self._on_event:
@@ -536,6 +692,7 @@ class Pipeline:
         status page. A rollout names every new pod anew, so without this each fixed collapse
         would stay firing (and be repeated) for good."""
         with self.lock:
+            self.evaluate()
             for rule in self.rules:
                 alerts = rule.on_restart(server, now, why) if overrides(rule, "on_restart") else []
                 active = getattr(rule, "active", None)
@@ -544,8 +701,7 @@ class Pipeline:
                 self._handle(alerts, now)
             for rule in self.rules:
                 rule.forget(server)
-            forget_keys((self.ranks, self.scraped, self.servers, self._starts, self._vllm,
-                         self.windows._last, self.windows._prefills), server)
+            forget_keys((self.ranks, self.scraped, self.servers, self._starts, self._vllm), server)
             self._full.discard(server)
 
     def log_ports(self) -> dict[int, str]:
@@ -570,8 +726,8 @@ class Pipeline:
             return {a.labels.get("server", "") for r in self.rules for a in r.firing_alerts()}
 
     def _handle(self, alerts: list, now: float) -> None:
-        if alerts and self._before_handle is not None:  # catch-up: ranks brought up to the alert's line
-            self._before_handle(alerts)
+        if self._handed is not None:
+            self._handed += alerts
         for alert in alerts:
             if alert.name in TREND_ALERTS and alert.status == FIRING and TREND_KEY not in alert.annotations:
                 self._add_trend(alert)
@@ -608,39 +764,28 @@ class Pipeline:
             (lo, lo_rank), (hi, hi_rank) = peers[0], peers[-1]
             alert.annotations["accept_length_ranks"] = f"lowest {lo_rank} {lo:.2f}, highest {hi_rank} {hi:.2f}"
 
-    def _rank(self, server: str, event: DecodeBatch | PrefillBatch) -> RankStats:
-        """The rank of a batch line. A new rank past `limits.max_ranks_per_server` of the server
-        is OTHER_RANK: the event is relabelled (before any rule or window sees it), its line
-        counted in `rank_overflow`, and the first such line warned about."""
-        key = (server, event.rank)
-        rs = self.ranks.get(key)
-        if rs is None:
-            limit = self.config.limits.max_ranks_per_server
-            if server not in self._full and sum(1 for s, r in self.ranks if s == server and r != OTHER_RANK) >= limit:
-                self._full.add(server)
-            if server in self._full and event.rank != OTHER_RANK:
-                n = self.rank_overflow.get(server, 0)
-                if not n:
-                    log.warning("server %s: more than %d distinct ranks in its logs (limits.max_ranks_per_server): "
-                                "lines of %r and any further rank are summed into rank %r "
-                                "(specwatch_rank_overflow_lines_total)", server or "(default)", limit, event.rank,
-                                OTHER_RANK)
-                self.rank_overflow[server] = n + 1
-                event.rank, event.ranks = OTHER_RANK, {}
-                return self._rank(server, event)
-            rs = self.ranks[key] = RankStats(server, event.rank, dict(event.ranks))
+    def _rank(self, server: str, rank: str, src) -> RankSummary:
+        """The summary of a new rank of a batch line (`src`: its event, or a canonical line's
+        groups). A new rank past `limits.max_ranks_per_server` of the server is OTHER_RANK (its
+        lines are counted in `rank_overflow`, the first warned about): rules and /metrics see
+        its lines as that rank's."""
+        limit = self.config.limits.max_ranks_per_server
+        if server not in self._full and sum(1 for s, r in self.ranks if s == server and r != OTHER_RANK) >= limit:
+            self._full.add(server)
+        if server in self._full and rank != OTHER_RANK:
+            n = self.rank_overflow.get(server, 0)
+            if not n:
+                log.warning("server %s: more than %d distinct ranks in its logs (limits.max_ranks_per_server): "
+                            "lines of %r and any further rank are summed into rank %r "
+                            "(specwatch_rank_overflow_lines_total)", server or "(default)", limit, rank, OTHER_RANK)
+            self.rank_overflow[server] = n + 1
+            rs = self.ranks.get((server, OTHER_RANK))
+            if rs is None:
+                rs = self.ranks[(server, OTHER_RANK)] = RankSummary(server, OTHER_RANK, {})
+            return rs
+        ranks = dict(src.ranks) if type(src) is not tuple else dict(rank_numbers(rank))
+        rs = self.ranks[(server, rank)] = RankSummary(server, rank, ranks)
         return rs
-
-    def ranks_fit(self, server: str, names: list[str]) -> bool:
-        """Whether batch lines of these ranks all keep their own rank (catch-up: a read that
-        would pass `limits.max_ranks_per_server` goes line by line, through `_rank`)."""
-        new = sum(1 for r in names if (server, r) not in self.ranks)
-        if not new:
-            return True
-        if server in self._full:
-            return False
-        known = sum(1 for s, r in self.ranks if s == server and r != OTHER_RANK)
-        return known + new <= self.config.limits.max_ranks_per_server
 
     def to_state(self) -> dict:
         """Rule and alert state, and each rank's last decode line (caller holds `lock`)."""
@@ -671,11 +816,13 @@ class Pipeline:
                 server, rank, ranks, dec, pre, total, count, lo, hi = entry
                 if server not in servers:
                     continue
-                rs = self.ranks.get((server, rank)) or RankStats(server, rank, {str(k): int(v) for k, v in ranks.items()})
-                self.ranks[(server, rank)] = dataclasses.replace(
-                    rs, decode_batches=int(dec), prefill_batches=int(pre), accept_length_sum=float(total),
-                    accept_length_count=int(count), accept_length_min=math.inf if lo is None else float(lo),
-                    accept_length_max=-math.inf if hi is None else float(hi))
+                rs = self.ranks.get((server, rank)) or RankSummary(server, rank,
+                                                                   {str(k): int(v) for k, v in ranks.items()})
+                rs.decode_batches, rs.prefill_batches = int(dec), int(pre)
+                rs.accept_length_sum, rs.accept_length_count = float(total), int(count)
+                rs.accept_length_min = math.inf if lo is None else float(lo)
+                rs.accept_length_max = -math.inf if hi is None else float(hi)
+                self.ranks[(server, rank)] = rs
             except (TypeError, ValueError, AttributeError):
                 continue
 
@@ -695,8 +842,8 @@ class Pipeline:
                         continue
                     batch = DecodeBatch(**{k: v for k, v in d["batch"].items() if k in names})
                     key = (str(d["server"]), str(d["rank"]))
-                    self.ranks[key] = RankStats(key[0], key[1], {str(k): int(v) for k, v in d["ranks"].items()},
-                                                last_decode=batch)
+                    rs = self.ranks[key] = RankSummary(key[0], key[1], {str(k): int(v) for k, v in d["ranks"].items()})
+                    rs.last_decode = batch
                 except (KeyError, TypeError, ValueError, AttributeError):
                     continue
             self._load_counters(state.get("counters") or {}, servers)

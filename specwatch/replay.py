@@ -15,10 +15,9 @@ import shutil
 import tempfile
 from typing import Iterable, Iterator
 
-from specwatch import heap
 from specwatch.alerts.model import RESOLVED, Alert, iso8601
 from specwatch.pipeline import KINDS, Pipeline
-from specwatch.sources.filestream import Follower
+from specwatch.sources.filestream import READ_BYTES, Follower
 from specwatch.sources.logfiles import stage
 
 
@@ -26,7 +25,6 @@ def replay_files(pipeline: Pipeline, paths: Iterable[str], max_line_bytes: int) 
     """Feed every complete line of each file, in file order, through `pipeline`. A gzipped file
     (a rotated `server.log.2.gz`) is read decompressed. Raises OSError / EOFError for a file that
     cannot be read or a corrupt gzip stream."""
-    heap.hold()  # a backlog read in large reads: freed arrays stay in the heap for the next read
     for path in paths:
         with _readable(path) as readable:
             def feed(batch, _path=path):
@@ -35,8 +33,7 @@ def replay_files(pipeline: Pipeline, paths: Iterable[str], max_line_bytes: int) 
 
             src = next((s for s in pipeline.config.logs if s.path == path), None)
             on_lines = feed if src is None else stage(src, feed, max_line_bytes)  # envelope, grammar
-            # 4 MiB reads: the catch-up path's per-read costs (per rank and load level) amortized (docs/catchup.md)
-            follower = Follower(readable, on_lines=on_lines, max_line_bytes=max_line_bytes, read_chunk_bytes=1 << 22)
+            follower = Follower(readable, on_lines=on_lines, max_line_bytes=max_line_bytes, read_chunk_bytes=READ_BYTES)
             while follower.poll():
                 pass
             follower.finish()  # a last line without a newline still counts in a recorded log

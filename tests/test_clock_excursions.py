@@ -110,16 +110,15 @@ def _points(lines: list[str], columns: bool) -> list[tuple[float, float, int]]:
     cfg = build_config({"server": "box", "log_timezone": "UTC", "logs": [{"path": "s.log"}],
                         "diagnosis": {"enabled": False}})
     p = Pipeline(cfg, Dispatcher([], group_wait=0, group_interval=0))
-    p.columns_min_lines = 256 if columns else float("inf")
     text = "".join(lines)
-    # with a wall clock in columns, as `run` reads a backlog (replay's dense reads go per line)
+    # with a wall clock, as `run` reads a backlog, or the lines' own, as `replay`
     p.feed_batch(LineBatch("s.log", 0, len(text.encode()), block=text.encode(), text=text),
                  time.time() if columns else None)
     return list(p.ranks[("box", "TP0")].history.points)
 
 
 def test_the_chart_drops_an_excursions_future_points_and_keeps_the_rest():
-    """Per line and in columns alike: lines a few seconds out of order take no point; a line
+    """As `run` and as `replay` alike: lines a few seconds out of order take no point; a line
     stamped long before the newest point drops the points after it (the excursion's), not the
     hour before."""
     t0 = datetime(2026, 3, 1, 12, 0, tzinfo=timezone.utc).timestamp()

@@ -8,7 +8,7 @@ response ...: output: '...'` after its own header (vllm/entrypoints/serve/utils/
 @0.33.0). A prompt quoting SGLang's `Health check failed. Server couldn't get a response …` line
 once counted as a failed health check (DecodeStalled fired, and the shipped Prometheus rule reads
 the same counter), and an indented copy of a decode line raised SGLangLogUnrecognized. Engine
-events are read at the start of a record's message only: per line, in columns (the backlog path)
+events are read at the start of a record's message only: as `replay` and as `run` read them (the chunk scanner and the general parser)
 and in the daemon alike.
 """
 
@@ -62,11 +62,9 @@ def _feed(lines: list[str], columns: bool, fmt: str | None = None):
     entry = {"path": "s.log", **({"format": fmt} if fmt else {})}
     cfg = build_config({"server": "box", "log_timezone": "UTC", "logs": [entry], "diagnosis": {"enabled": False}})
     p = Pipeline(cfg, Dispatcher([], group_wait=0, group_interval=0, keep_history=True))
-    p.columns_min_lines = 256 if columns else float("inf")
     text = "".join(ln + "\n" for ln in lines)
     on_lines = stage(cfg.logs[0], (lambda b: p.feed_batch(b, time.time())) if columns else p.feed_batch)
-    if columns:  # as `run` reads a backlog: with a wall clock (replay's dense reads go per line,
-        # catchup._dense), the engine settled by an earlier read (the vLLM lines would keep it open)
+    if columns:  # as `run` reads a backlog: with a wall clock, the engine settled by an earlier read
         head, text = text.split("\n", 1)
         on_lines(LineBatch("s.log", 0, len(head) + 1, block=(head + "\n").encode(), text=head + "\n"))
     on_lines(LineBatch("s.log", 0, len(text.encode()), block=text.encode(), text=text))
@@ -92,7 +90,7 @@ def test_under_a_python_logging_grammar_too():
     assert p.servers["box"].errors["health_check"] == 1
 
 
-@pytest.mark.parametrize("columns", [False, True], ids=["per line", "in columns"])
+@pytest.mark.parametrize("columns", [False, True], ids=["replay", "run"])
 def test_request_text_is_no_event_and_the_real_line_still_is(columns):
     real = [decode_line("0.5.23", ts=f"2026-01-01 12:{m:02d}:{s:02d}", accept_len=2.8)[0]
             for m in range(10) for s in range(60)]  # 600 decode lines: 256+ on each side go in columns

@@ -16,7 +16,6 @@ lines below `recover_ratio` × ceiling, or when the server restarts.
 
 from __future__ import annotations
 
-import math
 
 from dataclasses import dataclass
 
@@ -99,7 +98,6 @@ class _Rank:
 @register
 class AcceptanceCeilingRule(Rule):
     name = "acceptance_ceiling"
-    advance_across_ticks = True
     alert_names = (ALERT_NAME,)
     order = 55
 
@@ -127,28 +125,6 @@ class AcceptanceCeilingRule(Rule):
             del self._ranks[key]
         return [a for key in list(self.active.keys()) if key.startswith(alert_key(server, ""))
                 for a in self.active.resolve(key, at, ("resolved because", why))]
-
-    def advance(self, server: str, rows, a: int, b: int) -> tuple[int, list[Alert]]:
-        """Valid lines below the ceiling's `ratio` of ranks that do not fire only feed the steady
-        window: taken up to the first other one (without a known ceiling on_decode does nothing)."""
-        ceiling = self._ceiling.get(server)
-        if not self.config.enabled or ceiling is None:
-            return b, []
-        high = self.config.ratio * ceiling[0]
-        da, db = rows.decodes(a, b)
-        acc, ts, rank, ranks, active = rows.d_acc, rows.d_ts, rows.d_rank, self._ranks, self.active
-        for j in range(da, db):
-            x = acc[j]  # +inf where not acceptance_valid
-            if x == math.inf:
-                continue
-            if x >= high or not active.empty() and alert_key(server, rank[j]) in active:
-                return rows.dpos[j], []  # from here one by one
-            st = ranks.get((server, rank[j]))
-            if st is None:
-                st = ranks[(server, rank[j])] = _Rank(Recent(self.config.steady_window))
-            st.high_run = 0
-            st.steady.add(ts[j], x)
-        return b, []
 
     def on_decode(self, server: str, window: Window, now: float) -> list[Alert]:
         ceiling = self._ceiling.get(server)

@@ -5,9 +5,11 @@ A rule is one file in this package: its config section (a `Section` decorated wi
 `@register`, and its logic. The pipeline builds every registered rule (`build`) and calls only
 the hooks a rule overrides, on its thread, under its lock:
 
-- `on_decode(server, window, now)`: each decode line, classified once by the pipeline's
-  `WindowTracker` (`rules/windows.py`): rules read the `Window`, none keeps its own tracker;
-- `on_prefill(server, batch, now)`: each prefill line;
+- `on_lines(server, ranks)`: the batch lines of `server` since the last evaluation, summarised
+  per rank once by the pipeline (`rules/summary.py`: counters, the window classification of
+  `rules/windows.py`, each line's entry), for the rules that read many lines at once;
+- `on_decode(server, window, now)` / `on_prefill(server, batch, now)`: the same lines one at a time,
+  in file order, with the line's `Window` (`rules/windows.py`);
 - `on_event(server, event, now)`: every other event (ServerArgs, process, HTTP API, GPU);
 - `on_restart(server, at, why)`: the server restarted (the pipeline decides it once);
 - `on_tick(now)`: time passed (every 1-3 s in the daemon, at each timestamped line in replay),
@@ -53,9 +55,6 @@ class Rule:
 
     name: str = ""
     order: int = 100
-    # True when nothing that reads the rule's state between lines (its on_tick) depends on what
-    # on_decode / on_prefill record: catch-up may then `advance` it past ticks, a whole read at once.
-    advance_across_ticks: bool = False
     # Every `alertname` the rule can raise (its module's constants): `specwatch_alerts_firing`
     # reads 0 for each of them while none fires, instead of being absent.
     alert_names: tuple[str, ...] = ()
@@ -85,22 +84,12 @@ class Rule:
         """Time passed (seconds since the epoch): for rules that fire on silence or duration."""
         return []
 
-    def advance(self, server: str, rows, a: int, b: int) -> tuple[int, list[Alert]]:
-        """Catch-up (`specwatch.catchup`): take rows [a, b) of one large read (`catchup.Rows`;
-        no tick among them unless `advance_across_ticks` or `quiet_until` says so) in aggregate, as far as that leaves the rule as `on_decode` /
-        `on_prefill` would, row by row. Returns (k, alerts): rows [a, k) were taken, and
-        `alerts` are row k - 1's (stop after a row that alerts); rows k.. go through the hooks
-        one by one. Taking a row must not change an alert already handed out (evidence, or
-        resolving it: stop before such a row). By default nothing is taken (correct, slow)."""
-        return a, []
-
-    def quiet_until(self, server: str, rows, a: int) -> int:
-        """Catch-up, for a rule with `on_tick`: a row q of the read (a <= q <= len(rows.dec)) such
-        that `on_tick` would return nothing and change nothing at every tick after rows [a, c),
-        a < c <= q, the rows taken one by one from the rule's state now (until the rule's own
-        next alert: it is asked again then). The catch-up skips those ticks for this rule and
-        lets it `advance` past them. By default a: ticked every time."""
-        return a
+    def on_lines(self, server: str, ranks: list) -> list[Alert]:
+        """The batch lines summarised since the last evaluation (`rules/summary.py`): `ranks`,
+        the `RankSummary` of each rank of `server` with pending lines (`pending` decode entries,
+        `pending_prefills`), in the order they first had one. A rule reads them here, in
+        aggregate where the order of lines does not matter, instead of one line at a time."""
+        return []
 
     def to_state(self) -> dict:
         return {}
@@ -163,23 +152,6 @@ def log_paths_of(config: Config) -> dict[str, list[str]]:
     for src in config.logs:
         paths.setdefault(src.server, []).append(src.path)
     return paths
-
-
-COLUMNS_MIN = 512  # catch-up: fewer decode lines than this go one by one
-
-
-def decodes_left(columns: Callable, server: str, rows, a: int, b: int) -> tuple[int, int] | None:
-    """The decode rows [da, db) of the read's rows a..b that a rule takes one at a time after its
-    `columns(server, rows, da, db)` took what it could at C speed (it returns the first row it
-    left, db for all, None for none); None when it took them all (catch-up, `Rule.advance`)."""
-    da, db = rows.decodes(a, b)
-    if db - da >= COLUMNS_MIN:
-        upto = columns(server, rows, da, db)
-        if upto == db:
-            return None
-        if upto is not None:
-            da = upto  # the rest one line at a time: one of them alerts
-    return da, db
 
 
 def fmt(v: float | None, spec: str = ".2f") -> str:

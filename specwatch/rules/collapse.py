@@ -357,7 +357,6 @@ class CollapseRule(ActiveAlertsRule):
     """
 
     name = "collapse"
-    advance_across_ticks = True
     alert_names = (ALERT_NAME,)
     order = 0
 
@@ -372,12 +371,6 @@ class CollapseRule(ActiveAlertsRule):
         self._ranks: dict[tuple[str, str], _RankState] = {}
         self._server_args: dict[str, dict[str, object]] = {}
         self._history: dict[str, _History] = {}
-
-    def quiet_until(self, server: str, rows, a: int) -> int:
-        """No diagnosis awaited (only a firing alert awaits one): on_tick does nothing."""
-        if self.diagnoser is None or not any(st.awaiting_diagnosis for st in self._ranks.values()):
-            return len(rows.dec)
-        return a
 
     def on_tick(self, now: float) -> list[Alert]:
         if self.diagnoser is None:
@@ -418,30 +411,6 @@ class CollapseRule(ActiveAlertsRule):
     def on_decode(self, server: str, window: Window, now: float) -> list[Alert]:
         alert = self.observe(server, window)
         return [alert] if alert is not None else []
-
-    def advance(self, server: str, rows, a: int, b: int) -> tuple[int, list[Alert]]:
-        """Healthy lines (accept len >= recover_accept_length) of ranks that are not collapsed
-        only lengthen the high run: taken up to the first other valid line."""
-        da, db = rows.decodes(a, b)
-        if da == db:
-            return b, []
-        from specwatch import columns
-
-        j = rows.first_below(self.config.recover_accept_length, da, db)  # d_acc: +inf where not valid
-        runs = columns.valid_counts(rows, da, j)
-        ranks = self._ranks
-        if not self.active.empty() and any(alert_key(server, rk) in self.active for rk in runs):
-            return a, []  # a recovery on the way: one by one
-        for rk, n in runs.items():
-            st = ranks.get((server, rk))
-            if st is None:
-                st = ranks[(server, rk)] = _RankState()
-            st.high_run += n
-            st.low_run = 0
-            if st.healthy_since is None:  # once per rank and (re)start: its first healthy line's stamp
-                mine = rows.array("d_acc_ok")[da:j] & (rows.array("d_code")[da:j] == columns.rank_names(rows).index(rk))
-                st.healthy_since = float(rows.array("d_ts")[da + int(mine.argmax())])
-        return (b if j == db else rows.dpos[j]), []
 
     def on_event(self, server: str, event: object, now: float) -> list[Alert]:
         if isinstance(event, ServerArgs):

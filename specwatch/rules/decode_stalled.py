@@ -158,77 +158,6 @@ class DecodeStalledRule(ActiveAlertsRule):
     def _shortest(self) -> float:
         return min(self.config.hold, self.config.silent_for)
 
-    def _gaps(self, rows, a: int, b: int, prev: float | None, inclusive: bool):
-        """Seconds from the last decode line to each row in [a, b) (`prev`: the clock of the last
-        one before row a, None: none; NaN then): before the row, or, `inclusive`, at or before
-        it (what a tick after the row sees). A numpy array over the rows."""
-        import numpy as np
-
-        from specwatch import columns
-
-        clock = columns.cached(rows, ("clock",), lambda: np.asarray(rows.clock, dtype=float))[a:b]
-        dec = rows.array("dec")[a:b]
-        at = np.maximum.accumulate(np.where(dec, np.arange(len(clock)), -1))
-        if not inclusive:
-            at = np.concatenate(([-1], at[:-1]))
-        last = np.where(at >= 0, clock[np.maximum(at, 0)], np.nan if prev is None else prev)
-        return clock - last
-
-    def advance(self, server: str, rows, a: int, b: int) -> tuple[int, list[Alert]]:
-        """Rows [a, b) as on_decode and on_prefill would take them, up to the first row that
-        comes `_shortest()` or more after the last decode line (it goes through its hook one by
-        one: on_decode may fire there)."""
-        if a >= b:
-            return b, []
-        if server in self.active:
-            return a, []
-        import numpy as np
-
-        st = self._s[server]
-        if self.config.enabled:
-            late = np.flatnonzero(self._gaps(rows, a, b, st.last_decode, False) >= self._shortest())
-            if len(late):
-                b = a + int(late[0])
-                if b == a:
-                    return a, []
-
-        da, db = rows.decodes(a, b)
-        codes = rows.array("rank")[a:b]
-        names, dec, dcount = rows._names, rows.array("dec"), rows.array("dcount")
-        running, queued = rows.array("d_running"), rows.array("d_queued")
-        if db > da:
-            i = int(rows.dpos[db - 1])
-            st.last_decode = rows.clock[i]
-            st.last_batch = rows.decode(db - 1)
-            # as on_decode: the last decode line against its rank's line before it (decode or prefill)
-            earlier = np.flatnonzero(codes[: i - a] == codes[i - a])
-            if len(earlier):
-                r = a + int(earlier[-1])
-                before = int(running[int(dcount[r])]) if dec[r] else rows.batch(r).running_requests
-            else:
-                before = (st.running.get(names[codes[i - a]]) or (None,))[0]
-            st.draining = before is not None and int(running[db - 1]) < before
-        found, first = np.unique(codes, return_index=True)
-        _, back = np.unique(codes[::-1], return_index=True)
-        # ranks new to `running` are added in the order of their first line, as a line at a time
-        for _, code, i in sorted(zip(first.tolist(), found.tolist(), (a + len(codes) - 1 - back).tolist())):
-            if dec[i]:  # each rank's last line: its decode counts, or its prefill line's
-                j = int(dcount[i])
-                st.running[names[code]] = (int(running[j]), int(queued[j]))
-            else:
-                p = rows.batch(i)
-                st.running[names[code]] = (p.running_requests, p.queued_requests)
-        decs = np.flatnonzero(dec[a:b])  # as _progress: each rank's newest decode stamp, new ranks in line order
-        if len(decs):
-            rc = codes[decs]
-            found, first = np.unique(rc, return_index=True)
-            _, back = np.unique(rc[::-1], return_index=True)
-            for _, code, k in sorted(zip(first.tolist(), found.tolist(), (len(rc) - 1 - back).tolist())):
-                t = rows.decode(int(dcount[a + int(decs[k])])).timestamp
-                if t is not None:
-                    st.stamps[names[code]] = t
-        return b, []
-
     def on_restart(self, server: str, at: float, why: str) -> list[Alert]:
         """The server (re)started at `at`: its state is dropped and the alert resolves. A gap no
         tick saw (a replay) that the restart ends is a stall first, as a live clock would have
@@ -274,26 +203,6 @@ class DecodeStalledRule(ActiveAlertsRule):
         elif isinstance(event, ServerArgs):
             self._s[server].args = dict(event.args)
         return []
-
-    def quiet_until(self, server: str, rows, a: int) -> int:
-        """The first row from `a` whose tick may fire: for `server` (whose lines these rows
-        are), the first that comes `_shortest()` or more after its last decode line (a decode
-        row's own tick never does); any other server not firing with a failed health check or
-        running requests: `a`."""
-        n = len(rows.dec)
-        if not self.config.enabled or a >= n:
-            return n
-        for s, st in self._s.items():
-            if s != server and s not in self.active and (
-                    st.unhealthy is not None or any(r for r, _ in st.running.values())):
-                return a
-        if server in self.active:
-            return n
-        import numpy as np
-
-        st = self._s.get(server)
-        late = np.flatnonzero(self._gaps(rows, a, n, st.last_decode if st else None, True) >= self._shortest())
-        return a + int(late[0]) if len(late) else n
 
     def on_tick(self, now: float) -> list[Alert]:
         if not self.config.enabled:

@@ -18,7 +18,6 @@ rules.collapse.max_accept_length) are left to the collapse rule and are not coun
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Annotated, ClassVar
 
@@ -86,7 +85,6 @@ def path_matches(configured: str | None, actual: object) -> bool:
 @register
 class DegradationRule(Rule):
     name = "degradation"
-    advance_across_ticks = True
     alert_names = (ALERT_NAME,)
     order = 50
 
@@ -123,25 +121,6 @@ class DegradationRule(Rule):
             b = window.batch
             return self._observe(server, b.rank, b.timestamp, b.accept_length, b.running_requests, b, -1)
         return []
-
-    def advance(self, server: str, rows, a: int, b: int) -> tuple[int, list[Alert]]:
-        """Every counted line as `on_decode` takes it, without its event; stops after one that
-        fires, and before a line of a rank that fires (it updates or resolves the alert handed out)."""
-        if not self.config.enabled:
-            return b, []
-        da, db = rows.decodes(a, b)
-        observe, rank, ts, acc, running = self._observe, rows.d_rank, rows.d_ts, rows.d_acc, rows.d_running
-        active, cmax = self.active, self.collapse_max
-        for j in range(da, db):
-            x = acc[j]  # +inf where not acceptance_valid
-            if not cmax < x < math.inf:
-                continue
-            if not active.empty() and alert_key(server, rank[j]) in active:
-                return rows.dpos[j], []
-            alerts = observe(server, rank[j], ts[j], x, running[j], rows, j)
-            if alerts:
-                return rows.dpos[j] + 1, alerts
-        return b, []
 
     def on_event(self, server: str, event: object, now: float) -> list[Alert]:
         if not self.config.enabled:

@@ -90,7 +90,6 @@ class DraftLengthRule(Rule):
     name = "draft_length"
     alert_names = (ALERT_NAME,)
     order = 60
-    advance_across_ticks = True
 
     @classmethod
     def build(cls, config: Config, ctx) -> "DraftLengthRule":
@@ -138,10 +137,6 @@ class DraftLengthRule(Rule):
         self._from_log.add(server)
         drafts = b.draft_tokens / len(rates) if b.draft_tokens else 1.0
         return self._observe(server, b.rank, b.timestamp, tuple(rates), drafts, b.engine)
-
-    def advance(self, server: str, rows, a: int, b: int) -> tuple[int, list[Alert]]:
-        """Catch-up rows are SGLang's canonical lines: no per-position rates, nothing to do."""
-        return b, []
 
     def _observe(self, server: str, rank: str, ts: float, rates: tuple[float, ...], drafts: float,
                  engine: str | None) -> list[Alert]:

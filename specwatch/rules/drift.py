@@ -61,7 +61,6 @@ ALERT_NAME = "AcceptanceDrift"
 @register
 class DriftRule(Rule):
     name = "drift"
-    advance_across_ticks = True
     alert_names = (ALERT_NAME,)
     order = 60
 
@@ -112,81 +111,6 @@ class DriftRule(Rule):
         if w.acceptance_valid and event.accept_length > self.collapse_max:
             return self._observe(server, event)
         return []
-
-    def advance(self, server: str, rows, a: int, b: int) -> tuple[int, list[Alert]]:
-        """Lines that neither close a bucket nor follow a restart gap only add to the open
-        bucket of their rank: taken up to the first line that does either. The rule stops at
-        every bucket's end, so each call reads only its lines up to there (searches in arrays
-        found once per read: `specwatch/columns.py`)."""
-        cfg = self.config
-        da, db = rows.decodes(a, b)
-        if not cfg.enabled or da == db:
-            return b, []
-        import numpy as np
-
-        from specwatch import columns
-
-        cmax, width, gap = self.collapse_max, cfg.bucket, cfg.restart_gap
-        used = columns.counted(rows, cmax)
-        p0, p1 = (int(x) for x in np.searchsorted(used, (da, db)))
-        cut, idx = db, 0
-        if p1 > p0:
-            key = ("drift", cmax, width)
-            bidx = columns.cached(rows, key, lambda: np.floor(rows.array("d_ts")[used] / width))  # math.floor's value
-            steps = columns.cached(rows, (*key, "steps"), lambda: np.flatnonzero(bidx[1:] != bidx[:-1]) + 1)
-            idx = int(bidx[p0])
-            q = int(np.searchsorted(steps, p0, side="right"))
-            if q < len(steps) and steps[q] < p1:
-                cut = int(used[steps[q]])  # closes a bucket
-        names = columns.rank_names(rows)
-        used_by = columns.by_rank(rows, used, ("counted", cmax))
-        for code, us in enumerate(used_by):
-            k = int(np.searchsorted(us, da))
-            if k < len(us) and us[k] < cut:
-                buckets = self._buckets.get((server, names[code]))
-                if buckets and buckets[-1][0] < idx:
-                    cut = int(us[k])  # the rank's first line closes its bucket (one before it joins it)
-        seen, ts = self._last_seen, rows.array("d_ts")
-        spans = []  # per rank with lines before the cut: its lines
-        if cut > da:
-            within = float(ts[da:cut].max() - ts[da:cut].min()) <= gap  # no gap between two lines here
-            for code, js in enumerate(columns.by_rank(rows)):
-                lines = columns.window(js, da, cut)
-                if not len(lines):
-                    continue
-                spans.append((int(lines[0]), code, lines))
-                t = ts[lines]
-                prev = seen.get((server, names[code]))
-                late = np.flatnonzero(np.diff(t) > gap) + 1 if not within else np.empty(0, int)
-                if prev is not None and t[0] - prev > gap:
-                    late = [0]
-                if len(late) and lines[late[0]] < cut:
-                    cut = int(lines[late[0]])  # a line after a restart gap
-        if cut == da:
-            return rows.dpos[da], []
-        spans.sort()
-        for first, code, lines in spans:
-            if first < cut:
-                k = int(np.searchsorted(lines, cut)) - 1
-                seen[(server, names[code])] = float(ts[lines[k]])
-        horizon = idx - cfg.window / width
-        acc = rows.array("d_acc")
-        opened = sorted((int(us[0]), code, us) for code, us in ((c, columns.window(u, da, cut))
-                                                             for c, u in enumerate(used_by)) if len(us))
-        for _, code, us in opened:  # as _observe: one addition at a time, in line order
-            xs = acc[us]
-            buckets = self._buckets.get((server, names[code]))
-            if buckets is None:
-                buckets = self._buckets[(server, names[code])] = []
-            if not buckets:
-                buckets.append([idx, float(np.cumsum(xs)[-1]), len(xs)])
-                continue
-            last = buckets[-1]
-            while buckets and buckets[0][0] <= horizon:
-                buckets.pop(0)
-            last[1] = float(np.cumsum(np.concatenate(([last[1]], xs)))[-1])
-            last[2] += len(xs)
-        return (b if cut == db else rows.dpos[cut]), []
 
     def _reset(self, keys: list[tuple[str, str]], at: float, why: str) -> list[Alert]:
         out = []

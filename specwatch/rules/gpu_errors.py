@@ -220,10 +220,6 @@ class GpuErrorsRule(ActiveAlertsRule):
         return Alert(labels=labels, annotations={"summary": summary, "description": summary + "."},
                      starts_at=now, evidence=evidence, fixes=fixes)
 
-    def quiet_until(self, server: str, rows, a: int) -> int:
-        """No XID or ECC alert fires (GPU samples fire them, never log lines): on_tick does nothing."""
-        return a if any(k.startswith(("xid|", "ecc|")) for k in self.active.keys()) else len(rows.dec)
-
     def on_tick(self, now: float) -> list[Alert]:
         out: list[Alert] = []
         for key in self.active.keys():

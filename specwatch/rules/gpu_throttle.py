@@ -63,7 +63,6 @@ GPU_STALE = 60.0  # seconds after which the last GpuSample says nothing about no
 @register
 class GpuThrottleRule(ActiveAlertsRule):
     name = "gpu_throttle"
-    advance_across_ticks = True
     alert_names = (ALERT_NAME,)
     order = 40
 
@@ -95,9 +94,6 @@ class GpuThrottleRule(ActiveAlertsRule):
                 and event.running_requests > 0):  # without GPU samples nothing can be throttled
             return self._line(server, event, now)
         return []
-
-    def advance(self, server: str, rows, a: int, b: int) -> tuple[int, list[Alert]]:
-        return (b, []) if self._gpu_time is None else (a, [])  # without GPU samples on_decode does nothing
 
     def _throttled_now(self, now: float) -> list[GpuState]:
         if self._gpu_time is None or now - self._gpu_time > GPU_STALE:

@@ -361,10 +361,6 @@ class LogErrorsRule(ActiveAlertsRule):
         if n >= 2:
             alert.annotations["summary"] = self._title(server, event, n)
 
-    def quiet_until(self, server: str, rows, a: int) -> int:
-        """Nothing fires (only events fire it): on_tick does nothing."""
-        return len(rows.dec) if self.active.empty() else a
-
     def on_tick(self, now: float) -> list[Alert]:
         if self.active.empty():
             return []
@@ -435,7 +431,6 @@ class LogErrorsRule(ActiveAlertsRule):
 
     def to_state(self) -> dict:
         return {"active": self.active.to_state(), "last": dict(self._last), "count": dict(self._count)}
-
 
     def load_state(self, state: dict) -> None:
         self.active.load_state(state.get("active", {}))

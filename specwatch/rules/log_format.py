@@ -55,10 +55,6 @@ class LogFormatRule(ActiveAlertsRule):
             return []
         return self.active.fire(key, self._alert(server, event, now, self._count[key]))
 
-    def quiet_until(self, server: str, rows, a: int) -> int:
-        """Nothing fires (only events fire it): on_tick does nothing."""
-        return len(rows.dec) if self.active.empty() else a
-
     def on_tick(self, now: float) -> list[Alert]:
         if self.active.empty():
             return []

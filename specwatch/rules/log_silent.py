@@ -67,7 +67,6 @@ class LogSilentRule(ActiveAlertsRule):
     """log_paths: server → followed log files. path_exists: checked when the alert fires."""
 
     name = "log_silent"
-    advance_across_ticks = True  # no on_tick: the last decode line's clock is read by events only
     alert_names = (ALERT_NAME,)
     order = 20
 
@@ -94,17 +93,6 @@ class LogSilentRule(ActiveAlertsRule):
         if server not in self.active:
             return []  # the common case
         return self.active.resolve(server, now, ("decode lines", "arriving again"))
-
-    def advance(self, server: str, rows, a: int, b: int) -> tuple[int, list[Alert]]:
-        da, db = rows.decodes(a, b)
-        if da == db:
-            return b, []
-        if server in self.active:
-            return a, []
-        st = self._s[server]
-        st.last_decode = rows.clock[rows.dpos[db - 1]]
-        st.intervals = 0
-        return b, []
 
     def on_event(self, server: str, event: object, now: float) -> list[Alert]:
         if isinstance(event, ServerArgs):

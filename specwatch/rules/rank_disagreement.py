@@ -46,7 +46,6 @@ NAMED_MAX = 3  # other collapsed ranks named in a summary
 @register
 class RankDisagreementRule(Rule):
     name = "rank_disagreement"
-    advance_across_ticks = True
     alert_names = (ALERT_NAME,)
     order = 100
 
@@ -99,44 +98,6 @@ class RankDisagreementRule(Rule):
             # common case (all healthy, or all collapsed) ends here.
             return []
         return self._evaluate(server, event.timestamp)
-
-    def advance(self, server: str, rows, a: int, b: int) -> tuple[int, list[Alert]]:
-        """While nothing fires and no rank is collapsed, lines above max_accept_length only
-        update each rank's last lines and kind (no rank can become collapsed): taken up to the
-        first valid line at or below it."""
-        cfg = self.config
-        da, db = rows.decodes(a, b)
-        if not cfg.enabled or da == db:
-            return b, []
-        if not self.active.empty():
-            return a, []
-        if cfg is not self._kinds_for:
-            self._rekind()
-        if _COLLAPSED in self._kinds.get(server, {}).values():
-            return a, []
-        import numpy as np
-
-        from specwatch import columns
-
-        j = rows.first_below(cfg.max_accept_length, da, db, inclusive=True)
-        valid = columns.cached(rows, "acc_ok", lambda: np.flatnonzero(rows.array("d_acc_ok")))
-        touched = []  # (first valid line, rank code, its valid lines in [da, j))
-        for code, js in enumerate(columns.by_rank(rows, valid, "acc_ok")):
-            lo, hi = np.searchsorted(js, (da, j))
-            if hi > lo:
-                touched.append((int(js[lo]), code, js[max(lo, hi - cfg.min_batches):hi]))
-        names, ts, accept = columns.rank_names(rows), rows.array("d_ts"), rows.array("d_accept")
-        for _, code, last in sorted(touched):  # ranks in the order of their first line, as per line
-            ranks = self._recent.get(server)
-            if ranks is None:
-                ranks = self._recent[server] = {}
-                self._kinds[server] = {}
-            lines = ranks.get(names[code])
-            if lines is None:
-                lines = ranks[names[code]] = deque(maxlen=cfg.min_batches)
-            lines.extend(zip(ts[last].tolist(), accept[last].tolist()))  # only the last min_batches stay
-            self._kinds[server][names[code]] = self._kind(lines)
-        return (b if j == db else rows.dpos[j]), []
 
     def _kind(self, lines: deque) -> str:
         """What a rank's lines say, ages and count aside: collapsed if all are <=

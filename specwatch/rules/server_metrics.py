@@ -22,7 +22,6 @@ from __future__ import annotations
 import dataclasses
 
 from collections import deque
-from itertools import compress
 from typing import Annotated, Iterable, Iterator
 
 from msgspec import Meta
@@ -109,7 +108,6 @@ class MetricsCrossCheckRule(ActiveAlertsRule):
     name = "metrics_crosscheck"
     alert_names = (ALERT_NAME,)
     order = 110
-    advance_across_ticks = True  # no on_tick
 
     @classmethod
     def build(cls, config: Config, ctx) -> "MetricsCrossCheckRule":
@@ -136,18 +134,6 @@ class MetricsCrossCheckRule(ActiveAlertsRule):
             lr = self._log[(server, b.rank)] = _LogRank(dict(b.ranks))
         lr.lines.append((now, b.accept_length))
         return []
-
-    def advance(self, server: str, rows, a: int, b: int) -> tuple[int, list[Alert]]:
-        """Catch-up (`specwatch.catchup`): the valid lines' (clock, accept len) kept as `on_decode` keeps them."""
-        if self.watching:
-            da, db = rows.decodes(a, b)
-            clock, dpos, rank, acc = rows.clock, rows.dpos, rows.d_rank, rows.d_accept
-            for j in compress(range(da, db), rows.d_acc_ok[da:db]):
-                lr = self._log.get((server, rank[j]))
-                if lr is None:
-                    lr = self._log[(server, rank[j])] = _LogRank(dict(rows.decode(j).ranks))
-                lr.lines.append((clock[dpos[j]], acc[j]))
-        return b, []
 
     def on_event(self, server: str, event: object, now: float) -> list[Alert]:
         if type(event) is not MetricsSample or not self.config.enabled or event.error is not None:

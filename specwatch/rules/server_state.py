@@ -324,11 +324,6 @@ class ServerStateRule(ActiveAlertsRule):
         return self.active.fire(key, alert)
 
     # --- time ---
-    def quiet_until(self, server: str, rows, a: int) -> int:
-        """Nothing down, restarting or unhealthy (only events change that): on_tick does nothing."""
-        busy = self._down_since or self._restart_until or self._bad_since or self._stale
-        return a if busy else len(rows.dec)
-
     def on_tick(self, now: float) -> list[Alert]:
         if not (self._down_since or self._restart_until or self._bad_since or self._stale):
             return []  # the common case, every second: nothing down, restarting or unhealthy

@@ -144,10 +144,6 @@ class SourceDownRule(ActiveAlertsRule):
                 out += self.active.fire(key, self._alert(server, kind, name, since, bad, now))
         return out
 
-    def quiet_until(self, server: str, rows, a: int) -> int:
-        """Nothing failing or firing: on_tick does nothing (only events change that)."""
-        return a if self._failing or not self.active.empty() else len(rows.dec)
-
     def _alert(self, server: str, kind: str, name: str, since: float, bad: str, now: float) -> Alert:
         what = _WHAT.get(kind, kind)
         alert = new_alert(

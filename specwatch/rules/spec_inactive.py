@@ -32,7 +32,6 @@ ALERT_NAME = "SpeculationInactive"
 @register
 class SpeculationInactiveRule(Rule):
     name = "speculation_inactive"
-    advance_across_ticks = True
     alert_names = (ALERT_NAME,)
     order = 70
 
@@ -54,15 +53,6 @@ class SpeculationInactiveRule(Rule):
         if not speculation_configured(event.args):
             return self.active.resolve(server, event.timestamp or now, ("speculative_algorithm", "none (settings changed)"))
         return []
-
-    def advance(self, server: str, rows, a: int, b: int) -> tuple[int, list[Alert]]:
-        da, db = rows.decodes(a, b)
-        if not self.config.enabled or not rows.array("d_running")[da:db].any():
-            return b, []
-        if server in self.active:
-            return a, []  # a line with accept len resolves it: one by one
-        self._plain.pop(server, None)  # canonical lines carry accept len
-        return b, []
 
     def on_decode(self, server: str, window: Window, now: float) -> list[Alert]:
         event = window.batch

@@ -11,7 +11,6 @@ they never decode (a PD prefill node, an embedding server) or do not speculate a
 
 from __future__ import annotations
 
-from bisect import bisect_right
 from collections import deque
 
 from specwatch.alerts.model import Alert
@@ -62,61 +61,6 @@ class SpecMetricsMissingRule(Rule):
         if server not in self.active:
             return []
         return self.active.resolve(server, now, ("decode line", window.batch.rank or "(single rank)"))
-
-    def advance(self, server: str, rows, a: int, b: int) -> tuple[int, list[Alert]]:
-        if not self.config.enabled:
-            return b, []
-        da, db = rows.decodes(a, b)
-        if da < db and server in self.active:
-            return a, []
-        ps = rows.prefills(a, b)
-        if db > da:  # on_decode: a decode line ends the streak; only the prefill lines after the last count
-            if self._prefills:
-                self._prefills.pop(server, None)
-                self._streak.pop(server, None)
-            ps = ps[bisect_right(ps, rows.dpos[db - 1]):]
-        clock = rows.clock
-        for i in ps:
-            self._prefill(server, clock[i])
-        return b, []
-
-    def quiet_until(self, server: str, rows, a: int) -> int:
-        """on_tick prunes and fires only once a server's pending prefill times (since its last
-        decode line) or streak are `window` old: quiet up to the first run of rows between two
-        decode lines (or the other servers' first row) where they could be, within 1 s (a
-        margin for rounding)."""
-        n = len(rows.dec)
-        if not self.config.enabled or a == n:
-            return n
-        import numpy as np
-
-        from specwatch import columns
-
-        limit = self.config.window - 1.0
-        clock = columns.cached(rows, "clock", lambda: np.array(rows.clock, dtype=float))[a:]
-        quiet = n
-        for s, times in self._prefills.items():  # the oldest pending time of each server
-            oldest = min(times[0], self._streak.get(s, times[0])) if times else None
-            if s != server and oldest is not None:
-                late = np.flatnonzero(clock - oldest >= limit)
-                if len(late):
-                    quiet = min(quiet, a + int(late[0]))
-        # this server: runs from each decode line (that ends its streak) to the next
-        dpos = rows.array("dpos")
-        d = dpos[np.searchsorted(dpos, a):] - a
-        led = len(d) and d[0] == 0  # the first row is a decode line
-        starts = d if led else np.concatenate(([0], d))
-        pending = clock.copy()
-        pending[d] = np.inf  # prefill rows' clocks only
-        low = np.minimum.reduceat(pending, starts)
-        times = self._prefills.get(server)
-        if times and not led:  # rows before the first decode line add to the server's times
-            low[0] = min(low[0], times[0], self._streak.get(server, times[0]))
-        with np.errstate(invalid="ignore"):
-            late = np.flatnonzero(np.maximum.reduceat(clock, starts) - low >= limit)
-        if len(late):
-            quiet = min(quiet, a + int(starts[late[0]]))
-        return quiet
 
     def on_prefill(self, server: str, batch: PrefillBatch, now: float) -> list[Alert]:
         if not self.config.enabled:

@@ -15,7 +15,6 @@ inhibits this alert by default: it is the cause, and its alert carries the fix.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from itertools import compress
 
 import msgspec
 
@@ -90,7 +89,6 @@ class _Rank:
 @register
 class ThroughputDropRule(Rule):
     name = "throughput_drop"
-    advance_across_ticks = True
     alert_names = (ALERT_NAME,)
 
     order = 90
@@ -134,22 +132,6 @@ class ThroughputDropRule(Rule):
             return []
         b = window.batch
         return self._observe(server, b.rank, b.timestamp, b.running_requests, b.gen_throughput, b, -1)
-
-    def advance(self, server: str, rows, a: int, b: int) -> tuple[int, list[Alert]]:
-        """Every valid line as `on_decode` takes it, without its event; stops after one that
-        fires, and before a line of a rank that fires (it may resolve the alert handed out)."""
-        if not self.config.enabled:
-            return b, []
-        da, db = rows.decodes(a, b)
-        observe, rank, ts, running, thr = self._observe, rows.d_rank, rows.d_ts, rows.d_running, rows.d_thr
-        active = self.active
-        for j in compress(range(da, db), rows.d_thr_ok[da:db]):
-            if not active.empty() and alert_key(server, rank[j]) in active:
-                return rows.dpos[j], []
-            alerts = observe(server, rank[j], ts[j], running[j], thr[j], rows, j)
-            if alerts:
-                return rows.dpos[j] + 1, alerts
-        return b, []
 
     def baseline(self, server: str, rank: str, level: int) -> float | None:
         """Learned gen throughput (token/s) of the rank at that load level, once usable."""

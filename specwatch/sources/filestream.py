@@ -38,6 +38,7 @@ from specwatch.sources.rotated import (
 log = logging.getLogger(__name__)
 
 HEAD_BYTES = 256
+READ_BYTES = 1 << 20  # bytes per read(2) of a backlog (`run` and `replay` alike)
 _SLACK = 64 * 1024  # bytes read past the size last seen (what the writer added since the stat)
 CHECKPOINT_VERSION = 1
 _EMPTY_SHA = hashlib.sha256(b"").hexdigest()
@@ -232,7 +233,7 @@ class Follower:
         max_line_bytes: int = 1_048_576,
         checkpoint: dict[str, Any] | None = None,
         read_from: str = "beginning",
-        read_chunk_bytes: int = 1 << 20,
+        read_chunk_bytes: int = READ_BYTES,
     ) -> None:
         """Exactly one of `on_line` (called once per line) and `on_lines` (called once per read with
         its complete lines, never with none; the checkpoint moves past the whole batch when it

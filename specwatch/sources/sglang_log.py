@@ -107,6 +107,18 @@ _TS_CACHE_MAX = 64
 _ts_cache: dict[tuple[str, tzinfo | None], float] = {}
 _rank_cache: dict[str, dict[str, int]] = {}
 
+# Both canonical lines at once, over a read's text (one line per `\n`): the chunk scanner of
+# `Pipeline.feed_batch`. Groups: stamp, fraction, rank, then the decode line's 8 groups of
+# `_CANONICAL_DECODE` (None for a prefill line), then the prefill line's 9 of `_CANONICAL_PREFILL`.
+CANONICAL_LINES = re.compile(
+    r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)(?:[.,](\d{1,6}))?((?: [A-Z][A-Z_]*\d+)*)\] (?:Decode batch, "
+    r"#running-req: (\d+), #token: (\d+), token usage: (\d+\.\d+), accept len: (\d+\.\d+), "
+    r"accept rate: (\d+\.\d+), cuda graph: (True|False), gen throughput \(token/s\): (\d+\.\d+), "
+    r"#queue-req: (\d+)|Prefill batch, "
+    r"#new-seq: (\d+), #new-token: (\d+), #cached-token: (\d+), token usage: (\d+\.\d+), "
+    r"#running-req: (\d+), #queue-req: (\d+), (?:#pending-token: (\d+), )?cuda graph: (True|False), "
+    r"input throughput \(token/s\): (\d+\.\d+))[, ]*$", re.M)
+
 
 class _Bad(Exception):
     """A known field whose value does not read (internal: becomes MalformedLine)."""
@@ -305,11 +317,16 @@ def parse_server_args(text: str) -> dict[str, object]:
 def canonical_decode(groups: tuple, tz: tzinfo | None) -> DecodeBatch | None:
     """The groups of a `_CANONICAL_DECODE` match → DecodeBatch, the same one the general path
     builds (None: an impossible date, which the general path reports)."""
-    stamp, frac, rank, running, tokens, usage, al, ar, graph, thr, queued = groups
     try:
-        ts = _timestamp(stamp, frac, tz)
+        ts = _timestamp(groups[0], groups[1], tz)
     except ValueError:
         return None  # the general path says why
+    return decode_at(groups, ts)
+
+
+def decode_at(groups: tuple, ts: float) -> DecodeBatch:
+    """The groups of a canonical decode line stamped `ts` (s) → its DecodeBatch."""
+    _, _, rank, running, tokens, usage, al, ar, graph, thr, queued = groups[:11]
     rank = rank[1:]
     fields = {"#running-req": running, "#token": tokens, "token usage": usage, "accept len": al,
               "accept rate": ar, "cuda graph": graph, "gen throughput (token/s)": thr, "#queue-req": queued}
@@ -318,14 +335,27 @@ def canonical_decode(groups: tuple, tz: tzinfo | None) -> DecodeBatch | None:
                        "cuda", None, float(al), float(ar), float(thr), int(tokens))
 
 
+def canonical_text(groups: tuple) -> str:
+    """A canonical decode line's text from the groups of its match."""
+    stamp, frac, rank, running, tokens, usage, al, ar, graph, thr, queued = groups[:11]
+    return (f"[{stamp}{'.' + frac if frac else ''}{rank}] Decode batch, #running-req: {running}, #token: {tokens}, "
+            f"token usage: {usage}, accept len: {al}, accept rate: {ar}, cuda graph: {graph}, "
+            f"gen throughput (token/s): {thr}, #queue-req: {queued}")
+
+
 def canonical_prefill(groups: tuple, tz: tzinfo | None) -> PrefillBatch | None:
     """The groups of a `_CANONICAL_PREFILL` match → PrefillBatch, the same one the general path
     builds (None: an impossible date)."""
-    stamp, frac, rank, seqs, new, cached, usage, running, queued, pending, graph, thr = groups
     try:
-        ts = _timestamp(stamp, frac, tz)
+        ts = _timestamp(groups[0], groups[1], tz)
     except ValueError:
         return None
+    return prefill_at(groups, ts)
+
+
+def prefill_at(groups: tuple, ts: float) -> PrefillBatch:
+    """The groups of a canonical prefill line (`_CANONICAL_PREFILL`'s 12) stamped `ts` → its PrefillBatch."""
+    stamp, frac, rank, seqs, new, cached, usage, running, queued, pending, graph, thr = groups
     rank = rank[1:]
     fields = {"#new-seq": seqs, "#new-token": new, "#cached-token": cached, "token usage": usage,
               "#running-req": running, "#queue-req": queued}
@@ -445,3 +475,7 @@ def parse_line(text: str, *, container_prefix: re.Pattern | None = None, tz: tzi
             return _OTHER
         return ServerArgs(ts, parse_server_args(msg))
     return _OTHER
+
+
+timestamp_of = _timestamp  # the chunk scanner's clock (`Pipeline.feed_batch`)
+rank_numbers = _ranks  # "DP0 TP3" → {"DP": 0, "TP": 3} (shared: read-only)

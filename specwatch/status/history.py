@@ -37,6 +37,22 @@ class AlertState:
         self._collapse = next(r for r in rules if "AcceptanceCollapse" in r.alert_names)
         self._others = [r for r in rules if OTHER_ALERTS & set(r.alert_names) and hasattr(r, "active")]
 
+    def before(self, state: int, transitions: list, ts: float) -> int:
+        """`state` (a rank's, now) as it was at log time `ts`, from the rank's `transitions`
+        since then: a bit set now is off at `ts` if its alert fired after `ts`; one that fired and
+        resolved meanwhile is on at `ts` within its [starts_at, ends_at)."""
+        for bit in (COLLAPSED, OTHER):
+            mine = [a for a in transitions if "update" not in a.annotations
+                    and (a.name in self._collapse.alert_names) == (bit == COLLAPSED)
+                    and (bit == COLLAPSED or a.name in OTHER_ALERTS)]
+            if not mine:
+                continue
+            on = bool(state & bit) and not any(a.ends_at is None and ts < a.starts_at for a in mine)
+            if any(a.ends_at is not None and a.starts_at <= ts < a.ends_at for a in mine):
+                on = True
+            state = state | bit if on else state & ~bit
+        return state
+
     def __call__(self, server: str, rank: str) -> int:
         state = COLLAPSED if self._collapse.collapsed(server, rank) else 0
         key = alert_key(server, rank)

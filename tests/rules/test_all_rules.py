@@ -110,7 +110,7 @@ def test_a_reload_hands_every_rule_its_new_section_and_keeps_its_state():
     p.reconfigure(new)
     sections = {id(s) for s in new.rules.values()}
     assert all(id(r.config) in sections for r in p.rules)  # each rule holds a section of the new config
-    assert p.windows.config is new.windows
+    assert p._wcfg is new.windows
     # one more low line: the run of one before the reload counts (two under the new threshold)
     assert names(feed(p, Timeline(start="2026-03-01 10:00:02", spec=None).decode(n=1, accept=1.05).lines)) == [
         ("AcceptanceCollapse", "firing", "")]

@@ -62,4 +62,4 @@ def test_the_pipeline_classifies_each_decode_line_once_for_every_rule():
     assert len(seen) >= 5 and {len(ws) for ws in seen.values()} == {4}
     for i in range(4):
         assert len({id(ws[i]) for ws in seen.values()}) == 1  # the same object for every rule
-    assert [w.prefill_batches for w in seen["collapse"]] == [0, 0, 0, 2]
+    assert [(w.after_gap, w.acceptance_valid) for w in seen["collapse"]] == [(True, True)] + [(False, True)] * 3
