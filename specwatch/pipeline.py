@@ -147,6 +147,7 @@ class Pipeline:
         self._order: list[tuple] = []  # (rank, entry) of each batch line since the last evaluation
         self._dirty: list[RankSummary] = []  # the ranks with pending lines, first first
         self._handed: list[Alert] | None = None  # during an evaluation: its transitions
+        self._seq = 0  # batch lines summarised: each pending entry's place in file order
         self.servers: dict[str, ServerStats] = {}
         self.ranks: dict[tuple[str, str], RankSummary] = {}
         self.rank_overflow: dict[str, int] = {}  # server → batch lines summed into OTHER_RANK
@@ -434,7 +435,8 @@ class Pipeline:
                 flags |= VALID_ACCEPT
         if thr is not None and not flags & (IDLE | PREFILL_DOMINATED | AFTER_GAP):
             flags |= VALID_THROUGHPUT
-        entry = (ts, clock, accept, running, queued, thr, flags, src)
+        self._seq += 1
+        entry = (ts, clock, accept, running, queued, thr, flags, src, self._seq)
         if not rs.pending:
             self._dirty.append(rs)
         rs.pending.append(entry)
@@ -456,7 +458,8 @@ class Pipeline:
         stats.last_line["prefill"] = clock
         if not rs.pending and not rs.pending_prefills:
             self._dirty.append(rs)
-        rs.pending_prefills.append((ts, clock))
+        self._seq += 1
+        rs.pending_prefills.append((ts, clock, self._seq))
         self._order.append((rs, (ts, clock, src)))
         if clock - self._last_tick >= 1.0:
             self.evaluate()
@@ -516,7 +519,7 @@ class Pipeline:
         """`on_decode` / `on_prefill` of each pending line, in file order."""
         for rs, item in order:
             server = rs.server
-            if type(item) is tuple and len(item) == 8:
+            if len(item) == 9:
                 clock = item[1]
                 window = window_of(rs, item)
                 fired = None

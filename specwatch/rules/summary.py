@@ -9,11 +9,13 @@ list. The rules read the pending lines of every rank that has some at the next e
 the end of a live read), each rule in one hook (`Rule.on_lines`), in aggregate where the order
 of lines does not matter and line by line where it does (a run of low batches).
 
-A pending entry is a tuple `(ts, clock, accept, running, queued, throughput, flags, src)`:
+A pending entry is a tuple `(ts, clock, accept, running, queued, throughput, flags, src, seq)`:
 ts the line's timestamp (s), clock the rules' clock for it (the read's wall time in `run`, ts in
 `replay`), accept the accept len (None: no draft ran), running / queued requests, throughput the
 gen throughput (token/s, None when not printed), flags the `VALID_*` / `IDLE` / `PREFILL_DOMINATED`
-/ `AFTER_GAP` bits, src the line's source (`RankSummary.batch(entry)` builds its DecodeBatch).
+/ `AFTER_GAP` bits, src the line's source (`RankSummary.batch(entry)` builds its DecodeBatch), seq
+its place among all batch lines read (file order across ranks). A pending prefill is `(ts, clock,
+seq)`.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ IDLE = 4
 PREFILL_DOMINATED = 8
 AFTER_GAP = 16
 
-TS, CLOCK, ACCEPT, RUNNING, QUEUED, THROUGHPUT, FLAGS, SRC = range(8)  # a pending entry's fields
+TS, CLOCK, ACCEPT, RUNNING, QUEUED, THROUGHPUT, FLAGS, SRC, SEQ = range(9)  # a pending entry's fields
 
 
 class RankSummary:
@@ -42,7 +44,7 @@ class RankSummary:
     lines read; accept_length_sum / _count / _min / _max over its decode lines with an accept
     len; last_ts: timestamp of its last decode line (None before one); prefills: its prefill lines
     since that line; pending: its decode lines since the last evaluation (entries, see the module);
-    pending_prefills: (ts, clock) of its prefill lines since then; history: the status page's chart.
+    pending_prefills: (ts, clock, seq) of its prefill lines since then; history: the status page's chart.
     """
 
     __slots__ = ("server", "rank", "ranks", "decode_batches", "prefill_batches", "accept_length_sum",
@@ -61,7 +63,7 @@ class RankSummary:
         self.last_ts: float | None = None
         self.prefills = 0
         self.pending: list[tuple] = []
-        self.pending_prefills: list[tuple[float, float]] = []
+        self.pending_prefills: list[tuple[float, float, int]] = []
         self._last: tuple | None = None  # the last decode line's entry
         self.sum0, self.count0 = 0.0, 0  # accept_length_sum / _count before the first pending line
         self._last_batch: DecodeBatch | None = None
@@ -95,7 +97,7 @@ class RankSummary:
     @last_decode.setter
     def last_decode(self, batch: DecodeBatch | None) -> None:
         self._last_batch = batch
-        self._last = None if batch is None else (batch.timestamp, None, None, None, None, None, 0, batch)
+        self._last = None if batch is None else (batch.timestamp, None, None, None, None, None, 0, batch, 0)
 
 
 def window_of(rs: RankSummary, entry: tuple, gap: float | None = None, prefills: int = 0) -> Window:
