@@ -27,7 +27,7 @@ from specwatch.rules.base import (
     Rule, ServerArgsMemory, alert_key, args_evidence, fmt, new_alert, register, speculation_configured,
 )
 from specwatch.rules.stats import Recent
-from specwatch.rules.windows import Window
+from specwatch.rules.summary import VALID_ACCEPT
 
 
 @rule_section("acceptance_ceiling")
@@ -126,38 +126,49 @@ class AcceptanceCeilingRule(Rule):
         return [a for key in list(self.active.keys()) if key.startswith(alert_key(server, ""))
                 for a in self.active.resolve(key, at, ("resolved because", why))]
 
-    def on_decode(self, server: str, window: Window, now: float) -> list[Alert]:
+    def on_lines(self, server: str, ranks: list) -> list[Alert]:
+        """Each rank's valid lines in order through `_step` (runs of lines near the ceiling, and
+        the steady mean before one); nothing to do while the server's ceiling is unknown."""
         ceiling = self._ceiling.get(server)
-        if not self.config.enabled or ceiling is None or not window.acceptance_valid:
+        if not self.config.enabled or ceiling is None:
             return []
-        b = window.batch
-        key = (server, b.rank)
-        st = self._ranks.get(key)
-        if st is None:
-            st = self._ranks[key] = _Rank(Recent(self.config.steady_window))
+        out = []
+        for rs in ranks:
+            st = self._ranks.get(rs.key)
+            if st is None:
+                st = self._ranks[rs.key] = _Rank(Recent(self.config.steady_window))
+            akey = alert_key(server, rs.rank)
+            for e in rs.pending:
+                if e[6] & VALID_ACCEPT:
+                    out += self._step(server, akey, st, e[0], e[2], rs, e, ceiling)
+        return out
+
+    def _step(self, server: str, akey: str, st: _Rank, ts: float, accept: float, rs, entry,
+              ceiling: tuple[int, str]) -> list[Alert]:
+        """One valid decode line (timestamp `ts` s, accept len) of the rank of `rs` (`entry`: its
+        pending entry, whose DecodeBatch an alert reads)."""
         cfg, top = self.config, ceiling[0]
-        akey = alert_key(server, b.rank)
-        if b.accept_length >= cfg.ratio * top:
+        if accept >= cfg.ratio * top:
             st.low_run = 0
             if st.high_run == 0:
-                st.high_since = b.timestamp
-                st.steady.prune(b.timestamp)
+                st.high_since = ts
+                st.steady.prune(ts)
                 st.steady_before = (st.steady.mean(), len(st.steady)) if len(st.steady) else None
             st.high_run += 1
             before = st.steady_before
             if (st.high_run >= cfg.min_batches and akey not in self.active and before is not None
                     and before[1] >= cfg.min_steady_batches and before[0] <= cfg.max_steady_ratio * top):
-                return self.active.fire(akey, self._alert(server, b, st, ceiling))
+                return self.active.fire(akey, self._alert(server, rs.batch(entry), st, ceiling))
             return []
         st.high_run = 0
-        st.steady.add(b.timestamp, b.accept_length)
+        st.steady.add(ts, accept)
         if akey not in self.active:
             return []
-        if b.accept_length < cfg.recover_ratio * top:
+        if accept < cfg.recover_ratio * top:
             st.low_run += 1
             if st.low_run >= cfg.min_batches:
                 st.low_run = 0
-                return self.active.resolve(akey, b.timestamp, ("back to accept len", fmt(b.accept_length)))
+                return self.active.resolve(akey, ts, ("back to accept len", fmt(accept)))
         else:
             st.low_run = 0
         return []

@@ -28,6 +28,7 @@ from specwatch.events import DecodeBatch, ServerArgs
 from specwatch.rules.active import ActiveAlertsRule
 from specwatch.rules.base import RuleContext, alert_key, args_evidence, fmt, new_alert, register
 from specwatch.rules.collapse_vllm import vllm_causes
+from specwatch.rules.summary import VALID_ACCEPT
 from specwatch.rules.windows import Window
 
 
@@ -408,10 +409,6 @@ class CollapseRule(ActiveAlertsRule):
         # Runs of low/high batches carry over: a rank half-way to firing stays half-way.
         self.config = config.collapse
 
-    def on_decode(self, server: str, window: Window, now: float) -> list[Alert]:
-        alert = self.observe(server, window)
-        return [alert] if alert is not None else []
-
     def on_event(self, server: str, event: object, now: float) -> list[Alert]:
         if isinstance(event, ServerArgs):
             self.observe_server_args(server, event)
@@ -465,47 +462,83 @@ class CollapseRule(ActiveAlertsRule):
     def collapsed(self, server: str, rank: str) -> bool:
         return alert_key(server, rank) in self.active
 
+    def on_lines(self, server: str, ranks: list) -> list[Alert]:
+        """Each rank's pending lines in order through `_step`: the runs of low and high lines are a
+        state machine. A firing alert's evidence follows the rank's last low line once per
+        evaluation (not at each line: nothing reads it between lines)."""
+        out = []
+        step, states, valid = self._step, self._ranks, VALID_ACCEPT
+        for rs in ranks:
+            st = states.get(rs.key)
+            if st is None:
+                st = states[rs.key] = _RankState()
+            last_low = None
+            for e in rs.pending:
+                if e[6] & valid:
+                    alert, low = step(server, rs.rank, st, e[0], e[2], rs, e)
+                    if alert is not None:
+                        out.append(alert)
+                        last_low = None  # fired or resolved here: its evidence is this line's
+                    elif low:
+                        last_low = e
+            if last_low is not None:
+                alert = self.active.get(alert_key(server, rs.rank))
+                if alert is not None:
+                    self._update_evidence(alert, server, rs.batch(last_low), st)
+        return out
+
     def observe(self, server: str, window: Window) -> Alert | None:
-        """Feed one classified decode line; returns the alert when it fires or resolves, else None."""
+        """Feed one classified decode line (an engine's /metrics sample: `rules/server_metrics.py`);
+        returns the alert when it fires or resolves, else None."""
         if not window.acceptance_valid:
             return None  # idle or prefill-dominated: says nothing about the draft
         batch = window.batch
-        key = (server, batch.rank)
-        st = self._ranks.get(key)
+        st = self._ranks.get((server, batch.rank))
         if st is None:
-            st = self._ranks[key] = _RankState()
+            st = self._ranks[(server, batch.rank)] = _RankState()
+        alert, low = self._step(server, batch.rank, st, batch.timestamp, batch.accept_length, batch, None)
+        if alert is None and low:
+            firing = self.active.get(alert_key(server, batch.rank))
+            if firing is not None:
+                self._update_evidence(firing, server, batch, st)
+        return alert
+
+    def _step(self, server: str, rank: str, st: _RankState, ts: float, accept: float, src, entry) -> tuple:
+        """One valid decode line of a rank (timestamp `ts` s, its accept len): its runs and the
+        alert that fires or resolves at it. `src`: the line's DecodeBatch (entry None), or the
+        `RankSummary` whose pending `entry` it is (its DecodeBatch built only for an alert).
+        Returns (alert or None, whether the line is at collapse level)."""
         cfg = self.config
-        if batch.accept_length <= cfg.max_accept_length:
+        if accept <= cfg.max_accept_length:
             if st.low_run == 0:
-                st.low_since = batch.timestamp
+                st.low_since = ts
             st.low_run += 1
             st.high_run = 0
-            akey = alert_key(server, batch.rank)
-            alert = self.active.get(akey)
-            if alert is None and st.low_run >= cfg.min_batches:
-                if not self._collapsed_ranks(server):  # a new episode (not another rank of this one)
-                    self._history.setdefault(server, _History()).counted = False
-                return self.active.fire(akey, self._alert(server, batch, st))[0]
-            if alert is not None:
-                self._update_evidence(alert, server, batch, st)
-        elif batch.accept_length >= cfg.recover_accept_length:
+            if st.low_run >= cfg.min_batches:
+                akey = alert_key(server, rank)
+                if akey not in self.active:
+                    if not self._collapsed_ranks(server):  # a new episode (not another rank of this one)
+                        self._history.setdefault(server, _History()).counted = False
+                    batch = src if entry is None else src.batch(entry)
+                    return self.active.fire(akey, self._alert(server, batch, st))[0], True
+            return None, True
+        if accept >= cfg.recover_accept_length:
             st.high_run += 1
             st.low_run = 0
             if st.healthy_since is None:
-                st.healthy_since = batch.timestamp
+                st.healthy_since = ts
             # the key is built only while some alert fires: a healthy line formats nothing
             if st.high_run >= cfg.min_batches and not self.active.empty() \
-                    and (akey := alert_key(server, batch.rank)) in self.active:
+                    and (akey := alert_key(server, rank)) in self.active:
                 st.awaiting_diagnosis = False
                 hist = self._history.setdefault(server, _History())
                 if not hist.counted:  # recovered by itself (a restart resolves in on_restart), once an episode
                     hist.recovered, hist.counted = hist.recovered + 1, True
-                hist.last_recovered = batch.timestamp
-                resolved = self._resolve(akey, batch.timestamp, ("recovered accept len", fmt(batch.accept_length)))
-                return resolved[0]
-        else:
-            st.low_run = st.high_run = 0
-        return None
+                hist.last_recovered = ts
+                return self._resolve(akey, ts, ("recovered accept len", fmt(accept)))[0], False
+            return None, False
+        st.low_run = st.high_run = 0
+        return None, False
 
     def _update_evidence(self, alert: Alert, server: str, batch: DecodeBatch, st: _RankState) -> None:
         kept = [p for p in alert.evidence if p[0] in ("diagnosis", "read from")]  # not from the batch

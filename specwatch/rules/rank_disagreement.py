@@ -20,7 +20,7 @@ from specwatch.alerts.model import Alert
 from specwatch.config import AcceptLength, Config, Count, Seconds, Section, rule_section
 from specwatch.rules.active import ActiveAlerts
 from specwatch.rules.base import Rule, RuleContext, alert_key, fmt, log_paths_of, new_alert, register
-from specwatch.rules.windows import Window
+from specwatch.rules.summary import VALID_ACCEPT
 
 
 @rule_section("rank_disagreement")
@@ -77,27 +77,52 @@ class RankDisagreementRule(Rule):
         self._kinds_for = self.config
         self._kinds = {s: {r: self._kind(lines) for r, lines in ranks.items()} for s, ranks in self._recent.items()}
 
-    def on_decode(self, server: str, w: Window, now: float) -> list[Alert]:
-        if not self.config.enabled or not w.acceptance_valid:
+    def on_lines(self, server: str, ranks: list) -> list[Alert]:
+        """The valid lines of the server's ranks, in file order (`seq`), each decided as it comes:
+        a rank's kind changes at a line and the server's ranks are compared then. When no
+        decision can fall in this evaluation (nothing fires, no rank is or can become collapsed
+        while another is or can become healthy), each rank keeps its newest lines at once."""
+        cfg = self.config
+        if not cfg.enabled:
             return []
-        event = w.batch
-        if self.config is not self._kinds_for:
+        if cfg is not self._kinds_for:
             self._rekind()
-        ranks = self._recent.get(server)
-        if ranks is None:
-            ranks = self._recent[server] = {}
+        recent = self._recent.get(server)
+        if recent is None:
+            recent = self._recent[server] = {}
             self._kinds[server] = {}
-        lines = ranks.get(event.rank)
-        if lines is None:
-            lines = ranks[event.rank] = deque(maxlen=self.config.min_batches)
-        lines.append((event.timestamp, event.accept_length))
         kinds = self._kinds[server]
-        kinds[event.rank] = self._kind(lines)
-        if self.active.empty() and (_COLLAPSED not in kinds.values() or _HEALTHY not in kinds.values()):
-            # Firing needs a collapsed rank and a healthy one, resolving a firing alert: the
-            # common case (all healthy, or all collapsed) ends here.
-            return []
-        return self._evaluate(server, event.timestamp)
+        valid, low, high = VALID_ACCEPT, cfg.max_accept_length, cfg.healthy_accept_length
+        lines = [(rs, [e for e in rs.pending if e[6] & valid]) for rs in ranks]
+        if self.active.empty():
+            now = set(kinds.values())
+            can_collapse = _COLLAPSED in now or any(e[2] <= low for _, es in lines for e in es)
+            can_heal = _HEALTHY in now or any(e[2] >= high for _, es in lines for e in es)
+            if not (can_collapse and can_heal):
+                for rs, es in lines:
+                    if es:
+                        kept = self._lines(recent, rs.rank)
+                        kept.extend((e[0], e[2]) for e in es[-cfg.min_batches:])
+                        kinds[rs.rank] = self._kind(kept)
+                return []
+        out = []
+        merged = sorted((e[8], rs.rank, e) for rs, es in lines for e in es)
+        for _, rank, e in merged:
+            kept = self._lines(recent, rank)
+            kept.append((e[0], e[2]))
+            kinds[rank] = self._kind(kept)
+            if self.active.empty() and (_COLLAPSED not in kinds.values() or _HEALTHY not in kinds.values()):
+                # Firing needs a collapsed rank and a healthy one, resolving a firing alert: the
+                # common case (all healthy, or all collapsed) ends here.
+                continue
+            out += self._evaluate(server, e[0])
+        return out
+
+    def _lines(self, recent: dict, rank: str) -> deque:
+        lines = recent.get(rank)
+        if lines is None:
+            lines = recent[rank] = deque(maxlen=self.config.min_batches)
+        return lines
 
     def _kind(self, lines: deque) -> str:
         """What a rank's lines say, ages and count aside: collapsed if all are <=
