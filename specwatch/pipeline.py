@@ -10,6 +10,7 @@ hot path does plain attribute updates only.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import logging
 import math
@@ -111,6 +112,13 @@ class ServerStats:
         return last is None or at - last > max_gap
 
 
+def _snapshot(alert: Alert) -> Alert:
+    """A firing alert as it is now (its evidence and annotations copied: a resolve adds to them)."""
+    snap = copy.copy(alert)
+    snap.evidence, snap.annotations = list(alert.evidence), dict(alert.annotations)
+    return snap
+
+
 class Pipeline:
     """Feed lines in; read `servers`, `ranks` and `dispatcher` out.
 
@@ -148,6 +156,7 @@ class Pipeline:
         self._dirty: list[RankSummary] = []  # the ranks with pending lines, first first
         self._handed: list[Alert] | None = None  # during an evaluation: its transitions
         self._seq = 0  # batch lines summarised: each pending entry's place in file order
+        self._emitted: list[tuple] = []  # (seq, clock, alert, its firing snapshot) of this evaluation
         self.servers: dict[str, ServerStats] = {}
         self.ranks: dict[tuple[str, str], RankSummary] = {}
         self.rank_overflow: dict[str, int] = {}  # server → batch lines summed into OTHER_RANK
@@ -437,7 +446,7 @@ class Pipeline:
             flags |= VALID_THROUGHPUT
         self._seq += 1
         entry = (ts, clock, accept, running, queued, thr, flags, src, self._seq)
-        if not rs.pending:
+        if not rs.pending and not rs.pending_prefills:
             self._dirty.append(rs)
         rs.pending.append(entry)
         rs._last, rs._last_batch = entry, None
@@ -484,9 +493,10 @@ class Pipeline:
                 by_server.setdefault(rs.server, []).append(rs)
             for server, ranks in by_server.items():
                 for rule in self._on_lines:
-                    alerts = self.rule_faults.call(rule, "on_lines", server, ranks, default=())
+                    alerts = self.rule_faults.call(rule, "on_lines", server, ranks, self._emit, default=())
                     if alerts:
-                        self._handle(alerts, clock)
+                        self._emitted.extend((math.inf, clock, a, None) for a in alerts)
+            self._hand_over()
         self._handed = None
         for rs in dirty:
             if rs.pending:
@@ -514,6 +524,30 @@ class Pipeline:
                 if state is None:
                     state = self.alert_state(rs.server, rs.rank)
                 h.add(ts, a, total, count, self.alert_state.before(state, mine, ts) if mine else state)
+
+    def _emit(self, alerts: list[Alert], entry: tuple) -> None:
+        """`on_lines`' transitions at the line of pending `entry` (its clock at [1], its seq
+        last): kept until the evaluation ends, a firing one as it is now (it may resolve later in
+        the same evaluation: one object)."""
+        for a in alerts:
+            self._emitted.append((entry[-1], entry[1], a, _snapshot(a) if a.status == FIRING else None))
+
+    def _hand_over(self) -> None:
+        """The evaluation's transitions to the dispatcher, line by line in file order (those of
+        one line together, in rule order: an alert that mutes another of its line is there
+        before either is sent)."""
+        emitted = self._emitted
+        if not emitted:
+            return
+        self._emitted = []
+        emitted.sort(key=lambda x: x[0])  # stable: rule order within a line
+        last = {id(a): i for i, (_, _, a, _) in enumerate(emitted)}
+        group: list[Alert] = []
+        for i, (seq, clock, alert, snapshot) in enumerate(emitted):
+            group.append(snapshot if snapshot is not None and last[id(alert)] != i else alert)
+            if i + 1 == len(emitted) or emitted[i + 1][0] != seq:
+                self._handle(group, clock)
+                group = []
 
     def _lines_one_by_one(self, order: list) -> None:
         """`on_decode` / `on_prefill` of each pending line, in file order."""

@@ -126,13 +126,12 @@ class AcceptanceCeilingRule(Rule):
         return [a for key in list(self.active.keys()) if key.startswith(alert_key(server, ""))
                 for a in self.active.resolve(key, at, ("resolved because", why))]
 
-    def on_lines(self, server: str, ranks: list) -> list[Alert]:
+    def on_lines(self, server: str, ranks: list, emit) -> list[Alert]:
         """Each rank's valid lines in order through `_step` (runs of lines near the ceiling, and
         the steady mean before one); nothing to do while the server's ceiling is unknown."""
         ceiling = self._ceiling.get(server)
         if not self.config.enabled or ceiling is None:
             return []
-        out = []
         for rs in ranks:
             st = self._ranks.get(rs.key)
             if st is None:
@@ -140,8 +139,10 @@ class AcceptanceCeilingRule(Rule):
             akey = alert_key(server, rs.rank)
             for e in rs.pending:
                 if e[6] & VALID_ACCEPT:
-                    out += self._step(server, akey, st, e[0], e[2], rs, e, ceiling)
-        return out
+                    alerts = self._step(server, akey, st, e[0], e[2], rs, e, ceiling)
+                    if alerts:
+                        emit(alerts, e)
+        return []
 
     def _step(self, server: str, akey: str, st: _Rank, ts: float, accept: float, rs, entry,
               ceiling: tuple[int, str]) -> list[Alert]:

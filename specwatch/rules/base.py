@@ -5,7 +5,7 @@ A rule is one file in this package: its config section (a `Section` decorated wi
 `@register`, and its logic. The pipeline builds every registered rule (`build`) and calls only
 the hooks a rule overrides, on its thread, under its lock:
 
-- `on_lines(server, ranks)`: the batch lines of `server` since the last evaluation, summarised
+- `on_lines(server, ranks, emit)`: the batch lines of `server` since the last evaluation, summarised
   per rank once by the pipeline (`rules/summary.py`: counters, the window classification of
   `rules/windows.py`, each line's entry), for the rules that read many lines at once;
 - `on_decode(server, window, now)` / `on_prefill(server, batch, now)`: the same lines one at a time,
@@ -84,11 +84,16 @@ class Rule:
         """Time passed (seconds since the epoch): for rules that fire on silence or duration."""
         return []
 
-    def on_lines(self, server: str, ranks: list) -> list[Alert]:
+    def on_lines(self, server: str, ranks: list, emit: Callable[[list[Alert], tuple], None]) -> list[Alert]:
         """The batch lines summarised since the last evaluation (`rules/summary.py`): `ranks`,
         the `RankSummary` of each rank of `server` with pending lines (`pending` decode entries,
         `pending_prefills`), in the order they first had one. A rule reads them here, in
-        aggregate where the order of lines does not matter, instead of one line at a time."""
+        aggregate where the order of lines does not matter, instead of one line at a time.
+
+        `emit(alerts, entry)`: transitions at the line of pending `entry` (a decode entry or a
+        pending prefill); the pipeline hands them over in file order, those of one line together,
+        at that line's clock (as if each line had been read alone), and an alert that fires and
+        resolves within one evaluation is both. What is returned is handed over after them."""
         return []
 
     def to_state(self) -> dict:

@@ -462,30 +462,30 @@ class CollapseRule(ActiveAlertsRule):
     def collapsed(self, server: str, rank: str) -> bool:
         return alert_key(server, rank) in self.active
 
-    def on_lines(self, server: str, ranks: list) -> list[Alert]:
+    def on_lines(self, server: str, ranks: list, emit) -> list[Alert]:
         """Each rank's pending lines in order through `_step`: the runs of low and high lines are a
         state machine. A firing alert's evidence follows the rank's last low line once per
         evaluation (not at each line: nothing reads it between lines)."""
-        out = []
         step, states, valid = self._step, self._ranks, VALID_ACCEPT
         for rs in ranks:
             st = states.get(rs.key)
             if st is None:
                 st = states[rs.key] = _RankState()
-            last_low = None
+            last_low, fired = None, False
             for e in rs.pending:
                 if e[6] & valid:
                     alert, low = step(server, rs.rank, st, e[0], e[2], rs, e)
                     if alert is not None:
-                        out.append(alert)
+                        emit([alert], e)
                         last_low = None  # fired or resolved here: its evidence is this line's
-                    elif low:
+                        fired = True
+                    elif low and not fired:
                         last_low = e
             if last_low is not None:
                 alert = self.active.get(alert_key(server, rs.rank))
                 if alert is not None:
                     self._update_evidence(alert, server, rs.batch(last_low), st)
-        return out
+        return []
 
     def observe(self, server: str, window: Window) -> Alert | None:
         """Feed one classified decode line (an engine's /metrics sample: `rules/server_metrics.py`);

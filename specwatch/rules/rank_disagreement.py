@@ -77,7 +77,7 @@ class RankDisagreementRule(Rule):
         self._kinds_for = self.config
         self._kinds = {s: {r: self._kind(lines) for r, lines in ranks.items()} for s, ranks in self._recent.items()}
 
-    def on_lines(self, server: str, ranks: list) -> list[Alert]:
+    def on_lines(self, server: str, ranks: list, emit) -> list[Alert]:
         """The valid lines of the server's ranks, in file order (`seq`), each decided as it comes:
         a rank's kind changes at a line and the server's ranks are compared then. When no
         decision can fall in this evaluation (nothing fires, no rank is or can become collapsed
@@ -105,7 +105,6 @@ class RankDisagreementRule(Rule):
                         kept.extend((e[0], e[2]) for e in es[-cfg.min_batches:])
                         kinds[rs.rank] = self._kind(kept)
                 return []
-        out = []
         merged = sorted((e[8], rs.rank, e) for rs, es in lines for e in es)
         for _, rank, e in merged:
             kept = self._lines(recent, rank)
@@ -115,8 +114,10 @@ class RankDisagreementRule(Rule):
                 # Firing needs a collapsed rank and a healthy one, resolving a firing alert: the
                 # common case (all healthy, or all collapsed) ends here.
                 continue
-            out += self._evaluate(server, e[0])
-        return out
+            alerts = self._evaluate(server, e[0])
+            if alerts:
+                emit(alerts, e)
+        return []
 
     def _lines(self, recent: dict, rank: str) -> deque:
         lines = recent.get(rank)
