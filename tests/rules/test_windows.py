@@ -42,24 +42,26 @@ def test_trackers_with_other_thresholds_classify_the_same_line_by_their_own():
 
 
 def test_the_pipeline_classifies_each_decode_line_once_for_every_rule():
-    """One Window object per decode line reaches every rule that reads decode lines."""
+    """One pending entry per decode line, classified once, reaches every rule that reads lines."""
     from timeline import Timeline, pipeline
 
     from specwatch.events import LogLine
+    from specwatch.rules.summary import AFTER_GAP, VALID_ACCEPT
 
     p = pipeline()
     seen: dict[str, list] = {}
-    for rule in p._on_decode:
-        orig = rule.on_decode
+    for rule in p._on_lines:
+        orig = rule.on_lines
 
-        def spy(server, w, now, _orig=orig, _name=rule.name):
-            seen.setdefault(_name, []).append(w)
-            return _orig(server, w, now)
-        rule.on_decode = spy
+        def spy(server, ranks, emit, _orig=orig, _name=rule.name):
+            seen.setdefault(_name, []).extend(e for rs in ranks for e in rs.pending)
+            return _orig(server, ranks, emit)
+        rule.on_lines = spy
     log = Timeline().decode(n=3).prefill(n=2).decode(n=1)
     for line in log.lines:
         p.feed(LogLine("server.log", line))
-    assert len(seen) >= 5 and {len(ws) for ws in seen.values()} == {4}
+    assert "collapse" in seen and {len(es) for es in seen.values()} == {4}
     for i in range(4):
-        assert len({id(ws[i]) for ws in seen.values()}) == 1  # the same object for every rule
-    assert [(w.after_gap, w.acceptance_valid) for w in seen["collapse"]] == [(True, True)] + [(False, True)] * 3
+        assert len({id(es[i]) for es in seen.values()}) == 1  # the same entry for every rule
+    assert [(bool(e[6] & AFTER_GAP), bool(e[6] & VALID_ACCEPT)) for e in seen["collapse"]] == \
+        [(True, True)] + [(False, True)] * 3
