@@ -1,9 +1,9 @@
 """`run` and `replay` decide the same on any log: one decision path, whatever the reads.
 
 Random SGLang logs (DP/TP ranks, healthy accept lengths, collapses to ~1.0 of every rank or of
-some, degraded spells, idle ranks, gaps, prefill-only spells, a restart by a new `server_args`
-line, a traceback, a failed health check, malformed and undecodable lines) are read twice
-through public entries only:
+some, degraded spells, idle ranks, gaps, prefill-only spells, a wedged scheduler whose HTTP
+server still logs requests, a restart by a new `server_args` line, a traceback, a failed health
+check, malformed and undecodable lines) are read through public entries only:
 
 - as `replay` reads them: `specwatch.replay.replay_files`, the function `specwatch replay` calls
   (whole-file reads, the lines' own clock);
@@ -11,18 +11,23 @@ through public entries only:
   a `Follower` built as the daemon builds one (`stage` of the log's source, the daemon's read
   size) polls after each append and hands each read to `Pipeline.feed_batch` with the
   daemon's clock, `now`: the wall time of a daemon that reads each second's lines within that
-  second (the file's mtime says the same, as the daemon's log clock checks).
+  second (the file's mtime says the same, as the daemon's log clock checks);
+- with the lines' clock again, in reads cut anywhere (a log replayed while it is written):
+  large reads and small ones in turn.
 
 Both must hand out the same alerts (name, every label, status, starts/ends to the second) and
-count the same lines. Ticks in a silence are `run`'s alone (the wall clock goes on; a log's
-clock does not), so the model reads no silence: what differs between the two is where the
-bytes come from, in what reads, and the clock given with them.
+count the same lines. The daemon's own ticks are left out: while lines come each second the
+pipeline ticks on them (at most once a second of their clock), the same in both; the daemon ticks
+by itself only when no batch line comes, where a replay has no clock (`DecodeStalled` then fires
+in `run` during the silence, in `replay` at the line that ends it: which clock ticks, by design).
+vLLM logs (no year in their stamps) are read the same two ways.
 """
 
 from __future__ import annotations
 
 import os
 import random
+import re
 from datetime import datetime, timedelta
 
 from hypothesis import HealthCheck, example, given, settings
@@ -53,7 +58,7 @@ NOT_UTF8 = "<not-utf-8>"  # replaced by bytes that do not decode
 
 # One spell of the log: what its decode lines say, for how long, how many lines a second.
 KINDS = ("healthy", "collapse_all", "collapse_some", "degraded", "throughput_drop", "idle", "prefill_only",
-         "gap", "long_gap", "restart", "traceback", "health_failed", "malformed", "ceiling")
+         "stalled", "gap", "long_gap", "restart", "traceback", "health_failed", "malformed", "ceiling")
 spells = st.lists(st.tuples(st.sampled_from(KINDS), st.integers(1, 90), st.integers(1, 30)), min_size=1, max_size=8)
 
 
@@ -111,6 +116,13 @@ def make_log(seed: int, ranks: int, rank_form: str, ms: bool, plan: list[tuple[s
         elif kind == "health_failed":
             out.append(f"[{stamp()}] Health check failed. Server couldn't get a response from detokenizer for "
                        f"last 20 seconds. tic start time: {t:%H:%M:%S}. last_heartbeat time: {t:%H:%M:%S}")
+        if kind == "stalled":  # the scheduler wedged: no batch line, the HTTP server still logs requests
+            end = t + timedelta(seconds=seconds * 2)
+            while t < end:
+                t += timedelta(milliseconds=rnd.randint(1, max(2, 2000 // rate)))
+                out.append(f'[{stamp()}] INFO:     127.0.0.1:{rnd.randint(30000, 60000)} - '
+                           '"POST /v1/chat/completions HTTP/1.1" 200 OK')
+            continue
         some = set(rnd.sample(names, max(1, len(names) // 2)))
         end = t + timedelta(seconds=seconds)
         while t < end:
@@ -144,6 +156,52 @@ def make_log(seed: int, ranks: int, rank_form: str, ms: bool, plan: list[tuple[s
     return ("\n".join(out) + "\n").encode().replace(NOT_UTF8.encode(), b"\xff\xfe")
 
 
+# vLLM prints no year (`%m-%d %H:%M:%S`, vllm/logger.py): its log starts two days before today,
+# so that replay (the year of the host's clock) and run (the year of the daemon's) agree.
+VLLM_START = (datetime.now() - timedelta(days=2)).replace(hour=10, minute=0, second=0, microsecond=0)
+VLLM_KINDS = ("healthy", "collapse", "draft_too_long", "idle", "gap", "restart", "malformed")
+vllm_spells = st.lists(st.tuples(st.sampled_from(VLLM_KINDS), st.integers(10, 300)), min_size=1, max_size=6)
+
+
+def make_vllm_log(seed: int, plan: list[tuple[str, int]]) -> bytes:
+    """A vLLM 0.10.2 log (tests/vllm_lines.py's line forms: the engine-config line, the stats and
+    `SpecDecoding metrics` lines every 10 s, uvicorn's access lines without a stamp) of `plan`'s
+    spells after 5 healthy minutes; 3 draft tokens."""
+    from vllm_lines import config_line, spec_line, stats_line
+
+    rnd = random.Random(seed)
+    t = VLLM_START
+    out = [config_line("0.10.2", k=3, ts=f"{t:%m-%d %H:%M:%S}")]
+    for kind, seconds in [("healthy", 300)] + plan:
+        if kind == "gap":
+            t += timedelta(seconds=seconds)
+            continue
+        if kind == "restart":
+            t += timedelta(seconds=rnd.randint(5, 60))
+            out.append(config_line("0.10.2", k=3, ts=f"{t:%m-%d %H:%M:%S}"))
+        for _ in range(max(1, seconds // 10)):
+            t += timedelta(seconds=10)
+            ts = f"{t:%m-%d %H:%M:%S}"
+            running = 0 if kind == "idle" else rnd.randint(1, 32)
+            out.append(stats_line("0.10.2", running=running, waiting=rnd.randint(0, 3),
+                                  gen=0.0 if kind == "idle" else 300 + rnd.random() * 900, kv=rnd.random() * 60, ts=ts))
+            if kind != "idle":
+                drafted = 3 * rnd.randint(100, 400)
+                positions = [0.5 + rnd.random() * 0.3, 0.3 + rnd.random() * 0.2, 0.1 + rnd.random() * 0.2]
+                if kind == "collapse":
+                    positions = [rnd.random() * 0.02, 0.0, 0.0]
+                elif kind == "draft_too_long":
+                    positions[2] = 0.0
+                accepted = int(drafted / 3 * sum(positions))
+                line = spec_line("0.10.2", accepted=accepted, drafted=drafted, positions=positions, ts=ts)
+                if kind == "malformed" and rnd.random() < 0.3:
+                    line = line[:rnd.randint(line.index("SpecDecoding"), len(line) - 5)]  # a write cut short
+                out.append(line)
+            for _ in range(rnd.randint(0, 3)):
+                out.append(f'INFO:     127.0.0.1:{rnd.randint(30000, 60000)} - "POST /v1/chat/completions HTTP/1.1" 200 OK')
+    return ("\n".join(out) + "\n").encode()
+
+
 def _config(path: str):
     cfg = build_config({"server": "s", "rules": RULES}, for_run=False)
     cfg.logs.append(LogSource(path=path, server="s"))
@@ -156,8 +214,15 @@ def _pipeline(path: str) -> Pipeline:
     return Pipeline(cfg, dispatcher, diagnosis_background=False)
 
 
+_VLLM_STAMP = re.compile(rb"(?:\([^)]*\) )?[A-Z]+ (\d\d-\d\d \d\d:\d\d:\d\d) ")
+
+
 def _stamp(line: bytes) -> float | None:
-    """The epoch seconds of a line's bracket stamp read in local time (as the log is), else None."""
+    """The epoch seconds of a line's stamp read in local time (as the log is), else None: SGLang's
+    bracket stamp, or vLLM's header (the year of VLLM_START)."""
+    m = _VLLM_STAMP.match(line)
+    if m is not None:
+        return datetime.strptime(f"{VLLM_START.year}-{m.group(1).decode()}", "%Y-%m-%d %H:%M:%S").timestamp()
     if line[:1] != b"[" or len(line) < 20:
         return None
     try:
@@ -241,7 +306,7 @@ def as_run(tmp, data: bytes, cuts: list[tuple[int, float | None]], name: str = "
 
 LOGS = dict(seed=st.integers(0, 2 ** 32 - 1), ranks=st.integers(1, 8), rank_form=st.sampled_from(["dp", "tp", ""]),
             ms=st.booleans(), plan=spells)
-SETTINGS = settings(max_examples=40, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
+SETTINGS = settings(max_examples=30, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 def _log(tmp_path_factory, seed, ranks, rank_form, ms, plan) -> tuple:
@@ -251,15 +316,15 @@ def _log(tmp_path_factory, seed, ranks, rank_form, ms, plan) -> tuple:
 
 
 @SETTINGS
-# A traceback at 10:03:00.003, the next line at 10:03:01.575: `run` knows the traceback ended
-# only at that line's read and dates SGLangLogError by that read's clock (10:03:01); `replay`
-# dates it by the traceback's own stamp (10:03:00).
-@example(seed=0, ranks=1, rank_form="", ms=True, plan=[("traceback", 1, 1)], extra=0)
-# The last decode line (10:03:00.037, 15 running, fewer than the line before) then 3 min of
-# silence, an access line at 10:06:00.153 and a decode line at .179 that ends the stall:
-# `run` dates the access line (the read's clock) and pages (DecodeStalled critical: lines still
-# arriving); `replay` dates no line but batch lines (no `now`) and warns.
-@example(seed=14, ranks=1, rank_form="", ms=True, plan=[("gap", 90, 1), ("healthy", 2, 10)], extra=0)
+# A traceback at 10:03:00, the next line at 10:03:01: `run` knows the traceback ended only at
+# that line's read and dates SGLangLogError by that read's clock (10:03:01); `replay` by the
+# traceback's own stamp (10:03:00).
+@example(seed=2, ranks=1, rank_form="", ms=False, plan=[("traceback", 1, 1)], extra=0)
+# The last decode line at 10:02:59 (12 running, fewer than the line before), then only access
+# lines for 2 min 40 s, then a decode line at 10:05:40 that ends the stall: `run` dates the
+# access lines (the read's clock) and pages (DecodeStalled critical: lines still arriving);
+# `replay` dates only batch lines and warns (the batch may have drained).
+@example(seed=18, ranks=1, rank_form="", ms=False, plan=[("stalled", 80, 2), ("healthy", 2, 10)], extra=0)
 @given(**LOGS, extra=st.integers(0, 400))
 def test_run_and_replay_decide_the_same(tmp_path_factory, seed, ranks, rank_form, ms, plan, extra):
     tmp, data, replayed = _log(tmp_path_factory, seed, ranks, rank_form, ms, plan)
@@ -273,5 +338,17 @@ def test_replay_decides_the_same_in_reads_of_any_size(tmp_path_factory, seed, ra
     reads and small ones in turn."""
     tmp, data, replayed = _log(tmp_path_factory, seed, ranks, rank_form, ms, plan)
     rnd = random.Random(seed)
+    cuts = sorted({rnd.randrange(1, len(data)) for _ in range(pieces)} | {len(data)})
+    assert as_run(tmp, data, [(c, None) for c in cuts], "pieces") == replayed
+
+
+@SETTINGS
+@given(seed=st.integers(0, 2 ** 32 - 1), plan=vllm_spells, extra=st.integers(0, 100), pieces=st.integers(1, 6))
+def test_run_and_replay_decide_the_same_on_vllm(tmp_path_factory, seed, plan, extra, pieces):
+    tmp = tmp_path_factory.mktemp("log")
+    data = make_vllm_log(seed, plan)
+    replayed = as_replay(tmp, data)
+    rnd = random.Random(seed)
+    assert as_run(tmp, data, reads(data, rnd, extra)) == replayed
     cuts = sorted({rnd.randrange(1, len(data)) for _ in range(pieces)} | {len(data)})
     assert as_run(tmp, data, [(c, None) for c in cuts], "pieces") == replayed
