@@ -239,7 +239,7 @@ def decisions(p: Pipeline) -> dict:
     doc = summary(p, list(p.dispatcher.history))
 
     def norm(a: dict) -> tuple:
-        cut = lambda s: s and s[:19]  # noqa: E731 — RFC 3339 to the second
+        cut = lambda s: (s or "")[:19]  # noqa: E731 — RFC 3339 to the second; "" while firing
         return (a["name"], tuple(sorted(a["labels"].items())), a["status"], cut(a["starts_at"]), cut(a["ends_at"]))
 
     return {"episodes": sorted(map(norm, doc["episodes"])), "alerts": sorted(map(norm, doc["alerts"])),
