@@ -54,7 +54,8 @@ from specwatch.sources.filestream import LineBatch
 from specwatch.sources.log_errors import KINDS as ERROR_KINDS
 from specwatch.sources.log_errors import ErrorGrouper, maybe_error
 from specwatch.sources.engines import VLLM, LogEngine
-from specwatch.sources.sglang_log import canonical_prefill, prefill_at, strip_container_prefix, timestamp_of
+from specwatch.sources.sglang_log import (bracket_prefix, canonical_prefill, prefill_at, strip_container_prefix,
+                                         timestamp_of)
 from specwatch.sources.sglang_log import CANONICAL_LINES, rank_numbers
 from specwatch.sources.vllm_log import VllmAssembler, VllmLine
 from specwatch.status.history import AlertState
@@ -101,6 +102,10 @@ class ServerStats:
     api: ApiSample | None = None
     info: ServerInfo | None = None
     metrics: MetricsSample | None = None  # the last scrape of the engine's /metrics
+    # replay: the last other lines read (their text; `Pipeline._last_lines` dates the last one
+    # by its stamp when a rule asks), and their file's zone
+    other_text: str | None = None
+    other_tz: object = None
     # Error stage: LogError events by kind; the clock of the last line of each kind (KINDS + "error").
     errors: dict[str, int] = field(default_factory=lambda: dict.fromkeys(ERROR_KINDS, 0))
     last_line: dict[str, float] = field(default_factory=dict)
@@ -294,6 +299,8 @@ class Pipeline:
                  now: float | None) -> int:
         """Whole lines between two canonical batch lines (`_scan`): the other lines among them."""
         if grouper.group is None and not engine.maybe_event(gap) and not maybe_error(gap) and "]:[E" not in gap:
+            if now is None:  # replay: dated by their own stamps if a rule asks (`_last_lines`)
+                stats.other_text, stats.other_tz = gap, tz
             return gap.count("\n")  # access log lines and the like: nothing to parse
         return self._feed_lines(server, stats, grouper, engine, engine.maybe_event, gap[:-1].split("\n"), None, None,
                                 tz, now)
@@ -308,6 +315,8 @@ class Pipeline:
         for i, text in enumerate(lines):
             if not maybe_event(text):
                 other += 1  # most non-batch lines: no parse, no event
+                if now is None:
+                    stats.other_text, stats.other_tz = text, tz
                 if grouper.group is not None or maybe_error(text):
                     self._errors(server, stats, grouper, text, prefix, tz, now)
                 continue
@@ -366,7 +375,16 @@ class Pipeline:
     def _last_lines(self, server: str) -> dict[str, float]:
         """Clock of the last line of each kind from `server`'s logs (for rules; under `lock`)."""
         st = self.servers.get(server)
-        return {} if st is None else st.last_line
+        if st is None:
+            return {}
+        if st.other_text is not None:  # replay: the last other line, by its own stamp
+            text = st.other_text
+            st.other_text = None
+            at = text.rfind("\n[", 0, len(text) - 1)
+            ts = bracket_prefix(text[at + 1:] if at >= 0 else text, st.other_tz)[0]
+            if ts is not None and ts > st.last_line.get("other", -math.inf):
+                st.last_line["other"] = ts
+        return st.last_line
 
     @staticmethod
     def _parse(engine: LogEngine, text: str, raw_ok: bool, prefix: re.Pattern | None, tz) -> object:
@@ -595,8 +613,9 @@ class Pipeline:
                 self.tick(clock)
         elif isinstance(event, MalformedLine):
             stats.lines["malformed"] += 1
-            if now is not None:
-                stats.last_line["malformed"] = now
+            clock = now if now is not None else event.timestamp
+            if clock is not None:
+                stats.last_line["malformed"] = clock
         elif type(event) is UnrecognizedLine:  # issue 11 item 4: counted and alerted, never "other"
             stats.lines["unrecognized"] += 1
             clock = now if now is not None else event.timestamp or max(self._last_tick, 0.0)
