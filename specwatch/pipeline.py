@@ -54,7 +54,7 @@ from specwatch.sources.filestream import LineBatch
 from specwatch.sources.log_errors import KINDS as ERROR_KINDS
 from specwatch.sources.log_errors import ErrorGrouper, maybe_error
 from specwatch.sources.engines import VLLM, LogEngine
-from specwatch.sources.sglang_log import (bracket_prefix, canonical_prefill, prefill_at, strip_container_prefix,
+from specwatch.sources.sglang_log import (bracket_prefix, prefill_at, strip_container_prefix,
                                          timestamp_of)
 from specwatch.sources.sglang_log import CANONICAL_LINES, rank_numbers
 from specwatch.sources.vllm_log import VllmAssembler, VllmLine
@@ -157,7 +157,7 @@ class Pipeline:
         self._on_tick = [r for r in self.rules if overrides(r, "on_tick")]
         self._wcfg = config.windows  # what makes a decode line a usable sample (rules/windows.py)
         self._on_lines = [r for r in self.rules if overrides(r, "on_lines")]
-        self._order: list[tuple] = []  # (rank, entry) of each batch line since the last evaluation
+        self._tokens: dict[str, dict[str, RankSummary]] = {}  # server → rank token as read → its summary
         self._dirty: list[RankSummary] = []  # the ranks with pending lines, first first
         self._handed: list[Alert] | None = None  # during an evaluation: its transitions
         self._seq = 0  # batch lines summarised: each pending entry's place in file order
@@ -265,32 +265,58 @@ class Pipeline:
     def _scan(self, server: str, stats: ServerStats, grouper: ErrorGrouper, engine: LogEngine, text: str, tz,
               now: float | None) -> int:
         """A read's text through the chunk scanner: its canonical SGLang batch lines
-        (`CANONICAL_LINES`, found at C speed) straight to the summariser, the lines between them
+        (`CANONICAL_LINES`, found at C speed) to the summariser as records, the lines between them
         through `_feed_lines` where one may be an event (a batch line of another form, request
         text, `server_args`, an error; vLLM's lines while the engine is unknown), else counted as
         other lines. The same events as `_feed_lines` line by line; returns the other lines."""
         other = pos = 0
+        records: list[tuple] = []
+        add = records.append
+        stamps: dict[str, float] = {}
         maybe = engine.maybe_event
-        decode, prefill = self._decode_groups, self._prefill_groups
         for m in CANONICAL_LINES.finditer(text):
             start = m.start()
             if start > pos or grouper.group is not None:
-                if grouper.group is not None:  # an open traceback takes every line until it ends
-                    return other + self._feed_lines(server, stats, grouper, engine, maybe,
-                                                    text[pos:-1].split("\n"), None, None, tz, now)
-                other += self._between(server, stats, grouper, engine, text[pos:start], tz, now)
-                if engine.name == VLLM:  # a vLLM log after all: its lines are no SGLang events
-                    return other + self._feed_lines(server, stats, grouper, engine, engine.maybe_event,
-                                                    text[start:-1].split("\n"), None, None, tz, now)
+                gap = text[pos:start]
+                if grouper.group is None and not maybe(gap) and not maybe_error(gap) and "]:[E" not in gap:
+                    other += gap.count("\n")  # access log lines and the like: nothing to parse
+                    if now is None:  # replay: dated by their own stamps if a rule asks (`_last_lines`)
+                        add((0.0, None, None, 0, None, None, None, gap))
+                else:
+                    if records:
+                        self._summarise(server, stats, records, now, tz)
+                        records.clear()
+                    if grouper.group is not None:  # an open traceback takes every line until it ends
+                        return other + self._feed_lines(server, stats, grouper, engine, engine.maybe_event,
+                                                        text[pos:-1].split("\n"), None, None, tz, now)
+                    other += self._between(server, stats, grouper, engine, gap, tz, now)
+                    if engine.name == VLLM:  # a vLLM log after all: its lines are no SGLang events
+                        return other + self._feed_lines(server, stats, grouper, engine, engine.maybe_event,
+                                                        text[start:-1].split("\n"), None, None, tz, now)
+                    maybe = engine.maybe_event
             pos = m.end() + 1
             g = m.groups()
+            ts = stamps.get(g[0]) if g[1] is None else None
+            if ts is None:
+                try:
+                    ts = timestamp_of(g[0], g[1], tz)
+                except ValueError:  # an impossible date: the general parser says why
+                    if records:
+                        self._summarise(server, stats, records, now, tz)
+                        records.clear()
+                    other += self._feed_lines(server, stats, grouper, engine, engine.maybe_event,
+                                              [m.group(0)], None, None, tz, now)
+                    continue
+                if g[1] is None:
+                    stamps[g[0]] = ts
             if g[3] is not None:
-                decode(server, stats, g, tz, now)
+                add((ts, g[2], int(g[3]), int(g[10]), float(g[6]), float(g[9]), None, g))
             else:
-                prefill(server, stats, g, tz, now)
-            if engine.name is None:
-                engine.settle("sglang")
-                maybe = engine.maybe_event
+                add((ts, g[2], None, 0, None, None, None, g))
+        if records:
+            self._summarise(server, stats, records, now, tz)
+        if engine.name is None and pos:
+            engine.settle("sglang")
         if pos < len(text):
             other += self._between(server, stats, grouper, engine, text[pos:], tz, now)
         return other
@@ -403,108 +429,127 @@ class Pipeline:
 
     # --- the summariser: each batch line once (rules/summary.py) ---
 
-    def _decode_groups(self, server: str, stats: ServerStats, g: tuple, tz, now: float | None) -> None:
-        """A canonical decode line's groups (`CANONICAL_LINES`) into the summariser."""
-        try:
-            ts = timestamp_of(g[0], g[1], tz)
-        except ValueError:  # an impossible date: the general parser says why
-            self._take(server, stats, self._parse(self._engine(self._path), self._line(g, tz), True, None, tz), now)
-            return
-        self._decode(server, stats, ts, g[2][1:], int(g[3]), int(g[10]), float(g[6]), float(g[9]), None, g[:11], now)
+    def _summarise(self, server: str, stats: ServerStats, records: list[tuple], now: float | None, tz=None) -> None:
+        """Batch lines of `server`, either parser's, into their ranks' summaries (caller holds
+        `lock`). A record: (ts, rank token, running, queued, accept, throughput, drafted, src):
+        a decode line, or a prefill line when running is None (src: its event, or a canonical
+        line's groups, whose rank token has its leading space); rank token None: other lines of a
+        replay (src: their text, dated by the file's zone `tz` if a rule asks). Per line only what needs the line:
+        its window (`rules/windows.py`, inline) and its pending entry; the rank's counters are
+        summed at the evaluation. The evaluation and tick due at a line's clock run there."""
+        ranks = self._tokens.get(server)
+        if ranks is None:
+            ranks = self._tokens[server] = {}
+        cfg = self._wcfg
+        min_running, max_prefills, max_gap = cfg.min_running_requests, cfg.max_prefill_batches, cfg.max_gap
+        dirty = self._dirty
+        seq = self._seq
+        decodes = prefills = 0
+        clock = now
+        last_decode = last_prefill = None
+        for ts, token, running, queued, accept, thr, drafted, src in records:
+            rs = ranks.get(token)
+            if rs is None:
+                if token is None:
+                    stats.other_text, stats.other_tz = src, tz
+                    continue
+                rs = self._rank_of(server, token, src)
+            if now is None:
+                clock = ts
+            seq += 1
+            if running is None:  # a prefill line
+                prefills += 1
+                last_prefill = clock
+                rs.prefills += 1
+                if not rs.pending and not rs.pending_prefills:
+                    dirty.append(rs)
+                rs.pending_prefills.append((ts, clock, seq))
+                rs.prefill_src.append(src)
+            else:
+                decodes += 1
+                last_decode = clock
+                prev = rs.last_ts
+                rs.last_ts = ts
+                flags = 0
+                if (max(running, 1) if drafted else running) < min_running:  # `running_in_window`
+                    flags = IDLE
+                if rs.prefills:
+                    if rs.prefills > max_prefills:
+                        flags |= PREFILL_DOMINATED
+                    rs.prefills = 0
+                if prev is None or ts - prev > max_gap:
+                    flags |= AFTER_GAP
+                if not flags & (IDLE | PREFILL_DOMINATED):
+                    if accept is not None:
+                        flags |= VALID_ACCEPT
+                    if thr is not None and not flags & AFTER_GAP:
+                        flags |= VALID_THROUGHPUT
+                entry = (ts, clock, accept, running, queued, thr, flags, src, seq)
+                pending = rs.pending
+                if not pending and not rs.pending_prefills:
+                    dirty.append(rs)
+                pending.append(entry)
+                rs._last, rs._last_batch = entry, None
+            if clock - self._last_tick >= 1.0:  # time-based rules need no finer clock
+                self._count(stats, decodes, prefills, last_decode, last_prefill)
+                decodes = prefills = 0
+                last_decode = last_prefill = None
+                self._seq = seq
+                self.evaluate()
+                self.tick(clock)
+        self._seq = seq
+        self._count(stats, decodes, prefills, last_decode, last_prefill)
 
     @staticmethod
-    def _line(g: tuple, tz) -> str:
-        """A canonical decode line's text again, from its groups (for the general parser)."""
-        from specwatch.sources.sglang_log import canonical_text
+    def _count(stats: ServerStats, decodes: int, prefills: int, last_decode: float | None,
+               last_prefill: float | None) -> None:
+        lines = stats.lines
+        if decodes:
+            lines["decode"] += decodes
+            stats.last_line["decode"] = last_decode
+        if prefills:
+            lines["prefill"] += prefills
+            stats.last_line["prefill"] = last_prefill
 
-        return canonical_text(g)
-
-    def _prefill_groups(self, server: str, stats: ServerStats, g: tuple, tz, now: float | None) -> None:
-        """A canonical prefill line's groups into the summariser."""
-        try:
-            ts = timestamp_of(g[0], g[1], tz)
-        except ValueError:
-            event = canonical_prefill(g[:3] + g[11:], tz)  # None: the general parser reports the date
-            self._take(server, stats, event if event is not None else MalformedLine("impossible date", None, g[2][1:]),
-                       now)
-            return
-        self._prefill(server, stats, ts, g[2][1:], now, g)
-
-    def _decode(self, server: str, stats: ServerStats, ts: float, rank: str, running: int, queued: int,
-                accept: float | None, thr: float | None, drafted: int | None, src, now: float | None) -> None:
-        """One decode line (either parser): the rank's counters, its window (`rules/windows.py`)
-        and its pending entry; the evaluation and tick due at its clock (caller holds `lock`)."""
-        stats.lines["decode"] += 1
+    def _rank_of(self, server: str, token: str, src) -> RankSummary:
+        """The summary of the rank a batch line names (`token`: a canonical line's rank group,
+        with its leading space, or an event's rank), kept by token unless summed into OTHER_RANK
+        (each such line is counted: `_rank`)."""
+        rank = token[1:] if type(src) is tuple else token
         rs = self.ranks.get((server, rank))
         if rs is None:
             rs = self._rank(server, rank, src)
-        rs.decode_batches += 1
-        clock = ts if now is None else now
-        stats.last_line["decode"] = clock
-        # the window behind the line (WindowTracker's classification, inline)
-        cfg = self._wcfg
-        prev = rs.last_ts
-        rs.last_ts = ts
-        prefills = rs.prefills
-        rs.prefills = 0
-        flags = 0
-        if (max(running, 1) if drafted else running) < cfg.min_running_requests:  # `running_in_window`
-            flags = IDLE
-        if prefills > cfg.max_prefill_batches:
-            flags |= PREFILL_DOMINATED
-        if prev is None or ts - prev > cfg.max_gap:
-            flags |= AFTER_GAP
-        if accept is not None:
-            if not rs.pending:
-                rs.sum0, rs.count0 = rs.accept_length_sum, rs.accept_length_count  # the chart's totals (`_points`)
-            rs.add_accept(accept)
-            if not flags & (IDLE | PREFILL_DOMINATED):
-                flags |= VALID_ACCEPT
-        if thr is not None and not flags & (IDLE | PREFILL_DOMINATED | AFTER_GAP):
-            flags |= VALID_THROUGHPUT
-        self._seq += 1
-        entry = (ts, clock, accept, running, queued, thr, flags, src, self._seq)
-        if not rs.pending and not rs.pending_prefills:
-            self._dirty.append(rs)
-        rs.pending.append(entry)
-        rs._last, rs._last_batch = entry, None
-        self._order.append((rs, entry))
-        if clock - self._last_tick >= 1.0:  # time-based rules need no finer clock
-            self.evaluate()
-            self.tick(clock)
-
-    def _prefill(self, server: str, stats: ServerStats, ts: float, rank: str, now: float | None, src) -> None:
-        """One prefill line (either parser; `src`: its PrefillBatch, or its groups)."""
-        stats.lines["prefill"] += 1
-        rs = self.ranks.get((server, rank))
-        if rs is None:
-            rs = self._rank(server, rank, src)
-        rs.prefill_batches += 1
-        rs.prefills += 1
-        clock = ts if now is None else now
-        stats.last_line["prefill"] = clock
-        if not rs.pending and not rs.pending_prefills:
-            self._dirty.append(rs)
-        self._seq += 1
-        rs.pending_prefills.append((ts, clock, self._seq))
-        self._order.append((rs, (ts, clock, src)))
-        if clock - self._last_tick >= 1.0:
-            self.evaluate()
-            self.tick(clock)
+        if rs.rank == rank:
+            self._tokens[server][token] = rs
+        return rs
 
     def evaluate(self) -> None:
         """The rules read every line summarised since the last evaluation (caller holds `lock`):
         those with `on_lines` the pending lines of each rank, in aggregate; those that still read
         one line at a time (`on_decode` / `on_prefill`) each line in file order."""
-        order = self._order
-        if not order:
+        if not self._dirty:
             return
-        self._order, dirty = [], self._dirty
-        self._dirty = []
+        dirty = self._dirty[:]
+        self._dirty.clear()  # in place: the summariser's loop holds it
         handed = self._handed = []  # the transitions of this evaluation (`_points`)
-        clock = order[-1][1][1]  # the last line's
+        clock = -math.inf
+        for rs in dirty:  # the ranks' counters, summed here once
+            pending = rs.pending
+            if pending:
+                rs.sum0, rs.count0 = rs.accept_length_sum, rs.accept_length_count
+                accepts = [e[2] for e in pending if e[2] is not None]
+                if accepts:  # `sum` adds left to right: the same float sum as one line at a time
+                    rs.accept_length_sum = sum(accepts, rs.accept_length_sum)
+                    rs.accept_length_count += len(accepts)
+                    rs.accept_length_min = min(rs.accept_length_min, min(accepts))
+                    rs.accept_length_max = max(rs.accept_length_max, max(accepts))
+                rs.decode_batches += len(pending)
+                clock = max(clock, pending[-1][1])
+            if rs.pending_prefills:
+                rs.prefill_batches += len(rs.pending_prefills)
+                clock = max(clock, rs.pending_prefills[-1][1])
         if self._on_decode or self._on_prefill:
-            self._lines_one_by_one(order)
+            self._lines_one_by_one(dirty)
         if self._on_lines:
             by_server: dict[str, list[RankSummary]] = {}
             for rs in dirty:
@@ -521,6 +566,7 @@ class Pipeline:
                 self._points(rs, handed)
                 rs.pending.clear()
             rs.pending_prefills.clear()
+            rs.prefill_src.clear()
 
     def _points(self, rs: RankSummary, handed: list[Alert]) -> None:
         """The status chart's points among a rank's pending lines (`AcceptHistory`: one per STEP
@@ -567,9 +613,12 @@ class Pipeline:
                 self._handle(group, clock)
                 group = []
 
-    def _lines_one_by_one(self, order: list) -> None:
+    def _lines_one_by_one(self, dirty: list[RankSummary]) -> None:
         """`on_decode` / `on_prefill` of each pending line, in file order."""
-        for rs, item in order:
+        order = sorted([(e[8], rs, e) for rs in dirty for e in rs.pending]
+                       + [(p[2], rs, (p[0], p[1], src)) for rs in dirty for p, src in zip(rs.pending_prefills, rs.prefill_src)],
+                       key=lambda x: x[0])
+        for _, rs, item in order:
             server = rs.server
             if len(item) == 9:
                 clock = item[1]
@@ -598,10 +647,10 @@ class Pipeline:
     def _take(self, server: str, stats: ServerStats, event: object, now: float | None) -> None:
         """One parsed line of `server` (caller holds `lock`)."""
         if type(event) is DecodeBatch:
-            self._decode(server, stats, event.timestamp, event.rank, event.running_requests, event.queued_requests,
-                         event.accept_length, event.gen_throughput, event.draft_tokens, event, now)
+            self._summarise(server, stats, [(event.timestamp, event.rank, event.running_requests, event.queued_requests,
+                                             event.accept_length, event.gen_throughput, event.draft_tokens, event)], now)
         elif type(event) is PrefillBatch:
-            self._prefill(server, stats, event.timestamp, event.rank, now, event)
+            self._summarise(server, stats, [(event.timestamp, event.rank, None, 0, None, None, None, event)], now)
         elif isinstance(event, ServerArgs):
             stats.lines["other"] += 1
             merged = self._merge_args(stats, event)
@@ -757,7 +806,7 @@ class Pipeline:
                 self._handle(alerts, now)
             for rule in self.rules:
                 rule.forget(server)
-            forget_keys((self.ranks, self.scraped, self.servers, self._starts, self._vllm), server)
+            forget_keys((self.ranks, self.scraped, self.servers, self._starts, self._vllm, self._tokens), server)
             self._full.discard(server)
 
     def log_ports(self) -> dict[int, str]:

@@ -49,7 +49,7 @@ class RankSummary:
 
     __slots__ = ("server", "rank", "ranks", "decode_batches", "prefill_batches", "accept_length_sum",
                  "accept_length_count", "accept_length_min", "accept_length_max", "history", "last_ts",
-                 "prefills", "pending", "pending_prefills", "_last", "_last_batch", "key", "sum0", "count0")
+                 "prefills", "pending", "pending_prefills", "prefill_src", "_last", "_last_batch", "key", "sum0", "count0")
 
     def __init__(self, server: str, rank: str, ranks: dict[str, int]):
         self.server, self.rank, self.ranks = server, rank, ranks
@@ -64,6 +64,7 @@ class RankSummary:
         self.prefills = 0
         self.pending: list[tuple] = []
         self.pending_prefills: list[tuple[float, float, int]] = []
+        self.prefill_src: list = []  # each pending prefill's event or groups (rules that read them one by one)
         self._last: tuple | None = None  # the last decode line's entry
         self.sum0, self.count0 = 0.0, 0  # accept_length_sum / _count before the first pending line
         self._last_batch: DecodeBatch | None = None
