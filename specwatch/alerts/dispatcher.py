@@ -391,6 +391,8 @@ class Dispatcher:
         """Notify each receiver of the group whose last notification is out of date; with
         `update` (fingerprint → note), every receiver, those alerts marked with their note."""
         alerts = [self.alerts[fp] for fp in sorted(g.fingerprints) if fp in self.alerts]
+        if not g.route.receivers:  # nobody to tell (a replay without --notify): the group's bookkeeping only
+            alerts, update = [a for a in alerts if a.status != FIRING], None
         visible = [a for a in alerts if not self._muted(a, now)]
         firing = [a for a in visible if a.status == FIRING]
         resolved = [a for a in visible if a.status != FIRING]

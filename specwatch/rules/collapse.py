@@ -51,6 +51,7 @@ class CollapseConfig(Section):
 
 
 ALERT_NAME = "AcceptanceCollapse"
+EVIDENCE_EVERY = 10.0  # seconds of log time between rebuilds of a firing alert's evidence (it is read rarely)
 # Settings shown beside the speculative ones (`args_evidence`), and those whose change at a restart
 # is pointed out; a change of CHECKPOINT_KEYS starts the count of recovered episodes again.
 SETTING_KEYS = ("max_running_requests", "enable_hierarchical_cache", "enable_dp_attention", "dp_size")
@@ -65,6 +66,10 @@ class _RankState:
     low_since: float | None = None
     awaiting_diagnosis: bool = False  # fired before the probes finished: one follow-up due
     healthy_since: float | None = None  # the rank's first healthy line since the server (re)started
+    # the firing alert's evidence: the last low line not yet in it (rank summary, entry, low run then)
+    # and the log time of the line it was last built from
+    stale: tuple | None = None
+    evidence_at: float = float("-inf")
 
 
 @dataclass
@@ -464,28 +469,42 @@ class CollapseRule(ActiveAlertsRule):
 
     def on_lines(self, server: str, ranks: list, emit) -> list[Alert]:
         """Each rank's pending lines in order through `_step`: the runs of low and high lines are a
-        state machine. A firing alert's evidence follows the rank's last low line once per
-        evaluation (not at each line: nothing reads it between lines)."""
+        state machine. A firing alert's evidence follows the rank's last low line: rebuilt at
+        most every EVIDENCE_EVERY s of log time, and whenever it is read (`firing_alerts`, the
+        saved state) or the alert resolves (`_fresh`)."""
         step, states, valid = self._step, self._ranks, VALID_ACCEPT
         for rs in ranks:
             st = states.get(rs.key)
             if st is None:
                 st = states[rs.key] = _RankState()
-            last_low, fired = None, False
             for e in rs.pending:
                 if e[6] & valid:
                     alert, low = step(server, rs.rank, st, e[0], e[2], rs, e)
                     if alert is not None:
                         emit([alert], e)
-                        last_low = None  # fired or resolved here: its evidence is this line's
-                        fired = True
-                    elif low and not fired:
-                        last_low = e
-            if last_low is not None:
-                alert = self.active.get(alert_key(server, rs.rank))
-                if alert is not None:
-                    self._update_evidence(alert, server, rs.batch(last_low), st)
+                        st.stale, st.evidence_at = None, e[0]  # fired or resolved here: its evidence is this line's
+                    elif low and st.low_run > self.config.min_batches and not self.active.empty():
+                        st.stale = (rs, e, st.low_run)  # a firing rank's newer low line
+            if st.stale is not None and st.stale[1][0] - st.evidence_at >= EVIDENCE_EVERY:
+                self._fresh(server, rs.rank, st)
         return []
+
+    def _fresh(self, server: str, rank: str, st: _RankState) -> None:
+        """The firing alert's evidence from the rank's last low line (`st.stale`), if newer."""
+        stale, st.stale = st.stale, None
+        if stale is None:
+            return
+        alert = self.active.get(alert_key(server, rank))
+        if alert is not None:
+            rs, entry, run = stale
+            self._update_evidence(alert, server, rs.batch(entry), st, run)
+            st.evidence_at = entry[0]
+
+    def firing_alerts(self) -> list[Alert]:
+        for (server, rank), st in self._ranks.items():
+            if st.stale is not None:
+                self._fresh(server, rank, st)
+        return super().firing_alerts()
 
     def observe(self, server: str, window: Window) -> Alert | None:
         """Feed one classified decode line (an engine's /metrics sample: `rules/server_metrics.py`);
@@ -530,6 +549,7 @@ class CollapseRule(ActiveAlertsRule):
             # the key is built only while some alert fires: a healthy line formats nothing
             if st.high_run >= cfg.min_batches and not self.active.empty() \
                     and (akey := alert_key(server, rank)) in self.active:
+                self._fresh(server, rank, st)
                 st.awaiting_diagnosis = False
                 hist = self._history.setdefault(server, _History())
                 if not hist.counted:  # recovered by itself (a restart resolves in on_restart), once an episode
@@ -540,15 +560,17 @@ class CollapseRule(ActiveAlertsRule):
         st.low_run = st.high_run = 0
         return None, False
 
-    def _update_evidence(self, alert: Alert, server: str, batch: DecodeBatch, st: _RankState) -> None:
+    def _update_evidence(self, alert: Alert, server: str, batch: DecodeBatch, st: _RankState,
+                         low_run: int | None = None) -> None:
         kept = [p for p in alert.evidence if p[0] in ("diagnosis", "read from")]  # not from the batch
-        alert.evidence[:] = self._evidence(server, batch, st) + kept
+        alert.evidence[:] = self._evidence(server, batch, st, low_run) + kept
 
     def settings(self, server: str) -> dict[str, object]:
         """The server's last settings this rule saw (kept in its persisted state), {} if none."""
         return dict(self._server_args.get(server) or {})
 
-    def _evidence(self, server: str, batch: DecodeBatch, st: _RankState) -> list[tuple[str, str]]:
+    def _evidence(self, server: str, batch: DecodeBatch, st: _RankState,
+                  low_run: int | None = None) -> list[tuple[str, str]]:
         """The batch (acceptance, load: `#running-req`, `#queue-req`, fullness against the batch
         limit), the history, then the settings that matter (a changed one with its old value)."""
         args = self._server_args.get(server) or {}
@@ -567,7 +589,7 @@ class CollapseRule(ActiveAlertsRule):
         if limit is not None:
             full = " (full)" if batch.running_requests >= limit else ""
             out.append(("decode batch", f"{batch.running_requests} of {limit} requests{full}"))
-        out.append(("decode batches at or below threshold", str(st.low_run)))
+        out.append(("decode batches at or below threshold", str(st.low_run if low_run is None else low_run)))
         hist = self._history.get(server)
         if hist is not None and hist.recovered:
             out.append(("earlier episodes recovered without a restart", str(hist.recovered)))
@@ -619,6 +641,7 @@ class CollapseRule(ActiveAlertsRule):
 
     # --- persistence (the daemon saves this with the file offsets, atomically) ---
     def to_state(self) -> dict:
+        self.firing_alerts()  # evidence up to date
         return {
             **super().to_state(),
             "ranks": [

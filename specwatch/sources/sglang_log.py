@@ -117,7 +117,7 @@ CANONICAL_LINES = re.compile(
     r"#queue-req: (\d+)|Prefill batch, "
     r"#new-seq: (\d+), #new-token: (\d+), #cached-token: (\d+), token usage: (\d+\.\d+), "
     r"#running-req: (\d+), #queue-req: (\d+), (?:#pending-token: (\d+), )?cuda graph: (True|False), "
-    r"input throughput \(token/s\): (\d+\.\d+))[, ]*$", re.M)
+    r"input throughput \(token/s\): (\d+\.\d+))[, ]*$", re.M | re.A)  # ASCII digits: what SGLang prints
 
 
 class _Bad(Exception):
