@@ -34,7 +34,6 @@ class Cluster:
     """Alertmanagers that share their silences: `urls` (base URLs, in the given order)."""
 
     urls: list[str]
-    error: str = ""  # why the first one's status could not be read (then it stands alone)
 
     @property
     def name(self) -> str:
@@ -54,7 +53,7 @@ class RemoteSilence:
     created_by: str
     comment: str
     state: str  # Alertmanager's `status.state`: active, pending, expired
-    cluster: Cluster = field(repr=False, default=None)  # type: ignore[assignment]
+    cluster: Cluster = field(repr=False)  # where it is
 
     def to_dict(self) -> dict:
         return {"id": self.id, "matchers": [str(m) for m in self.matchers], "starts_at": self.starts_at,
@@ -94,16 +93,13 @@ def clusters(urls: list[str], timeout: float) -> list[Cluster]:
     """`urls` grouped by the cluster each is in (`GET /api/v2/status`), in their order."""
     api = _Api(timeout)
     names: list[tuple[str, set[str]]] = []  # per URL: (its peer name, the peer names it knows)
-    errors: list[str] = []
     for u in urls:
         try:
             c = (api.call("GET", u, STATUS) or {}).get("cluster") or {}
             known = {p.get("name", "") for p in c.get("peers") or []} - {""}
             names.append((c.get("name") or "", known if c.get("status") != "disabled" else set()))
-            errors.append("")
-        except (OSError, AttributeError) as e:
+        except (OSError, AttributeError):  # said by the call that needs it (create, query)
             names.append(("", set()))
-            errors.append(str(e))
     group = list(range(len(urls)))
     for i, (name_i, known_i) in enumerate(names):
         for j in range(i):
@@ -113,8 +109,7 @@ def clusters(urls: list[str], timeout: float) -> list[Cluster]:
                 group = [new if g == old else g for g in group]
     out: dict[int, Cluster] = {}
     for i, u in enumerate(urls):
-        c = out.setdefault(group[i], Cluster([], errors[i]))
-        c.urls.append(u)
+        out.setdefault(group[i], Cluster([])).urls.append(u)
     return list(out.values())
 
 
