@@ -263,13 +263,40 @@ def cmd_notifications(args) -> int:
     return 0
 
 
+def _alertmanagers(args) -> tuple[list[str], float]:
+    """The Alertmanagers `silence` works on, and the seconds each request may take: the
+    `--alertmanager` URLs, else the config's `alerts.alertmanager.urls` (none with --local-only).
+    Raises ValueError on a URL that is not http(s)."""
+    from specwatch.notifiers.http import check_url
+
+    if getattr(args, "local_only", False):
+        return [], 10.0
+    cfg = load_config(args.config, secrets=False) if getattr(args, "config", None) else None
+    urls = list(args.alertmanager or (cfg.alertmanager.urls if cfg is not None else []))
+    for u in urls:
+        check_url(u, f"--alertmanager {u!r}")
+    return urls, cfg.alertmanager.timeout if cfg is not None else 10.0
+
+
+def _where(ids: dict[str, str]) -> list[str]:
+    """`alertmanager/host:port[+host:port]` per Alertmanager silence ID in `ids` (URL → ID)."""
+    from specwatch.alerts.am_silences import Cluster
+
+    by_id: dict[str, list[str]] = {}
+    for u, sid in ids.items():
+        by_id.setdefault(sid, []).append(u)
+    return [Cluster(urls).name for urls in by_id.values()]
+
+
 def cmd_silence(args) -> int:
     import getpass
     import time
 
+    from specwatch.alerts import am_silences
     from specwatch.alerts.matchers import parse_matcher
     from specwatch.alerts.model import iso8601
-    from specwatch.alerts.silences import SilenceStore
+    from specwatch.alerts.silences import EXPIRED, SilenceStore, check
+    from specwatch.sources.server_api import shown_url
 
     state_dir = _state_dir(args)
     if not os.path.isdir(state_dir):
@@ -283,19 +310,58 @@ def cmd_silence(args) -> int:
                   "there (give the daemon's --config or --state-dir)", file=sys.stderr)
     store = SilenceStore(state_dir)
     now = time.time()
+    failed: list[str] = []  # Alertmanagers that lack what was asked: said, and exit 1
+    remote: list[am_silences.RemoteSilence] = []
     try:
+        urls, timeout = _alertmanagers(args)
+        found = am_silences.clusters(urls, timeout) if urls else []
         if args.action == "add":
             matchers = [parse_matcher(m) for m in args.match]
             author = args.author or os.environ.get("SUDO_USER") or getpass.getuser()
-            s = store.add(matchers, now, now + args.duration, created_by=author, comment=args.comment)
+            check(matchers, now, now + args.duration)
+            ids, failed = am_silences.create(found, matchers, now, now + args.duration, created_by=author,
+                                             comment=args.comment, timeout=timeout)
+            for c in found:
+                if c.urls[0] in ids:
+                    print(f"specwatch silence add: made in {c.name} as {ids[c.urls[0]]}", file=sys.stderr)
+            s = store.add(matchers, now, now + args.duration, created_by=author, comment=args.comment,
+                          alertmanager_ids=ids)
             print(s.id)
-            return 0
+            for msg in failed:
+                print(f"specwatch silence add: not made in {msg}; it is stored here ({s.id}): run the same "
+                      "`specwatch silence add` with --alertmanager URL when that Alertmanager answers",
+                      file=sys.stderr)
+            return 1 if failed else 0
         if args.action == "expire":
             for sid in args.ids:
-                s = store.expire(sid, now)
-                print(f"expired {s.id}")
-            return 0
+                try:
+                    s = store.expire(sid, now)
+                except KeyError:
+                    if not found:
+                        raise
+                    remote, why = am_silences.query(found, timeout)
+                    hits = [r for r in remote if r.id.startswith(sid)] if sid else []
+                    if len(hits) != 1:
+                        raise KeyError(f"{'no' if not hits else 'more than one'} silence with ID {sid!r}, here or in "
+                                       "the Alertmanagers" + (f" ({'; '.join(why)})" if why else "")
+                                       + "; see `specwatch silence list`") from None
+                    if hits[0].state == EXPIRED:
+                        raise ValueError(f"silence {hits[0].id} already expired in {hits[0].cluster.name}") from None
+                    failed += am_silences.expire(dict.fromkeys(hits[0].cluster.urls, hits[0].id), timeout)
+                    print(f"expired {hits[0].id} in {hits[0].cluster.name}")
+                    continue
+                failed += am_silences.expire(s.alertmanager_ids, timeout)  # where it was made
+                print(f"expired {s.id}" + "".join(f" and in {w}" for w in _where(s.alertmanager_ids)))
+            for msg in failed:
+                print(f"specwatch silence expire: not ended in Alertmanager: {msg}; `amtool silence expire ID` "
+                      "ends it there", file=sys.stderr)
+            return 1 if failed else 0
         silences = store.list(now, include_expired=args.expired)
+        if found:
+            linked = {sid for s in store.list(now, include_expired=True) for sid in s.alertmanager_ids.values()}
+            remote, failed = am_silences.query(found, timeout)
+            remote = [r for r in remote if r.id not in linked and (args.expired or r.state != EXPIRED)]
+            remote.sort(key=lambda r: (r.ends_at, r.id))
     except (ValueError, KeyError) as e:
         print(f"specwatch silence {args.action}: {e.args[0] if e.args else e}", file=sys.stderr)
         return 2
@@ -303,14 +369,23 @@ def cmd_silence(args) -> int:
         print(f"specwatch silence {args.action}: {e.filename or store.path}: {e.strerror} "
               "(use --state-dir, or run as the user that runs the daemon)", file=sys.stderr)
         return 1
+    for msg in failed:
+        print(f"specwatch silence list: not listed: {msg}", file=sys.stderr)
     if args.json:
-        print(json.dumps([{**s.to_dict(), "state": s.state(now)} for s in silences], indent=2))
-        return 0
+        print(json.dumps([{**s.to_dict(), "alertmanager_ids": {shown_url(u): i for u, i in s.alertmanager_ids.items()},
+                           "state": s.state(now)} for s in silences] + [r.to_dict() for r in remote], indent=2))
+        return 1 if failed else 0
     rows = [("ID", "Matchers", "Starts", "Ends", "State", "Created by", "Comment")]
     rows += [(s.id, " ".join(str(m) for m in s.matchers), iso8601(s.starts_at), iso8601(s.ends_at), s.state(now),
               s.created_by, s.comment) for s in silences]
+    rows += [(r.id, " ".join(str(m) for m in r.matchers), iso8601(r.starts_at), iso8601(r.ends_at), r.state,
+              r.created_by, r.comment) for r in remote]
+    if found or any(s.alertmanager_ids for s in silences):  # where each one is
+        where = ["Where"] + [", ".join(["here", *_where(s.alertmanager_ids)]) for s in silences] \
+            + [r.cluster.name for r in remote]
+        rows = [(*row[:5], w, *row[5:]) for row, w in zip(rows, where)]
     _print_rows(rows)
-    return 0
+    return 1 if failed else 0
 
 
 def _print_rows(rows: list[tuple[str, ...]]) -> None:
@@ -514,13 +589,19 @@ def build_parser() -> argparse.ArgumentParser:
                     help="seconds to wait for delivery, all receivers together (default 60)")
     rp.set_defaults(func=cmd_replay)
 
-    sil = sub.add_parser("silence", help="mute notifications of matching alerts for a while (add, list, expire)")
+    sil = sub.add_parser("silence", help="mute notifications of matching alerts for a while (add, list, expire), "
+                                         "here and in the configured Alertmanagers")
     silsub = sil.add_subparsers(dest="action", required=True)
 
     def where(sp):
         g = sp.add_mutually_exclusive_group()
         g.add_argument("--state-dir", help="the daemon's state directory (default: from --config, else /var/lib/specwatch)")
-        g.add_argument("--config", help="the daemon's config file, to find its state_dir")
+        g.add_argument("--config", help="the daemon's config file, to find its state_dir (and alerts.alertmanager.urls)")
+        a = sp.add_mutually_exclusive_group()
+        a.add_argument("--alertmanager", action="append", metavar="URL",
+                       help="also in this Alertmanager (repeatable, amtool's --alertmanager.url; default: the "
+                            "config's alerts.alertmanager.urls); one silence per cluster")
+        a.add_argument("--local-only", action="store_true", help="only in the state directory, not in Alertmanager")
 
     sa = silsub.add_parser("add", parents=[common], help="add a silence; prints its ID")
     sa.add_argument("--match", action="append", required=True, metavar="MATCHER",

@@ -69,10 +69,19 @@ class Section(msgspec.Struct, kw_only=True):
     YAML name (`msgspec.field(name="for")`). Read by `_Reader.section_of`."""
 
     example: ClassVar[str] = ""  # an entry in flow style, for a section that is a list item
+    # (key, "at_most" | "at_least", other key): while `key` is not written in this mapping, its
+    # default (or inherited) value is bounded by `other`'s, so a default never refuses a key the
+    # user wrote; Prometheus does the same with scrape_timeout: min(its default, the interval)
+    # (prometheus/prometheus config/config.go, GlobalConfig.UnmarshalYAML).
+    default_bounds: ClassVar[tuple[tuple[str, str, str], ...]] = ()
 
     def problems(self) -> Iterable[tuple[str, str]]:
         """Checks across fields: (key within the section, what is wrong; how to fix)."""
         return ()
+
+
+# a notifier's unwritten backoff key follows the written one (Section.default_bounds)
+_BACKOFF_BOUNDS = (("backoff_initial", "at_most", "backoff_max"), ("backoff_max", "at_least", "backoff_initial"))
 
 
 _RULE_SECTIONS: dict[str, tuple[str, type[Section]]] = {}
@@ -189,6 +198,8 @@ class SlackConfig(Section):
     backoff_max: Seconds = 300.0
     send_resolved: bool = True
 
+    default_bounds: ClassVar = _BACKOFF_BOUNDS
+
     def problems(self):
         return _backoff_problems(self.backoff_initial, self.backoff_max)
 
@@ -212,6 +223,8 @@ class WebhookConfig(Section):
     backoff_initial: Seconds = 1.0
     backoff_max: Seconds = 300.0
 
+    default_bounds: ClassVar = _BACKOFF_BOUNDS
+
     def problems(self):
         return _backoff_problems(self.backoff_initial, self.backoff_max)
 
@@ -226,6 +239,8 @@ class AlertmanagerConfig(Section):
     timeout: Seconds = 10.0
     backoff_initial: Seconds = 1.0
     backoff_max: Seconds = 60.0
+
+    default_bounds: ClassVar = _BACKOFF_BOUNDS
 
     def problems(self):
         for i, u in enumerate(self.urls):
@@ -293,15 +308,16 @@ class ServerApiConfig(Section):
     api_key_file: str | None = None
     interval: Seconds = 10.0
     health_interval: Seconds = 60.0
-    timeout: Seconds = 2.0
+    timeout: Seconds = 2.0  # unwritten: at most interval
     backoff_max: Seconds = 120.0
+    default_bounds: ClassVar = (("timeout", "at_most", "interval"),)
 
     def problems(self):
         if self.url is not None and not _valid_url(self.url):
             yield "url", "must be an http(s) base URL such as http://127.0.0.1:30000"
-        if self.timeout >= self.interval:
-            yield "timeout", (f"must be shorter than interval ({self.interval:g}s) or polls pile up; "
-                              f"e.g. {max(self.interval / 2, 0.1):g}s")
+        if self.timeout > self.interval:
+            yield "timeout", (f"must not exceed interval ({self.interval:g}s) or polls fall behind it; "
+                              f"e.g. {max(self.interval / 2, 0.1):g}s, or leave it out (then min(2s, interval))")
 
     def __repr__(self) -> str:  # the API key is a secret
         return (f"ServerApiConfig(url={self.url!r}, server={self.server!r}, "
@@ -317,19 +333,21 @@ class ServerMetricsConfig(Section):
                                                        "`url: http://127.0.0.1:30000/metrics`")]
     server: str | None = None  # None: the top-level `server`
     interval: Annotated[float, Meta(ge=1.0, le=YEAR, extra=DURATION)] = 5.0
-    timeout: Seconds = 2.0
-    backoff_max: Seconds = 120.0
+    timeout: Seconds = 2.0  # unwritten: at most interval, as Prometheus' scrape_timeout
+    backoff_max: Seconds = 120.0  # unwritten: at least interval
+    default_bounds: ClassVar = (("timeout", "at_most", "interval"), ("backoff_max", "at_least", "interval"))
 
     def problems(self):
         if not _valid_url(self.url):
             yield "url", f"{_show(self.url)} is not an http(s) URL; e.g. http://127.0.0.1:30000/metrics"
         elif not urlsplit(self.url).path.rstrip("/"):
             yield "url", f"{_show(self.url)} has no path; the engine serves its metrics at /metrics, e.g. {self.url.rstrip('/')}/metrics"
-        if self.timeout >= self.interval:
-            yield "timeout", (f"must be shorter than interval ({self.interval:g}s) or scrapes pile up; "
-                              f"e.g. {max(self.interval / 2, 0.1):g}s")
+        if self.timeout > self.interval:
+            yield "timeout", (f"must not exceed interval ({self.interval:g}s) or scrapes fall behind it; "
+                              f"e.g. {max(self.interval / 2, 0.1):g}s, or leave it out (then min(2s, interval))")
         if self.backoff_max < self.interval:
-            yield "backoff_max", f"must be at least interval ({self.interval:g}s); e.g. 2m"
+            yield "backoff_max", (f"must be at least interval ({self.interval:g}s); e.g. {max(self.interval, 120):g}s, "
+                                  "or leave it out (then max(2m, interval))")
 
 
 LOCAL_HOSTS = frozenset(("127.0.0.1", "localhost", "::1", "0.0.0.0", "::"))
@@ -608,6 +626,7 @@ class _Reader:
         if not complete:
             return None
         obj = msgspec.structs.replace(base, **values) if base is not None else cls(**values)
+        obj = _bound_defaults(obj, {f.name for f in fields if data.get(f.encode_name) is not None})
         for key, msg in obj.problems():
             if re.split(r"[.\[]", key, maxsplit=1)[0] not in wrong:  # said already, as a wrong value
                 self.bad(_join(path, key), msg)
@@ -1117,6 +1136,18 @@ def _slack(r: _Reader, raw, path: str, base: SlackConfig) -> SlackConfig:
     return msgspec.structs.replace(sc, webhook_url=url or base.webhook_url, webhook_url_env=None,
                                    webhook_url_file=None, bot_token=token or None, bot_token_env=None,
                                    bot_token_file=None)
+
+
+def _bound_defaults(obj: Section, written: set[str]) -> Section:
+    """`obj` with each unwritten key of its `default_bounds` moved within its bound."""
+    moved = {}
+    for key, how, other in obj.default_bounds:
+        if key not in written:
+            value, bound = getattr(obj, key), getattr(obj, other)
+            value = min(value, bound) if how == "at_most" else max(value, bound)
+            if value != getattr(obj, key):
+                moved[key] = value
+    return msgspec.structs.replace(obj, **moved) if moved else obj
 
 
 def _backoff_problems(initial: float, maximum: float) -> list[tuple[str, str]]:

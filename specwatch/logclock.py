@@ -4,9 +4,16 @@ SGLang stamps its lines in the local time of its own container (no zone written)
 in a zone east or west of the host, with `logs[].timezone` / `log_timezone` unset, gives lines
 stamped hours ahead or behind: rules clock alerts by the log, the dispatcher by the wall, and
 mixed they misfire (alerts held, resolved at once, negative durations). The daemon measures each
-log's offset before it reads the log's first line (the newest stamp near the end of the file
-against the file's mtime), warns once, exports it, and reads the log in a zone shifted by it,
+log's offset before it reads the log's first line (the stamp of the file's last line against
+the file's mtime), warns once, exports it, and reads the log in a zone shifted by it,
 so log time is wall time again.
+
+Only a stamp that the file's mtime dates is evidence: the file's last line, stamped. A log idle
+for an hour, then a traceback without stamps, has its newest stamp an hour behind the mtime,
+which is an idle gap, not a zone; whatever came after the last stamp, nothing is decided (the
+log is read as configured, or in the zone learned before). A zone that would read the last
+line later than the mtime (more than `FUTURE_SLACK`: stamps are whole seconds) is not taken
+either: a line is never written before it happened, so no zone may date it in the future.
 
 The offset follows the log: a live read whose last stamp, read in the log's current zone, is
 more than `WARN_AFTER` off the wall clock measures the offset again (the same way; at most once
@@ -29,8 +36,9 @@ log = logging.getLogger(__name__)
 WARN_AFTER = 300.0  # seconds off the wall clock that say the log's zone is wrong
 ZONE_STEP = 900.0  # zones are whole quarter hours off UTC
 MAX_ZONE = 23 * 3600.0  # beyond this no zone explains it (and a tzinfo must stay under 24 h)
-TAIL_BYTES = 16384  # the end of a file searched for its newest stamp
+TAIL_BYTES = 16384  # the end of a file searched for its last line
 RELEARN_EVERY = 10.0  # seconds of wall time between two measures of one log's offset
+FUTURE_SLACK = 2.0  # seconds a zoned stamp may read past the mtime (whole-second stamps, coarse mtimes)
 
 
 class LogClocks:
@@ -61,16 +69,20 @@ class LogClocks:
 
     def learn(self, path: str, server: str, tz: tzinfo | None, now: float | None = None) -> None:
         """Measure `path`'s offset (before its first line is read; again from `follow`), and read
-        it in the zone that offset gives from now on: the newest `[date time]` stamp in the
-        file's last TAIL_BYTES against the file's mtime (when the last bytes were written: old
-        lines read late, e.g. after a restart, do not count). Offsets that are not whole quarter
-        hours off (a log idle for a while, then an unstamped line) and paths that are not files
-        (a journal) or hold no stamp (vLLM) record 0.0: read as configured. `now`: wall time of
-        the measure (default: the clock). A change of offset is logged once."""
+        it in the zone that offset gives from now on: the stamp of the file's last line (within
+        its last TAIL_BYTES) against the file's mtime (when that line was written: old lines read
+        late, e.g. after a restart, do not count). A last line without a stamp (a traceback, a
+        uvicorn line after an idle gap) is no evidence: the offset stays as it was (0.0 at the
+        first measure). Offsets that are not whole quarter hours off, that would date the line
+        after the mtime, and paths that are not files (a journal) record 0.0: read as
+        configured. `now`: wall time of the measure (default: the clock). A change of offset is
+        logged once."""
         old = self.offsets.get(path)
         self._measured[path] = time.time() if now is None else now
         self.server_of[path] = server
         off = self._measure(path, tz)
+        if off is None:
+            off = 0.0 if old is None else old
         if off == old:
             return
         self.offsets[path] = off
@@ -87,8 +99,9 @@ class LogClocks:
                     "ahead of" if off > 0 else "behind", _utc(base + timedelta(seconds=off)))
 
     @staticmethod
-    def _measure(path: str, tz: tzinfo | None) -> float:
-        """`path`'s offset as `learn` takes it (0.0: read as configured)."""
+    def _measure(path: str, tz: tzinfo | None) -> float | None:
+        """`path`'s offset as `learn` takes it (0.0: read as configured; None: no evidence, the
+        file's last line has no stamp)."""
         try:
             with open(path, "rb") as f:
                 st = os.fstat(f.fileno())
@@ -96,14 +109,16 @@ class LogClocks:
                 tail = f.read(TAIL_BYTES).decode("utf-8", "replace").splitlines()
         except OSError:
             return 0.0
-        ts = next((t for t in (bracket_prefix(x, tz)[0] for x in reversed(tail)) if t is not None), None)
-        if ts is None:
-            return 0.0
+        last = next((x for x in reversed(tail) if x.strip()), "")
+        ts = bracket_prefix(last, tz)[0] if last[:1] == "[" else None
+        if ts is None:  # what came last is undated: the stamps before it may be an idle gap old
+            return None
         off = ts - st.st_mtime
         if abs(off) <= WARN_AFTER or abs(off) > MAX_ZONE:  # on the clock; or not a zone: an old log written now
             return 0.0
         zoned = round(off / ZONE_STEP) * ZONE_STEP
-        if abs(off - zoned) >= 120:  # not a zone: the log was idle, then wrote an unstamped line
+        # written at most a while after its stamp (a buffered write), never before it
+        if not -120 < off - zoned <= FUTURE_SLACK:
             return 0.0
         base = (datetime.now(tz) if tz is not None else datetime.now().astimezone()).utcoffset()
         if abs(base.total_seconds() + zoned) >= 86400:

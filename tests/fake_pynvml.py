@@ -43,7 +43,6 @@ from pynvml import (  # re-exported: the sampler reads these off the module it i
     NVML_VOLATILE_ECC,
     NVMLError,
     c_nvmlMemory_t,
-    c_nvmlProcessInfo_v3_t,
     c_nvmlUtilization_t,
     nvmlClocksEventReasonApplicationsClocksSetting,
     nvmlClocksEventReasonDisplayClockSetting,
@@ -58,6 +57,9 @@ from pynvml import (  # re-exported: the sampler reads these off the module it i
     nvmlPciInfo_t,
     nvmlStructToFriendlyObject,
 )
+# the struct nvmlDeviceGetComputeRunningProcesses fills in the installed nvidia-ml-py: _v3_t where
+# it has one (13.615), c_nvmlProcessInfo_t where not (12.535); both carry pid and usedGpuMemory
+c_nvmlProcessInfo_v3_t = getattr(pynvml, "c_nvmlProcessInfo_v3_t", None) or pynvml.c_nvmlProcessInfo_t
 
 GIB = 1024**3
 

@@ -417,3 +417,33 @@ def test_secret_files_are_small_regular_text_files(tmp_path):
     assert "more than a secret file holds (at most 16384)" in ps[1] and "xxxx" not in ps[1]
     cfg = build_config({"server_api": {"url": "http://127.0.0.1:30000", "api_key_file": str(ok)}})
     assert cfg.server_apis[0].api_key == "s3cret-key"
+
+
+def test_an_unwritten_default_bends_to_the_keys_written_next_to_it():
+    """A default the user never wrote gives way, as Prometheus' scrape_timeout does
+    (min(its default, the scrape interval)); only a pair the user wrote is refused."""
+    url = "http://127.0.0.1:30000"
+    cfg = build_config({"server_metrics": [{"url": f"{url}/metrics", "interval": "1s"},
+                                           {"url": f"{url}/metrics?2", "interval": "2s"},
+                                           {"url": f"{url}/metrics?3", "interval": "10m"}],
+                        "server_api": [{"url": url, "interval": "1s"},
+                                       {"url": "http://127.0.0.1:30001", "server": "b", "interval": "500ms"},
+                                       {"url": "http://127.0.0.1:30002", "server": "c"}]})
+    assert [(m.interval, m.timeout, m.backoff_max) for m in cfg.server_metrics] == [
+        (1.0, 1.0, 120.0), (2.0, 2.0, 120.0), (600.0, 2.0, 600.0)]
+    assert [(a.interval, a.timeout) for a in cfg.server_apis] == [(1.0, 1.0), (0.5, 0.5), (10.0, 2.0)]
+    cfg = build_config({"alerts": {
+        "slack": {"webhook_url": "https://hooks.example/x", "backoff_max": "500ms"},
+        "webhooks": [{"name": "ops", "url": "https://hooks.example/y", "backoff_initial": "10m"}],
+        "alertmanager": {"urls": ["http://127.0.0.1:9093"], "backoff_initial": "2m"},
+        "routes": [{"matchers": ["severity=critical"], "slack": {"backoff_initial": "1h"}}]}})
+    assert (cfg.slack.backoff_initial, cfg.slack.backoff_max) == (0.5, 0.5)
+    assert (cfg.webhooks[0].backoff_initial, cfg.webhooks[0].backoff_max) == (600.0, 600.0)
+    assert (cfg.alertmanager.backoff_initial, cfg.alertmanager.backoff_max) == (120.0, 120.0)
+    assert (cfg.routes[0].slack.backoff_initial, cfg.routes[0].slack.backoff_max) == (3600.0, 3600.0)
+    # both written and crossed: refused, naming the key
+    ps = problems({"server_metrics": [{"url": f"{url}/metrics", "interval": "1s", "timeout": "3s",
+                                       "backoff_max": "1s"}],
+                   "server_api": {"url": url, "interval": "1s", "timeout": "1500ms"}})
+    assert sorted(p.split(":")[0] for p in ps) == ["server_api.timeout", "server_metrics[0].timeout"]
+    assert build_config({"server_api": {"url": url, "interval": "1s", "timeout": "1s"}}).server_apis[0].timeout == 1.0

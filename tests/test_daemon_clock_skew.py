@@ -149,3 +149,36 @@ def test_an_idle_log_then_an_unstamped_line_is_not_an_offset(tmp_path):
     finally:
         d.stop()
     assert not [ln for ln in d.output.splitlines() if " WARNING " in ln and "clock" in ln], d.output
+
+
+# The unstamped traceback of BR-47 (lines 17-20: a second exception printed without SGLang's
+# stamp), from tests/data/samples/bugreport-logs/BR-47.log.
+_UNSTAMPED_TRACEBACK = (
+    "Traceback (most recent call last):\n"
+    '  File "/usr/local/lib/python3.12/dist-packages/sglang/srt/model_executor/cuda_graph_runner.py", line 480, in capture\n'
+    "    raise Exception(\n"
+    "Exception: Capture cuda graph failed: CUDA error: operation failed due to a previous error during capture\n")
+
+
+def test_an_hour_idle_then_an_unstamped_traceback_is_not_a_zone(tmp_path):
+    """The last decode line is 60 minutes old, a traceback without stamps is written now (the
+    file's mtime), then the daemon starts: an idle hour, not a zone an hour west. Nothing is
+    shifted or warned, and a line written afterwards is read at its own time, not an hour ahead."""
+    log = tmp_path / "sglang.log"
+    _write(log, -3600, {"TP0": 2.9})
+    with log.open("a") as f:
+        f.write(_UNSTAMPED_TRACEBACK)
+    d = SpecwatchDaemon(tmp_path, log, env={"TZ": "UTC"}, extra={"diagnosis": {"enabled": False}})
+    try:
+        d.start()
+        wait_for(lambda: d.scrape().get(("specwatch_decode_batches_total", TP0)) == 1, what="the old line")
+        assert abs(d.scrape()[("specwatch_last_decode_batch_timestamp_seconds", TP0)] - (time.time() - 3600)) < 30
+        _write(log, 0, {"TP0": 2.9})  # the server serves again
+        wait_for(lambda: d.scrape().get(("specwatch_decode_batches_total", TP0)) == 2, what="the new line")
+        last = d.scrape()[("specwatch_last_decode_batch_timestamp_seconds", TP0)]
+        assert last <= time.time() + 2, f"a line read {last - time.time():.0f}s in the future"
+        assert abs(last - time.time()) < 30
+        assert d.scrape().get(("specwatch_log_clock_offset_seconds", (("server", "gpu-box-1"),)), 0) == 0
+    finally:
+        d.stop()
+    assert not [ln for ln in d.output.splitlines() if " WARNING " in ln and "clock" in ln], d.output

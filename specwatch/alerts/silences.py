@@ -6,7 +6,9 @@ size, inode or modification time changes (one stat per call). Writers hold an ex
 `flock` on `silences.lock` around read-modify-write, so two CLI calls never lose each other's
 silence. Semantics follow Alertmanager: a silence mutes an alert whose labels match all its
 matchers while `starts_at <= now < ends_at`; muted alerts are left out of notifications (to
-every notifier) but keep firing in the rules and metrics.
+every notifier) but keep firing in the rules and metrics. A silence the CLI also made in
+Alertmanagers (`specwatch.alerts.am_silences`) keeps their silence IDs (`alertmanager_ids`), so
+`silence expire` ends it there too.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ class Silence:
     created_by: str = ""
     comment: str = ""
     updated_at: float = 0.0
+    alertmanager_ids: dict[str, str] = field(default_factory=dict)  # Alertmanager base URL → its silence ID
 
     def state(self, now: float) -> str:
         if now >= self.ends_at:
@@ -54,14 +57,26 @@ class Silence:
     def to_dict(self) -> dict:
         return {"id": self.id, "matchers": [str(m) for m in self.matchers], "starts_at": self.starts_at,
                 "ends_at": self.ends_at, "created_by": self.created_by, "comment": self.comment,
-                "updated_at": self.updated_at}
+                "updated_at": self.updated_at, "alertmanager_ids": dict(self.alertmanager_ids)}
 
     @classmethod
     def from_dict(cls, d: dict) -> "Silence":
         return cls(id=str(d["id"]), matchers=[parse_matcher(m) for m in d["matchers"]],
                    starts_at=float(d["starts_at"]), ends_at=float(d["ends_at"]),
                    created_by=str(d.get("created_by", "")), comment=str(d.get("comment", "")),
-                   updated_at=float(d.get("updated_at", 0.0)))
+                   updated_at=float(d.get("updated_at", 0.0)),
+                   alertmanager_ids={str(k): str(v) for k, v in (d.get("alertmanager_ids") or {}).items()})
+
+
+def check(matchers: list[Matcher], starts_at: float, ends_at: float) -> None:
+    """Raises ValueError, saying what to write, on an empty matcher list, a silence that would
+    match every alert, or ends_at <= starts_at."""
+    if not matchers:
+        raise ValueError("a silence needs at least one matcher, e.g. --match alertname=AcceptanceCollapse")
+    if all(m.matches({}) for m in matchers):
+        raise ValueError("these matchers match every alert (even one without labels); name a label value")
+    if ends_at <= starts_at:
+        raise ValueError("the silence must end after it starts")
 
 
 @dataclass
@@ -142,18 +157,14 @@ class SilenceStore:
                 os.chown(p, st.st_uid, st.st_gid)
 
     def add(self, matchers: list[Matcher], starts_at: float, ends_at: float, *, created_by: str = "",
-            comment: str = "") -> Silence:
-        """Store a new silence and return it. Raises ValueError on an empty matcher list, a
+            comment: str = "", alertmanager_ids: dict[str, str] | None = None) -> Silence:
+        """Store a new silence and return it (`alertmanager_ids`: where Alertmanagers hold it). Raises ValueError on an empty matcher list, a
         silence that would match every alert, or ends_at <= starts_at; OSError when the state
         directory is not writable."""
-        if not matchers:
-            raise ValueError("a silence needs at least one matcher, e.g. --match alertname=AcceptanceCollapse")
-        if all(m.matches({}) for m in matchers):
-            raise ValueError("these matchers match every alert (even one without labels); name a label value")
-        if ends_at <= starts_at:
-            raise ValueError("the silence must end after it starts")
+        check(matchers, starts_at, ends_at)
         s = Silence(id=str(uuid.uuid4()), matchers=list(matchers), starts_at=starts_at, ends_at=ends_at,
-                    created_by=created_by, comment=comment, updated_at=starts_at)
+                    created_by=created_by, comment=comment, updated_at=starts_at,
+                    alertmanager_ids=dict(alertmanager_ids or {}))
         with self._locked():
             self._gc(starts_at)
             self.silences.append(s)

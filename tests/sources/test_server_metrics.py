@@ -36,6 +36,13 @@ def source(url, **kw):
 
 @pytest.mark.parametrize("openmetrics", [False, True], ids=["text-colon-names", "openmetrics-underscore-names"])
 def test_sglang_gauges_per_dp_rank_in_both_name_styles(engines, openmetrics):
+    from importlib.metadata import version
+
+    from packaging.version import Version
+
+    if openmetrics and Version(version("prometheus-client")) < Version("0.23"):
+        pytest.skip("the engine double renders with this prometheus-client, which writes colon names in "
+                    "OpenMetrics before 0.23; the underscore style needs a newer one (the main test run has it)")
     eng = engines("sglang", openmetrics=openmetrics, dp_size=2)
     eng.set_sglang(0, accept_length=2.75, accept_rate=0.44, running=12, queued=3, throughput=512.5)
     eng.set_sglang(1, accept_length=1.0, accept_rate=0.0, running=9)
