@@ -70,6 +70,9 @@ log = logging.getLogger(__name__)
 # (`Pipeline._rank`): one label set on /metrics (every rank label "other") and one rank in the
 # rules for all of them. It has no rank tokens (`RankStats.ranks` {}).
 OTHER_RANK = "other"
+# Batch lines summarised at most before an evaluation, whatever the clock does (a log whose
+# stamps went back ticks no second until they pass the newest again): pending lines stay few.
+EVALUATE_LINES = 4096
 
 
 # Alerts about one rank's acceptance that carry its trend (`Pipeline._add_trend`).
@@ -161,6 +164,7 @@ class Pipeline:
         self._dirty: list[RankSummary] = []  # the ranks with pending lines, first first
         self._handed: list[Alert] | None = None  # during an evaluation: its transitions
         self._seq = 0  # batch lines summarised: each pending entry's place in file order
+        self._evaluated = 0  # _seq at the last evaluation
         self._emitted: list[tuple] = []  # (seq, clock, alert, its firing snapshot) of this evaluation
         self.servers: dict[str, ServerStats] = {}
         self.ranks: dict[tuple[str, str], RankSummary] = {}
@@ -261,6 +265,12 @@ class Pipeline:
                 stats.last_line["other"] = now
             if now is not None:
                 self.evaluate()
+                self._collapse_evidence()
+
+    def _collapse_evidence(self) -> None:
+        """Firing collapses' evidence up to their rank's last line (rebuilt lazily between
+        reads: `CollapseRule.on_lines`): after each live read, and at the end of a replay."""
+        self.collapse.firing_alerts()
 
     def _scan(self, server: str, stats: ServerStats, grouper: ErrorGrouper, engine: LogEngine, text: str, tz,
               now: float | None) -> int:
@@ -396,6 +406,7 @@ class Pipeline:
         """Decide on every line read and end every open traceback (the end of a recorded log)."""
         with self.lock:
             self.evaluate()
+            self._collapse_evidence()
             self._expire_errors(self._last_tick if self._last_tick > -math.inf else 0.0, flush=True)
 
     def _last_lines(self, server: str) -> dict[str, float]:
@@ -490,13 +501,14 @@ class Pipeline:
                     dirty.append(rs)
                 pending.append(entry)
                 rs._last, rs._last_batch = entry, None
-            if clock - self._last_tick >= 1.0:  # time-based rules need no finer clock
+            if clock - self._last_tick >= 1.0 or seq - self._evaluated >= EVALUATE_LINES:
                 self._count(stats, decodes, prefills, last_decode, last_prefill)
                 decodes = prefills = 0
                 last_decode = last_prefill = None
                 self._seq = seq
                 self.evaluate()
-                self.tick(clock)
+                if clock - self._last_tick >= 1.0:  # time-based rules need no finer clock
+                    self.tick(clock)
         self._seq = seq
         self._count(stats, decodes, prefills, last_decode, last_prefill)
 
@@ -529,6 +541,7 @@ class Pipeline:
         one line at a time (`on_decode` / `on_prefill`) each line in file order."""
         if not self._dirty:
             return
+        self._evaluated = self._seq
         dirty = self._dirty[:]
         self._dirty.clear()  # in place: the summariser's loop holds it
         handed = self._handed = []  # the transitions of this evaluation (`_points`)
@@ -554,9 +567,14 @@ class Pipeline:
             by_server: dict[str, list[RankSummary]] = {}
             for rs in dirty:
                 by_server.setdefault(rs.server, []).append(rs)
+            emit = self._emit
             for server, ranks in by_server.items():
                 for rule in self._on_lines:
-                    alerts = self.rule_faults.call(rule, "on_lines", server, ranks, self._emit, default=())
+                    try:
+                        alerts = rule.on_lines(server, ranks, emit)
+                    except Exception as e:  # that rule, those lines: the read goes on
+                        self.rule_faults.failed(rule, "on_lines", e)
+                        continue
                     if alerts:
                         self._emitted.extend((math.inf, clock, a, None) for a in alerts)
             self._hand_over()
@@ -574,10 +592,16 @@ class Pipeline:
         the transitions of this evaluation that came after the line (`handed`, by their
         starts_at / ends_at)."""
         h = rs.history
+        pending = rs.pending
+        if len(pending) == 1:
+            if h.floor <= pending[0][0] < h.due:
+                return
+        elif h.floor <= min(e[0] for e in pending) and max(e[0] for e in pending) < h.due:
+            return  # no point due among them (the common case)
         total, count = rs.sum0, rs.count0
         state = None
         mine = [a for a in handed if a.labels.get("rank", "") == rs.rank and a.labels.get("server") == rs.server]
-        for entry in rs.pending:
+        for entry in pending:
             a = entry[2]
             if a is None:
                 continue

@@ -114,6 +114,7 @@ def _points(lines: list[str], columns: bool) -> list[tuple[float, float, int]]:
     # with a wall clock, as `run` reads a backlog, or the lines' own, as `replay`
     p.feed_batch(LineBatch("s.log", 0, len(text.encode()), block=text.encode(), text=text),
                  time.time() if columns else None)
+    p.flush_errors()  # the end of the file, as replay ends it
     return list(p.ranks[("box", "TP0")].history.points)
 
 
