@@ -16,7 +16,6 @@ import os
 import sys
 import time
 
-from specwatch import __version__
 from specwatch.config import (Config, ConfigError, LogSource, build_config, config_warnings, load_config,
                               load_run_config, parse_log_format)
 
@@ -554,7 +553,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="specwatch",
         description="Watch SGLang speculative decoding: follow its logs, export Prometheus metrics, "
                     "detect acceptance collapse and alert with what to check.")
-    p.add_argument("--version", action="version", version=f"specwatch {__version__}")
+    p.add_argument("--version", action=_Version, nargs=0, help="show the version and exit")
     # accepted before or after the subcommand
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--log-level", default=argparse.SUPPRESS, choices=["debug", "info", "warning", "error"],
@@ -652,6 +651,16 @@ def build_parser() -> argparse.ArgumentParser:
                    "default: `environment` beside the config; the shell's variables win")
     c.set_defaults(func=cmd_check_config)
     return p
+
+
+class _Version(argparse.Action):
+    """`--version`, the installed version read only when asked (`specwatch.__version__`)."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        import specwatch
+
+        print(f"specwatch {specwatch.__version__}")
+        parser.exit()
 
 
 def main(argv: list[str] | None = None) -> int:
