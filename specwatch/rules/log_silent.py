@@ -32,7 +32,8 @@ from specwatch.events import (
 )
 from specwatch.rules.active import ActiveAlertsRule
 from specwatch.rules.base import RuleContext, log_paths_of, register
-from specwatch.rules.windows import Window
+from specwatch.rules.fileorder import first_and_last
+from specwatch.rules.summary import CLOCK
 
 
 @rule_section("log_silent")
@@ -86,13 +87,19 @@ class LogSilentRule(ActiveAlertsRule):
         self.config = config.log_silent
         self.log_paths = log_paths_of(config)
 
-    def on_decode(self, server: str, window: Window, now: float) -> list[Alert]:
+    def on_lines(self, server: str, ranks: list) -> list[Alert]:
+        """The server's decode lines since the last evaluation: the clock of the last one in file
+        order is the last decode line; the first one resolves the alert (at its clock), as it
+        would have read alone. Prefill lines change nothing here."""
+        lines = first_and_last(ranks)
+        if lines is None:
+            return []
         st = self._s[server]
-        st.last_decode = now
+        st.last_decode = lines[3][CLOCK]
         st.intervals = 0
         if server not in self.active:
             return []  # the common case
-        return self.active.resolve(server, now, ("decode lines", "arriving again"))
+        return self.active.resolve(server, lines[1][CLOCK], ("decode lines", "arriving again"))
 
     def on_event(self, server: str, event: object, now: float) -> list[Alert]:
         if isinstance(event, ServerArgs):
