@@ -143,84 +143,82 @@ class DecodeStalledRule(ActiveAlertsRule):
         Lines count in file order across ranks (`seq`).
 
         In the common case (every line of each rank stamped no earlier than the one before it,
-        and no gap of `_shortest()` possible between the server's lines) only each rank's last
-        lines are read: the last decode line is the server's line with the highest `seq`, and
-        the rank lines before it give `draining`. Otherwise (a gap no tick saw, as in a replay;
+        and no gap of `_shortest()` possible between the server's lines: one pass over the
+        stamps and clocks tells) only each rank's last lines decide: the last decode line is the
+        server's line with the highest `seq`, and its rank's line before it gives `draining`. Otherwise (a gap no tick saw, as in a replay;
         lines stamped out of order) the lines are read one by one in file order: at a decode line
         after such a gap, the stall is judged as a live clock would have judged it during the gap.
         Both give what reading the lines one at a time gives."""
         st = self._s[server]
         ranks = distinct(ranks)
         counts = self._prefill_counts
-        prefills = {rs.rank: counts.pop(rs.key) for rs in ranks if rs.key in counts}
-        if not self._regular(st, ranks, not self.config.enabled):
-            return self._one_by_one(server, st, ranks, prefills)
-        last = None  # (rank, entry) of the server's last decode line
-        first = None  # (rank, entry) of its first
-        for rs in ranks:
-            p = rs.pending
-            if p:
-                e = p[-1]
-                if last is None or e[SEQ] > last[1][SEQ]:
-                    last = (rs, e)
-                if first is None or p[0][SEQ] < first[1][SEQ]:
-                    first = (rs, p[0])
-        if last is not None:  # `draining`: the last decode line against its rank's line before it
-            rs, e = last
-            before = st.running.get(rs.rank)
-            p = rs.pending
-            seq = p[-2][SEQ] if len(p) > 1 else 0
-            if len(p) > 1:
-                before = (p[-2][RUNNING], p[-2][QUEUED])
-            pre = rs.pending_prefills
-            for i in range(len(pre) - 1, -1, -1):  # the rank's last prefill line before it, if later
-                if pre[i][2] < e[SEQ]:
-                    if pre[i][2] > seq:
-                        before = prefills[rs.rank][i]
-                    break
-            st.draining = before is not None and e[RUNNING] < before[0]
-            st.last_decode = e[CLOCK]
-            st.last = last
-        running = st.running
-        for rs in ranks:
-            p, pre = rs.pending, rs.pending_prefills
-            if p:
-                st.stamps[rs.rank] = p[-1][TS]
-            if pre and (not p or pre[-1][2] > p[-1][SEQ]):
-                running[rs.rank] = prefills[rs.rank][-1]
-            elif p:
-                running[rs.rank] = (p[-1][RUNNING], p[-1][QUEUED])
-        if first is None or server not in self.active:
-            return []  # the common case
-        return self.active.resolve(server, first[1][CLOCK], _arriving(first[0]))
-
-    def _regular(self, st: _State, ranks: list, no_gap_check: bool) -> bool:
-        """Whether the common case holds for these lines: every rank's lines stamped and read
-        (clock) in order from its newest stamp on, none more than `FAR_AHEAD` ahead of the clock,
-        and (unless `no_gap_check`: the rule is off) the lines and the last decode line spanning
-        less than `_shortest()` of clock, so no line can show a gap (while the alert fires, the
-        line that resolves it ends such a gap: read one by one, a later gap may fire it again)."""
+        prefills = {rs.rank: counts.pop(rs.key) for rs in ranks if rs.key in counts} if counts else {}
+        # The common case, checked and read in one pass: each rank's lines stamped and read
+        # (clock) in order from its newest stamp on, none more than FAR_AHEAD ahead of the clock
+        # that reads it, and (the rule on) the lines and the last decode line spanning less than
+        # `_shortest()` of clock, so no line can show a gap. While the alert fires the line that
+        # resolves it ends such a gap: read one by one, a later gap may fire it again.
+        stamps = st.stamps
         lo = hi = st.last_decode
+        first = last = None  # the server's first and last decode line: (rank, entry)
+        fseq = lseq = 0
         for rs in ranks:
             p = rs.pending
             if not p:
                 continue
-            newest = st.stamps.get(rs.rank)
-            c0 = p[0][CLOCK]
-            pt = p[0][TS] if newest is None else newest
-            pc = c0
+            e = p[0]
+            c0 = pc = e[CLOCK]
+            pt = stamps.get(rs.rank)
+            if pt is None:
+                pt = e[TS]
             for e in p:
                 t, c = e[TS], e[CLOCK]
                 if t < pt or c < pc:
-                    return False
+                    return self._one_by_one(server, st, ranks, prefills)
                 pt, pc = t, c
             if pt - c0 > FAR_AHEAD:
-                return False
+                return self._one_by_one(server, st, ranks, prefills)
             if lo is None or c0 < lo:
                 lo = c0
             if hi is None or pc > hi:
                 hi = pc
-        return no_gap_check or lo is None or hi - lo < self._shortest()
+            if first is None or p[0][SEQ] < fseq:
+                first, fseq = rs, p[0][SEQ]
+            if last is None or e[SEQ] > lseq:
+                last, lseq = rs, e[SEQ]
+        if self.config.enabled and lo is not None and hi - lo >= self._shortest():
+            return self._one_by_one(server, st, ranks, prefills)
+        running = st.running
+        if last is not None:  # `draining`: the last decode line against its rank's line before it
+            p = last.pending
+            e = p[-1]
+            before = running.get(last.rank)
+            seq = 0
+            if len(p) > 1:
+                before, seq = (p[-2][RUNNING], p[-2][QUEUED]), p[-2][SEQ]
+            pre = last.pending_prefills
+            for i in range(len(pre) - 1, -1, -1):  # the rank's last prefill line before it, if later
+                if pre[i][2] < lseq:
+                    if pre[i][2] > seq:
+                        before = prefills[last.rank][i]
+                    break
+            st.draining = before is not None and e[RUNNING] < before[0]
+            st.last_decode = e[CLOCK]
+            st.last = (last, e)
+        for rs in ranks:  # each rank's last line, decode or prefill, gives its running / queued
+            p, pre = rs.pending, rs.pending_prefills
+            if p:
+                e = p[-1]
+                stamps[rs.rank] = e[TS]
+                if pre and pre[-1][2] > e[SEQ]:
+                    running[rs.rank] = prefills[rs.rank][-1]
+                else:
+                    running[rs.rank] = (e[RUNNING], e[QUEUED])
+            elif pre:
+                running[rs.rank] = prefills[rs.rank][-1]
+        if first is None or server not in self.active:
+            return []  # the common case
+        return self.active.resolve(server, first.pending[0][CLOCK], _arriving(first))
 
     def _one_by_one(self, server: str, st: _State, ranks: list, prefills: dict) -> list[Alert]:
         """The lines one at a time in file order (`on_lines` where a line may show a gap, or one
