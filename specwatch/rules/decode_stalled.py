@@ -145,10 +145,11 @@ class DecodeStalledRule(ActiveAlertsRule):
         In the common case (every line of each rank stamped no earlier than the one before it,
         and no gap of `_shortest()` possible between the server's lines: one pass over the
         stamps and clocks tells) only each rank's last lines decide: the last decode line is the
-        server's line with the highest `seq`, and its rank's line before it gives `draining`. Otherwise (a gap no tick saw, as in a replay;
-        lines stamped out of order) the lines are read one by one in file order: at a decode line
-        after such a gap, the stall is judged as a live clock would have judged it during the gap.
-        Both give what reading the lines one at a time gives."""
+        server's line with the highest `seq`, and its rank's line before it gives `draining`.
+        Otherwise (a gap no tick saw, as in a replay; lines stamped out of order) the lines are
+        read one by one in file order: at a decode line after such a gap, the stall is judged as
+        a live clock would have judged it during the gap. Both give what reading the lines one at
+        a time gives."""
         st = self._s[server]
         ranks = distinct(ranks)
         counts = self._prefill_counts
