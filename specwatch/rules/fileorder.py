@@ -43,10 +43,5 @@ def in_file_order(ranks: list[RankSummary]) -> list[tuple[RankSummary, tuple]]:
     return pairs
 
 
-def rank_of(ranks: list[RankSummary], entry: tuple) -> RankSummary:
-    """The rank whose pending lines hold `entry` (to build its DecodeBatch for an alert)."""
-    return next(rs for rs in ranks if any(e is entry for e in rs.pending))
-
-
 def _seq(pair: tuple) -> int:
     return pair[1][SEQ]
