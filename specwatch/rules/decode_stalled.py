@@ -39,7 +39,8 @@ from specwatch.events import ApiSample, LogError, ProcessSample, ServerArgs, Ser
 from specwatch.logclock import MAX_ZONE
 from specwatch.rules.active import ActiveAlertsRule
 from specwatch.rules.base import RuleContext, args_evidence, new_alert, register
-from specwatch.rules.windows import Window
+from specwatch.rules.fileorder import distinct
+from specwatch.rules.summary import CLOCK, QUEUED, RUNNING, SEQ, SRC, TS
 
 
 @rule_section("decode_stalled")
@@ -55,20 +56,31 @@ FAR_AHEAD = MAX_ZONE + 3600.0  # seconds a decode line's stamp may run ahead of 
 
 class _State:
     __slots__ = ("last_decode", "running", "queued", "unhealthy", "healthy", "process", "watched", "api_reachable",
-                 "args", "last_batch", "draining", "stamps")
+                 "args", "last", "draining", "stamps")
 
     def __init__(self) -> None:
         self.last_decode: float | None = None  # clock of the last decode line of any rank
         self.running: dict[str, tuple[int, int]] = {}  # rank → (running, queued) of its last decode line
         self.unhealthy: tuple[float, str] | None = None  # last failed health check: (clock, what)
         self.healthy: float | None = None  # clock of the last /health 200
-        self.last_batch = None  # the last decode line (DecodeBatch)
+        self.last: tuple | None = None  # the last decode line: (its RankSummary, its pending entry)
         self.draining = False  # the last decode line showed fewer running requests than its rank's one before
         self.process: ServerProcess | None = None
         self.watched = False
         self.api_reachable: float | None = None  # clock of the last HTTP answer
         self.args: dict = {}
         self.stamps: dict[str, float] = {}  # rank → the stamp of its newest decode line
+
+    @property
+    def last_batch(self):
+        """The last decode line's DecodeBatch (built when an alert or a restart reads it)."""
+        return None if self.last is None else self.last[0].batch(self.last[1])
+
+
+def _engine(entry: tuple) -> str:
+    """The engine that printed a pending decode line: a canonical line's groups are SGLang's."""
+    src = entry[SRC]
+    return "sglang" if type(src) is tuple else src.engine
 
 
 def _describe(b, at: float | None) -> str:
@@ -81,6 +93,15 @@ def _describe(b, at: float | None) -> str:
     if b.gen_throughput is not None:
         parts.append(f"gen throughput (token/s): {b.gen_throughput:.2f}")
     return f"{iso8601(at)} {b.rank or 'single rank'}: Decode batch, " + ", ".join(parts)
+
+
+def _arriving(rs) -> tuple[str, str]:
+    """The evidence of a resolve: decode lines again, from that rank."""
+    return ("decode lines", f"arriving again ({rs.rank or 'single rank'})")
+
+
+def _first(item: tuple) -> int:
+    return item[0]
 
 
 @register
@@ -98,51 +119,149 @@ class DecodeStalledRule(ActiveAlertsRule):
         self.config = config
         self.last_lines = last_lines  # server → {line kind: clock of its last line} (the pipeline's)
         self._s: defaultdict[str, _State] = defaultdict(_State)  # server → state, made on first use
+        self._prefill_counts: dict[tuple[str, str], list[tuple[int, int]]] = {}  # (server, rank) → `on_prefill`'s
 
     def reconfigure(self, config: Config) -> None:
         self.config = config.decode_stalled
 
-    def on_decode(self, server: str, window: Window, now: float) -> list[Alert]:
+    def on_prefill(self, server: str, batch, now: float) -> list[Alert]:
+        """Transitional: a prefill line's `#running-req` / `#queue-req`, kept for `on_lines` (the
+        pending prefill entries carry no counts): the summariser's pending prefills, read in
+        `on_lines`, give their order."""
+        counts = self._prefill_counts.get((server, batch.rank))
+        if counts is None:
+            counts = self._prefill_counts[(server, batch.rank)] = []
+        counts.append((batch.running_requests, batch.queued_requests))
+        return []
+
+    def on_lines(self, server: str, ranks: list) -> list[Alert]:
+        """The server's batch lines since the last evaluation. A decode line that shows the
+        scheduler moving (`_progress`) sets the server's last decode line, its rank's running /
+        queued requests and `draining` (fewer running than at the rank's line before it); a
+        prefill line sets its rank's running / queued (its `#running-req` is the rank's decode
+        batch now: 0 after a burst drained and traffic came back), and is no decode progress.
+        Lines count in file order across ranks (`seq`).
+
+        In the common case (every line of each rank stamped no earlier than the one before it,
+        and no gap of `_shortest()` possible between the server's lines: one pass over the
+        stamps and clocks tells) only each rank's last lines decide: the last decode line is the
+        server's line with the highest `seq`, and its rank's line before it gives `draining`.
+        Otherwise (a gap no tick saw, as in a replay; lines stamped out of order) the lines are
+        read one by one in file order: at a decode line after such a gap, the stall is judged as
+        a live clock would have judged it during the gap. Both give what reading the lines one at
+        a time gives."""
         st = self._s[server]
-        b = window.batch
+        ranks = distinct(ranks)
+        counts = self._prefill_counts
+        prefills = {rs.rank: counts.pop(rs.key) for rs in ranks if rs.key in counts} if counts else {}
+        # The common case, checked and read in one pass: each rank's lines stamped and read
+        # (clock) in order from its newest stamp on, none more than FAR_AHEAD ahead of the clock
+        # that reads it, and (the rule on) the lines and the last decode line spanning less than
+        # `_shortest()` of clock, so no line can show a gap. While the alert fires the line that
+        # resolves it ends such a gap: read one by one, a later gap may fire it again.
+        stamps = st.stamps
+        lo = hi = st.last_decode
+        first = last = None  # the server's first and last decode line: (rank, entry)
+        fseq = lseq = 0
+        for rs in ranks:
+            p = rs.pending
+            if not p:
+                continue
+            e = p[0]
+            c0 = pc = e[CLOCK]
+            pt = stamps.get(rs.rank)
+            if pt is None:
+                pt = e[TS]
+            for e in p:
+                t, c = e[TS], e[CLOCK]
+                if t < pt or c < pc:
+                    return self._one_by_one(server, st, ranks, prefills)
+                pt, pc = t, c
+            if pt - c0 > FAR_AHEAD:
+                return self._one_by_one(server, st, ranks, prefills)
+            if lo is None or c0 < lo:
+                lo = c0
+            if hi is None or pc > hi:
+                hi = pc
+            if first is None or p[0][SEQ] < fseq:
+                first, fseq = rs, p[0][SEQ]
+            if last is None or e[SEQ] > lseq:
+                last, lseq = rs, e[SEQ]
+        if self.config.enabled and lo is not None and hi - lo >= self._shortest():
+            return self._one_by_one(server, st, ranks, prefills)
+        running = st.running
+        if last is not None:  # `draining`: the last decode line against its rank's line before it
+            p = last.pending
+            e = p[-1]
+            before = running.get(last.rank)
+            seq = 0
+            if len(p) > 1:
+                before, seq = (p[-2][RUNNING], p[-2][QUEUED]), p[-2][SEQ]
+            pre = last.pending_prefills
+            for i in range(len(pre) - 1, -1, -1):  # the rank's last prefill line before it, if later
+                if pre[i][2] < lseq:
+                    if pre[i][2] > seq:
+                        before = prefills[last.rank][i]
+                    break
+            st.draining = before is not None and e[RUNNING] < before[0]
+            st.last_decode = e[CLOCK]
+            st.last = (last, e)
+        for rs in ranks:  # each rank's last line, decode or prefill, gives its running / queued
+            p, pre = rs.pending, rs.pending_prefills
+            if p:
+                e = p[-1]
+                stamps[rs.rank] = e[TS]
+                if pre and pre[-1][2] > e[SEQ]:
+                    running[rs.rank] = prefills[rs.rank][-1]
+                else:
+                    running[rs.rank] = (e[RUNNING], e[QUEUED])
+            elif pre:
+                running[rs.rank] = prefills[rs.rank][-1]
+        if first is None or server not in self.active:
+            return []  # the common case
+        return self.active.resolve(server, first.pending[0][CLOCK], _arriving(first))
+
+    def _one_by_one(self, server: str, st: _State, ranks: list, prefills: dict) -> list[Alert]:
+        """The lines one at a time in file order (`on_lines` where a line may show a gap, or one
+        is stamped out of order)."""
+        items = [(e[SEQ], rs, e) for rs in ranks for e in rs.pending]
+        items += [(pf[2], rs, counts) for rs in ranks
+                  for pf, counts in zip(rs.pending_prefills, prefills.get(rs.rank, ()))]
+        items.sort(key=_first)
         out = []
-        if st.last_decode is not None and b.engine == "sglang":
-            # A gap no tick saw (a replay): SGLang prefills new requests first (a `Prefill batch`
-            # line), so a decode line right after the gap is the same batch decoding on. vLLM
-            # prints no prefill line: there a gap cannot be told from idle time.
-            out = self._seen(server, st, now, handed=True)
-        if not self._progress(st, b, now):
-            return out
-        st.last_decode = now
-        st.last_batch = b
-        before = st.running.get(b.rank)
-        st.draining = before is not None and b.running_requests < before[0]
-        st.running[b.rank] = (b.running_requests, b.queued_requests)
-        if server not in self.active:
-            return out  # the common case
-        return out + self.active.resolve(server, now, ("decode lines", f"arriving again ({b.rank or 'single rank'})"))
+        for _, rs, e in items:
+            if len(e) == 2:  # a prefill line's (running, queued)
+                st.running[rs.rank] = e
+                continue
+            now = e[CLOCK]
+            if st.last_decode is not None and _engine(e) == "sglang":
+                # A gap no tick saw (a replay): SGLang prefills new requests first (a `Prefill batch`
+                # line), so a decode line right after the gap is the same batch decoding on. vLLM
+                # prints no prefill line: there a gap cannot be told from idle time.
+                out += self._seen(server, st, now, handed=True)
+            if not self._progress(st, rs.rank, e[TS], now):
+                continue
+            st.last_decode = now
+            st.last = (rs, e)
+            before = st.running.get(rs.rank)
+            st.draining = before is not None and e[RUNNING] < before[0]
+            st.running[rs.rank] = (e[RUNNING], e[QUEUED])
+            if server in self.active:
+                out += self.active.resolve(server, now, _arriving(rs))
+        return out
 
     @staticmethod
-    def _progress(st: _State, b, now: float) -> bool:
-        """Whether decode line `b` (read at `now`) shows the scheduler moving: not when it is
-        stamped before its rank's newest decode line (a line pasted or replayed into the log), nor
-        when its stamp is more than a day ahead of the clock that reads it (no zone explains
-        that: `logclock.MAX_ZONE`; a line from another year). Such a line neither resolves the
-        alert nor restarts the silence."""
-        t = b.timestamp
-        if t is None:
-            return True
-        newest = st.stamps.get(b.rank)
+    def _progress(st: _State, rank: str, t: float, now: float) -> bool:
+        """Whether a decode line of `rank` stamped `t` (read at `now`) shows the scheduler moving:
+        not when it is stamped before its rank's newest decode line (a line pasted or replayed
+        into the log), nor when its stamp is more than a day ahead of the clock that reads it (no
+        zone explains that: `logclock.MAX_ZONE`; a line from another year). Such a line neither
+        resolves the alert nor restarts the silence."""
+        newest = st.stamps.get(rank)
         if newest is not None and t < newest or t - now > FAR_AHEAD:
             return False
-        st.stamps[b.rank] = t
+        st.stamps[rank] = t
         return True
-
-    def on_prefill(self, server: str, batch, now: float) -> list[Alert]:
-        """A prefill line: its `#running-req` is the rank's decode batch now (0 after a burst
-        drained and traffic came back). It is no decode progress."""
-        self._s[server].running[batch.rank] = (batch.running_requests, batch.queued_requests)
-        return []
 
     @staticmethod
     def _watchdog(st: _State) -> float:
@@ -165,8 +284,8 @@ class DecodeStalledRule(ActiveAlertsRule):
         st = self._s.pop(server, None)
         if st is None:
             return []
-        # as in on_decode: vLLM prints no prefill line, so its gaps cannot be told from idle time
-        gap = st.last_batch is not None and st.last_batch.engine == "sglang"
+        # as in on_lines: vLLM prints no prefill line, so its gaps cannot be told from idle time
+        gap = st.last is not None and _engine(st.last[1]) == "sglang"
         return (self._seen(server, st, at, handed=True) if gap else []) + self.active.resolve(server, at, ("server", why))
 
     def _seen(self, server: str, st: _State, now: float, handed: bool = False) -> list[Alert]:

@@ -28,7 +28,8 @@ from specwatch.config import Config, Count, Ratio, Seconds, Section, rule_sectio
 from specwatch.events import MetricsSample, ServerArgs
 from specwatch.rules.active import ActiveAlerts
 from specwatch.rules.base import Rule, ServerArgsMemory, alert_key, new_alert, register
-from specwatch.rules.windows import Window
+from specwatch.rules.summary import FLAGS, SEQ, SRC, TS, VALID_ACCEPT
+from specwatch.rules.fileorder import distinct
 
 
 @rule_section("draft_length")
@@ -43,6 +44,10 @@ class DraftLengthConfig(Section):
 
 
 ALERT_NAME = "DraftTooLong"
+
+
+def _seq(line: tuple) -> int:
+    return line[0]
 
 
 class _Positions:
@@ -129,18 +134,32 @@ class DraftLengthRule(Rule):
             out += self.active.resolve(alert_key(*key), at, ("resolved because", why))
         return out
 
-    def on_decode(self, server: str, window: Window, now: float) -> list[Alert]:
-        b = window.batch
-        rates = b.position_accept_rates
-        if not rates or not self.config.enabled or not window.acceptance_valid:
+    def on_lines(self, server: str, ranks: list) -> list[Alert]:
+        """The server's decode lines since the last evaluation that carry per-position rates
+        (vLLM's, `DecodeBatch.position_accept_rates`) and describe the draft under load
+        (`VALID_ACCEPT`), each rank's in order (the window is per rank). Only vLLM's assembler
+        makes them, as DecodeBatch events: a canonical SGLang line (its entry's `src` the line's
+        groups) never carries them and is skipped without building anything."""
+        if not self.config.enabled:
             return []
+        lines = [(e[SEQ], rs.rank, e) for rs in distinct(ranks) for e in rs.pending
+                 if type(e[SRC]) is not tuple and e[SRC].position_accept_rates and e[FLAGS] & VALID_ACCEPT]
+        if not lines:
+            return []
+        lines.sort(key=_seq)  # file order: the transitions of several ranks in the order of their lines
+        out = []
         self._from_log.add(server)
-        drafts = b.draft_tokens / len(rates) if b.draft_tokens else 1.0
-        return self._observe(server, b.rank, b.timestamp, tuple(rates), drafts, b.engine)
+        for _, rank, e in lines:
+            b = e[SRC]
+            rates = b.position_accept_rates
+            drafts = b.draft_tokens / len(rates) if b.draft_tokens else 1.0
+            out += self._observe(server, rank, e[TS], tuple(rates), drafts, b.engine, out)
+        return out
 
     def _observe(self, server: str, rank: str, ts: float, rates: tuple[float, ...], drafts: float,
-                 engine: str | None) -> list[Alert]:
-        """One interval's per-position accept rates of a rank (`drafts` drafts made in it)."""
+                 engine: str | None, handed: list[Alert] | None = None) -> list[Alert]:
+        """One interval's per-position accept rates of a rank (`drafts` drafts made in it);
+        `handed`: the transitions made earlier in the same call (`ActiveAlerts.resolve_after`)."""
         k, key = len(rates), (server, rank)
         pos = self._ranks.get(key)
         if pos is None or len(pos.accepted) != k:  # a new draft length: start again
@@ -148,9 +167,10 @@ class DraftLengthRule(Rule):
         pos.add(ts, drafts, rates, self.config.window)
         if pos.drafts < self.config.min_drafts:
             return []
-        return self._judge(server, rank, ts, pos, engine)
+        return self._judge(server, rank, ts, pos, engine, handed)
 
-    def _judge(self, server: str, rank: str, ts: float, pos: _Positions, engine: str | None) -> list[Alert]:
+    def _judge(self, server: str, rank: str, ts: float, pos: _Positions, engine: str | None,
+               handed: list[Alert] | None = None) -> list[Alert]:
         """The decision on a rank's window of rates (`pos`, at least min_drafts drafts)."""
         k, key = len(pos.accepted), (server, rank)
         avg = pos.rates()
@@ -158,7 +178,7 @@ class DraftLengthRule(Rule):
         useful = next((i for i, r in enumerate(avg) if r < thr), k)
         akey = alert_key(*key)
         if useful == k:
-            return self.active.resolve(akey, ts, ("every position accepts at least", f"{thr:.3f}"))
+            return self.active.resolve_after(handed, akey, ts, ("every position accepts at least", f"{thr:.3f}"))
         if useful == 0 or akey in self.active or 1 + sum(avg) <= self.collapse_accept_length:
             return []  # (almost) nothing accepted at all: a collapse, not a long draft
         args = dict(self.args.get(server) or {})

@@ -32,7 +32,8 @@ from specwatch.events import (
 )
 from specwatch.rules.active import ActiveAlertsRule
 from specwatch.rules.base import RuleContext, log_paths_of, register
-from specwatch.rules.windows import Window
+from specwatch.rules.fileorder import first_and_last
+from specwatch.rules.summary import CLOCK
 
 
 @rule_section("log_silent")
@@ -64,7 +65,8 @@ def _codes(values: list[str]) -> str:
 
 @register
 class LogSilentRule(ActiveAlertsRule):
-    """log_paths: server → followed log files. path_exists: checked when the alert fires."""
+    """log_paths: server → followed log files. path_exists: checked when the alert fires.
+    last_lines: `RuleContext.last_lines`."""
 
     name = "log_silent"
     alert_names = (ALERT_NAME,)
@@ -72,27 +74,39 @@ class LogSilentRule(ActiveAlertsRule):
 
     @classmethod
     def build(cls, config: Config, ctx: RuleContext) -> "LogSilentRule":
-        return cls(config.log_silent, ctx.log_paths)
+        return cls(config.log_silent, ctx.log_paths, last_lines=ctx.last_lines)
 
     def __init__(self, config: LogSilentConfig, log_paths: dict[str, list[str]],
-                 path_exists: Callable[[str], bool] = os.path.exists):
+                 path_exists: Callable[[str], bool] = os.path.exists,
+                 last_lines: Callable[[str], dict[str, float]] | None = None):
         super().__init__()
         self.config = config
         self.log_paths = log_paths
         self.path_exists = path_exists
+        self.last_lines = last_lines  # server → {line kind: clock of its last line} (the pipeline's)
         self._s: defaultdict[str, _State] = defaultdict(_State)  # server → state, made on first use
 
     def reconfigure(self, config: Config) -> None:
         self.config = config.log_silent
         self.log_paths = log_paths_of(config)
 
-    def on_decode(self, server: str, window: Window, now: float) -> list[Alert]:
+    def on_lines(self, server: str, ranks: list) -> list[Alert]:
+        """The server's decode lines since the last evaluation: the last one in file order is
+        the last decode line (its clock: the pipeline's `last_lines(server)["decode"]`, the same
+        line, without reading the ranks); the first one resolves the alert at its clock, as it
+        would have read alone. Prefill lines change nothing here."""
+        for rs in ranks:
+            if rs.pending:
+                break
+        else:
+            return []  # prefill lines only
         st = self._s[server]
-        st.last_decode = now
+        last = self.last_lines(server).get("decode") if self.last_lines is not None else None
+        st.last_decode = last if last is not None else first_and_last(ranks)[3][CLOCK]
         st.intervals = 0
         if server not in self.active:
             return []  # the common case
-        return self.active.resolve(server, now, ("decode lines", "arriving again"))
+        return self.active.resolve(server, first_and_last(ranks)[1][CLOCK], ("decode lines", "arriving again"))
 
     def on_event(self, server: str, event: object, now: float) -> list[Alert]:
         if isinstance(event, ServerArgs):

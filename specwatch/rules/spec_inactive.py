@@ -17,7 +17,8 @@ from specwatch.config import Config, Count, Section, rule_section
 from specwatch.events import DecodeBatch, ServerArgs
 from specwatch.rules.active import ActiveAlerts
 from specwatch.rules.base import Rule, ServerArgsMemory, args_evidence, new_alert, register, speculation_configured
-from specwatch.rules.windows import Window
+from specwatch.rules.fileorder import distinct, in_file_order
+from specwatch.rules.summary import ACCEPT, RUNNING, SEQ, TS
 
 
 @rule_section("speculation_inactive")
@@ -27,6 +28,14 @@ class SpeculationInactiveConfig(Section):
 
 
 ALERT_NAME = "SpeculationInactive"
+
+
+def _plain_line(pending: list[tuple]) -> bool:
+    """Whether a rank's pending decode lines hold one without accept fields (requests running)."""
+    for e in pending:
+        if e[ACCEPT] is None and e[RUNNING] > 0:
+            return True
+    return False
 
 
 @register
@@ -54,25 +63,73 @@ class SpeculationInactiveRule(Rule):
             return self.active.resolve(server, event.timestamp or now, ("speculative_algorithm", "none (settings changed)"))
         return []
 
-    def on_decode(self, server: str, window: Window, now: float) -> list[Alert]:
-        event = window.batch
-        if not self.config.enabled or event.running_requests <= 0:
+    def on_lines(self, server: str, ranks: list) -> list[Alert]:
+        """The server's decode lines since the last evaluation, those with requests running, in
+        file order across ranks (`seq`): a run of lines without accept fields counts up (and
+        fires at the line that reaches `min_batches`), a line with them ends the run (and
+        resolves the alert at its timestamp). Exact, as line by line: the settings cannot change
+        within an evaluation (a `ServerArgs` event ends it). The common cases read no line twice:
+        every line drafted and nothing counting or firing (nothing to do), or no draft configured
+        and nothing firing (the lines count nothing)."""
+        cfg = self.config
+        if not cfg.enabled:
             return []
-        key = server
-        if event.accept_length is not None:
-            self._plain.pop(server, None)
-            if key not in self.active:
-                return []  # the common case: no evidence text to format
-            return self.active.resolve(key, event.timestamp, ("accept len", f"{event.accept_length:.2f}"))
         args = self.args.get(server)
-        if not speculation_configured(args):
+        configured = speculation_configured(args)
+        watching = server in self._plain or server in self.active  # a drafted line changes something
+        if not configured:
+            if not watching:
+                return []
+        elif not any(_plain_line(rs.pending) for rs in ranks):
+            if not watching:
+                return []  # the common case
+            first = None  # no run to count: only the first drafted line (with requests) matters
+            for rs in ranks:
+                e = next((e for e in rs.pending if e[RUNNING] > 0), None)
+                if e is not None and (first is None or e[SEQ] < first[1][SEQ]):
+                    first = (rs, e)
+            return [] if first is None else self._drafted(server, first[1], [])
+        out: list[Alert] = []
+        n = self._plain.get(server, 0)
+        ranks = distinct(ranks)
+        run: list[tuple] = []  # the lines without accept fields since the last one with them
+        for rs, e in in_file_order(ranks):
+            if e[RUNNING] <= 0:
+                continue
+            if e[ACCEPT] is None:
+                if configured:
+                    run.append((rs, e))
+                continue
+            if run:
+                out += self._count(server, args, n, run)
+                run = []
+            n = 0
+            out += self._drafted(server, e, out)
+        if run:
+            out += self._count(server, args, n, run)
+            n += len(run)
+        if n:
+            self._plain[server] = n
+        return out
+
+    def _drafted(self, server: str, e: tuple, handed: list[Alert]) -> list[Alert]:
+        """A decode line with accept fields and requests running: the run ends, the alert
+        resolves (`handed`: the transitions of this call so far)."""
+        self._plain.pop(server, None)
+        if server not in self.active:
             return []
-        n = self._plain[server] = self._plain.get(server, 0) + 1
-        if n == 1:
-            self._since[server] = event.timestamp
-        if n >= self.config.min_batches and key not in self.active:
-            return self.active.fire(key, self._alert(server, event, args, n))
-        return []
+        return self.active.resolve_after(handed, server, e[TS], ("accept len", f"{e[ACCEPT]:.2f}"))
+
+    def _count(self, server: str, args: dict, n: int, run: list[tuple]) -> list[Alert]:
+        """A run of decode lines without accept fields, after `n` such lines: the first one starts
+        the count when n is 0; the line that makes it `min_batches` fires."""
+        if not n:
+            self._since[server] = run[0][1][TS]
+        k = max(0, self.config.min_batches - n - 1)  # the line of the run that reaches min_batches
+        if k >= len(run) or server in self.active:
+            return []
+        rs, e = run[k]
+        return self.active.fire(server, self._alert(server, rs.batch(e), args, n + k + 1))
 
     def _alert(self, server: str, b: DecodeBatch, args: dict, n: int) -> Alert:
         algo = args.get("speculative_algorithm")

@@ -11,14 +11,17 @@ they never decode (a PD prefill node, an embedding server) or do not speculate a
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections import deque
+from itertools import chain
 
 from specwatch.alerts.model import Alert
 from specwatch.config import Config, Count, Seconds, Section, rule_section
-from specwatch.events import PrefillBatch, ServerArgs
+from specwatch.events import ServerArgs
 from specwatch.rules.active import ActiveAlerts
 from specwatch.rules.base import Rule, ServerArgsMemory, args_evidence, new_alert, register, speculation_configured
-from specwatch.rules.windows import Window
+from specwatch.rules.fileorder import distinct, first_and_last
+from specwatch.rules.summary import CLOCK, SEQ
 
 
 @rule_section("spec_metrics_missing")
@@ -29,6 +32,10 @@ class SpecMetricsMissingConfig(Section):
 
 
 ALERT_NAME = "SpecMetricsMissing"
+
+
+def _seq(prefill: tuple) -> int:
+    return prefill[2]
 
 
 def never_decodes(args: dict | None) -> bool:
@@ -52,30 +59,51 @@ class SpecMetricsMissingRule(Rule):
     def reconfigure(self, config: Config) -> None:
         self.config = config.spec_metrics_missing
 
-    def on_decode(self, server: str, window: Window, now: float) -> list[Alert]:
+    def on_lines(self, server: str, ranks: list) -> list[Alert]:
+        """The server's batch lines since the last evaluation. A decode line ends the streak of
+        prefill lines (and resolves the alert: the first decode line in file order, at its
+        clock), so only the prefill lines after the server's last decode line (by `seq`, file
+        order across ranks) count, in file order: what line-by-line reading leaves."""
         if not self.config.enabled:
             return []
-        if self._prefills:
+        ranks = distinct(ranks)
+        out = []
+        lines = first_and_last(ranks)
+        after = 0  # prefill lines count from the one after this `seq`
+        if lines is not None:
             self._prefills.pop(server, None)
             self._streak.pop(server, None)
-        if server not in self.active:
-            return []
-        return self.active.resolve(server, now, ("decode line", window.batch.rank or "(single rank)"))
+            after = lines[3][SEQ]
+            if server in self.active:
+                out = self.active.resolve(server, lines[1][CLOCK], ("decode line", lines[0].rank or "(single rank)"))
+        tails = []
+        for rs in ranks:
+            pre = rs.pending_prefills
+            if pre and pre[-1][2] > after:
+                tails.append(pre if pre[0][2] > after else pre[bisect_right(pre, after, key=_seq):])
+        if tails:
+            merged = tails[0] if len(tails) == 1 else sorted(chain.from_iterable(tails), key=_seq)
+            self._prefill(server, [p[1] for p in merged])
+        return out
 
-    def on_prefill(self, server: str, batch: PrefillBatch, now: float) -> list[Alert]:
-        if not self.config.enabled:
-            return []
-        self._prefill(server, now)
-        return []
-
-    def _prefill(self, server: str, now: float) -> None:
+    def _prefill(self, server: str, clocks: list[float]) -> None:
+        """Prefill lines at `clocks` (file order) into the server's recent ones: a line more than
+        `window` after the one before it (or the first) starts a new streak."""
         times = self._prefills.get(server)
         if times is None:
             times = self._prefills[server] = deque()
-        if not times or now - times[-1] > self.config.window:  # first, or after an idle spell
+        window = self.config.window
+        prev = times[-1] if times else None
+        start = -1  # the last line that starts a streak
+        for i, t in enumerate(clocks):
+            if prev is None or t - prev > window:  # first, or after an idle spell
+                start = i
+            prev = t
+        if start >= 0:
             times.clear()
-            self._streak[server] = now
-        times.append(now)
+            self._streak[server] = clocks[start]
+            clocks = clocks[start:]
+        times.extend(clocks)
 
     def on_event(self, server: str, event: object, now: float) -> list[Alert]:
         if self.config.enabled and isinstance(event, ServerArgs):
@@ -95,8 +123,10 @@ class SpecMetricsMissingRule(Rule):
             if speculation_configured(args) is False or never_decodes(args):
                 continue
             first = self._streak.get(server, now)
+            if now - first < self.config.window:
+                continue
             n = sum(1 for t in times if t >= now - self.config.window)
-            if now - first >= self.config.window and n >= self.config.min_prefill_batches:
+            if n >= self.config.min_prefill_batches:
                 out += self.active.fire(server, self._alert(server, args, first, n, now))
         return out
 

@@ -300,3 +300,48 @@ def test_specwatch_replay_reports_the_hang_a_restart_ended(tmp_path):
     assert r.returncode == 0, r.stderr
     assert "ALERT DecodeStalled on gap_restart" in r.stdout and "no decode line for 181s" in r.stdout
     assert "alerts: none" not in r.stdout
+
+
+def test_ranks_read_in_one_second_count_in_file_order(tmp_path):
+    """Two DP ranks write in the same second, then 150 s of nothing, then a decode line (a
+    replay: one evaluation holds that second's lines). What each rank's last line said counts
+    in the order the lines were written, across ranks: a prefill line showing a rank's batch
+    empty after its decode line says the burst drained; before it, it says nothing about the
+    batch after it. The server's last decode line is the last one written, whichever rank."""
+    dp = [{"DP": 0, "TP": 0}, {"DP": 1, "TP": 1}]
+
+    def dec(t: float, rank: int, running: int) -> str:
+        return decode_line("0.5.23", ts=stamp(t), rank=dp[rank], accept_len=2.1, running=running)[0]
+
+    def pre(t: float, rank: int) -> str:
+        return (f"[{stamp(t)} DP{rank} TP{rank}] Prefill batch, #new-seq: 1, #new-token: 7, #cached-token: 0, "
+                "token usage: 0.00, #running-req: 0, #queue-req: 0, input throughput (token/s): 0.00")
+
+    t, later = T0 + 20, T0 + 170
+    before = [dec(T0 + 10, 0, 4), dec(T0 + 10, 1, 8)]
+    drained = [dec(t, 0, 4), dec(t, 1, 6), pre(t, 0), pre(t, 1)]
+    assert replayed(tmp_path, before + drained + [dec(later, 0, 1)]) == []
+    running = [pre(t, 0), dec(t, 0, 4), dec(t, 1, 6)]
+    fired, resolved = replayed(tmp_path, before + running + [dec(later, 0, 1)])
+    ev = dict(fired.evidence)
+    assert (fired.starts_at, resolved.ends_at) == (later, later)
+    assert ev["running requests at the last decode line"] == "10"
+    assert ev["ranks"] == "DP0 TP0: 4 running, DP1 TP1: 6 running"
+    assert ev["last decode line"].endswith("DP1 TP1: Decode batch, #running-req: 6, #queue-req: 0, accept len: 2.10, "
+                                           "gen throughput (token/s): 400.57")
+    assert fired.labels["severity"] == "warning"  # DP1's batch shrank (8 → 6) at the last line
+    # DP0's line written last (after a prefill line, so not shrinking): the same lines page
+    fired, _ = replayed(tmp_path, before + [pre(t, 0), dec(t, 1, 6), dec(t, 0, 4), dec(later, 0, 1)])
+    assert fired.labels["severity"] == "critical"
+    assert "DP0 TP0: Decode batch, #running-req: 4" in dict(fired.evidence)["last decode line"]
+    # live: the same lines in one read, then only the clock (the ticks fire at silent_for)
+    for i, (lines, severity) in enumerate([(drained, None), (running, "warning"),
+                                           ([pre(t, 0), dec(t, 1, 6), dec(t, 0, 4)], "critical")]):
+        (tmp_path / str(i)).mkdir()
+        box = Box(tmp_path / str(i), None)
+        box.now = t + 1
+        box.write(*before, *lines)
+        for at in range(int(t) + 11, int(t) + 152, 10):
+            box.step(at)
+        got = [a.labels["severity"] for a in box.p.dispatcher.history if a.name == ALERT_NAME]
+        assert got == ([] if severity is None else [severity]), i

@@ -1,6 +1,7 @@
 """Speculation inactive and spec metrics missing: kept apart from each other and from a collapse."""
 
 from specwatch.events import ServerArgs
+from pipelines import read_log
 from timeline import T0, Timeline, feed, names, pipeline, run
 
 
@@ -85,3 +86,48 @@ def test_inactive_missing_and_collapse_are_distinct():
     """Decode lines with accept len 1.00 are a collapse: neither of the two others fires."""
     t = run(Timeline().prefill(n=5).decode(n=5, accept=1.0).lines)
     assert names(t) == [("AcceptanceCollapse", "firing", "")]
+
+
+DP0, DP1 = {"DP": 0, "TP": 0}, {"DP": 1, "TP": 1}
+
+
+def replayed(tmp_path, log: Timeline, rules: dict | None = None) -> list:
+    """The transitions of `specwatch replay` of the log: its lines read in one read, the rules
+    reading each second's lines together (the last ones at the end of the log)."""
+    path = tmp_path / "server.log"
+    path.write_text("".join(line + "\n" for line in log.lines))
+    p = read_log(path, {"server": "box", "rules": rules or {}})
+    p.flush_errors()
+    return p.dispatcher.history
+
+
+def test_inactive_counts_the_lines_of_all_ranks_in_file_order(tmp_path):
+    """The count is the server's, in the order the lines were written across ranks: DP1's drafted
+    line between DP0's plain lines of the same second ends DP0's run. Lines read together may
+    fire and resolve it more than once: each transition is there, in order."""
+    log = Timeline()
+    log.decode(accept=None, ranks=[DP0, DP0]).decode(every=0, accept=2.7, ranks=[DP1])
+    log.decode(every=0, accept=None, ranks=[DP0])  # 1: DP1's drafted line ended the run of 2
+    log.decode(every=1, accept=None, ranks=[DP1, DP0])  # 3
+    log.decode(every=1, accept=2.5, ranks=[DP0]).decode(every=0, accept=None, ranks=[DP0, DP1, DP0])
+    log.decode(every=0, accept=2.6, ranks=[DP1])
+    t = replayed(tmp_path, log, {"speculation_inactive": {"min_batches": 3}})
+    assert names(t) == [("SpeculationInactive", "firing", ""), ("SpeculationInactive", "resolved", "")] * 2
+    ev = dict(t[0].evidence)
+    assert (ev["decode lines without accept fields"], ev["last decode line rank"]) == ("3", "DP0 TP0")
+    assert t[0].starts_at == T0 + 2  # DP0's line after DP1's drafted one
+    assert (t[1].ends_at, dict(t[1].evidence)["accept len"]) == (T0 + 4, "2.50")
+    assert (t[2].starts_at, dict(t[2].evidence)["last decode line rank"]) == (T0 + 4, "DP0 TP0")
+    assert (t[3].ends_at, dict(t[3].evidence)["accept len"]) == (T0 + 4, "2.60")
+
+
+def test_missing_counts_the_prefill_lines_after_the_servers_last_decode_line(tmp_path):
+    """A decode line of any rank ends the streak: DP1's prefill line written before DP0's decode
+    line of the same second does not count, the one after it starts the streak."""
+    log = Timeline()
+    log.decode(every=2, ranks=[DP0]).prefill(rank=DP1).decode(every=0, ranks=[DP0]).prefill(rank=DP1)
+    log.prefill(n=40, every=20, rank=DP1)
+    t = replayed(tmp_path, log, {"decode_stalled": {"enabled": False}})  # requests run, no decode line
+    assert names(t) == [("SpecMetricsMissing", "firing", "")]
+    assert t[0].starts_at == T0 + 2
+    assert dict(t[0].evidence)["prefill lines in window"] == "31"  # T0 + 2, then 30 lines 20 s apart
