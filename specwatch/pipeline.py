@@ -474,8 +474,7 @@ class Pipeline:
                 rs.prefills += 1
                 if not rs.pending and not rs.pending_prefills:
                     dirty.append(rs)
-                rs.pending_prefills.append((ts, clock, seq))
-                rs.prefill_src.append(src)
+                rs.pending_prefills.append((ts, clock, seq, src))
             else:
                 decodes += 1
                 last_decode = clock
@@ -584,7 +583,6 @@ class Pipeline:
                 self._points(rs, handed)
                 rs.pending.clear()
             rs.pending_prefills.clear()
-            rs.prefill_src.clear()
 
     def _points(self, rs: RankSummary, handed: list[Alert]) -> None:
         """The status chart's points among a rank's pending lines (`AcceptHistory`: one per STEP
@@ -640,7 +638,7 @@ class Pipeline:
     def _lines_one_by_one(self, dirty: list[RankSummary]) -> None:
         """`on_decode` / `on_prefill` of each pending line, in file order."""
         order = sorted([(e[8], rs, e) for rs in dirty for e in rs.pending]
-                       + [(p[2], rs, (p[0], p[1], src)) for rs in dirty for p, src in zip(rs.pending_prefills, rs.prefill_src)],
+                       + [(p[2], rs, (p[0], p[1], p[3])) for rs in dirty for p in rs.pending_prefills],
                        key=lambda x: x[0])
         for _, rs, item in order:
             server = rs.server

@@ -18,4 +18,5 @@ def read_log(path, doc: dict | None = None, chunk: int = 1 << 20) -> Pipeline:
     while f.poll():
         pass
     f.finish()
+    p.flush_errors()  # the end of the log, as replay ends it: its last lines decided
     return p

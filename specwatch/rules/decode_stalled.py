@@ -40,7 +40,7 @@ from specwatch.logclock import MAX_ZONE
 from specwatch.rules.active import ActiveAlertsRule
 from specwatch.rules.base import RuleContext, args_evidence, new_alert, register
 from specwatch.rules.fileorder import distinct
-from specwatch.rules.summary import CLOCK, QUEUED, RUNNING, SEQ, SRC, TS
+from specwatch.rules.summary import CLOCK, QUEUED, RUNNING, SEQ, SRC, TS, prefill_counts
 
 
 @rule_section("decode_stalled")
@@ -119,22 +119,11 @@ class DecodeStalledRule(ActiveAlertsRule):
         self.config = config
         self.last_lines = last_lines  # server → {line kind: clock of its last line} (the pipeline's)
         self._s: defaultdict[str, _State] = defaultdict(_State)  # server → state, made on first use
-        self._prefill_counts: dict[tuple[str, str], list[tuple[int, int]]] = {}  # (server, rank) → `on_prefill`'s
 
     def reconfigure(self, config: Config) -> None:
         self.config = config.decode_stalled
 
-    def on_prefill(self, server: str, batch, now: float) -> list[Alert]:
-        """Transitional: a prefill line's `#running-req` / `#queue-req`, kept for `on_lines` (the
-        pending prefill entries carry no counts): the summariser's pending prefills, read in
-        `on_lines`, give their order."""
-        counts = self._prefill_counts.get((server, batch.rank))
-        if counts is None:
-            counts = self._prefill_counts[(server, batch.rank)] = []
-        counts.append((batch.running_requests, batch.queued_requests))
-        return []
-
-    def on_lines(self, server: str, ranks: list) -> list[Alert]:
+    def on_lines(self, server: str, ranks: list, emit) -> list[Alert]:
         """The server's batch lines since the last evaluation. A decode line that shows the
         scheduler moving (`_progress`) sets the server's last decode line, its rank's running /
         queued requests and `draining` (fewer running than at the rank's line before it); a
@@ -152,8 +141,6 @@ class DecodeStalledRule(ActiveAlertsRule):
         a time gives."""
         st = self._s[server]
         ranks = distinct(ranks)
-        counts = self._prefill_counts
-        prefills = {rs.rank: counts.pop(rs.key) for rs in ranks if rs.key in counts} if counts else {}
         # The common case, checked and read in one pass: each rank's lines stamped and read
         # (clock) in order from its newest stamp on, none more than FAR_AHEAD ahead of the clock
         # that reads it, and (the rule on) the lines and the last decode line spanning less than
@@ -175,10 +162,10 @@ class DecodeStalledRule(ActiveAlertsRule):
             for e in p:
                 t, c = e[TS], e[CLOCK]
                 if t < pt or c < pc:
-                    return self._one_by_one(server, st, ranks, prefills)
+                    return self._one_by_one(server, st, ranks)
                 pt, pc = t, c
             if pt - c0 > FAR_AHEAD:
-                return self._one_by_one(server, st, ranks, prefills)
+                return self._one_by_one(server, st, ranks)
             if lo is None or c0 < lo:
                 lo = c0
             if hi is None or pc > hi:
@@ -188,7 +175,7 @@ class DecodeStalledRule(ActiveAlertsRule):
             if last is None or e[SEQ] > lseq:
                 last, lseq = rs, e[SEQ]
         if self.config.enabled and lo is not None and hi - lo >= self._shortest():
-            return self._one_by_one(server, st, ranks, prefills)
+            return self._one_by_one(server, st, ranks)
         running = st.running
         if last is not None:  # `draining`: the last decode line against its rank's line before it
             p = last.pending
@@ -201,7 +188,7 @@ class DecodeStalledRule(ActiveAlertsRule):
             for i in range(len(pre) - 1, -1, -1):  # the rank's last prefill line before it, if later
                 if pre[i][2] < lseq:
                     if pre[i][2] > seq:
-                        before = prefills[last.rank][i]
+                        before = prefill_counts(pre[i])
                     break
             st.draining = before is not None and e[RUNNING] < before[0]
             st.last_decode = e[CLOCK]
@@ -212,21 +199,20 @@ class DecodeStalledRule(ActiveAlertsRule):
                 e = p[-1]
                 stamps[rs.rank] = e[TS]
                 if pre and pre[-1][2] > e[SEQ]:
-                    running[rs.rank] = prefills[rs.rank][-1]
+                    running[rs.rank] = prefill_counts(pre[-1])
                 else:
                     running[rs.rank] = (e[RUNNING], e[QUEUED])
             elif pre:
-                running[rs.rank] = prefills[rs.rank][-1]
+                running[rs.rank] = prefill_counts(pre[-1])
         if first is None or server not in self.active:
             return []  # the common case
         return self.active.resolve(server, first.pending[0][CLOCK], _arriving(first))
 
-    def _one_by_one(self, server: str, st: _State, ranks: list, prefills: dict) -> list[Alert]:
+    def _one_by_one(self, server: str, st: _State, ranks: list) -> list[Alert]:
         """The lines one at a time in file order (`on_lines` where a line may show a gap, or one
         is stamped out of order)."""
         items = [(e[SEQ], rs, e) for rs in ranks for e in rs.pending]
-        items += [(pf[2], rs, counts) for rs in ranks
-                  for pf, counts in zip(rs.pending_prefills, prefills.get(rs.rank, ()))]
+        items += [(pf[2], rs, prefill_counts(pf)) for rs in ranks for pf in rs.pending_prefills]
         items.sort(key=_first)
         out = []
         for _, rs, e in items:

@@ -134,7 +134,7 @@ class DraftLengthRule(Rule):
             out += self.active.resolve(alert_key(*key), at, ("resolved because", why))
         return out
 
-    def on_lines(self, server: str, ranks: list) -> list[Alert]:
+    def on_lines(self, server: str, ranks: list, emit) -> list[Alert]:
         """The server's decode lines since the last evaluation that carry per-position rates
         (vLLM's, `DecodeBatch.position_accept_rates`) and describe the draft under load
         (`VALID_ACCEPT`), each rank's in order (the window is per rank). Only vLLM's assembler

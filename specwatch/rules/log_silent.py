@@ -90,7 +90,7 @@ class LogSilentRule(ActiveAlertsRule):
         self.config = config.log_silent
         self.log_paths = log_paths_of(config)
 
-    def on_lines(self, server: str, ranks: list) -> list[Alert]:
+    def on_lines(self, server: str, ranks: list, emit) -> list[Alert]:
         """The server's decode lines since the last evaluation: the last one in file order is
         the last decode line (its clock: the pipeline's `last_lines(server)["decode"]`, the same
         line, without reading the ranks); the first one resolves the alert at its clock, as it

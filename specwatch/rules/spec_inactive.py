@@ -63,7 +63,7 @@ class SpeculationInactiveRule(Rule):
             return self.active.resolve(server, event.timestamp or now, ("speculative_algorithm", "none (settings changed)"))
         return []
 
-    def on_lines(self, server: str, ranks: list) -> list[Alert]:
+    def on_lines(self, server: str, ranks: list, emit) -> list[Alert]:
         """The server's decode lines since the last evaluation, those with requests running, in
         file order across ranks (`seq`): a run of lines without accept fields counts up (and
         fires at the line that reaches `min_batches`), a line with them ends the run (and

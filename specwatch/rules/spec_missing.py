@@ -59,7 +59,7 @@ class SpecMetricsMissingRule(Rule):
     def reconfigure(self, config: Config) -> None:
         self.config = config.spec_metrics_missing
 
-    def on_lines(self, server: str, ranks: list) -> list[Alert]:
+    def on_lines(self, server: str, ranks: list, emit) -> list[Alert]:
         """The server's batch lines since the last evaluation. A decode line ends the streak of
         prefill lines (and resolves the alert: the first decode line in file order, at its
         clock), so only the prefill lines after the server's last decode line (by `seq`, file

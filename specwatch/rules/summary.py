@@ -15,7 +15,7 @@ ts the line's timestamp (s), clock the rules' clock for it (the read's wall time
 gen throughput (token/s, None when not printed), flags the `VALID_*` / `IDLE` / `PREFILL_DOMINATED`
 / `AFTER_GAP` bits, src the line's source (`RankSummary.batch(entry)` builds its DecodeBatch), seq
 its place among all batch lines read (file order across ranks). A pending prefill is `(ts, clock,
-seq)`.
+seq, src)` (`prefill_counts(entry)` reads its running / queued requests).
 """
 
 from __future__ import annotations
@@ -44,12 +44,12 @@ class RankSummary:
     lines read; accept_length_sum / _count / _min / _max over its decode lines with an accept
     len; last_ts: timestamp of its last decode line (None before one); prefills: its prefill lines
     since that line; pending: its decode lines since the last evaluation (entries, see the module);
-    pending_prefills: (ts, clock, seq) of its prefill lines since then; history: the status page's chart.
+    pending_prefills: (ts, clock, seq, src) of its prefill lines since then; history: the status page's chart.
     """
 
     __slots__ = ("server", "rank", "ranks", "decode_batches", "prefill_batches", "accept_length_sum",
                  "accept_length_count", "accept_length_min", "accept_length_max", "history", "last_ts",
-                 "prefills", "pending", "pending_prefills", "prefill_src", "_last", "_last_batch", "key", "sum0", "count0")
+                 "prefills", "pending", "pending_prefills", "_last", "_last_batch", "key", "sum0", "count0")
 
     def __init__(self, server: str, rank: str, ranks: dict[str, int]):
         self.server, self.rank, self.ranks = server, rank, ranks
@@ -63,8 +63,7 @@ class RankSummary:
         self.last_ts: float | None = None
         self.prefills = 0
         self.pending: list[tuple] = []
-        self.pending_prefills: list[tuple[float, float, int]] = []
-        self.prefill_src: list = []  # each pending prefill's event or groups (rules that read them one by one)
+        self.pending_prefills: list[tuple] = []
         self._last: tuple | None = None  # the last decode line's entry
         self.sum0, self.count0 = 0.0, 0  # accept_length_sum / _count before the first pending line
         self._last_batch: DecodeBatch | None = None
@@ -99,6 +98,15 @@ class RankSummary:
     def last_decode(self, batch: DecodeBatch | None) -> None:
         self._last_batch = batch
         self._last = None if batch is None else (batch.timestamp, None, None, None, None, None, 0, batch, 0)
+
+
+def prefill_counts(entry: tuple) -> tuple[int, int]:
+    """(#running-req, #queue-req) of a pending prefill: its event's, or read from a canonical
+    line's groups (`sglang_log.CANONICAL_LINES`: groups 15 and 16)."""
+    src = entry[3]
+    if type(src) is tuple:
+        return int(src[15]), int(src[16])
+    return src.running_requests, src.queued_requests
 
 
 def window_of(rs: RankSummary, entry: tuple, gap: float | None = None, prefills: int = 0) -> Window:
