@@ -8,13 +8,17 @@
    mixed_log (--mixed-lines).
 2. idle: `specwatch run` (process and API sources on, GPU off) beside a live fake SGLang server
    (tests/fake_sglang.py: real processes, SGLang's HTTP API), 8 DP ranks each appending one decode
-   line a second to the followed log, among --others `sleep` processes, over --idle-seconds.
-   Budget: <= 0.1 % of one core, RSS <= 45 MB (without a GPU). Nothing scrapes /metrics meanwhile.
-3. latency: collapse line appended -> Slack POST received, p50 (bench/backlog.py's alert_latency), on a
-   quiet log and on a busy one (7 other ranks writing, 8 lines a second).
-   Budget: p50 <= 0.5 s.
+   line a second to the followed log, among --others `sleep` processes, over --idle-seconds; the
+   server tied to its config by its server_api URL (`--tie api`, the default config) or by
+   `process.servers` (`--tie port`). Budget: <= 0.1 % of one core, RSS <= 45 MB (without a GPU).
+   Nothing scrapes /metrics meanwhile. Also each thread's share (`threads_pct_of_core`).
+3. latency: collapse line appended -> Slack POST received, p50 and p99: on a quiet log
+   (bench/backlog.py's alert_latency, max(--repeats, 5) runs) and over --collapses whole-server
+   collapses on a busy log (8 ranks x --busy-rate decode lines a second, each line its own write).
+   Budget: p50 <= 0.25 s, p99 <= 1 s.
 
 Usage: python bench/budgets.py [--mb 200] [--repeats 3] [--idle-seconds 600] [--parts backlog,idle,latency]
+       [--tie api|port] [--collapses 30] [--busy-rate 20]
 Needs the Debian package `mtail` for the backlog part. Prints a table, then the figures as JSON.
 """
 
@@ -224,10 +228,12 @@ def sample(port: int, name: str) -> float | None:
 
 
 @contextlib.contextmanager
-def live_daemon(tmp: Path, others: int, rate: float = 1.0) -> Iterator[tuple[subprocess.Popen, int]]:
+def live_daemon(tmp: Path, others: int, rate: float = 1.0, tie: str = "api") -> Iterator[tuple[subprocess.Popen, int]]:
     """`specwatch run` (process and API sources on, GPU off) beside a live fake SGLang server whose
     8 DP ranks each append `rate` decode lines a second, among `others` `sleep` processes; yields
-    (daemon, metrics port) once it sees the server and is past start-up. Stops everything after."""
+    (daemon, metrics port) once it sees the server and is past start-up. Stops everything after.
+    tie: how the process scan knows the server: "api" (the default config, `process.servers`
+    empty: by its `server_api` URL's port), "port" (`process.servers: {PORT: bench}`)."""
     sleepers: list[subprocess.Popen] = []
     server = daemon = None
     stop = threading.Event()
@@ -247,7 +253,7 @@ def live_daemon(tmp: Path, others: int, rate: float = 1.0) -> Iterator[tuple[sub
         cfg = tmp / "idle.yaml"
         cfg.write_text(f"server: bench\nlogs:\n  - path: {tmp / 'sglang.log'}\nmetrics:\n  listen_port: 0\n"
                        f"state_dir: {tmp / 'idle-state'}\ngpu:\n  enabled: false\n"
-                       f"process:\n  servers: {{{sglang_port}: bench}}\n"
+                       + (f"process:\n  servers: {{{sglang_port}: bench}}\n" if tie == "port" else "") +
                        f"server_api:\n  url: http://127.0.0.1:{sglang_port}\n")
         names = tmp / "name-threads"
         names.mkdir(exist_ok=True)
@@ -267,8 +273,8 @@ def live_daemon(tmp: Path, others: int, rate: float = 1.0) -> Iterator[tuple[sub
             p.wait()
 
 
-def idle(tmp: Path, seconds: float, others: int) -> dict:
-    with live_daemon(tmp, others) as (daemon, port):
+def idle(tmp: Path, seconds: float, others: int, tie: str = "api") -> dict:
+    with live_daemon(tmp, others, tie=tie) as (daemon, port):
         lines0 = backlog.scrape_lines(port)
         time.sleep(10)  # past start-up: first scans, polls and the diagnosis of the server's settings
         ps = psutil.Process(daemon.pid)
@@ -284,7 +290,7 @@ def idle(tmp: Path, seconds: float, others: int) -> dict:
         up = sample(port, "specwatch_server_up"), sample(port, "specwatch_server_api_up")
         if up != (1, 1) or read < RANKS * seconds * 0.9:
             raise RuntimeError(f"specwatch did not keep up with the server: up/api_up {up}, {read} lines read")
-        return {"seconds": round(wall), "others": others, "processes_on_box": processes, "cpu_pct_of_core": round(100 * cpu / wall, 3),
+        return {"seconds": round(wall), "others": others, "tie": tie, "processes_on_box": processes, "cpu_pct_of_core": round(100 * cpu / wall, 3),
                 "rss_mb": round(rss[-1], 1), "rss_mb_max": round(max(rss), 1), "log_lines_read": read,
                 "threads_pct_of_core": threads}
 
@@ -412,7 +418,7 @@ def table(res: dict) -> str:
         rows.append(f"specwatch run start-up (empty file): {s['cpu_s']:.2f} CPU-s, {s['wall_s']:.2f} s, RSS {s['rss_mb']} MB")
     if "idle" in res:
         i = res["idle"]
-        rows.append(f"idle beside a server, 8 ranks x 1 line/s, {i['others']} other processes "
+        rows.append(f"idle beside a server (tied by {i['tie']}), 8 ranks x 1 line/s, {i['others']} other processes "
                     f"({i['processes_on_box']} on the box), {i['seconds']} s: "
                     f"{i['cpu_pct_of_core']:.3f} % of a core {verdict(i['cpu_pct_of_core'] <= IDLE_CPU_PCT)} "
                     f"(<= {IDLE_CPU_PCT} %), RSS {i['rss_mb']} MB (max {i['rss_mb_max']}) "
@@ -435,6 +441,8 @@ def main() -> int:
     ap.add_argument("--idle-seconds", type=float, default=600)
     ap.add_argument("--others", type=int, default=1000, help="`sleep` processes beside the server when idle")
     ap.add_argument("--parts", default="backlog,idle,latency", help="comma-separated subset to run")
+    ap.add_argument("--tie", choices=("api", "port"), default="api",
+                    help="idle: the server tied by its server_api URL (the default config) or by process.servers")
     ap.add_argument("--collapses", type=int, default=30, help="collapses timed on the busy log (one daemon each)")
     ap.add_argument("--busy-rate", type=float, default=20.0, help="decode lines a second of each rank on the busy log")
     a = ap.parse_args()
@@ -465,7 +473,7 @@ def main() -> int:
             res["mixed_log"] = bench_file(tmp, mixed, a.repeats)
             res["start_up"] = start_up(tmp, a.repeats)
         if "idle" in parts:
-            res["idle"] = idle(tmp, a.idle_seconds, a.others)
+            res["idle"] = idle(tmp, a.idle_seconds, a.others, a.tie)
         if "latency" in parts:
             quiet = backlog.alert_latency(tmp, max(a.repeats, 5))
             busy = collapse_latency(tmp, a.collapses, a.busy_rate)

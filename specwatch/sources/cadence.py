@@ -23,6 +23,7 @@ name (SGLang's `scheduler.py` logging prefix, 0.4.6-0.5.23; one rank when none i
 
 from __future__ import annotations
 
+import math
 import re
 import time
 
@@ -36,6 +37,7 @@ LIVE_BYTES = 256 << 10
 # the rank tokens of a decode line's prefix, `[2026-01-01 12:00:00.123 DP0 TP0] Decode batch`
 _RANKS = re.compile(rb"\d\d:\d\d:\d\d(?:[.,]\d{1,6})?((?: [A-Z][A-Z_]*\d+)*)\] Decode batch")
 _DECODE = b"accept len: "
+RANKS_EVERY = 10.0  # seconds between counts of a log's ranks (they change with a restart only)
 
 
 class ReadCadence:
@@ -51,7 +53,8 @@ class ReadCadence:
         self.clock = now  # settable (tests)
         self._armed_until = -1.0
         self._since = now()  # the last round's end
-        self._lines: dict[str, list[int]] = {}  # path -> [decode lines since the last round, ranks]
+        self._lines: dict[str, int] = {}  # path -> decode lines since the last round
+        self._ranks: dict[str, tuple[int, float]] = {}  # path -> (ranks its lines name, counted at)
         self.armed_total = 0  # reads that held a line that may start a collapse
 
     def saw(self, batch: LineBatch) -> None:
@@ -64,9 +67,12 @@ class ReadCadence:
             self.armed_total += 1
         n = data.count(_DECODE)
         if n:
-            acc = self._lines.setdefault(batch.path, [0, 1])
-            acc[0] += n
-            acc[1] = max(acc[1], len(set(_RANKS.findall(data))))
+            path = batch.path
+            self._lines[path] = self._lines.get(path, 0) + n
+            at = self._ranks.get(path, (0, -math.inf))[1]
+            now = self.clock()
+            if now - at >= RANKS_EVERY:
+                self._ranks[path] = (max(1, len(set(_RANKS.findall(data)))), now)
 
     def next_round(self) -> float:
         """Seconds from the round that just ended to the next one (see the module docstring)."""
@@ -77,6 +83,6 @@ class ReadCadence:
             return self.fast
         wait = self.slow
         runs = max(1, self.min_batches - 1)
-        for n, ranks in lines.values():
-            wait = min(wait, runs * span * ranks / n)
+        for path, n in lines.items():
+            wait = min(wait, runs * span * self._ranks[path][0] / n)
         return max(self.fast, wait)
