@@ -360,16 +360,17 @@ class Daemon:
 
     def _pace(self, cfg: Config) -> None:
         """The busy-log cadence's settings from `cfg` (sources/cadence.py): rounds between
-        `follow.poll_interval` / READ_SPAN (at least `_MIN_GAP`) and READ_SPAN intervals apart,
+        `follow.poll_interval` / READ_SPAN (at least 0.05 s) and READ_SPAN intervals apart,
         and no longer apart than one interval when an API poll's `log_silent` intervals in a row
         could pass within two of those spans: decode lines read that late would look missing. A
-        line that may start a collapse: accept length at most `rules.collapse.max_accept_length`
-        (a `format:` grammar rewrites a line's prefix only, its message keeps `accept len: X`)."""
+        line that may start a collapse: SGLang's accept length at most
+        `rules.collapse.max_accept_length` (a `format:` grammar rewrites a line's prefix only, its
+        message keeps `accept len: X`)."""
         every = cfg.follow.poll_interval
         slow = READ_SPAN * every
         if any(a.interval * cfg.log_silent.intervals <= 2 * slow for a in cfg.server_apis):
             slow = every
-        fast = min(slow, max(FollowerGroup._MIN_GAP, every / READ_SPAN))
+        fast = min(slow, max(0.05, every / READ_SPAN))  # at most 20 rounds a second
         c = cfg.collapse
         if self.cadence is None:
             self.cadence = ReadCadence(min_batches=c.min_batches, at_most=c.max_accept_length, fast=fast, slow=slow)

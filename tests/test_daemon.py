@@ -331,6 +331,8 @@ def test_a_busy_log_is_read_at_the_pace_a_collapse_needs(tmp_path):
     t[0] += ARM_SECONDS
     assert read(sglang, *ranks(8), after=2.0) == c.slow
     assert read(sglang, "[2026-02-23 10:00:00] Prefill batch, #new-seq: 1\n" * 40) == c.slow  # no decode line
+    vllm = "INFO 02-23 10:00:00 [metrics.py:96] SpecDecoding metrics: Mean acceptance length: 1.00, Accepted: 0 tokens\n"
+    assert read(str(tmp_path / "vllm.log"), vllm * 40) == c.slow  # one per 10 s: nothing to arm for
     custom_line = "2026-02-23 10:00:00 " + decode_line(1.05, "10:00:00").split("] ", 1)[1]
     assert read(custom, custom_line) == c.fast
     assert read(custom, custom_line.replace("1.05", "2.50")) == c.fast  # armed since the last

@@ -6,9 +6,10 @@ about as much as a few dozen decode lines with cold caches (docs/idle-cost.md), 
 keeps changing is not read at each change. After a round that read lines the next one comes
 `next_round()` seconds later:
 
-* `fast` for `ARM_SECONDS` after a read that held a line that may start a collapse
-  (`engines.low_accept_in`: an accept len at most `rules.collapse.max_accept_length`, any vLLM
-  spec-decoding line): the rest of that rank's run is read as it is written;
+* `fast` for `ARM_SECONDS` after a read that held a line that may start a collapse (SGLang's
+  `accept len: X` at most `rules.collapse.max_accept_length`: `engines.low_accept_in`): the rest
+  of that rank's run is read as it is written (a vLLM log's spec-decoding lines come one per
+  stats interval, 10 s: a busy vLLM log's next one is read at its pace, a quiet one's at once);
 * otherwise the time the log's busiest rank takes to print `rules.collapse.min_batches` - 1
   decode lines (a collapse needs that many more low lines after its first: a round then falls
   inside any run before it ends, and sees its first line), within [`fast`, `slow`].
@@ -62,11 +63,11 @@ class ReadCadence:
         if batch.end - batch.start > LIVE_BYTES:
             return
         data = batch.data
-        if low_accept_in(data, self.at_most):
-            self._armed_until = self.clock() + ARM_SECONDS
-            self.armed_total += 1
         n = data.count(_DECODE)
         if n:
+            if low_accept_in(data, self.at_most):
+                self._armed_until = self.clock() + ARM_SECONDS
+                self.armed_total += 1
             path = batch.path
             self._lines[path] = self._lines.get(path, 0) + n
             at = self._ranks.get(path, (0, -math.inf))[1]
