@@ -2,16 +2,16 @@
 
 Threads: the follower group (reads lines and feeds the pipeline; after a round it flushes due
 alert groups and, at most once a second, ticks the time-based rules, which re-sends to
-Alertmanager; a busy log is read again as soon as a collapse could need it, at once after a line
-that may start one: `sources/cadence.py`), the HTTP server (scrapes; it sleeps until a connection comes), one
-delivery thread per notifier, one thread per source (process scan, each HTTP API, NVML sampling
-and XID events; each hands its events to the pipeline), and the main thread, which waits on an
-Event for signals and wakes every `MAIN_EVERY` seconds for health and sd_notify (`ALONE_EVERY`
-without systemd; and to tick when the followers poll less often than once a second). Nothing
-spins: idle CPU is the followers' poll (a stat per file per poll interval, and a busy log's
-rounds at its cadence), one scan of /proc every `process.interval`, one HTTP GET per
-`server_api.interval`, one per `server_metrics[].interval`, plus these wake-ups (each costs:
-README "Performance").
+Alertmanager; a busy log is read again as soon as a collapse could need it, and soon after a
+line that may start one: `sources/cadence.py`), the HTTP server (scrapes; it sleeps until a
+connection comes), one delivery thread per notifier, one thread per source (process scan, each
+HTTP API, NVML sampling and XID events; each hands its events to the pipeline), and the main
+thread, which waits on an Event for signals and wakes every `MAIN_EVERY` seconds for health and
+sd_notify (`ALONE_EVERY` without systemd; and to tick when the followers poll less often than
+once a second). Nothing spins: idle CPU is the followers' poll (a stat per file per poll
+interval, and a busy log's rounds at its cadence), one scan of /proc every `process.interval`,
+one HTTP GET per `server_api.interval`, one per `server_metrics[].interval`, plus these wake-ups
+(each costs: README "Performance").
 
 State (`<state_dir>/state.db`, `specwatch.storage.StateStore`): file offsets, the rule/alert
 state, the line counters and each notifier's queue, committed in one transaction by the
@@ -380,8 +380,8 @@ class Daemon:
 
     def _next_flush(self) -> float | None:
         """`time.monotonic()` of the dispatcher's next group timer: the followers' thread, which
-        may read a busy log only every few poll intervals, flushes then (a group_wait ending between two
-        reads)."""
+        may read a busy log only every few poll intervals, flushes then (a group_wait ending
+        between two reads)."""
         with self.pipeline.lock:
             t = self.dispatcher.next_flush()
         return None if t is None else time.monotonic() + t - time.time()

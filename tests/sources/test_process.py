@@ -434,6 +434,26 @@ def test_steady_scans_of_servers_tied_by_log_or_api_read_no_process_again(sglang
             p.wait()
 
 
+def test_a_server_tied_by_its_api_url_that_restarts_between_scans_is_restarted(sglang_install, sglang_procs):
+    """Once every configured server runs a scan lists /proc only every LIST_EVERY; a server that
+    exits and starts again between two scans is missing from the scan, which then lists /proc
+    and finds the new launcher: restarted, not down."""
+    from specwatch.config import ProcessTies
+
+    port = free_port()
+    first = sglang_procs.start(server_argv(sglang_install, port))
+    rec = Recorder()
+    src = ProcessSource(rec, server="box", interval=5, ties=ProcessTies({}, {port: "api"}, frozenset({"api"})))
+    src.poll(time.time())
+    src.poll(time.time())
+    stop(first)
+    second = sglang_procs.start(server_argv(sglang_install, port))
+    rec.clear()
+    src.poll(time.time())
+    assert [(r.old.pid, r.new.pid) for r in rec.of(ServerRestarted)] == [(first.pid, second.pid)]
+    assert rec.of(ServerDown) == [] and src.current()["api"].pid == second.pid
+
+
 def test_a_server_whose_pid_goes_to_another_process_is_down_not_restarted(sglang_install, sglang_procs):
     """The launcher exits and its pid is handed to an unrelated process before the next scan (the
     pid cursor came round): its start time changed, so it is read again, and the server is down,
