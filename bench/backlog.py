@@ -89,10 +89,11 @@ def write_config(tmp: Path, log: Path, slack_url: str | None = None) -> Path:
     return cfg
 
 
-def start_specwatch(cfg: Path) -> tuple[subprocess.Popen, int]:
+def start_specwatch(cfg: Path, path: tuple[str, ...] = ()) -> tuple[subprocess.Popen, int]:
     """Start `specwatch run`; returns it and the metrics port it bound, read from its start-up line
-    (`... metrics on http://127.0.0.1:PORT/metrics`)."""
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    (`... metrics on http://127.0.0.1:PORT/metrics`). `path`: directories put before the checkout
+    on its PYTHONPATH (a measurement's `sitecustomize`)."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([*path, str(ROOT)]))
     out = cfg.with_suffix(".out")
     with open(out, "wb") as fh:
         proc = subprocess.Popen([sys.executable, "-m", "specwatch", "run", "--config", str(cfg)],

@@ -157,9 +157,9 @@ class LogSource:
 
 class FollowConfig(Section):
     # inotify on the followers' own thread by default (sources/inotify_wait.py): a change after a
-    # quiet spell is read at once, a busy file's new bytes looked at each poll_interval (read then
-    # when a line may start a collapse, else every third interval: daemon.HOLD_ROUNDS), and every
-    # file is polled each poll_interval without a change. watchdog's observer instead wakes three
+    # quiet spell is read at once, a busy file read again at its cadence (sources/cadence.py:
+    # between poll_interval / 3 and 3 intervals, soon after a line that may start a collapse), and
+    # every file is polled each poll_interval without a change. watchdog's observer instead wakes three
     # threads for every line SGLang writes (8 ranks x 1 line/s: 0.6 % of a core; docs/idle-cost.md).
     poll_interval: Annotated[float, Meta(ge=0.05, le=YEAR, extra=DURATION)] = 0.75
     inotify: bool = True

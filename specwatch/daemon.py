@@ -2,16 +2,16 @@
 
 Threads: the follower group (reads lines and feeds the pipeline; after a round it flushes due
 alert groups and, at most once a second, ticks the time-based rules, which re-sends to
-Alertmanager; a busy log's new bytes are only peeked at between rounds unless a line may start a
-collapse: `HOLD_ROUNDS`), the HTTP server (scrapes; it sleeps until a connection comes), one
-delivery thread per notifier, one thread per source (process scan, each HTTP API, NVML sampling
-and XID events; each hands its events to the pipeline), and the main thread, which waits on an
-Event for signals and wakes every `MAIN_EVERY` seconds for health and sd_notify (`ALONE_EVERY`
-without systemd; and to tick when the followers poll less often than once a second). Nothing
-spins: idle CPU is the followers' poll (a stat per file per poll interval, and a pread of a busy
-log's new bytes), one scan of /proc every `process.interval`, one HTTP GET per
-`server_api.interval`, one per `server_metrics[].interval`, plus these wake-ups (each costs:
-README "Performance").
+Alertmanager; a busy log is read again as soon as a collapse could need it, and soon after a
+line that may start one: `sources/cadence.py`), the HTTP server (scrapes; it sleeps until a
+connection comes), one delivery thread per notifier, one thread per source (process scan, each
+HTTP API, NVML sampling and XID events; each hands its events to the pipeline), and the main
+thread, which waits on an Event for signals and wakes every `MAIN_EVERY` seconds for health and
+sd_notify (`ALONE_EVERY` without systemd; and to tick when the followers poll less often than
+once a second). Nothing spins: idle CPU is the followers' poll (a stat per file per poll
+interval, and a busy log's rounds at its cadence), one scan of /proc every `process.interval`,
+one HTTP GET per `server_api.interval`, one per `server_metrics[].interval`, plus these wake-ups
+(each costs: README "Performance").
 
 State (`<state_dir>/state.db`, `specwatch.storage.StateStore`): file offsets, the rule/alert
 state, the line counters and each notifier's queue, committed in one transaction by the
@@ -49,6 +49,7 @@ of space on its last commit (`StateStore.hold_reserve`).
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import json
 import logging
 import os
@@ -69,7 +70,7 @@ from specwatch.metrics import FollowerCollector, PipelineCollector, SelfCollecto
 from specwatch.notifiers import dead_letter, failing
 from specwatch.pipeline import Pipeline
 from specwatch.sdnotify import Watchdog, monotonic_usec, notify
-from specwatch.sources.engines import low_accept_in
+from specwatch.sources.cadence import ReadCadence
 from specwatch.sources.filestream import READ_BYTES, Follower
 from specwatch.sources.follow import FollowerGroup
 from specwatch.sources.log_health import LogHealth
@@ -91,9 +92,9 @@ DRAIN_AT_STOP = 5.0  # seconds a stop with an unwritable state_dir spends delive
 LOCK_WAIT = 5.0  # seconds the main loop waits for the pipeline lock before calling it wedged
 STATUS_EVERY = 10.0  # seconds between STATUS= updates while nothing else changes
 TICK_EVERY = 1.0  # seconds between ticks of the time-based rules (on the followers' thread when it polls as often)
-# A busy log's lines without a collapse line wait up to this many poll intervals for a round
-# (its new bytes are peeked at each interval; a round runs the rules with cold caches: ~1 ms)
-HOLD_ROUNDS = 2
+# A busy log's rounds (sources/cadence.py) come at least every `follow.poll_interval` / READ_SPAN
+# and at most READ_SPAN intervals apart (a round runs the rules with cold caches: ~1 ms)
+READ_SPAN = 3
 MAIN_EVERY = 5.0  # seconds between the main loop's health checks when the followers' thread ticks
 ALONE_EVERY = 15.0  # ... without systemd (no NOTIFY_SOCKET): only the log hears of health
 
@@ -198,10 +199,12 @@ class Daemon:
         # journal resumes by cursor, and its first turn may not end before a stop.)
         self._history_unsaved = not legacy and any(offsets.get(s.path) is None and s.journal is None
                                                    for s in cfg.logs)
+        self.cadence = None
+        self._pace(cfg)
         self.followers = FollowerGroup(
             [self._make_follower(s, offsets.get(s.path)) for s in cfg.logs],
             poll_interval=cfg.follow.poll_interval, use_watchdog=cfg.follow.watchdog, inotify=cfg.follow.inotify,
-            after_poll=self._after_poll, due=self._next_flush, urgent=self._urgent, hold=self._hold(cfg),
+            after_poll=self._after_poll, due=self._next_flush, cadence=self.cadence.next_round,
         )
         self._saved_doc: str | None = None  # the state document last committed
         self._commit_cpu = 0.0  # CPU seconds of the last commit
@@ -270,6 +273,7 @@ class Daemon:
     def _on_lines(self, batch) -> None:
         self._progress = time.monotonic()
         self._fed = True
+        self.cadence.saw(batch)
         self.pipeline.feed_batch(batch, now=time.time())
 
     def _app(self, metrics_app):
@@ -322,23 +326,30 @@ class Daemon:
                 or not self.store.ok and since >= RETRY_EVERY):
             self.commit()
 
-    def _urgent(self, path: str, data: bytes) -> bool:
-        """Whether a busy log's new bytes need a round now (`FollowerGroup`'s `urgent`): a line
-        that may start a collapse (accept length at most `rules.collapse.max_accept_length`; a
-        `format:` grammar rewrites a line's prefix only, its message keeps `accept len: X`).
-        Other lines wait up to `HOLD_ROUNDS` more `follow.poll_interval`s (docs/idle-cost.md)."""
-        return low_accept_in(data, self.config.collapse.max_accept_length)
-
-    def _hold(self, cfg: Config) -> int:
-        """`HOLD_ROUNDS`, or 0 (a round every poll interval) when an API poll's `log_silent`
-        intervals in a row could pass within one hold: held decode lines would look missing."""
-        span = (HOLD_ROUNDS + 1) * cfg.follow.poll_interval
-        return 0 if any(a.interval * cfg.log_silent.intervals <= 2 * span for a in cfg.server_apis) else HOLD_ROUNDS
+    def _pace(self, cfg: Config) -> None:
+        """The busy-log cadence's settings from `cfg` (sources/cadence.py): rounds between
+        `follow.poll_interval` / READ_SPAN (at least 0.05 s) and READ_SPAN intervals apart,
+        and no longer apart than one interval when an API poll's `log_silent` intervals in a row
+        could pass within two of those spans: decode lines read that late would look missing. A
+        line that may start a collapse: SGLang's accept length at most
+        `rules.collapse.max_accept_length` (a `format:` grammar rewrites a line's prefix only, its
+        message keeps `accept len: X`)."""
+        every = cfg.follow.poll_interval
+        slow = READ_SPAN * every
+        if any(a.interval * cfg.log_silent.intervals <= 2 * slow for a in cfg.server_apis):
+            slow = every
+        fast = min(slow, max(0.05, every / READ_SPAN))  # at most 20 rounds a second
+        c = cfg.collapse
+        if self.cadence is None:
+            self.cadence = ReadCadence(min_batches=c.min_batches, at_most=c.max_accept_length, fast=fast, slow=slow)
+        else:
+            p = self.cadence
+            p.min_batches, p.at_most, p.fast, p.slow = c.min_batches, c.max_accept_length, fast, slow
 
     def _next_flush(self) -> float | None:
         """`time.monotonic()` of the dispatcher's next group timer: the followers' thread, which
-        reads a busy log every few poll intervals, flushes then (a group_wait ending between two
-        reads)."""
+        may read a busy log only every few poll intervals, flushes then (a group_wait ending
+        between two reads)."""
         with self.pipeline.lock:
             t = self.dispatcher.next_flush()
         return None if t is None else time.monotonic() + t - time.time()
@@ -392,8 +403,8 @@ class Daemon:
     @property
     def wedged_after(self) -> float:
         """Seconds without a line or a finished poll round after which the followers count as
-        wedged. Rounds end every poll_interval when idle, at least every HOLD_ROUNDS + 1 of them
-        on a busy log, and a long catch-up emits lines."""
+        wedged. Rounds end every poll_interval when idle, at least every READ_SPAN of them on a
+        busy log, and a long catch-up emits lines."""
         return max(10 * self.config.follow.poll_interval, 5.0)
 
     def health(self) -> str | None:
@@ -486,7 +497,7 @@ class Daemon:
         if self.process is not None:  # the servers of the followed logs are configured servers
             self.process.tie(ProcessTies.of(new))
         self._register_journal_metrics(new)
-        self.followers.hold = self._hold(new)  # rules.log_silent.intervals may have changed
+        self._pace(new)  # rules.log_silent.intervals and rules.collapse may have changed
         added = [s for s in new.logs if s.path not in old_paths]
         with self.pipeline.lock:  # _after_poll sees both or neither: no resume before they are followed
             if added:  # read from their first line: their history is not news (as at a first start)
@@ -570,6 +581,9 @@ class Daemon:
         self._http_thread = serve_quietly(self.httpd, self._http_thread)  # no 0.5 s select timer
         for n in self.notifiers.values():
             n.start()
+        if self.notifiers:  # the notifiers' HTTP client, imported now rather than by the first alert
+            threading.Thread(target=importlib.import_module, args=("requests",), name="specwatch-preload",
+                             daemon=True).start()
         self._progress = time.monotonic()
         self.dispatcher.paused = self._fresh_backlog  # until the first poll round has read the backlog
         self.followers.start()

@@ -65,6 +65,25 @@ def popen(argv, **kw) -> subprocess.Popen:
     return proc
 
 
+def popen_at(pid: int, start, tries: int = 50) -> subprocess.Popen | None:
+    """`start()` (a Popen) made to run as process `pid`, a free pid: the pid namespace's last pid
+    set to the one before (`/proc/sys/kernel/ns_last_pid`, proc(5): root only), then the fork. A
+    process forking in between gets it: that child is killed and the next try made. None when
+    the file cannot be written or no try won."""
+    for _ in range(tries):
+        try:
+            with open("/proc/sys/kernel/ns_last_pid", "w") as f:
+                f.write(str(pid - 1))
+        except OSError:
+            return None
+        proc = start()
+        if proc.pid == pid:
+            return proc
+        proc.kill()
+        proc.wait()
+    return None
+
+
 def run(argv, **kw) -> subprocess.CompletedProcess:
     """`subprocess.run` whose child dies with the test process (see `popen`)."""
     return subprocess.run(die_with_parent(argv, signal.SIGKILL), **kw)

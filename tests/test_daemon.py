@@ -295,33 +295,58 @@ def _built_daemon(tmp_path: Path, **extra):
     return d
 
 
-def test_a_busy_logs_lines_wait_for_a_round_unless_one_may_start_a_collapse(tmp_path):
-    """The followers' `urgent` and `hold` (docs/idle-cost.md): new bytes with an accept len at or
-    below rules.collapse.max_accept_length (1.10) make a round now, in a log with a `format:`
-    grammar too (it rewrites the prefix; the message keeps `accept len: X`)."""
-    from specwatch.daemon import HOLD_ROUNDS
+def test_a_busy_log_is_read_at_the_pace_a_collapse_needs(tmp_path):
+    """The followers' cadence (sources/cadence.py) as the daemon sets it up: after a read with an
+    accept len at or below rules.collapse.max_accept_length (1.10), also in a log with a
+    `format:` grammar (it rewrites the prefix; the message keeps `accept len: X`), the next round
+    comes `fast`; else within the time the busiest rank takes to print min_batches - 1 (2)
+    decode lines, between `fast` (poll_interval / READ_SPAN) and `slow` (READ_SPAN intervals)."""
+    from specwatch.daemon import READ_SPAN
+    from specwatch.sources.cadence import ARM_SECONDS
+    from specwatch.sources.filestream import LineBatch
 
     d = _built_daemon(tmp_path)
-    assert d.followers.urgent is not None and d.followers.hold == HOLD_ROUNDS >= 1
+    c = d.cadence
+    assert (c.fast, c.slow) == (0.75 / READ_SPAN, 0.75 * READ_SPAN) and c.min_batches == 3
     sglang, custom = str(tmp_path / "sglang.log"), str(tmp_path / "custom.log")
 
-    def line(a: float) -> bytes:
-        return decode_line(a, "10:00:00").encode()
+    t = [100.0]
+    c.clock = lambda: t[0]
 
-    assert not d._urgent(sglang, line(2.5) * 8)
-    assert d._urgent(sglang, line(2.5) * 3 + line(1.10) + line(2.5))
-    assert not d._urgent(sglang, line(1.11))
-    custom_line = b"2026-02-23 10:00:00 " + line(1.05).split(b"] ", 1)[1]
-    assert d._urgent(custom, custom_line) and not d._urgent(custom, custom_line.replace(b"1.05", b"2.50"))
+    def read(path: str, *lines: str, after: float = 1.0) -> float:  # lines read `after` s after the last round
+        t[0] += after
+        data = "".join(lines).encode()
+        c.saw(LineBatch(path, 0, len(data), block=data))
+        return c.next_round()
+
+    def ranks(n: int, accept: float = 2.5) -> list[str]:
+        return [decode_line(accept, "10:00:00", rank=f"DP{r} TP{r}") for r in range(n)]
+
+    c.next_round()
+    assert read(sglang, *ranks(8), after=2.0) == c.slow  # 8 ranks, a line each in 2 s: 4 s for two
+    assert read(sglang, *ranks(8) * 2, after=1.0) == 2 * 1.0 / 2  # two each in 1 s: 2 lines take 1 s
+    assert read(str(tmp_path / "one.log"), *ranks(1) * 40, after=1.0) == c.fast  # one rank, 40 lines a second
+    assert read(sglang, *ranks(3), decode_line(1.10, "10:00:00", rank="DP3 TP3")) == c.fast
+    assert read(sglang, *ranks(8), after=2.0) == c.fast  # the rest of a run is read as it comes
+    t[0] += ARM_SECONDS
+    assert read(sglang, *ranks(8), after=2.0) == c.slow
+    assert read(sglang, "[2026-02-23 10:00:00] Prefill batch, #new-seq: 1\n" * 40) == c.slow  # no decode line
+    vllm = "INFO 02-23 10:00:00 [metrics.py:96] SpecDecoding metrics: Mean acceptance length: 1.00, Accepted: 0 tokens\n"
+    assert read(str(tmp_path / "vllm.log"), vllm * 40) == c.slow  # one per 10 s: nothing to arm for
+    custom_line = "2026-02-23 10:00:00 " + decode_line(1.05, "10:00:00").split("] ", 1)[1]
+    assert read(custom, custom_line) == c.fast
+    assert read(custom, custom_line.replace("1.05", "2.50")) == c.fast  # armed since the last
+    d.followers.stop()
 
 
-def test_no_hold_when_the_log_silent_polls_come_faster_than_a_hold(tmp_path):
+def test_no_slow_rounds_when_the_log_silent_polls_come_faster(tmp_path):
     """rules.log_silent fires after `intervals` API polls without a decode line: with polls that
-    close together, lines held back would look missing, so every interval gets a round."""
+    close together, lines read that late would look missing, so a busy log's rounds come at least
+    every poll interval."""
     fast = _built_daemon(tmp_path / "a", server_api={"url": "http://127.0.0.1:1", "interval": "1s", "timeout": "0.5s"})
-    assert fast.followers.hold == 0
+    assert fast.cadence.slow == fast.config.follow.poll_interval
     slow = _built_daemon(tmp_path / "b", server_api={"url": "http://127.0.0.1:1", "interval": "10s"})
-    assert slow.followers.hold >= 1
+    assert slow.cadence.slow > slow.config.follow.poll_interval
 
 
 def test_the_after_poll_tick_skips_a_second_tick_the_lines_gave(tmp_path):

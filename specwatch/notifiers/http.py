@@ -3,7 +3,8 @@
 A receiver URL (Slack webhook, generic webhook) often carries a token in its path, so it is held
 in a `Secret` that redacts every form of it from our log lines and from urllib3's.
 `requests` (~6 MB resident with urllib3 and charset_normalizer) is imported at the first delivery,
-not at start: an idle daemon that never alerts does not hold it.
+or by `specwatch run` on a thread of its own at start when a notifier is configured (so the first
+alert does not wait for the import); a daemon without notifiers never holds it.
 """
 
 from __future__ import annotations
@@ -141,7 +142,7 @@ def retry_after(value: str | None) -> float | None:
 
 
 def new_session() -> requests.Session:
-    """A `requests.Session` (requests is imported here, at the first delivery)."""
+    """A `requests.Session` (requests is imported here at the latest: the first delivery)."""
     import requests
 
     return requests.Session()

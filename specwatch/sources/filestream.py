@@ -184,6 +184,11 @@ class LineBatch:
             self._lines.pop()  # after the last "\n"
         return self._lines
 
+    @property
+    def data(self) -> bytes:
+        """The lines as bytes, each followed by `\n`: the read's own bytes where it kept them."""
+        return self._block if self._block is not None else self.text.encode()
+
     def _bounds_list(self) -> list[int]:
         """Start of each line, then `end` (len(self) + 1 offsets)."""
         if self._bounds is None:
@@ -317,30 +322,6 @@ class Follower:
                 self._resume, self._ckpt = self.checkpoint(), None
                 self._drop_later()  # found again among the rotated copies
         return self.lines_total - before
-
-    def peek(self, limit: int) -> bytes | None:
-        """The bytes appended since the last read, after the unfinished line before them, when
-        that is all that changed: the same file, grown by at most `limit` bytes. b"" when it did
-        not grow (or does not exist yet: nothing to read). None otherwise (rotated, truncated,
-        an over-long line being skipped, more than `limit` new bytes, opened but not read yet,
-        an I/O error): the caller polls instead. Reads nothing for good and moves no offset (a
-        later `poll()` reads the same bytes; a truncation that grew back past the offset shows
-        only there); never raises."""
-        s = self._cur
-        if s is None:
-            return b"" if self._resume is None and not os.path.lexists(self.path) else None
-        if s.skipping:
-            return None
-        try:
-            st = os.stat(self.path)
-            if st.st_ino != s.ino or st.st_dev != s.dev or not s.offset <= st.st_size <= s.offset + limit:
-                return None
-            if st.st_size == s.offset:
-                return b""
-            new = os.pread(s.fd, st.st_size - s.offset, s.offset)
-        except OSError:
-            return None
-        return s.buf + new if s.buf else new
 
     def glance(self) -> None:
         """Open the file now at `path` when it is not the one being read (rotated: it is read

@@ -35,17 +35,13 @@ class FollowerGroup:
     With `inotify=True` (and `use_watchdog=False`) the thread itself waits on inotify
     (`DirWatcher`): a change to a followed file after a quiet spell is read at once, a file that
     keeps changing at most once per `poll_interval` (a busy log: one wake-up per interval, not
-    one per line; with `urgent`, below, mostly a peek), and without any change the files are
-    polled every `poll_interval` (rotation missed, NFS, no inotify). Wake-ups, not reads, set an
-    idle daemon's cost (docs/idle-cost.md).
+    one per line; with `cadence`, below, as often as it says), and without any change the files
+    are polled every `poll_interval` (rotation missed, NFS, no inotify). Wake-ups, not reads, set
+    an idle daemon's cost (docs/idle-cost.md).
 
-    With `urgent` as well, a busy file is only looked at between rounds: when the interval ends
-    after a round that read lines, every follower's new bytes (`Follower.peek`) go to
-    `urgent(path, bytes)`, and a round comes only when it says True (a collapse line), a follower
-    cannot peek (rotated, truncated, a journal, more than `PEEK_BYTES` new), nothing is new, or
-    `hold` intervals passed without a round: a busy, healthy log is read every `hold + 1`
-    intervals, an urgent line within one. A peek is a `stat` and a `pread`; a round runs the
-    whole pipeline for its lines, mostly with cold caches. A busy file renamed away (a rotation)
+    With `cadence` as well, a round that read lines is followed by the next one `cadence()`
+    seconds later instead of `poll_interval` (`sources/cadence.py`: soon after a line that may
+    start a collapse, else as the log's pace needs). A busy file renamed away (a rotation)
     is glanced at once (`Follower.glance`: its new file opened, nothing read), so a rotation storm
     cannot replace a file before it was opened, whatever the read cadence.
 
@@ -56,7 +52,6 @@ class FollowerGroup:
 
     _WATCH_RETRY_S = 30.0
     _MIN_GAP = 0.05  # seconds between rounds woken by `due`
-    PEEK_BYTES = 1 << 20  # a peek that finds more new bytes makes a round
 
     def __init__(
         self,
@@ -68,16 +63,15 @@ class FollowerGroup:
         after_poll: Callable[[], None] | None = None,
         inotify: bool = False,
         due: Callable[[], float | None] | None = None,
-        urgent: Callable[[str, bytes], bool] | None = None,
-        hold: int = 1,
+        cadence: Callable[[], float] | None = None,
     ) -> None:
         """`poll_interval`: seconds between polls when no event arrives (> 0).
         `after_poll`: called on the group's thread after each poll round, when no `on_line` call
         is in flight, so it can persist `checkpoints()` together with the consumer's state.
         `due`: with inotify, when (`time.monotonic()`) the after-poll hook next has work due (a
         notification's group_wait ending), None for nothing: a round comes then at the latest.
-        `urgent`, `hold`: with inotify, whether new bytes of a busy file need a round now, and
-        how many intervals in a row may pass without one (see the class docstring); settable.
+        `cadence`: with inotify, seconds from a round that read lines to the next (see the class
+        docstring); None: `poll_interval`.
 
         Raises ValueError for a bad poll_interval or two followers of the same path.
         """
@@ -90,9 +84,7 @@ class FollowerGroup:
         self._name = name
         self._after_poll = after_poll
         self._due = due
-        self.urgent = urgent
-        self.hold = hold
-        self.peeks_total = 0  # intervals that ended in a peek and no round (tests, docs)
+        self._cadence = cadence
         self._followers: dict[str, Follower] = {}
         self._wake = threading.Event()
         self._stop = threading.Event()
@@ -247,15 +239,14 @@ class FollowerGroup:
                 watcher.close()
 
     def _run_inotify(self, watcher: Any) -> None:
-        """The loop with inotify: a round when a followed file changes (not before `poll_interval`
-        after a round that read lines), or after `poll_interval` without a change; after a round
-        that read lines, an interval may end in a peek instead (`_calm`, at most `hold` in a row)."""
+        """The loop with inotify: a round when a followed file changes (not before the cadence's
+        wait after a round that read lines), or after `poll_interval` without a change."""
         read = self.poll_all() > 0
         self.polled = not self._stop.is_set()  # a stop may have cut the first reads short
         last = time.monotonic()
-        held = 0  # intervals in a row that ended in a peek, not a round
+        wait = self._wait(read)
         while not self._stop.is_set():
-            until = last + self.poll_interval
+            until = last + wait
             try:
                 due = self._due() if self._due is not None else None
                 if due is not None:
@@ -268,12 +259,6 @@ class FollowerGroup:
                     self._glance()  # file is opened now, its lines wait for the next round
                     continue
                 self._wake.clear()
-                if read and not woke and held < self.hold and (due is None or until < due) and self._calm():
-                    held += 1  # a busy, healthy log: its lines wait for the next round
-                    self.peeks_total += 1
-                    last = time.monotonic()
-                    continue
-                held = 0
                 watcher.drain()  # what this round reads; a later change wakes the next wait
             except Exception:  # the thread must go on reading: this round as a plain poll
                 self.poll_errors_total += 1
@@ -283,6 +268,14 @@ class FollowerGroup:
                     break
             last = time.monotonic()
             read = self._round(woke) > 0
+            wait = self._wait(read)
+
+    def _wait(self, read: bool) -> float:
+        """Seconds from the round that just ended to the next without a change: `cadence()`
+        after one that read lines (not while catching up or updating), else `poll_interval`."""
+        if read and self._cadence is not None and not (self.catching_up or self._pending):
+            return self._cadence()
+        return self.poll_interval
 
     def _glance(self) -> None:
         """Let every file follower open the file now at its path (`Follower.glance`)."""
@@ -290,21 +283,6 @@ class FollowerGroup:
             glance = getattr(f, "glance", None)  # a journal has none
             if glance is not None:
                 glance()
-
-    def _calm(self) -> bool:
-        """Every follower's new bytes say a round can wait (`urgent`, `hold`): none is urgent,
-        some are new, every follower could peek, no update or catch-up is under way."""
-        urgent = self.urgent
-        if urgent is None or self.catching_up or self._pending:
-            return False
-        new = False
-        for path, f in self._followers.items():
-            peek = getattr(f, "peek", None)  # a journal cannot
-            data = peek(self.PEEK_BYTES) if peek is not None else None
-            if data is None or data and urgent(path, data):
-                return False
-            new = new or bool(data)
-        return new
 
     def _round(self, woke: bool) -> int:
         """Apply queued updates, poll every follower, call the after-poll hook; the lines read."""

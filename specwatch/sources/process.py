@@ -284,8 +284,8 @@ def _pth_dirs(path: str, site: str) -> list[str]:
 # ------------------------------------------------------------------ the scan
 
 
-FULL_PASS = 300.0  # seconds between re-reads of every process (a late exec, a reused pid)
-LIST_EVERY = 60.0  # seconds between listings of /proc while every server of `process.servers` runs
+FULL_PASS = 300.0  # seconds between re-reads of every process while a configured server was never found
+LIST_EVERY = 60.0  # seconds between listings of /proc while every configured server runs
 
 
 def _read_proc(path: str) -> bytes:
@@ -325,6 +325,18 @@ def _last_pid() -> int | None:
         return int(_read_proc("/proc/loadavg").rsplit(None, 1)[1])
     except (OSError, ValueError, IndexError):
         return None
+
+
+def _handed_out(pids, before: int | None, last: int | None) -> set[int]:
+    """Those of `pids` handed out after `before` up to `last` (two values of `_last_pid()`; the
+    pid cursor moves up and wraps to the low pids at `pid_max`: `alloc_pid`, kernel/pid.c).
+    Empty when either is unknown. A number the table knew that was handed out again is another
+    process: the one it knew exited, and the pid was reused."""
+    if before is None or last is None or before == last:
+        return set()
+    if before < last:
+        return {pid for pid in pids if before < pid <= last}
+    return {pid for pid in pids if pid > before or pid <= last}
 
 
 def _parent(pid: int) -> int | None:
@@ -433,13 +445,18 @@ class ProcessSource(PollingSource):
     (pid, start time), at the scan that first finds it; one tied by nothing is tried again at
     the next scan, then after twice as long each time, up to FULL_PASS.
 
-    Cost: each scan reads the processes of the servers found; it lists /proc only when a pid
-    was handed out since the last listing (`/proc/loadavg`'s last pid: no fork, no new process),
-    and, while every server of `servers` runs (no other matters then), at most every LIST_EVERY
-    seconds (a server's new child is seen that much later); a listing reads only processes it has
-    not seen (their command line and parent, once). Every FULL_PASS seconds (not while every
-    server of `servers` runs), and at each scan while a configured server is missing, it reads
-    every process again (a process that exec'd into SGLang after it was first read, a reused pid).
+    Cost: each scan reads the processes of the servers found (`/proc/<pid>/stat` and `statm`;
+    a pid whose start time changed is another process: read again, and no longer the server's
+    if its command line or parent say so); it lists /proc only when a pid was handed out since
+    the last listing (`/proc/loadavg`'s last pid: no fork, no new process), and, while every
+    configured server runs (no other matters then), at most every LIST_EVERY seconds (a
+    server's new child is seen that much later); a listing reads only the processes that are new
+    since the last one: pids it has not seen, and pids it knew that were handed out again since
+    (`_handed_out`: a process that exited and whose pid went to a new one between two listings),
+    each once, then once more at the next scan (caught between fork and exec). At each scan while
+    a configured server it found before is missing (down, or `servers` not all up), and every
+    FULL_PASS seconds while one was never found, it reads every process again (a process that
+    exec'd into SGLang long after it was first read). `reads_total` counts the processes read.
     """
 
     name = "process"
@@ -540,11 +557,15 @@ class ProcessSource(PollingSource):
         last = _last_pid()
         if not full and not self._recheck and last is not None and last == self._last_pid:
             return  # nothing forked since: no process to read (the servers' own are read anyway)
-        self._last_pid, self._listed_at = last, mono
+        before, self._last_pid, self._listed_at = self._last_pid, last, mono
         live = set(psutil.pids())
         for pid in self._ppid.keys() - live:
             self._forget_pid(pid)
         new = live - self._ppid.keys()
+        reused = _handed_out(self._ppid, before, last)
+        for pid in reused:
+            self._forget_pid(pid)  # the process the table knew under that number is gone
+        new |= reused
         todo = live if full else new | (self._recheck & live)
         for pid in todo:
             self._read(pid)
@@ -555,9 +576,10 @@ class ProcessSource(PollingSource):
     def scan(self) -> dict[str, ServerProcess]:
         """One pass over the process table → {server name: ServerProcess}."""
         mono = time.monotonic()
-        # While every server of `servers` runs, only their processes matter (read anyway): no
+        # While every configured server runs, only their processes matter (read anyway): no
         # full pass (O(all processes)) is needed to find one
-        all_up = bool(self.servers) and all(name in self._current for name in self.servers.values())
+        wanted = set(self.servers.values()) if self.servers else self.expected
+        all_up = bool(wanted) and all(name in self._current for name in wanted)
         full = not all_up and mono - self._full_at >= FULL_PASS or any(
             name not in self._current for name in self.expected if name in self._last_known or self.servers)
         if full:
@@ -566,7 +588,7 @@ class ProcessSource(PollingSource):
         if not quick:
             self._refresh_table(full, mono)
         out = self._servers()
-        if quick and not all(name in out for name in self.servers.values()):
+        if quick and not all(name in out for name in wanted):
             self._refresh_table(False, mono)  # one has gone: a restart since the last scan is one
             out = self._servers()
         return out
@@ -671,6 +693,16 @@ class ProcessSource(PollingSource):
                           "pipe": "through the pipe its output goes to"}[hit[1]])
         return self.logs.get(tie[0]) if tie[0] is not None else None
 
+    def _within(self, pid: int, root: int) -> bool:
+        """Whether `pid` descends from `root` in the table."""
+        seen = set()
+        while pid in self._ppid and pid not in seen:
+            seen.add(pid)
+            pid = self._ppid[pid]
+            if pid == root:
+                return True
+        return False
+
     def _member(self, pid: int, members: dict[int, psutil.Process]) -> psutil.Process | None:
         p = self._members.get(pid)
         if p is None:
@@ -698,12 +730,18 @@ class ProcessSource(PollingSource):
                 continue  # exited
             start, cpu, rss = use
             known = self._known.get(cpid)
-            # read again: first seen, the pid reused since, or a child SGLang may still rename
-            if known is None or known[0] != start or cpid != pid and known[2] == "other":
+            if known is not None and known[0] != start:  # the pid went to another process
+                self._forget_pid(cpid)
+                self._read(cpid)
+                if cpid == pid and cpid not in self._launchers or cpid != pid and not self._within(cpid, pid):
+                    continue  # not this server's any more: gone (its launcher: the server is)
+                known = None
+            # read again: first seen, or a child SGLang may still rename
+            if known is None or cpid != pid and known[2] == "other":
                 cmd = _cmdline(cpid)
                 if cmd is None:
                     continue
-                if known is None or known[0] != start:
+                if known is None:
                     self._members.pop(cpid, None)  # a psutil handle of the pid's last process
                 known = self._known[cpid] = [start, cmd, role_of(cmd), None, None, None]
             cmd = known[1]

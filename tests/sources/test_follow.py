@@ -24,7 +24,7 @@ from prometheus_client import CollectorRegistry
 
 from procs import popen
 from rotating_writer import RotatingWriter, tally
-from specwatch.daemon import HOLD_ROUNDS
+from specwatch.daemon import READ_SPAN
 from specwatch.events import LogLine
 from specwatch.metrics import FollowerCollector
 from specwatch.sources.filestream import HEAD_BYTES, Follower, LineBatch
@@ -1215,74 +1215,43 @@ def test_a_stop_ends_a_long_read_after_its_chunk(tmp_path):
     f.close()
 
 
-def test_peek_shows_new_bytes_and_moves_nothing(tmp_path):
-    """`Follower.peek`: the unfinished line plus what was appended since the last read, without
-    reading it for good (the next poll passes the same lines on); None whenever the file is not
-    simply longer: rotated, truncated, grown by more than the limit, there but not read yet."""
+def test_group_inotify_reads_a_busy_file_at_its_cadence(tmp_path):
+    """With `cadence`, a round that read lines is followed by the next `cadence()` seconds later,
+    however often the file changes meanwhile (one round per 2 s of a file written 40 times a
+    second), its lines in order; a shorter cadence (after a line that may start a collapse,
+    sources/cadence.py) reads each line within it."""
     p = tmp_path / "server.log"
     got = Collector()
-    f = Follower(p, got)
-    f.poll()
-    assert f.peek(1 << 20) == b""  # no file yet: nothing to read
-    p.write_text("a\nb")
-    assert f.peek(1 << 20) is None  # there now, not opened: a poll opens it
-    f.poll()
-    assert got.texts == ["a"]
-    assert f.peek(1 << 20) == b""  # an unfinished line, nothing new (not news at every peek)
-    with open(p, "a") as w:
-        w.write("c\nd\n")
-    ck = f.checkpoint()
-    assert f.peek(1 << 20) == b"bc\nd\n" and f.peek(3) is None  # more than the limit: None
-    assert f.checkpoint() == ck
-    f.poll()
-    assert got.texts == ["a", "bc", "d"]
-    assert f.peek(1 << 20) == b""
-    os.rename(p, tmp_path / "server.log.1")
-    p.write_text("e\n")
-    assert f.peek(1 << 20) is None  # another file at the path
-    f.poll()
-    assert got.texts == ["a", "bc", "d", "e"]
-    p.write_text("")  # truncated below the offset
-    assert f.peek(1 << 20) is None
-    f.close()
-
-
-def test_group_inotify_holds_a_busy_file_until_a_line_is_urgent(tmp_path):
-    """With `urgent`, a busy file is peeked at each interval and read every `hold + 1` intervals,
-    its lines in order; a line `urgent` flags is read at the end of the interval it came in."""
-    p = tmp_path / "server.log"
-    got = Collector()
-    rounds, seen = [], []
-
-    def urgent(path: str, data: bytes) -> bool:
-        seen.append((path, data))
-        return b"LOW" in data
-
+    rounds = []
+    wait = [2.0]
     g = FollowerGroup([Follower(p, got)], poll_interval=0.25, use_watchdog=False, inotify=True,
-                      after_poll=lambda: rounds.append((time.monotonic(), len(got))), urgent=urgent, hold=7)
+                      after_poll=lambda: rounds.append((time.monotonic(), len(got))), cadence=lambda: wait[0])
+
+    def reads() -> list[float]:
+        return [t for (t, n), (_, before) in zip(rounds, [(0.0, 0)] + rounds) if n > before]
+
     g.start()
     try:
-        low_at = low_read = None
+        mark_at = mark_read = None
         with open(p, "a", buffering=1) as f:
             start = time.monotonic()
-            for i in range(120):  # 40 lines a second for 3 s: a round every 2 s after the first
+            for i in range(200):  # 40 lines a second for 5 s
                 if i == 80:
                     # the first 2 s: the creation's round, the first line's, then one per 2 s
                     # (not one per 0.25 s); +1: a writer stalled a whole interval
-                    reads = [t for (t, n), (_, before) in zip(rounds, [(0.0, 0)] + rounds) if n > before]
-                    assert len(reads) <= 3 + (time.monotonic() - start) / 2.0, reads
-                    assert g.peeks_total >= 3 and all(path == str(p) for path, _ in seen)
-                    f.write("LOW\n")
-                    low_at = time.monotonic()
-                if low_at is not None and low_read is None and "LOW" in got.texts:
-                    low_read = time.monotonic()
+                    assert len(reads()) <= 3 + (time.monotonic() - start) / 2.0, reads()
+                    wait[0] = 0.1
+                if i == 180:  # the 2 s wait under way at the switch has ended by now
+                    f.write("MARK\n")
+                    mark_at = time.monotonic()
+                if mark_at is not None and mark_read is None and "MARK" in got.texts:
+                    mark_read = time.monotonic()
                 f.write(f"l{i}\n")
                 time.sleep(0.025)
-        wait_for(lambda: len(got) >= 121, 10, what="every line")
-        assert got.texts == [f"l{i}" for i in range(80)] + ["LOW"] + [f"l{i}" for i in range(80, 120)]
-        # one interval (0.25 s) and a round, not the 2 s of a hold; found by a peek
-        assert low_read is not None and low_read - low_at < 1.0
-        assert any(b"LOW" in d for _, d in seen)
+        wait_for(lambda: len(got) >= 201, 10, what="every line")
+        assert got.texts == [f"l{i}" for i in range(180)] + ["MARK"] + [f"l{i}" for i in range(180, 200)]
+        assert mark_read is not None and mark_read - mark_at < 1.0  # not the 2 s cadence
+        assert len([t for t in reads() if t > mark_at - 0.5]) >= 3  # a round every 0.1 s, not every 2
     finally:
         assert g.stop(5.0)
 
@@ -1354,8 +1323,8 @@ def test_rotation_storm_a_slow_reader_finds_every_copy_by_identity(tmp_path):
 @pytest.mark.parametrize("mode,keep", [("mv", 0), ("numbered", 2)])
 def test_rotation_storm_at_the_daemons_cadence_opens_each_file_before_it_is_gone(
         tmp_path, mode, keep):
-    """The reader set up as `specwatch run` sets it up (inotify, a busy log read every
-    HOLD_ROUNDS + 1 intervals of 0.75 s) and a writer that replaces its `.1` on each rename
+    """The reader set up as `specwatch run` sets it up (inotify, a busy log read at its slowest
+    cadence, READ_SPAN intervals of 0.75 s) and a writer that replaces its `.1` on each rename
     (`mv log log.1`) or keeps two copies: every file is opened as it appears, so the copies
     removed meanwhile are read from their open descriptor: nothing lost, nothing twice."""
     p = tmp_path / "server.log"
@@ -1363,7 +1332,7 @@ def test_rotation_storm_at_the_daemons_cadence_opens_each_file_before_it_is_gone
     got = SlowConsumer()
     f = Follower(p, on_lines=got)
     g = FollowerGroup([f], poll_interval=0.75, use_watchdog=False, inotify=True,
-                      urgent=lambda path, data: False, hold=HOLD_ROUNDS)
+                      cadence=lambda: READ_SPAN * 0.75)
 
     def run():
         g.start()

@@ -14,8 +14,8 @@ import psutil
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/ has no __init__.py
-from fake_sglang import stop  # noqa: E402
-from procs import free_port, popen, wait_for  # noqa: E402
+from fake_sglang import launch, stop, wait_children  # noqa: E402
+from procs import free_port, popen, popen_at, wait_for  # noqa: E402
 
 from specwatch.events import (  # noqa: E402
     ProcessSample,
@@ -405,6 +405,113 @@ def test_declared_servers_running_need_no_full_pass(sglang_install, sglang_procs
     before = undeclared.reads_total
     undeclared.poll(time.time())
     assert undeclared.reads_total - before >= len(psutil.pids()) - 10
+
+
+def test_steady_scans_of_servers_tied_by_log_or_api_read_no_process_again(sglang_install, sglang_procs, monkeypatch):
+    """Without `servers` (a server tied by its followed log or its server_api URL), once every
+    configured server runs a scan reads their processes and the new ones, never every process
+    of the box again, however often a full pass would be due (FULL_PASS)."""
+    from specwatch.config import ProcessTies
+
+    monkeypatch.setattr(process_mod, "FULL_PASS", 0.0)
+    port = free_port()
+    sglang_procs.start(server_argv(sglang_install, port))
+    sleeps = [popen(["sleep", "60"]) for _ in range(300)]
+    try:
+        src = ProcessSource(Recorder(), server="box", interval=5,
+                            ties=ProcessTies({}, {port: "api"}, frozenset({"api"})))
+        src.poll(time.time())
+        assert src.reads_total >= len(psutil.pids()) - 10  # the first scan reads every process once
+        src.poll(time.time())
+        before = src.reads_total
+        for _ in range(3):
+            src.poll(time.time())
+        assert src.reads_total - before < 20  # of 300 sleeps and the box's processes
+        assert len(src.current()["api"].pids) == 3  # the server's own processes are still read
+    finally:
+        for p in sleeps:
+            p.kill()
+            p.wait()
+
+
+def test_a_server_tied_by_its_api_url_that_restarts_between_scans_is_restarted(sglang_install, sglang_procs):
+    """Once every configured server runs a scan lists /proc only every LIST_EVERY; a server that
+    exits and starts again between two scans is missing from the scan, which then lists /proc
+    and finds the new launcher: restarted, not down."""
+    from specwatch.config import ProcessTies
+
+    port = free_port()
+    first = sglang_procs.start(server_argv(sglang_install, port))
+    rec = Recorder()
+    src = ProcessSource(rec, server="box", interval=5, ties=ProcessTies({}, {port: "api"}, frozenset({"api"})))
+    src.poll(time.time())
+    src.poll(time.time())
+    stop(first)
+    second = sglang_procs.start(server_argv(sglang_install, port))
+    rec.clear()
+    src.poll(time.time())
+    assert [(r.old.pid, r.new.pid) for r in rec.of(ServerRestarted)] == [(first.pid, second.pid)]
+    assert rec.of(ServerDown) == [] and src.current()["api"].pid == second.pid
+
+
+def test_a_server_whose_pid_goes_to_another_process_is_down_not_restarted(sglang_install, sglang_procs):
+    """The launcher exits and its pid is handed to an unrelated process before the next scan (the
+    pid cursor came round): its start time changed, so it is read again, and the server is down,
+    not restarted as `sleep`."""
+    port = free_port()
+    launcher = sglang_procs.start(server_argv(sglang_install, port))
+    rec = Recorder()
+    src = ProcessSource(rec, server="box", interval=5, servers={port: "s"})
+    src.poll(time.time())
+    src.poll(time.time())
+    pid = launcher.pid
+    assert pid in src.pids()
+    kids = psutil.Process(pid).children()
+    stop(launcher)
+    psutil.wait_procs(kids, timeout=10)  # the pid is free once no process of its session is left
+    other = popen_at(pid, lambda: popen(["sleep", "60"]))
+    if other is None:
+        pytest.skip("cannot hand a chosen pid to a new process here (ns_last_pid needs root)")
+    try:
+        rec.clear()
+        src.poll(time.time())
+        assert [d.last.pid for d in rec.of(ServerDown)] == [pid]
+        assert rec.of(ServerRestarted) == [] and pid not in src.pids()
+    finally:
+        other.kill()
+        other.wait()
+
+
+def test_a_pid_handed_out_again_between_two_listings_is_read_again(sglang_install, sglang_procs, monkeypatch):
+    """A listing reads the processes that are new since the last one: pids it has not seen, and
+    pids it knew that were handed out again since (the process under the number exited and a new
+    one got it). A launcher started under the pid of a `sleep` read before is found."""
+    from specwatch.config import ProcessTies
+
+    monkeypatch.setattr(process_mod, "LIST_EVERY", 0.0)  # every scan lists /proc
+    tied, late = free_port(), free_port()
+    sglang_procs.start(server_argv(sglang_install, tied))
+    placeholder = popen(["sleep", "60"])
+    pid_max = int(Path("/proc/sys/kernel/pid_max").read_text())
+    try:  # the pid cursor far past the sleep's pid, as after the box's forks of a while
+        Path("/proc/sys/kernel/ns_last_pid").write_text(str((placeholder.pid + 5000) % pid_max))
+    except OSError:
+        pytest.skip("cannot move the pid cursor here (ns_last_pid needs root)")
+    rec = Recorder()
+    src = ProcessSource(rec, server="box", interval=5, ties=ProcessTies({}, {tied: "a"}, frozenset({"a"})))
+    src.poll(time.time())
+    src.poll(time.time())  # the sleep read (at the first scan) and read no more
+    assert "a" in src.current()
+    pid = placeholder.pid
+    placeholder.kill()
+    placeholder.wait()
+    launcher = popen_at(pid, lambda: launch(server_argv(sglang_install, late)))
+    if launcher is None:
+        pytest.skip("cannot hand a chosen pid to a new process here (ns_last_pid needs root)")
+    sglang_procs.started.append(launcher)
+    wait_children(launcher)
+    src.poll(time.time())
+    assert src.current()[f"box:{late}"].pid == pid
 
 
 def test_match_regex_adds_a_wrapper(tmp_path, sglang_procs):
