@@ -18,7 +18,10 @@ rules.collapse.max_accept_length) are left to the collapse rule and are not coun
 
 from __future__ import annotations
 
+import math
+
 from dataclasses import dataclass
+from operator import itemgetter
 from typing import Annotated, ClassVar
 
 import msgspec
@@ -31,7 +34,7 @@ from specwatch.rules.active import ActiveAlerts
 from specwatch.rules.base import Rule, RuleContext, ServerArgsMemory, alert_key, args_evidence, fmt, new_alert, register
 from specwatch.rules.collapse import CollapseConfig
 from specwatch.rules.stats import Baseline, Recent, drop_transition
-from specwatch.rules.windows import Window
+from specwatch.rules.summary import ACCEPT, FLAGS, RUNNING, SEQ, TS, VALID_ACCEPT
 
 
 class ExpectedAcceptance(Section):
@@ -71,6 +74,20 @@ class _Rank:
     running: Recent  # running requests, same lines
     low_since: float | None = None
     akey: str | None = None  # alert_key(server, rank), built once
+    open: "_Second | None" = None  # its timestamp being judged (`DegradationRule.on_lines`)
+
+
+class _Second:
+    """The counted lines of one timestamp `t` of a rank being judged: `lines` (pending
+    entries, file order), the next one to judge (`pos`), the window's sum and count after aging
+    (`sw`, `nw`) and the sums of the lines judged so far (accept len `acc`, `k` lines, running
+    requests `run`), not yet in the windows."""
+
+    __slots__ = ("st", "rs", "t", "lines", "pos", "sw", "nw", "acc", "k", "run")
+
+    def __init__(self, st: _Rank, rs, t: float, lines: list[tuple], sw: float, nw: int):
+        self.st, self.rs, self.t, self.lines = st, rs, t, lines
+        self.pos, self.sw, self.nw, self.acc, self.k, self.run = 0, sw, nw, 0.0, 0, 0
 
 
 def path_matches(configured: str | None, actual: object) -> bool:
@@ -99,7 +116,7 @@ class DegradationRule(Rule):
         self._ranks: dict[tuple[str, str], _Rank] = {}
         self._baselines: dict[str, Baseline] = {}  # model pair → learned baseline
         self.active = ActiveAlerts()
-        # Per decode line the baseline is looked up for the server's model pair: the pair
+        # At each evaluation the baseline is looked up for the server's model pair: the pair
         # (server → (model, draft, "model|draft")) is kept until the server's settings change,
         # and the configured `expected` value of a pair until `config` is another object.
         self._pairs: dict[str, tuple[str, str, str]] = {}
@@ -115,12 +132,6 @@ class DegradationRule(Rule):
             st.running.resize(self.config.window)
         for b in self._baselines.values():
             b.resize(self.config.baseline_window)
-
-    def on_decode(self, server: str, window: Window, now: float) -> list[Alert]:
-        if self.config.enabled and window.acceptance_valid and window.batch.accept_length > self.collapse_max:
-            b = window.batch
-            return self._observe(server, b.rank, b.timestamp, b.accept_length, b.running_requests, b, -1)
-        return []
 
     def on_event(self, server: str, event: object, now: float) -> list[Alert]:
         if not self.config.enabled:
@@ -162,65 +173,134 @@ class DegradationRule(Rule):
             return learned.mean(), f"learned from {learned.count} decode lines"
         return None, "none yet"
 
-    def _base(self, server: str) -> float | None:
-        """`baseline(server)[0]`, without building the text of where it comes from."""
-        model, draft, pair = self._pair(server)
-        configured = self._configured(model, draft, pair)
-        if configured:
-            return configured[0]
-        learned = self._baselines.get(pair)
-        if learned is not None and learned.count >= self.config.min_baseline_batches:
-            return learned.mean()
-        return None
-
-    def _observe(self, server: str, rank: str, t: float, accept: float, running: int, src, j: int) -> list[Alert]:
-        """One counted line: its rank, timestamp, accept len and running requests; its event is
-        `src` (j < 0) or decode row j of `src` (`catchup.Rows`), built only for an alert."""
+    def on_lines(self, server: str, ranks: list, emit) -> list[Alert]:
+        """The pending decode lines of the server's ranks (`rules/summary.py`) with VALID_ACCEPT
+        above collapse level, each judged as if read alone: per rank and timestamp (a `_Second`),
+        what ages out of the window ages at its first line (`_open`); after each line the window
+        mean is the mean after aging plus the lines so far (local sums); the lines go into the
+        windows as one sum per timestamp (`Recent.add(t, sum, n)`: the same buckets, so the same
+        buckets age out). The learned baseline is shared by the ranks of a model pair: the
+        seconds open in file order of their first lines (the baseline learns as line by line),
+        and before one teaches the baseline, the lines of the others read before it are judged
+        with the baseline they saw. Sums are rounded per timestamp instead of per line."""
         cfg = self.config
-        key = (server, rank)
-        st = self._ranks.get(key)
-        if st is None:
-            st = self._ranks[key] = _Rank(Recent(cfg.window), Recent(cfg.window))
-        akey = st.akey
-        if akey is None:
-            akey = st.akey = alert_key(server, rank)
-        recent = st.recent
-        aged = recent.add(t, accept)
-        st.running.add(t, running)
-        firing = akey in self.active
+        if not cfg.enabled:
+            return []
+        cmax = self.collapse_max
+        seconds: list[tuple[int, object, list]] = []  # (seq of the first line, rank, the lines of one timestamp)
+        for rs in ranks:
+            t0 = None
+            for e in rs.pending:
+                if e[FLAGS] & VALID_ACCEPT and e[ACCEPT] > cmax:
+                    if e[TS] != t0:
+                        t0 = e[TS]
+                        lines = [e]
+                        seconds.append((e[SEQ], rs, lines))
+                    else:
+                        lines.append(e)
+        if not seconds:
+            return []
+        if len(seconds) > 1:
+            seconds.sort(key=itemgetter(0))
         pair = self._pairs.get(server) or self._pair(server)
-        learned = self._baselines.get(pair[2])
-        if st.low_since is None and not firing and aged:
-            if learned is None:
-                learned = self._baselines[pair[2]] = Baseline(BASELINE_BUCKET, cfg.baseline_window)
-            for at, v, k in aged:
-                learned.add(at, v, k)
-        n = recent.count
-        if n < cfg.min_window_batches:
-            return []
-        # `_base(server)`, inline: the configured value of the pair, else the learned mean once usable
         configured = self._configured(*pair)
-        if configured:
-            base = configured[0]
-        elif learned is not None and learned.count >= cfg.min_baseline_batches:
-            base = learned.mean()
-        else:
-            return []
-        mean = recent.sum / n
-        if not firing and not mean / base < 1 - cfg.max_drop_ratio:
-            st.low_since = None  # what drop_transition says in the common, healthy case
-            return []
-        action, st.low_since = drop_transition(mean / base, t, st.low_since, firing,
-                                               max_drop=cfg.max_drop_ratio, recover_drop=cfg.recover_drop_ratio,
-                                               hold=cfg.hold)
-        if action == "fire":
-            base, source = self.baseline(server)
-            return self.active.fire(akey, self._alert(server, src if j < 0 else src.decode(j), st, mean, base, source))
-        if action == "resolve":
-            return self.active.resolve(akey, t, ("recovered mean accept len", fmt(mean)))
-        if akey in self.active:
-            self.active.get(akey).evidence[:2] = self._evidence(mean, base)
+        base = configured[0] if configured else self._learned_base(pair[2])
+        opened: list[_Second] = []
+        for first, rs, lines in seconds:
+            st = self._ranks.get(rs.key)
+            if st is None:
+                st = self._ranks[rs.key] = _Rank(Recent(cfg.window), Recent(cfg.window), akey=alert_key(*rs.key))
+            elif st.akey is None:  # loaded with its pending time
+                st.akey = alert_key(*rs.key)
+            prev = st.open
+            if prev is not None:  # the rank's previous timestamp: judged before this one opens
+                self._judge(server, prev, first, base, emit)
+                opened.remove(prev)
+            sec, aged = self._open(st, rs, lines)
+            if aged:  # the baseline learns: the other ranks' lines before this one see it as it was
+                if opened and not configured:
+                    opened = [o for o in opened if o.lines[o.pos][SEQ] > first
+                              or not self._judge(server, o, first, base, emit)]
+                learned = self._baselines.get(pair[2])
+                if learned is None:
+                    learned = self._baselines[pair[2]] = Baseline(BASELINE_BUCKET, cfg.baseline_window)
+                for at, v, k in aged:
+                    learned.add(at, v, k)
+                if not configured:
+                    base = self._learned_base(pair[2])
+            opened.append(sec)
+        for o in opened:
+            self._judge(server, o, math.inf, base, emit)
         return []
+
+    def _learned_base(self, pair: str) -> float | None:
+        """The learned mean accept len of a model pair, once it holds min_baseline_batches lines."""
+        learned = self._baselines.get(pair)
+        return learned.mean() if learned is not None and learned.count >= self.config.min_baseline_batches else None
+
+    def _open(self, st: _Rank, rs, lines: list[tuple]) -> tuple["_Second", list]:
+        """The first line of a timestamp of a rank: what its windows age out of (returned to
+        learn from while the rank is healthy, else [])."""
+        t = lines[0][TS]
+        recent, running = st.recent, st.running
+        limit = t - recent.span
+        aged = recent.prune(t) if recent.oldest <= limit else []
+        if running.oldest <= t - running.span:
+            running.prune(t)
+        if aged and (st.low_since is not None or st.akey in self.active):
+            aged = []  # a degradation never teaches the baseline that it is normal
+        sec = st.open = _Second(st, rs, t, lines, recent.sum, recent.count)
+        return sec, aged
+
+    def _judge(self, server: str, sec: "_Second", limit: float, base: float | None, emit) -> bool:
+        """The lines of `sec` read before file position `limit` (seq), one at a time, against
+        the baseline `base` (None: none yet); True once all are judged (then they are in the
+        windows)."""
+        cfg = self.config
+        st, lines, i, t = sec.st, sec.lines, sec.pos, sec.t
+        sw, nw, acc, k, run = sec.sw, sec.nw, sec.acc, sec.k, sec.run
+        since, akey = st.low_since, st.akey
+        firing = akey in self.active
+        thr, minw, end = 1 - cfg.max_drop_ratio, cfg.min_window_batches, len(lines)
+        while i < end:
+            e = lines[i]
+            if e[SEQ] >= limit:
+                break
+            i += 1
+            acc += e[ACCEPT]
+            k += 1
+            run += e[RUNNING]
+            n = nw + k
+            if n < minw or base is None:
+                continue
+            mean = (sw + acc) / n
+            if not firing and not mean / base < thr:
+                since = None  # what drop_transition says in the common, healthy case
+                continue
+            action, since = drop_transition(mean / base, t, since, firing, max_drop=cfg.max_drop_ratio,
+                                            recover_drop=cfg.recover_drop_ratio, hold=cfg.hold)
+            if action == "fire":
+                st.recent.add(t, acc, k)  # the windows as of this line, for the evidence
+                st.running.add(t, run, k)
+                sw, nw, acc, k, run = st.recent.sum, st.recent.count, 0.0, 0, 0
+                st.low_since = since
+                b, source = self.baseline(server)
+                emit(self.active.fire(akey, self._alert(server, sec.rs.batch(e), st, mean, b, source)), e)
+                firing = True
+            elif action == "resolve":
+                emit(self.active.resolve(akey, t, ("recovered mean accept len", fmt(mean))), e)
+                firing = False
+            elif firing:
+                self.active.get(akey).evidence[:2] = self._evidence(mean, base)
+        st.low_since = since
+        if i < end:
+            sec.pos, sec.sw, sec.nw, sec.acc, sec.k, sec.run = i, sw, nw, acc, k, run
+            return False
+        if k:
+            st.recent.add(t, acc, k)
+            st.running.add(t, run, k)
+        st.open = None
+        return True
 
     @staticmethod
     def _evidence(mean: float, base: float) -> list[tuple[str, str]]:
