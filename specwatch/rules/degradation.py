@@ -21,6 +21,7 @@ from __future__ import annotations
 import math
 
 from dataclasses import dataclass
+from bisect import bisect_left
 from operator import itemgetter
 from typing import Annotated, ClassVar
 
@@ -74,20 +75,7 @@ class _Rank:
     running: Recent  # running requests, same lines
     low_since: float | None = None
     akey: str | None = None  # alert_key(server, rank), built once
-    open: "_Second | None" = None  # its timestamp being judged (`DegradationRule.on_lines`)
-
-
-class _Second:
-    """The counted lines of one timestamp `t` of a rank being judged: `lines` (pending
-    entries, file order), the next one to judge (`pos`), the window's sum and count after aging
-    (`sw`, `nw`) and the sums of the lines judged so far (accept len `acc`, `k` lines, running
-    requests `run`), not yet in the windows."""
-
-    __slots__ = ("st", "rs", "t", "lines", "pos", "sw", "nw", "acc", "k", "run")
-
-    def __init__(self, st: _Rank, rs, t: float, lines: list[tuple], sw: float, nw: int):
-        self.st, self.rs, self.t, self.lines = st, rs, t, lines
-        self.pos, self.sw, self.nw, self.acc, self.k, self.run = 0, sw, nw, 0.0, 0, 0
+    open: tuple | None = None  # its timestamp's lines being judged (`DegradationRule._open`)
 
 
 def path_matches(configured: str | None, actual: object) -> bool:
@@ -165,24 +153,19 @@ class DegradationRule(Rule):
     def baseline(self, server: str) -> tuple[float | None, str]:
         """(baseline accept len, where it comes from) for the server's model pair."""
         model, draft, pair = self._pair(server)
-        configured = self._configured(model, draft, pair)
-        if configured:
-            return configured[0], "configured"
-        learned = self._baselines.get(pair)
-        if learned is not None and learned.count >= self.config.min_baseline_batches:
-            return learned.mean(), f"learned from {learned.count} decode lines"
-        return None, "none yet"
+        base, count = self._baseline_of(pair, self._configured(model, draft, pair))
+        return base, self._source(count)
 
     def on_lines(self, server: str, ranks: list, emit) -> list[Alert]:
         """The pending decode lines of the server's ranks (`rules/summary.py`) with VALID_ACCEPT
-        above collapse level, each judged as if read alone: per rank and timestamp (a `_Second`),
-        what ages out of the window ages at its first line (`_open`); after each line the window
-        mean is the mean after aging plus the lines so far (local sums); the lines go into the
-        windows as one sum per timestamp (`Recent.add(t, sum, n)`: the same buckets, so the same
-        buckets age out). The learned baseline is shared by the ranks of a model pair: the
-        seconds open in file order of their first lines (the baseline learns as line by line),
-        and before one teaches the baseline, the lines of the others read before it are judged
-        with the baseline they saw. Sums are rounded per timestamp instead of per line."""
+        above collapse level, each judged as if read alone. Per rank and timestamp, the lines go
+        into the windows at once (`Recent.add(t, sum, n)`: the same buckets, so the same buckets
+        age out, at the timestamp's first line) and after each line the window mean is the mean
+        after aging plus the lines so far (local sums). The learned baseline is shared by the
+        ranks of a model pair: the timestamps open in file order of their first lines, so it
+        learns as line by line, and each line is judged with the baseline as it was at that
+        line (`steps`: the baseline after each step it learned). Sums are rounded per timestamp
+        instead of per line."""
         cfg = self.config
         if not cfg.enabled:
             return []
@@ -204,72 +187,89 @@ class DegradationRule(Rule):
             seconds.sort(key=itemgetter(0))
         pair = self._pairs.get(server) or self._pair(server)
         configured = self._configured(*pair)
-        base = configured[0] if configured else self._learned_base(pair[2])
-        opened: list[_Second] = []
+        steps = [(-1, *self._baseline_of(pair[2], configured))]  # (seq, baseline from it on, where it comes from)
+        opened = []
         for first, rs, lines in seconds:
             st = self._ranks.get(rs.key)
             if st is None:
                 st = self._ranks[rs.key] = _Rank(Recent(cfg.window), Recent(cfg.window), akey=alert_key(*rs.key))
             elif st.akey is None:  # loaded with its pending time
                 st.akey = alert_key(*rs.key)
-            prev = st.open
-            if prev is not None:  # the rank's previous timestamp: judged before this one opens
-                self._judge(server, prev, first, base, emit)
-                opened.remove(prev)
-            sec, aged = self._open(st, rs, lines)
-            if aged:  # the baseline learns: the other ranks' lines before this one see it as it was
-                if opened and not configured:
-                    opened = [o for o in opened if o.lines[o.pos][SEQ] > first
-                              or not self._judge(server, o, first, base, emit)]
+            if st.open is not None:  # the rank's previous timestamp: judged before this one opens
+                self._judge(server, st, steps, emit)
+            aged = self._open(st, rs, lines)
+            if aged:
                 learned = self._baselines.get(pair[2])
                 if learned is None:
                     learned = self._baselines[pair[2]] = Baseline(BASELINE_BUCKET, cfg.baseline_window)
                 for at, v, k in aged:
                     learned.add(at, v, k)
                 if not configured:
-                    base = self._learned_base(pair[2])
-            opened.append(sec)
-        for o in opened:
-            self._judge(server, o, math.inf, base, emit)
+                    steps.append((first, *self._baseline_of(pair[2], configured)))
+            opened.append(st)
+        for st in opened:
+            if st.open is not None:
+                self._judge(server, st, steps, emit)
         return []
 
-    def _learned_base(self, pair: str) -> float | None:
-        """The learned mean accept len of a model pair, once it holds min_baseline_batches lines."""
+    def _baseline_of(self, pair: str, configured: tuple) -> tuple[float | None, int]:
+        """(baseline, the lines it was learned from: 0 configured, -1 none yet) of a model pair
+        (`configured`: its `_configured`)."""
+        if configured:
+            return configured[0], 0
         learned = self._baselines.get(pair)
-        return learned.mean() if learned is not None and learned.count >= self.config.min_baseline_batches else None
+        if learned is not None and learned.count >= self.config.min_baseline_batches:
+            return learned.mean(), learned.count
+        return None, -1
 
-    def _open(self, st: _Rank, rs, lines: list[tuple]) -> tuple["_Second", list]:
-        """The first line of a timestamp of a rank: what its windows age out of (returned to
-        learn from while the rank is healthy, else [])."""
-        t = lines[0][TS]
+    @staticmethod
+    def _source(count: int) -> str:
+        """Where a baseline comes from (`_baseline_of`'s count)."""
+        return "configured" if count == 0 else "none yet" if count < 0 else f"learned from {count} decode lines"
+
+    def _open(self, st: _Rank, rs, lines: list[tuple]) -> list:
+        """The lines of a timestamp of a rank into its windows at once, to be judged
+        (`st.open`); returns what aged out at its first line to learn from while the rank is
+        healthy, else []."""
+        first = lines[0]
+        t = first[TS]
+        k = len(lines)
+        if k == 1:
+            acc, run = first[ACCEPT], first[RUNNING]
+        else:
+            acc = sum([e[ACCEPT] for e in lines])
+            run = sum([e[RUNNING] for e in lines])
         recent, running = st.recent, st.running
-        limit = t - recent.span
-        aged = recent.prune(t) if recent.oldest <= limit else []
-        if running.oldest <= t - running.span:
-            running.prune(t)
+        aged = recent.add(t, acc, k)
+        running.add(t, run, k)
+        # the windows before these lines, after aging
+        st.open = (rs, t, lines, recent.sum - acc, recent.count - k, running.sum - run)
         if aged and (st.low_since is not None or st.akey in self.active):
-            aged = []  # a degradation never teaches the baseline that it is normal
-        sec = st.open = _Second(st, rs, t, lines, recent.sum, recent.count)
-        return sec, aged
+            return []  # a degradation never teaches the baseline that it is normal
+        return aged
 
-    def _judge(self, server: str, sec: "_Second", limit: float, base: float | None, emit) -> bool:
-        """The lines of `sec` read before file position `limit` (seq), one at a time, against
-        the baseline `base` (None: none yet); True once all are judged (then they are in the
-        windows)."""
+    def _judge(self, server: str, st: _Rank, steps: list[tuple[int, float | None]], emit) -> None:
+        """The lines of the rank's open timestamp (`st.open`), one at a time, each against the
+        baseline of the last of `steps` before it (None: none yet)."""
         cfg = self.config
-        st, lines, i, t = sec.st, sec.lines, sec.pos, sec.t
-        sw, nw, acc, k, run = sec.sw, sec.nw, sec.acc, sec.k, sec.run
+        rs, t, lines, sw, nw, rsw = st.open
+        st.open = None
+        j = bisect_left(steps, (lines[0][SEQ],)) - 1 if len(steps) > 1 else 0  # the step in force at the first line
+        _, base, source = steps[j]
+        nxt = steps[j + 1][0] if j + 1 < len(steps) else math.inf
         since, akey = st.low_since, st.akey
         firing = akey in self.active
-        thr, minw, end = 1 - cfg.max_drop_ratio, cfg.min_window_batches, len(lines)
-        while i < end:
-            e = lines[i]
-            if e[SEQ] >= limit:
-                break
-            i += 1
+        thr, minw = 1 - cfg.max_drop_ratio, cfg.min_window_batches
+        acc = 0.0
+        k = 0
+        for e in lines:
+            if e[SEQ] > nxt:  # the baseline learned since the previous line
+                while j + 1 < len(steps) and steps[j + 1][0] < e[SEQ]:
+                    j += 1
+                _, base, source = steps[j]
+                nxt = steps[j + 1][0] if j + 1 < len(steps) else math.inf
             acc += e[ACCEPT]
             k += 1
-            run += e[RUNNING]
             n = nw + k
             if n < minw or base is None:
                 continue
@@ -280,12 +280,9 @@ class DegradationRule(Rule):
             action, since = drop_transition(mean / base, t, since, firing, max_drop=cfg.max_drop_ratio,
                                             recover_drop=cfg.recover_drop_ratio, hold=cfg.hold)
             if action == "fire":
-                st.recent.add(t, acc, k)  # the windows as of this line, for the evidence
-                st.running.add(t, run, k)
-                sw, nw, acc, k, run = st.recent.sum, st.recent.count, 0.0, 0, 0
                 st.low_since = since
-                b, source = self.baseline(server)
-                emit(self.active.fire(akey, self._alert(server, sec.rs.batch(e), st, mean, b, source)), e)
+                running = (rsw + sum([x[RUNNING] for x in lines[:k]])) / n  # the window as of this line
+                emit(self.active.fire(akey, self._alert(server, rs.batch(e), st, mean, base, self._source(source), n, running)), e)
                 firing = True
             elif action == "resolve":
                 emit(self.active.resolve(akey, t, ("recovered mean accept len", fmt(mean))), e)
@@ -293,29 +290,22 @@ class DegradationRule(Rule):
             elif firing:
                 self.active.get(akey).evidence[:2] = self._evidence(mean, base)
         st.low_since = since
-        if i < end:
-            sec.pos, sec.sw, sec.nw, sec.acc, sec.k, sec.run = i, sw, nw, acc, k, run
-            return False
-        if k:
-            st.recent.add(t, acc, k)
-            st.running.add(t, run, k)
-        st.open = None
-        return True
 
     @staticmethod
     def _evidence(mean: float, base: float) -> list[tuple[str, str]]:
         return [("mean accept len", fmt(mean)), ("baseline accept len", fmt(base))]
 
-    def _alert(self, server: str, b: DecodeBatch, st: _Rank, mean: float, base: float, source: str) -> Alert:
+    def _alert(self, server: str, b: DecodeBatch, st: _Rank, mean: float, base: float, source: str, n: int,
+               running: float) -> Alert:
+        """The alert at line `b`: the window then held `n` lines, `running` requests on average."""
         cfg = self.config
         args = self.args.get(server)
         where = f"{server} {b.rank}".strip()
         drop = 1 - mean / base
-        running = st.running.mean()
         evidence = self._evidence(mean, base) + [
             ("drop", f"{drop:.0%}"),
             ("baseline from", source),
-            ("window", f"{len(st.recent)} decode lines over {cfg.window:g}s"),
+            ("window", f"{n} decode lines over {cfg.window:g}s"),
             ("below for", f"{b.timestamp - st.low_since:.0f}s"),
             ("mean running requests", fmt(running, ".1f")),
         ] + args_evidence(args)
