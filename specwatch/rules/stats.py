@@ -44,7 +44,7 @@ class Recent:
     """The samples (t, value) of the last `span` seconds as time buckets: per `width`-second bucket
     (`bucket_width(span)`) its start time, sample count and value sum, oldest first, in `array`
     columns, with the window's running `sum` and `count` (samples; `len()` too), so `mean` is O(1): the
-    rules read them on every decode line. Memory is at most `MAX_BUCKETS` + 1 buckets (24 bytes each) whatever the line rate.
+    rules read them at every evaluation. Memory is at most `MAX_BUCKETS` + 1 buckets (24 bytes each) whatever the line rate.
 
     A bucket ages out whole once its start is `span` or more before the newest time: for stamps in
     whole seconds (SGLang's `%H:%M:%S`) exactly the samples a window of samples would drop; finer

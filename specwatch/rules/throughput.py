@@ -227,7 +227,13 @@ class ThroughputDropRule(Rule):
             if recent.oldest <= t - recent.span:  # prune's test, inline
                 aged = recent.prune(t)
                 if healthy and aged:
-                    self._learn(key, lv, aged)
+                    learned = lv.learned
+                    if learned is None:
+                        learned = lv.learned = self._baselines.setdefault(
+                            (*key, lv.level), Baseline(BASELINE_BUCKET, self.config.baseline_window))
+                    for at, v, k in aged:
+                        learned.add(at, v, k)
+                    lv.base = learned.mean() if learned.count >= self.config.min_baseline_batches else None  # _usable
                 base = lv.base  # this level's share of the window average
                 count = recent.count if base else 0
                 n += count - lv.count
@@ -253,16 +259,6 @@ class ThroughputDropRule(Rule):
                     terms[lv.index] = recent.sum / base
         st.n = n
         st.low_since = since
-
-    def _learn(self, key: tuple[str, str], lv: _Level, aged: list[tuple[float, float, int]]) -> None:
-        """Buckets that aged out of a healthy level's window into its learned baseline."""
-        learned = lv.learned
-        if learned is None:
-            learned = lv.learned = self._baselines.setdefault(
-                (*key, lv.level), Baseline(BASELINE_BUCKET, self.config.baseline_window))
-        for at, v, k in aged:
-            learned.add(at, v, k)
-        lv.base = self._usable(learned)
 
     def _alert(self, server: str, b: DecodeBatch, st: _Rank, used: list[tuple[float, int, float]],
                ratio: float) -> Alert:
