@@ -142,13 +142,14 @@ class ThroughputDropRule(Rule):
         if cfg is not self._cached_for:
             self._refresh()
         thr, minw = 1 - cfg.max_drop_ratio, cfg.min_window_batches
+        valid, ts_, running_, throughput_, flags_ = VALID_THROUGHPUT, TS, RUNNING, THROUGHPUT, FLAGS  # locals: per line
         for rs in ranks:
             st = None
             t0 = None
             for e in rs.pending:
-                if not e[FLAGS] & VALID_THROUGHPUT:
+                if not e[flags_] & valid:
                     continue
-                t = e[TS]
+                t = e[ts_]
                 if t != t0:
                     if st is None:
                         st = self._rank(rs.key)
@@ -159,7 +160,7 @@ class ThroughputDropRule(Rule):
                     t0, lv0, runs = t, 0, []
                     total, n = self._open(st, rs.key, t)  # the window average after aging: total / n
                     since, firing = st.low_since, akey in self.active
-                r = e[RUNNING]
+                r = e[running_]
                 lv = r.bit_length() if r > 1 else 1  # load_level, inline
                 if lv != lv0:
                     if lv0:
@@ -167,7 +168,7 @@ class ThroughputDropRule(Rule):
                     lv0, s, c = lv, 0.0, 0
                     cur = levels.get(lv)
                     base = (cur or self._level(st, rs.key, lv)).base
-                v = e[THROUGHPUT]
+                v = e[throughput_]
                 s += v
                 c += 1
                 if base:  # a level with a usable baseline: in the average
@@ -222,9 +223,10 @@ class ThroughputDropRule(Rule):
         the rank is healthy; returns the window average's (sum of sum / baseline, lines)."""
         healthy = st.low_since is None and st.akey not in self.active
         terms, n = st.terms, st.n
+        limit = t - self.config.window  # every level's window spans `window` (`reconfigure` resizes them)
         for lv in st.levels.values():
             recent = lv.recent
-            if recent.oldest <= t - recent.span:  # prune's test, inline
+            if recent.oldest <= limit:  # prune's test, inline
                 aged = recent.prune(t)
                 if healthy and aged:
                     learned = lv.learned
