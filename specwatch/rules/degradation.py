@@ -187,7 +187,7 @@ class DegradationRule(Rule):
             seconds.sort(key=itemgetter(0))
         pair = self._pairs.get(server) or self._pair(server)
         configured = self._configured(*pair)
-        steps = [(-1, *self._baseline_of(pair[2], configured))]  # (seq, baseline from it on, where it comes from)
+        steps = [(-1, *self._baseline_of(pair[2], configured))]  # (seq, baseline from that line on, lines it has)
         opened = []
         for first, rs, lines in seconds:
             st = self._ranks.get(rs.key)
@@ -254,8 +254,10 @@ class DegradationRule(Rule):
         cfg = self.config
         rs, t, lines, sw, nw, rsw = st.open
         st.open = None
-        j = bisect_left(steps, (lines[0][SEQ],)) - 1 if len(steps) > 1 else 0  # the step in force at the first line
-        _, base, source = steps[j]
+        # the step in force at the first line: the last one at or before it (a timestamp that
+        # taught the baseline is judged after learning, as its first line was)
+        j = bisect_left(steps, (lines[0][SEQ] + 1,)) - 1 if len(steps) > 1 else 0
+        _, base, learned_from = steps[j]
         nxt = steps[j + 1][0] if j + 1 < len(steps) else math.inf
         since, akey = st.low_since, st.akey
         firing = akey in self.active
@@ -263,10 +265,10 @@ class DegradationRule(Rule):
         acc = 0.0
         k = 0
         for e in lines:
-            if e[SEQ] > nxt:  # the baseline learned since the previous line
-                while j + 1 < len(steps) and steps[j + 1][0] < e[SEQ]:
+            if e[SEQ] >= nxt:  # the baseline learned since the previous line
+                while j + 1 < len(steps) and steps[j + 1][0] <= e[SEQ]:
                     j += 1
-                _, base, source = steps[j]
+                _, base, learned_from = steps[j]
                 nxt = steps[j + 1][0] if j + 1 < len(steps) else math.inf
             acc += e[ACCEPT]
             k += 1
@@ -282,7 +284,8 @@ class DegradationRule(Rule):
             if action == "fire":
                 st.low_since = since
                 running = (rsw + sum([x[RUNNING] for x in lines[:k]])) / n  # the window as of this line
-                emit(self.active.fire(akey, self._alert(server, rs.batch(e), st, mean, base, self._source(source), n, running)), e)
+                alert = self._alert(server, rs.batch(e), st, mean, base, self._source(learned_from), n, running)
+                emit(self.active.fire(akey, alert), e)
                 firing = True
             elif action == "resolve":
                 emit(self.active.resolve(akey, t, ("recovered mean accept len", fmt(mean))), e)

@@ -123,6 +123,6 @@ def test_lines_read_a_second_at_a_time_decide_as_one_at_a_time(tmp_path):
     ranks): the same transitions, times and evidence."""
     lines = busy_log(5, {2: 2.2, 3: 2.3})
     one, whole = transitions_two_ways(tmp_path, lines, {"rules": {"degradation": FAST}})
-    assert {(n, r, s) for n, r, s, *_ in one} == {("AcceptanceDegradation", rank, status)
-                                                  for rank in ("DP2 TP2", "DP3 TP3") for status in ("firing", "resolved")}
+    assert {(n, r, s) for n, r, s, *_ in one} == {
+        ("AcceptanceDegradation", rank, status) for rank in ("DP2 TP2", "DP3 TP3") for status in ("firing", "resolved")}
     assert whole == one

@@ -121,5 +121,6 @@ def test_lines_read_a_second_at_a_time_decide_as_one_at_a_time(tmp_path):
                                "min_decline_per_hour": 0.02, "min_total_decline": 0.03, "min_falling_fraction": 0.6}}}
     one, whole = transitions_two_ways(tmp_path, lines=log.lines, doc=cfg)
     assert sorted((r, s) for n, r, s, *_ in one if n == "AcceptanceDrift") == [
-        ("DP0", "firing"), ("DP0", "firing"), ("DP0", "resolved"), ("DP1", "firing"), ("DP1", "firing"), ("DP1", "resolved")]
+        ("DP0", "firing"), ("DP0", "firing"), ("DP0", "resolved"),
+        ("DP1", "firing"), ("DP1", "firing"), ("DP1", "resolved")]
     assert whole == one

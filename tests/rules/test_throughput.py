@@ -149,6 +149,6 @@ def test_lines_read_a_second_at_a_time_decide_as_one_at_a_time(tmp_path):
     levels mixed within a second): the same transitions, times and evidence."""
     lines = busy_log(8, {}, {0: 0.45, 1: 0.5})
     one, whole = transitions_two_ways(tmp_path, lines, CFG)
-    assert {(n, r, s) for n, r, s, *_ in one} == {("ThroughputDrop", rank, status)
-                                                  for rank in ("DP0 TP0", "DP1 TP1") for status in ("firing", "resolved")}
+    assert {(n, r, s) for n, r, s, *_ in one} == {
+        ("ThroughputDrop", rank, status) for rank in ("DP0 TP0", "DP1 TP1") for status in ("firing", "resolved")}
     assert whole == one
