@@ -171,12 +171,13 @@ class DegradationRule(Rule):
             return []
         cmax = self.collapse_max
         seconds: list[tuple[int, object, list]] = []  # (seq of the first line, rank, the lines of one timestamp)
+        valid, ts_, accept_, flags_ = VALID_ACCEPT, TS, ACCEPT, FLAGS  # locals: per line
         for rs in ranks:
             t0 = None
             for e in rs.pending:
-                if e[FLAGS] & VALID_ACCEPT and e[ACCEPT] > cmax:
-                    if e[TS] != t0:
-                        t0 = e[TS]
+                if e[flags_] & valid and e[accept_] > cmax:
+                    if e[ts_] != t0:
+                        t0 = e[ts_]
                         lines = [e]
                         seconds.append((e[SEQ], rs, lines))
                     else:
@@ -264,13 +265,14 @@ class DegradationRule(Rule):
         thr, minw = 1 - cfg.max_drop_ratio, cfg.min_window_batches
         acc = 0.0
         k = 0
+        seq_, accept_ = SEQ, ACCEPT  # locals: per line
         for e in lines:
-            if e[SEQ] >= nxt:  # the baseline learned since the previous line
+            if e[seq_] >= nxt:  # the baseline learned since the previous line
                 while j + 1 < len(steps) and steps[j + 1][0] <= e[SEQ]:
                     j += 1
                 _, base, learned_from = steps[j]
                 nxt = steps[j + 1][0] if j + 1 < len(steps) else math.inf
-            acc += e[ACCEPT]
+            acc += e[accept_]
             k += 1
             n = nw + k
             if n < minw or base is None:
