@@ -1,67 +1,101 @@
-"""CPU cost of some rules on a recorded log: `specwatch replay --json LOG` in this process with
-only the kept rules (`--keep`, default the collapse rule the pipeline needs) and again with the
-named rules added; the difference is what the named rules cost, their share of the pipeline's
-work for them included (the line-by-line adapter for a rule with `on_decode` / `on_prefill`,
-one `on_lines` call per server and evaluation otherwise).
+"""CPU cost of each rule's batch-line hook: µs of CPU per decode line over a replayed log.
 
-Each of `--runs` rounds runs both, interleaved (a busy machine slows both alike); the minimum of
-each is taken. Prints CPU seconds (`time.process_time`) and ns per line of the log.
+The log is replayed once as `specwatch replay` reads it (`replay.replay_files`, the defaults of
+config.example.yaml or `--config`), with one extra rule that records what every evaluation hands
+to `Rule.on_lines` (each rank's pending entries). Then each rule is built fresh and fed that
+recording alone, `--runs` times: `on_lines` for the rules that read pending lines, `on_decode`
+per entry (its `Window` built beforehand, outside the timing) for those that still read one
+line at a time. Printed: the least process CPU time of the runs, per decode line. Other events
+(`server_args`, GPU samples, /metrics scrapes) are not replayed into the timed rules: a rule
+that waits for one (gpu_throttle) shows the cost of waiting.
 
-Usage: python bench/rule_cost.py LOG --rules decode_stalled,log_silent [--keep collapse] [--runs 5]
+Usage: python bench/rule_cost.py LOG [--rules throughput_drop,degradation] [--runs 3] [--config CFG]
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
-import io
 import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from specwatch import cli  # noqa: E402
-from specwatch.rules import base  # noqa: E402
-
-
-def replay_cpu(log: str, rules: set[str], every: dict) -> float:
-    """CPU seconds of one replay of `log` with the registered rules in `rules` only."""
-    base.REGISTRY.clear()
-    base.REGISTRY.update({k: v for k, v in every.items() if k in rules})
-    t = time.process_time()
-    with contextlib.redirect_stdout(io.StringIO()):
-        try:
-            cli.main(["replay", "--json", log])
-        except SystemExit:
-            pass
-    return time.process_time() - t
+from specwatch.alerting import build_alerting  # noqa: E402
+from specwatch.config import LogSource, load_config  # noqa: E402
+from specwatch.pipeline import Pipeline  # noqa: E402
+from specwatch.replay import replay_files  # noqa: E402
+from specwatch.rules.base import Rule, RuleContext, all_rules, log_paths_of, overrides  # noqa: E402
+from specwatch.rules.summary import window_of  # noqa: E402
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+class Recorder(Rule):
+    """Keeps (server, [(rank summary, its pending entries)]) of every evaluation."""
+
+    name = "rule_cost_recorder"
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, list]] = []
+
+    def on_lines(self, server, ranks, emit):
+        self.calls.append((server, [(rs, list(rs.pending)) for rs in ranks]))
+        return []
+
+
+def record(log: str, config: str | None):
+    cfg = load_config(config or str(Path(__file__).resolve().parent.parent / "config.example.yaml"), for_run=False)
+    cfg.logs = [LogSource(path=log, server=cfg.server)]
+    dispatcher, _ = build_alerting(cfg, state_dir=None, replay=True, notify=False, slack_dry_run=None)
+    rec = Recorder()
+    p = Pipeline(cfg, dispatcher, diagnosis_background=False, extra_rules=(rec,))
+    replay_files(p, [log], 1 << 20)
+    return cfg, rec.calls
+
+
+def cost(cls, cfg, calls: list, runs: int) -> float:
+    """Least CPU seconds of `runs` passes of a fresh rule over the recording."""
+    ctx = RuleContext(log_paths_of(cfg))
+    lines = overrides(cls.build(cfg, ctx), "on_lines")
+    if not lines:  # one line at a time, in file order, windows built beforehand
+        seq = sorted(((e[-1], server, window_of(rs, e), e[1]) for server, ranks in calls
+                      for rs, pending in ranks for e in pending), key=lambda x: x[0])
+    best = float("inf")
+    for _ in range(runs):
+        rule = cls.build(cfg, ctx)
+        t0 = time.process_time()
+        if lines:
+            for server, ranks in calls:
+                for rs, pending in ranks:
+                    rs.pending = pending
+                rule.on_lines(server, [rs for rs, _ in ranks], lambda alerts, entry: None)
+        else:
+            for _, server, window, clock in seq:
+                rule.on_decode(server, window, clock)
+        best = min(best, time.process_time() - t0)
+    return best
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("log")
-    ap.add_argument("--rules", required=True, help="comma-separated rule names (Rule.name) to measure")
-    ap.add_argument("--keep", default="collapse", help="comma-separated rules present in both runs")
-    ap.add_argument("--runs", type=int, default=5)
-    args = ap.parse_args(argv)
-    base.all_rules()
-    every = dict(base.REGISTRY)
-    named, keep = set(args.rules.split(",")), set(args.keep.split(","))
-    unknown = (named | keep) - set(every)
-    if unknown:
-        ap.error(f"no rule named {', '.join(sorted(unknown))}; known: {', '.join(sorted(every))}")
-    without, with_ = [], []
-    for _ in range(args.runs):
-        without.append(replay_cpu(args.log, keep, every))
-        with_.append(replay_cpu(args.log, keep | named, every))
-    with open(args.log, "rb") as f:
-        lines = sum(chunk.count(b"\n") for chunk in iter(lambda: f.read(1 << 20), b""))
-    a, b = min(with_), min(without)
-    print(f"{args.log}: {lines} lines; with {a:.2f} CPU-s, without {b:.2f} CPU-s: the rules cost {a - b:.2f} CPU-s, "
-          f"{(a - b) / max(lines, 1) * 1e9:.0f} ns per line (min of {args.runs} runs each)")
-    return 0
+    ap.add_argument("--rules", help="comma-separated rule names (default: every rule that reads batch lines)")
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--config")
+    a = ap.parse_args()
+    cfg, calls = record(a.log, a.config)
+    n = sum(len(pending) for _, ranks in calls for _, pending in ranks)
+    wanted = set(a.rules.split(",")) if a.rules else None
+    print(f"{a.log}: {n} decode lines, {len(calls)} evaluations")
+    for cls in all_rules():
+        rule = cls.build(cfg, RuleContext(log_paths_of(cfg)))
+        if wanted is not None and cls.name not in wanted:
+            continue
+        hook = "on_lines" if overrides(rule, "on_lines") else "on_decode" if overrides(rule, "on_decode") else None
+        if hook is None:
+            continue
+        seconds = cost(cls, cfg, calls, a.runs)
+        print(f"  {cls.name:24s} {hook:9s} {seconds:7.3f} CPU-s  {seconds / max(n, 1) * 1e6:6.2f} µs/line")
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

@@ -18,7 +18,11 @@ rules.collapse.max_accept_length) are left to the collapse rule and are not coun
 
 from __future__ import annotations
 
+import math
+
 from dataclasses import dataclass
+from bisect import bisect_left
+from operator import itemgetter
 from typing import Annotated, ClassVar
 
 import msgspec
@@ -31,7 +35,7 @@ from specwatch.rules.active import ActiveAlerts
 from specwatch.rules.base import Rule, RuleContext, ServerArgsMemory, alert_key, args_evidence, fmt, new_alert, register
 from specwatch.rules.collapse import CollapseConfig
 from specwatch.rules.stats import Baseline, Recent, drop_transition
-from specwatch.rules.windows import Window
+from specwatch.rules.summary import ACCEPT, FLAGS, RUNNING, SEQ, TS, VALID_ACCEPT
 
 
 class ExpectedAcceptance(Section):
@@ -71,6 +75,7 @@ class _Rank:
     running: Recent  # running requests, same lines
     low_since: float | None = None
     akey: str | None = None  # alert_key(server, rank), built once
+    open: tuple | None = None  # its timestamp's lines being judged (`DegradationRule._open`)
 
 
 def path_matches(configured: str | None, actual: object) -> bool:
@@ -99,7 +104,7 @@ class DegradationRule(Rule):
         self._ranks: dict[tuple[str, str], _Rank] = {}
         self._baselines: dict[str, Baseline] = {}  # model pair → learned baseline
         self.active = ActiveAlerts()
-        # Per decode line the baseline is looked up for the server's model pair: the pair
+        # At each evaluation the baseline is looked up for the server's model pair: the pair
         # (server → (model, draft, "model|draft")) is kept until the server's settings change,
         # and the configured `expected` value of a pair until `config` is another object.
         self._pairs: dict[str, tuple[str, str, str]] = {}
@@ -115,12 +120,6 @@ class DegradationRule(Rule):
             st.running.resize(self.config.window)
         for b in self._baselines.values():
             b.resize(self.config.baseline_window)
-
-    def on_decode(self, server: str, window: Window, now: float) -> list[Alert]:
-        if self.config.enabled and window.acceptance_valid and window.batch.accept_length > self.collapse_max:
-            b = window.batch
-            return self._observe(server, b.rank, b.timestamp, b.accept_length, b.running_requests, b, -1)
-        return []
 
     def on_event(self, server: str, event: object, now: float) -> list[Alert]:
         if not self.config.enabled:
@@ -154,88 +153,164 @@ class DegradationRule(Rule):
     def baseline(self, server: str) -> tuple[float | None, str]:
         """(baseline accept len, where it comes from) for the server's model pair."""
         model, draft, pair = self._pair(server)
-        configured = self._configured(model, draft, pair)
-        if configured:
-            return configured[0], "configured"
-        learned = self._baselines.get(pair)
-        if learned is not None and learned.count >= self.config.min_baseline_batches:
-            return learned.mean(), f"learned from {learned.count} decode lines"
-        return None, "none yet"
+        base, count = self._baseline_of(pair, self._configured(model, draft, pair))
+        return base, self._source(count)
 
-    def _base(self, server: str) -> float | None:
-        """`baseline(server)[0]`, without building the text of where it comes from."""
-        model, draft, pair = self._pair(server)
-        configured = self._configured(model, draft, pair)
-        if configured:
-            return configured[0]
-        learned = self._baselines.get(pair)
-        if learned is not None and learned.count >= self.config.min_baseline_batches:
-            return learned.mean()
-        return None
-
-    def _observe(self, server: str, rank: str, t: float, accept: float, running: int, src, j: int) -> list[Alert]:
-        """One counted line: its rank, timestamp, accept len and running requests; its event is
-        `src` (j < 0) or decode row j of `src` (`catchup.Rows`), built only for an alert."""
+    def on_lines(self, server: str, ranks: list, emit) -> list[Alert]:
+        """The pending decode lines of the server's ranks (`rules/summary.py`) with VALID_ACCEPT
+        above collapse level, each judged as if read alone. Per rank and timestamp, the lines go
+        into the windows at once (`Recent.add(t, sum, n)`: the same buckets, so the same buckets
+        age out, at the timestamp's first line) and after each line the window mean is the mean
+        after aging plus the lines so far (local sums). The learned baseline is shared by the
+        ranks of a model pair: the timestamps open in file order of their first lines, so it
+        learns as line by line, and each line is judged with the baseline as it was at that
+        line (`steps`: the baseline after each step it learned). Sums are rounded per timestamp
+        instead of per line."""
         cfg = self.config
-        key = (server, rank)
-        st = self._ranks.get(key)
-        if st is None:
-            st = self._ranks[key] = _Rank(Recent(cfg.window), Recent(cfg.window))
-        akey = st.akey
-        if akey is None:
-            akey = st.akey = alert_key(server, rank)
-        recent = st.recent
-        aged = recent.add(t, accept)
-        st.running.add(t, running)
-        firing = akey in self.active
+        if not cfg.enabled:
+            return []
+        cmax = self.collapse_max
+        seconds: list[tuple[int, object, list]] = []  # (seq of the first line, rank, the lines of one timestamp)
+        valid, ts_, accept_, flags_ = VALID_ACCEPT, TS, ACCEPT, FLAGS  # locals: per line
+        for rs in ranks:
+            t0 = None
+            for e in rs.pending:
+                if e[flags_] & valid and e[accept_] > cmax:
+                    if e[ts_] != t0:
+                        t0 = e[ts_]
+                        lines = [e]
+                        seconds.append((e[SEQ], rs, lines))
+                    else:
+                        lines.append(e)
+        if not seconds:
+            return []
+        if len(seconds) > 1:
+            seconds.sort(key=itemgetter(0))
         pair = self._pairs.get(server) or self._pair(server)
-        learned = self._baselines.get(pair[2])
-        if st.low_since is None and not firing and aged:
-            if learned is None:
-                learned = self._baselines[pair[2]] = Baseline(BASELINE_BUCKET, cfg.baseline_window)
-            for at, v, k in aged:
-                learned.add(at, v, k)
-        n = recent.count
-        if n < cfg.min_window_batches:
-            return []
-        # `_base(server)`, inline: the configured value of the pair, else the learned mean once usable
         configured = self._configured(*pair)
-        if configured:
-            base = configured[0]
-        elif learned is not None and learned.count >= cfg.min_baseline_batches:
-            base = learned.mean()
-        else:
-            return []
-        mean = recent.sum / n
-        if not firing and not mean / base < 1 - cfg.max_drop_ratio:
-            st.low_since = None  # what drop_transition says in the common, healthy case
-            return []
-        action, st.low_since = drop_transition(mean / base, t, st.low_since, firing,
-                                               max_drop=cfg.max_drop_ratio, recover_drop=cfg.recover_drop_ratio,
-                                               hold=cfg.hold)
-        if action == "fire":
-            base, source = self.baseline(server)
-            return self.active.fire(akey, self._alert(server, src if j < 0 else src.decode(j), st, mean, base, source))
-        if action == "resolve":
-            return self.active.resolve(akey, t, ("recovered mean accept len", fmt(mean)))
-        if akey in self.active:
-            self.active.get(akey).evidence[:2] = self._evidence(mean, base)
+        steps = [(-1, *self._baseline_of(pair[2], configured))]  # (seq, baseline from that line on, lines it has)
+        opened = []
+        for first, rs, lines in seconds:
+            st = self._ranks.get(rs.key)
+            if st is None:
+                st = self._ranks[rs.key] = _Rank(Recent(cfg.window), Recent(cfg.window), akey=alert_key(*rs.key))
+            elif st.akey is None:  # loaded with its pending time
+                st.akey = alert_key(*rs.key)
+            if st.open is not None:  # the rank's previous timestamp: judged before this one opens
+                self._judge(server, st, steps, emit)
+            aged = self._open(st, rs, lines)
+            if aged:
+                learned = self._baselines.get(pair[2])
+                if learned is None:
+                    learned = self._baselines[pair[2]] = Baseline(BASELINE_BUCKET, cfg.baseline_window)
+                for at, v, k in aged:
+                    learned.add(at, v, k)
+                if not configured:
+                    steps.append((first, *self._baseline_of(pair[2], configured)))
+            opened.append(st)
+        for st in opened:
+            if st.open is not None:
+                self._judge(server, st, steps, emit)
         return []
+
+    def _baseline_of(self, pair: str, configured: tuple) -> tuple[float | None, int]:
+        """(baseline, the lines it was learned from: 0 configured, -1 none yet) of a model pair
+        (`configured`: its `_configured`)."""
+        if configured:
+            return configured[0], 0
+        learned = self._baselines.get(pair)
+        if learned is not None and learned.count >= self.config.min_baseline_batches:
+            return learned.mean(), learned.count
+        return None, -1
+
+    @staticmethod
+    def _source(count: int) -> str:
+        """Where a baseline comes from (`_baseline_of`'s count)."""
+        return "configured" if count == 0 else "none yet" if count < 0 else f"learned from {count} decode lines"
+
+    def _open(self, st: _Rank, rs, lines: list[tuple]) -> list:
+        """The lines of a timestamp of a rank into its windows at once, to be judged
+        (`st.open`); returns what aged out at its first line to learn from while the rank is
+        healthy, else []."""
+        first = lines[0]
+        t = first[TS]
+        k = len(lines)
+        if k == 1:
+            acc, run = first[ACCEPT], first[RUNNING]
+        else:
+            acc = sum([e[ACCEPT] for e in lines])
+            run = sum([e[RUNNING] for e in lines])
+        recent, running = st.recent, st.running
+        aged = recent.add(t, acc, k)
+        running.add(t, run, k)
+        # the windows before these lines, after aging
+        st.open = (rs, t, lines, recent.sum - acc, recent.count - k, running.sum - run)
+        if aged and (st.low_since is not None or st.akey in self.active):
+            return []  # a degradation never teaches the baseline that it is normal
+        return aged
+
+    def _judge(self, server: str, st: _Rank, steps: list[tuple[int, float | None]], emit) -> None:
+        """The lines of the rank's open timestamp (`st.open`), one at a time, each against the
+        baseline of the last of `steps` before it (None: none yet)."""
+        cfg = self.config
+        rs, t, lines, sw, nw, rsw = st.open
+        st.open = None
+        # the step in force at the first line: the last one at or before it (a timestamp that
+        # taught the baseline is judged after learning, as its first line was)
+        j = bisect_left(steps, (lines[0][SEQ] + 1,)) - 1 if len(steps) > 1 else 0
+        _, base, learned_from = steps[j]
+        nxt = steps[j + 1][0] if j + 1 < len(steps) else math.inf
+        since, akey = st.low_since, st.akey
+        firing = akey in self.active
+        thr, minw = 1 - cfg.max_drop_ratio, cfg.min_window_batches
+        acc = 0.0
+        k = 0
+        seq_, accept_ = SEQ, ACCEPT  # locals: per line
+        for e in lines:
+            if e[seq_] >= nxt:  # the baseline learned since the previous line
+                while j + 1 < len(steps) and steps[j + 1][0] <= e[SEQ]:
+                    j += 1
+                _, base, learned_from = steps[j]
+                nxt = steps[j + 1][0] if j + 1 < len(steps) else math.inf
+            acc += e[accept_]
+            k += 1
+            n = nw + k
+            if n < minw or base is None:
+                continue
+            mean = (sw + acc) / n
+            if not firing and not mean / base < thr:
+                since = None  # what drop_transition says in the common, healthy case
+                continue
+            action, since = drop_transition(mean / base, t, since, firing, max_drop=cfg.max_drop_ratio,
+                                            recover_drop=cfg.recover_drop_ratio, hold=cfg.hold)
+            if action == "fire":
+                st.low_since = since
+                running = (rsw + sum([x[RUNNING] for x in lines[:k]])) / n  # the window as of this line
+                alert = self._alert(server, rs.batch(e), st, mean, base, self._source(learned_from), n, running)
+                emit(self.active.fire(akey, alert), e)
+                firing = True
+            elif action == "resolve":
+                emit(self.active.resolve(akey, t, ("recovered mean accept len", fmt(mean))), e)
+                firing = False
+            elif firing:
+                self.active.get(akey).evidence[:2] = self._evidence(mean, base)
+        st.low_since = since
 
     @staticmethod
     def _evidence(mean: float, base: float) -> list[tuple[str, str]]:
         return [("mean accept len", fmt(mean)), ("baseline accept len", fmt(base))]
 
-    def _alert(self, server: str, b: DecodeBatch, st: _Rank, mean: float, base: float, source: str) -> Alert:
+    def _alert(self, server: str, b: DecodeBatch, st: _Rank, mean: float, base: float, source: str, n: int,
+               running: float) -> Alert:
+        """The alert at line `b`: the window then held `n` lines, `running` requests on average."""
         cfg = self.config
         args = self.args.get(server)
         where = f"{server} {b.rank}".strip()
         drop = 1 - mean / base
-        running = st.running.mean()
         evidence = self._evidence(mean, base) + [
             ("drop", f"{drop:.0%}"),
             ("baseline from", source),
-            ("window", f"{len(st.recent)} decode lines over {cfg.window:g}s"),
+            ("window", f"{n} decode lines over {cfg.window:g}s"),
             ("below for", f"{b.timestamp - st.low_since:.0f}s"),
             ("mean running requests", fmt(running, ".1f")),
         ] + args_evidence(args)

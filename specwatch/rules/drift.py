@@ -34,7 +34,7 @@ from specwatch.rules.base import (Rule, RuleContext, ServerArgsMemory, alert_key
                                   register)
 from specwatch.rules.collapse import CollapseConfig
 from specwatch.rules.stats import linear_fit
-from specwatch.rules.windows import Window
+from specwatch.rules.summary import ACCEPT, FLAGS, TS, VALID_ACCEPT
 
 
 @rule_section("drift")
@@ -95,21 +95,63 @@ class DriftRule(Rule):
                            + [tuple(k.split("|", 1)) for k in self.active.keys() if k.split("|", 1)[0] == server],
                            at, "server restarted")
 
-    def on_decode(self, server: str, w: Window, now: float) -> list[Alert]:
-        if not self.config.enabled:
+    def on_lines(self, server: str, ranks: list, emit) -> list[Alert]:
+        """The pending decode lines of each rank (`rules/summary.py`), in line order: every line
+        dates the rank's last decode line (a silence of `restart_gap` before one resets the
+        rank); those with VALID_ACCEPT above collapse level go into their bucket, summed in a
+        local variable one line at a time as line by line (the same sum), and a line that opens
+        a new bucket has the closed ones judged. Exactly the decisions of one line at a time."""
+        cfg = self.config
+        if not cfg.enabled:
             return []
-        event = w.batch
-        key = (server, event.rank)
-        t = event.timestamp
-        last = self._last_seen.get(key)
-        self._last_seen[key] = t
-        if last is not None and t - last > self.config.restart_gap:
-            out = self._reset([key], t, f"no decode line for {t - last:.0f}s")
-            if w.acceptance_valid and event.accept_length > self.collapse_max:
-                out += self._observe(server, event)
-            return out
-        if w.acceptance_valid and event.accept_length > self.collapse_max:
-            return self._observe(server, event)
+        cmax, width, gap = self.collapse_max, cfg.bucket, cfg.restart_gap
+        floor = math.floor
+        for rs in ranks:
+            p = rs.pending
+            if not p:
+                continue
+            key = rs.key
+            last = self._last_seen.get(key)
+            buckets = self._buckets.get(key)
+            ob = buckets[-1] if buckets else None  # the open bucket: its sum and count in s, c
+            s, c = (ob[1], ob[2]) if ob else (0.0, 0)
+            t0 = idx = None
+            for e in p:
+                t = e[TS]
+                if last is not None and t - last > gap:
+                    if ob:
+                        ob[1], ob[2] = s, c
+                    emit(self._reset([key], t, f"no decode line for {t - last:.0f}s"), e)
+                    buckets = ob = None
+                last = t
+                if not (e[FLAGS] & VALID_ACCEPT and e[ACCEPT] > cmax):
+                    continue
+                if t != t0:
+                    t0, idx = t, floor(t / width)
+                if ob and idx <= ob[0]:  # the open bucket; a line stamped before it (out of order) too
+                    s += e[ACCEPT]
+                    c += 1
+                    continue
+                if ob:
+                    ob[1], ob[2] = s, c
+                else:
+                    buckets = self._buckets.get(key)
+                    if buckets is None:
+                        buckets = self._buckets[key] = []
+                closed = bool(buckets)
+                ob = [idx, e[ACCEPT], 1]
+                s, c = ob[1], 1
+                buckets.append(ob)
+                horizon = idx - cfg.window / cfg.bucket
+                while buckets and buckets[0][0] <= horizon:
+                    buckets.pop(0)
+                if closed:
+                    alerts = self._evaluate(server, rs.rank, t, buckets[:-1], rs, e)
+                    if alerts:
+                        emit(alerts, e)
+            if ob:
+                ob[1], ob[2] = s, c
+            self._last_seen[key] = last
         return []
 
     def _reset(self, keys: list[tuple[str, str]], at: float, why: str) -> list[Alert]:
@@ -118,25 +160,6 @@ class DriftRule(Rule):
             self._buckets.pop(k, None)
             out += self.active.resolve(alert_key(*k), at, ("reset", why))
         return out
-
-    def _observe(self, server: str, b: DecodeBatch) -> list[Alert]:
-        cfg = self.config
-        key = (server, b.rank)
-        buckets = self._buckets.get(key)
-        if buckets is None:
-            buckets = self._buckets[key] = []
-        idx = math.floor(b.timestamp / cfg.bucket)
-        if buckets and idx <= buckets[-1][0]:  # the open bucket; a line stamped before it (out of order) too
-            last = buckets[-1]
-            last[1] += b.accept_length
-            last[2] += 1
-            return []
-        closed = bool(buckets)
-        buckets.append([idx, b.accept_length, 1])
-        horizon = idx - cfg.window / cfg.bucket
-        while buckets and buckets[0][0] <= horizon:
-            buckets.pop(0)
-        return self._evaluate(server, b, buckets[:-1]) if closed else []
 
     def trend(self, buckets: list[list[float]]) -> dict | None:
         """Fit of the closed buckets: start/end value, decline per hour and in total (fractions
@@ -159,19 +182,21 @@ class DriftRule(Rule):
                 "falling": falls / (len(means) - 1), "r2": r2, "buckets": len(full),
                 "span_h": hours[-1] - hours[0], "means": means}
 
-    def _evaluate(self, server: str, b: DecodeBatch, closed: list[list[float]]) -> list[Alert]:
+    def _evaluate(self, server: str, rank: str, at: float, closed: list[list[float]], rs, entry: tuple) -> list[Alert]:
+        """The fit of the rank's closed buckets at the line (pending `entry` of `rs`, stamped
+        `at`) that opened a new one; its DecodeBatch is built only for an alert."""
         cfg = self.config
-        key = alert_key(server, b.rank)
+        key = alert_key(server, rank)
         t = self.trend(closed)
         if t is None:
             return []
         if key in self.active:
             if t["per_hour"] < cfg.min_decline_per_hour / 2:
-                return self.active.resolve(key, b.timestamp, ("decline now", f"{t['per_hour']:.1%}/h"))
+                return self.active.resolve(key, at, ("decline now", f"{t['per_hour']:.1%}/h"))
             return []
         if (t["per_hour"] >= cfg.min_decline_per_hour and t["total"] >= cfg.min_total_decline
                 and t["falling"] >= cfg.min_falling_fraction):
-            return self.active.fire(key, self._alert(server, b, t))
+            return self.active.fire(key, self._alert(server, rs.batch(entry), t))
         return []
 
     def _alert(self, server: str, b: DecodeBatch, t: dict) -> Alert:

@@ -28,7 +28,7 @@ from specwatch.config import Config, Count, Seconds, Section, rule_section
 from specwatch.events import DecodeBatch, GpuSample, GpuState
 from specwatch.rules.active import ActiveAlertsRule
 from specwatch.rules.base import register
-from specwatch.rules.windows import Window
+from specwatch.rules.summary import CLOCK, RUNNING, THROUGHPUT
 
 
 # NVML clock event reasons (nvmlClocksEventReasons, nvml.h); the first five slow a GPU down.
@@ -88,11 +88,19 @@ class GpuThrottleRule(ActiveAlertsRule):
             self._throttled = [g for g in gpus if g.reasons & self.reasons]
         return []
 
-    def on_decode(self, server: str, window: Window, now: float) -> list[Alert]:
-        event = window.batch
-        if (self._gpu_time is not None and event.gen_throughput is not None
-                and event.running_requests > 0):  # without GPU samples nothing can be throttled
-            return self._line(server, event, now)
+    def on_lines(self, server: str, ranks: list, emit) -> list[Alert]:
+        """The pending decode lines of each rank (`rules/summary.py`) with a gen throughput and
+        running requests, in line order, each at its clock: the GPU samples do not change within
+        an evaluation (one ends before any other event reaches the rules), so each line is
+        judged as when it was read alone. Nothing to do before a GPU sample came."""
+        if self._gpu_time is None:  # without GPU samples nothing can be throttled
+            return []
+        for rs in ranks:
+            for e in rs.pending:
+                if e[THROUGHPUT] is not None and e[RUNNING] > 0:
+                    alerts = self._line(server, rs, e)
+                    if alerts:
+                        emit(alerts, e)
         return []
 
     def _throttled_now(self, now: float) -> list[GpuState]:
@@ -100,20 +108,22 @@ class GpuThrottleRule(ActiveAlertsRule):
             return []
         return self._throttled
 
-    def _line(self, server: str, b: DecodeBatch, now: float) -> list[Alert]:
-        key = (server, b.rank)
+    def _line(self, server: str, rs, e: tuple) -> list[Alert]:
+        """One decode line: pending entry `e` of rank `rs` (its DecodeBatch built only for an alert)."""
+        key = rs.key
+        now = e[CLOCK]
         lines = self._lines.get(key)
         if lines is None:
             lines = self._lines[key] = deque(maxlen=MAX_LINES)
         throttled = self._throttled_now(now)
-        lines.append((now, b.running_requests, b.gen_throughput, bool(throttled)))
+        lines.append((now, e[RUNNING], e[THROUGHPUT], bool(throttled)))
         while lines and now - lines[0][0] > self.config.baseline_window:
             lines.popleft()
         n = self.config.min_batches
         if len(lines) < n:
             return []
         recent = [lines[i] for i in range(-n, 0)]
-        akey = f"{server}|{b.rank}"
+        akey = f"{server}|{rs.rank}"
         active = akey in self.active
         any_throttled = any(r[3] for r in recent)
         if not active and not (any_throttled and all(r[3] for r in recent)):
@@ -133,7 +143,8 @@ class GpuThrottleRule(ActiveAlertsRule):
                                            ("throttled now", "no" if not throttled else "yes"))
             return []
         if dropped:
-            return self.active.fire(akey, self._alert(server, b, now, current, baseline, running, len(base_lines), throttled))
+            return self.active.fire(akey, self._alert(server, rs.batch(e), now, current, baseline, running,
+                                                      len(base_lines), throttled))
         return []
 
     def _alert(self, server: str, b: DecodeBatch, now: float, current: float, baseline: float,

@@ -31,6 +31,7 @@ from specwatch.config import Config, Count, Seconds, Section, rule_section
 from specwatch.events import DecodeBatch, MetricsSample, RankMetrics
 from specwatch.rules.active import ActiveAlertsRule
 from specwatch.rules.base import alert_key, fmt, new_alert, register
+from specwatch.rules.summary import ACCEPT, CLOCK, FLAGS, VALID_ACCEPT
 from specwatch.rules.windows import Window, WindowConfig, running_in_window
 
 
@@ -125,14 +126,20 @@ class MetricsCrossCheckRule(ActiveAlertsRule):
     def reconfigure(self, config: Config) -> None:
         self.config = config.metrics_crosscheck
 
-    def on_decode(self, server: str, window: Window, now: float) -> list[Alert]:
-        if not self.watching or not window.acceptance_valid:
+    def on_lines(self, server: str, ranks: list, emit) -> list[Alert]:
+        """The (clock, accept len) of each rank's pending decode lines with VALID_ACCEPT
+        (`rules/summary.py`), in line order, for the next scrape to compare with. A scrape comes
+        as an event, after the evaluation of the lines read before it: the same lines as one
+        at a time."""
+        if not self.watching:
             return []
-        b = window.batch
-        lr = self._log.get((server, b.rank))
-        if lr is None:
-            lr = self._log[(server, b.rank)] = _LogRank(dict(b.ranks))
-        lr.lines.append((now, b.accept_length))
+        for rs in ranks:
+            got = [(e[CLOCK], e[ACCEPT]) for e in rs.pending if e[FLAGS] & VALID_ACCEPT]
+            if got:
+                lr = self._log.get(rs.key)
+                if lr is None:
+                    lr = self._log[rs.key] = _LogRank(dict(rs.ranks))
+                lr.lines.extend(got)
         return []
 
     def on_event(self, server: str, event: object, now: float) -> list[Alert]:

@@ -44,7 +44,7 @@ class Recent:
     """The samples (t, value) of the last `span` seconds as time buckets: per `width`-second bucket
     (`bucket_width(span)`) its start time, sample count and value sum, oldest first, in `array`
     columns, with the window's running `sum` and `count` (samples; `len()` too), so `mean` is O(1): the
-    rules read them on every decode line. Memory is at most `MAX_BUCKETS` + 1 buckets (24 bytes each) whatever the line rate.
+    rules read them at every evaluation. Memory is at most `MAX_BUCKETS` + 1 buckets (24 bytes each) whatever the line rate.
 
     A bucket ages out whole once its start is `span` or more before the newest time: for stamps in
     whole seconds (SGLang's `%H:%M:%S`) exactly the samples a window of samples would drop; finer
@@ -98,22 +98,24 @@ class Recent:
         self.sum += total
         self.count += n
 
-    def add(self, t: float, value: float) -> list[tuple[float, float, int]]:
-        """Add a sample; returns the buckets that fell out of the window (oldest first), each as
-        (start s, value sum, samples)."""
-        start = (t // self.width) * self.width  # `_put`, inline: every decode line of several rules
+    def add(self, t: float, value: float, n: int = 1) -> list[tuple[float, float, int]]:
+        """Add `n` samples at `t` whose values sum to `value` (the lines of one timestamp at once:
+        the same buckets as one call per sample, the sums rounded once instead of per sample);
+        returns the buckets that fell out of the window (oldest first), each as (start s, value
+        sum, samples)."""
+        start = (t // self.width) * self.width  # `_put`, inline: every evaluation of several rules
         ts = self._t
         if self.count and start <= ts[-1]:
-            self._n[-1] += 1
+            self._n[-1] += n
             self._s[-1] += value
         else:
             ts.append(start)
-            self._n.append(1)
+            self._n.append(n)
             self._s.append(value)
             if not self.count:
                 self.oldest = start
         self.sum += value
-        self.count += 1
+        self.count += n
         limit = t - self.span
         if self.oldest > limit:
             return []  # nothing aged out (prune's test): no call, no list to build

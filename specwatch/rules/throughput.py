@@ -24,7 +24,7 @@ from specwatch.events import DecodeBatch
 from specwatch.rules.active import ActiveAlerts
 from specwatch.rules.base import Rule, alert_key, fmt, new_alert, register
 from specwatch.rules.stats import Baseline, Recent, drop_transition
-from specwatch.rules.windows import Window
+from specwatch.rules.summary import FLAGS, RUNNING, THROUGHPUT, TS, VALID_THROUGHPUT
 
 
 @rule_section("throughput_drop")
@@ -127,82 +127,140 @@ class ThroughputDropRule(Rule):
         """The learned mean once it holds min_baseline_batches lines (as `baseline`)."""
         return learned.mean() if learned is not None and learned.count >= self.config.min_baseline_batches else None
 
-    def on_decode(self, server: str, window: Window, now: float) -> list[Alert]:
-        if not self.config.enabled or not window.throughput_valid:
+    def on_lines(self, server: str, ranks: list, emit) -> list[Alert]:
+        """The pending decode lines of each rank (`rules/summary.py`) with VALID_THROUGHPUT, in
+        line order. What ages out of the windows at a timestamp ages at its first line
+        (`_open`), and the window average after each line is the average after aging plus the
+        lines so far (sum / baseline of each, in local variables); the lines of one timestamp
+        and load level go into that level's window as one sum (`Recent.add(t, sum, n)`: the
+        same buckets, so the same buckets age out and are learned), once the timestamp's lines
+        are judged (`_close`). So each line is judged as one at a time, with sums rounded per
+        timestamp instead of per line."""
+        cfg = self.config
+        if not cfg.enabled:
             return []
-        b = window.batch
-        return self._observe(server, b.rank, b.timestamp, b.running_requests, b.gen_throughput, b, -1)
+        if cfg is not self._cached_for:
+            self._refresh()
+        thr, minw = 1 - cfg.max_drop_ratio, cfg.min_window_batches
+        valid, ts_, running_, throughput_, flags_ = VALID_THROUGHPUT, TS, RUNNING, THROUGHPUT, FLAGS  # locals: per line
+        for rs in ranks:
+            st = None
+            t0 = None
+            for e in rs.pending:
+                if not e[flags_] & valid:
+                    continue
+                t = e[ts_]
+                if t != t0:
+                    if st is None:
+                        st = self._rank(rs.key)
+                        levels, akey = st.levels, st.akey
+                    else:
+                        runs.append((lv0, s, c))
+                        self._close(st, t0, runs, since)
+                    t0, lv0, runs = t, 0, []
+                    total, n = self._open(st, rs.key, t)  # the window average after aging: total / n
+                    since, firing = st.low_since, akey in self.active
+                r = e[running_]
+                lv = r.bit_length() if r > 1 else 1  # load_level, inline
+                if lv != lv0:
+                    if lv0:
+                        runs.append((lv0, s, c))
+                    lv0, s, c = lv, 0.0, 0
+                    cur = levels.get(lv)
+                    base = (cur or self._level(st, rs.key, lv)).base
+                v = e[throughput_]
+                s += v
+                c += 1
+                if base:  # a level with a usable baseline: in the average
+                    total += v / base
+                    n += 1
+                if n < minw:
+                    continue
+                ratio = total / n
+                if not firing and not ratio < thr:
+                    since = None  # what drop_transition says in the common, healthy case
+                    continue
+                action, since = drop_transition(ratio, t, since, firing, max_drop=cfg.max_drop_ratio,
+                                                recover_drop=cfg.recover_drop_ratio, hold=cfg.hold)
+                if action == "fire":
+                    runs.append((lv0, s, c))  # the window as of this line, for the evidence
+                    self._close(st, t, runs, since)
+                    runs, s, c = [], 0.0, 0
+                    used = [(lv.recent.sum, lv.count, lv.base) for lv in levels.values() if lv.count]
+                    emit(self.active.fire(akey, self._alert(server, rs.batch(e), st, used, ratio)), e)
+                    firing = True
+                elif action == "resolve":
+                    emit(self.active.resolve(akey, t, ("recovered to baseline", f"{ratio:.0%}")), e)
+                    firing = False
+            if t0 is not None:
+                runs.append((lv0, s, c))
+                self._close(st, t0, runs, since)
+        return []
 
     def baseline(self, server: str, rank: str, level: int) -> float | None:
         """Learned gen throughput (token/s) of the rank at that load level, once usable."""
         b = self._baselines.get((server, rank, level))
         return b.mean() if b is not None and b.count >= self.config.min_baseline_batches else None
 
-    def _observe(self, server: str, rank: str, t: float, running: int, thr: float, src, j: int) -> list[Alert]:
-        """One valid line: its rank, timestamp, running requests and gen throughput; its event
-        is `src` (j < 0) or decode row j of `src` (`catchup.Rows`), built only for an alert."""
-        cfg = self.config
-        if cfg is not self._cached_for:
-            self._refresh()
-        key = (server, rank)
+    def _rank(self, key: tuple[str, str]) -> _Rank:
         st = self._ranks.get(key)
         if st is None:
             st = self._ranks[key] = _Rank()
-        akey = st.akey
-        if akey is None:
-            akey = st.akey = alert_key(server, rank)
-        this = running.bit_length() if running > 1 else 1  # load_level, inline
-        cur = st.levels.get(this)
-        if cur is None:
-            learned = self._baselines.get((server, rank, this))  # loaded from the state file, maybe
-            cur = st.levels[this] = _Level(this, len(st.terms), Recent(cfg.window), learned)
-            cur.base = self._usable(learned)
-            st.terms.append(0.0)
-        aged_here = cur.recent.add(t, thr)
-        firing = akey in self.active
-        healthy = st.low_since is None and not firing
+        if st.akey is None:  # new, or loaded with its pending time
+            st.akey = alert_key(*key)
+        return st
+
+    def _level(self, st: _Rank, key: tuple[str, str], level: int) -> _Level:
+        """A load level the rank had no line at before (its baseline maybe from the state file)."""
+        learned = self._baselines.get((*key, level))
+        lv = st.levels[level] = _Level(level, len(st.terms), Recent(self.config.window), learned)
+        lv.base = self._usable(learned)
+        st.terms.append(0.0)
+        return lv
+
+    def _open(self, st: _Rank, key: tuple[str, str], t: float) -> tuple[float, int]:
+        """A new timestamp `t` of the rank: what every level's window ages out of, learned while
+        the rank is healthy; returns the window average's (sum of sum / baseline, lines)."""
+        healthy = st.low_since is None and st.akey not in self.active
         terms, n = st.terms, st.n
+        limit = t - self.config.window  # every level's window spans `window` (`reconfigure` resizes them)
         for lv in st.levels.values():
             recent = lv.recent
-            if lv is cur:
-                aged = aged_here
-            else:
-                if recent.oldest > t - recent.span:
-                    continue  # nothing ages out at this level: nothing changed (prune's test, inline)
+            if recent.oldest <= limit:  # prune's test, inline
                 aged = recent.prune(t)
-            if healthy and aged:
-                learned = lv.learned
-                if learned is None:
-                    learned = lv.learned = self._baselines.setdefault(
-                        (server, rank, lv.level), Baseline(BASELINE_BUCKET, cfg.baseline_window))
-                for at, v, k in aged:
-                    learned.add(at, v, k)
-                lv.base = self._usable(learned)
-            # this level's lines changed: its share of the window average
-            base = lv.base
-            count = recent.count if base else 0
-            n += count - lv.count
-            lv.count = count
-            terms[lv.index] = recent.sum / base if count else 0.0
+                if healthy and aged:
+                    learned = lv.learned
+                    if learned is None:
+                        learned = lv.learned = self._baselines.setdefault(
+                            (*key, lv.level), Baseline(BASELINE_BUCKET, self.config.baseline_window))
+                    for at, v, k in aged:
+                        learned.add(at, v, k)
+                    lv.base = learned.mean() if learned.count >= self.config.min_baseline_batches else None  # _usable
+                base = lv.base  # this level's share of the window average
+                count = recent.count if base else 0
+                n += count - lv.count
+                lv.count = count
+                terms[lv.index] = recent.sum / base if count else 0.0
         st.n = n
-        if n < cfg.min_window_batches:
-            return []
-        ratio = 0.0
-        for term in st.terms:  # one addition at a time, in level order (catch-up sums the same way)
-            ratio += term
-        ratio /= n
-        if not firing and not ratio < 1 - cfg.max_drop_ratio:
-            st.low_since = None  # what drop_transition says in the common, healthy case
-            return []
-        action, st.low_since = drop_transition(ratio, t, st.low_since, firing,
-                                               max_drop=cfg.max_drop_ratio, recover_drop=cfg.recover_drop_ratio,
-                                               hold=cfg.hold)
-        if action == "fire":
-            used = [(lv.recent.sum, lv.count, lv.base) for lv in st.levels.values() if lv.count]
-            return self.active.fire(akey, self._alert(server, src if j < 0 else src.decode(j), st, used, ratio))
-        if action == "resolve":
-            return self.active.resolve(akey, t, ("recovered to baseline", f"{ratio:.0%}"))
-        return []
+        return sum(terms), n
+
+    @staticmethod
+    def _close(st: _Rank, t: float, runs: list[tuple[int, float, int]], since: float | None) -> None:
+        """The lines of timestamp `t` into their levels' windows: `runs`, (load level, gen
+        throughput sum, lines) in line order; `since`, the pending time after the last one."""
+        levels, terms, n = st.levels, st.terms, st.n
+        for level, total, k in runs:
+            if k:
+                lv = levels[level]
+                recent = lv.recent
+                recent.add(t, total, k)
+                base = lv.base
+                if base:
+                    n += k
+                    lv.count += k
+                    terms[lv.index] = recent.sum / base
+        st.n = n
+        st.low_since = since
 
     def _alert(self, server: str, b: DecodeBatch, st: _Rank, used: list[tuple[float, int, float]],
                ratio: float) -> Alert:

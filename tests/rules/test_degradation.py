@@ -4,6 +4,7 @@ import random
 
 from specwatch.rules.degradation import DegradationConfig
 from specwatch.rules.degradation import DegradationRule, path_matches
+from pipelines import busy_log, transitions_two_ways
 from timeline import T0, Timeline, feed, names, pipeline, run
 
 # Short windows keep the logs small; the logic is the same at the defaults (10m / 10m).
@@ -114,3 +115,14 @@ def test_the_baseline_follows_the_servers_model_pair_and_reloaded_expectations()
     log.lines.clear()
     log.decode(n=150, every=2, accept=noisy(2.2, rnd))
     assert names(feed(q, log.lines)) == [("AcceptanceDegradation", "firing", "")]
+
+
+def test_lines_read_a_second_at_a_time_decide_as_one_at_a_time(tmp_path):
+    """The same log fed line by line (each line its own evaluation) and read whole as `replay`
+    does (one evaluation per second of lines of every rank, the learned baseline shared by the
+    ranks): the same transitions, times and evidence."""
+    lines = busy_log(5, {2: 2.2, 3: 2.3})
+    one, whole = transitions_two_ways(tmp_path, lines, {"rules": {"degradation": FAST}})
+    assert {(n, r, s) for n, r, s, *_ in one} == {
+        ("AcceptanceDegradation", rank, status) for rank in ("DP2 TP2", "DP3 TP3") for status in ("firing", "resolved")}
+    assert whole == one

@@ -96,3 +96,31 @@ def test_settings_re_sent_by_other_sources_do_not_reset_but_a_process_restart_do
     assert [a.status for a in drift] == ["firing", "resolved"]
     assert dict(drift[1].evidence)["reset"] == "server restarted" and drift[1].ends_at == end + 3
     assert ("SGLangServerRestarted", "firing", "") in names(p.dispatcher.history)  # issue 4's rule
+
+
+def test_lines_read_a_second_at_a_time_decide_as_one_at_a_time(tmp_path):
+    """The same log fed line by line (each line its own evaluation) and read whole as `replay`
+    does (a second of lines of every rank at once): 4 DP ranks, 0-3 lines each a second, two
+    drifting down, a silence past `restart_gap` that resets them, the drift again: the same
+    transitions, times and evidence."""
+    from pipelines import transitions_two_ways
+
+    rnd = random.Random(13)
+    log = Timeline()
+    for s in range(100 * 60):
+        if 50 * 60 <= s < 57 * 60:  # silence: every rank resets
+            log.wait(1)
+            continue
+        log.wait(1)
+        order = [r for r in range(4) for _ in range(rnd.choice([0, 1, 1, 2, 3]))]
+        rnd.shuffle(order)
+        for r in order:
+            fall = 0.8 * (s % (50 * 60)) / (50 * 60) if r < 2 else 0.0
+            log.decode(every=0, accept=round(3.0 - fall + rnd.uniform(-0.05, 0.05), 2), ranks=[{"DP": r}])
+    cfg = {"rules": {"drift": {"window": "1h", "bucket": "60s", "min_buckets": 6, "restart_gap": "5m",
+                               "min_decline_per_hour": 0.02, "min_total_decline": 0.03, "min_falling_fraction": 0.6}}}
+    one, whole = transitions_two_ways(tmp_path, lines=log.lines, doc=cfg)
+    assert sorted((r, s) for n, r, s, *_ in one if n == "AcceptanceDrift") == [
+        ("DP0", "firing"), ("DP0", "firing"), ("DP0", "resolved"),
+        ("DP1", "firing"), ("DP1", "firing"), ("DP1", "resolved")]
+    assert whole == one

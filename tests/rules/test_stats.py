@@ -111,3 +111,25 @@ def test_baseline_takes_a_bucket_as_its_samples():
         one.add(1.7e9 + 1, 2.0)
     many.add(1.7e9 + 1, 20.0, 10)
     assert (one.count, one.mean(), one.to_state()) == (many.count, many.mean(), many.to_state())
+
+
+def test_the_lines_of_one_timestamp_added_as_one_sum_make_the_same_buckets():
+    """`add(t, sum, n)` per timestamp against `add(t, v)` per sample, over random whole-second
+    times with bursts, gaps that age buckets out and a clock that steps back: the same bucket
+    starts and counts, the same buckets aged out at the same calls; the sums equal to rounding
+    (one rounding per timestamp instead of one per sample)."""
+    rng = random.Random(11)
+    for span in (5.0, 60.0, 86400.0):
+        one, grouped, t = Recent(span), Recent(span), 1.7e9
+        for _ in range(2000):
+            t += rng.choice([0, 1, 1, 2, 40, 900, -1])
+            values = [rng.random() * 400 for _ in range(rng.choice([1, 1, 2, 3, 8]))]
+            aged_one = []
+            for v in values:
+                aged_one += one.add(t, v)
+            aged_grouped = grouped.add(t, sum(values), len(values))
+            assert [(a, n) for a, _, n in aged_grouped] == [(a, n) for a, _, n in aged_one]
+            assert [s for _, s, _ in aged_grouped] == pytest.approx([s for _, s, _ in aged_one], rel=1e-12)
+            assert [(a, n) for a, n, _ in grouped.buckets] == [(a, n) for a, n, _ in one.buckets]
+            assert (len(grouped), grouped.oldest) == (len(one), one.oldest)
+            assert grouped.sum == pytest.approx(one.sum, rel=1e-9, abs=1e-6)

@@ -5,6 +5,7 @@ import random
 from specwatch.alerts.dispatcher import Dispatcher
 from specwatch.alerts.inhibit import default_inhibit_rules
 from specwatch.rules.throughput import level_text, load_level
+from pipelines import busy_log, transitions_two_ways
 from timeline import Recorder, Timeline, feed, names, pipeline, run
 
 FAST = {"window": "2m", "for": "2m", "min_window_batches": 5, "min_baseline_batches": 30}
@@ -140,3 +141,14 @@ def test_a_state_loaded_into_a_running_pipeline_replaces_its_baselines():
         n=150, every=2, running=32, thr=noisy(150, rnd)).lines)
     assert (fired.name, fired.status) == ("ThroughputDrop", "firing")
     assert fired.starts_at - (T0 + 20 * 60) <= 30  # low from the first lines after the load
+
+
+def test_lines_read_a_second_at_a_time_decide_as_one_at_a_time(tmp_path):
+    """The same log fed line by line (each line its own evaluation) and read whole as `replay`
+    does (one evaluation per second of lines of every rank, several lines of a rank and load
+    levels mixed within a second): the same transitions, times and evidence."""
+    lines = busy_log(8, {}, {0: 0.45, 1: 0.5})
+    one, whole = transitions_two_ways(tmp_path, lines, CFG)
+    assert {(n, r, s) for n, r, s, *_ in one} == {
+        ("ThroughputDrop", rank, status) for rank in ("DP0 TP0", "DP1 TP1") for status in ("firing", "resolved")}
+    assert whole == one
