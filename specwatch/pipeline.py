@@ -1,13 +1,13 @@
-"""One pipeline for `run` and `replay`: line → event → window → rules → alerts.
+"""One pipeline for `run` and `replay`: read → batch lines → summary → rules → alerts.
 
 The two commands differ only in where lines come from (followed files vs recorded logs) and in
-the clock (wall time vs the log's own timestamps). Each decode line is classified once
-(`WindowTracker`: idle, prefill-dominated, after a gap) and every rule reads that `Window`. The
-rules are those registered in `specwatch.rules` (one file each); each is called only for the
-hooks it has. The per-rank state kept here is what `metrics.py` renders at scrape time, so the
-hot path does plain attribute updates only.
+the clock (wall time vs the log's own timestamps). A read's canonical SGLang lines are found by
+one compiled pattern, every other line by the general parser; both hand batch lines to one
+summariser, which classifies each line once (`rules/windows.py`) into its rank's pending entries;
+each evaluation hands those to every rule's `on_lines` (docs/one-path.md). The rules are those
+registered in `specwatch.rules` (one file each); each is called only for the hooks it has. The
+per-rank state kept here is what `metrics.py` renders at scrape time.
 """
-
 from __future__ import annotations
 
 import copy
@@ -49,12 +49,12 @@ from specwatch.rules.base import (Rule, RuleContext, all_rules, forget_keys, is_
 from specwatch.rules.collapse import CollapseRule
 from specwatch.rules.server_metrics import collapse_from_metrics, metrics_windows
 from specwatch.rules.summary import (AFTER_GAP, IDLE, PREFILL_DOMINATED, VALID_ACCEPT, VALID_THROUGHPUT,
-                                     RankSummary, window_of)
+                                     RankSummary)
 from specwatch.sources.filestream import LineBatch
 from specwatch.sources.log_errors import KINDS as ERROR_KINDS
 from specwatch.sources.log_errors import ErrorGrouper, maybe_error
 from specwatch.sources.engines import VLLM, LogEngine
-from specwatch.sources.sglang_log import (bracket_prefix, prefill_at, strip_container_prefix,
+from specwatch.sources.sglang_log import (bracket_prefix, strip_container_prefix,
                                          timestamp_of)
 from specwatch.sources.sglang_log import CANONICAL_LINES, rank_numbers
 from specwatch.sources.vllm_log import VllmAssembler, VllmLine
@@ -152,8 +152,6 @@ class Pipeline:
         self.rules: list[Rule] = [cls.build(config, ctx) for cls in all_rules()] + list(extra_rules)
         self.collapse: CollapseRule = next(r for r in self.rules if isinstance(r, CollapseRule))  # metrics, replay
         # Each hook calls only the rules that have it (most rules ignore most events).
-        self._on_decode = [r for r in self.rules if overrides(r, "on_decode")]
-        self._on_prefill = [r for r in self.rules if overrides(r, "on_prefill")]
         self._on_event = [(r, overrides(r, "on_restart")) for r in self.rules
                           if overrides(r, "on_event") or overrides(r, "on_restart")]
         self._starts: dict[str, float] = {}  # server → timestamp of its last server_args log line
@@ -536,8 +534,7 @@ class Pipeline:
 
     def evaluate(self) -> None:
         """The rules read every line summarised since the last evaluation (caller holds `lock`):
-        those with `on_lines` the pending lines of each rank, in aggregate; those that still read
-        one line at a time (`on_decode` / `on_prefill`) each line in file order."""
+        each rule's `on_lines` the pending lines of each rank of a server (docs/one-path.md)."""
         if not self._dirty:
             return
         self._evaluated = self._seq
@@ -560,8 +557,6 @@ class Pipeline:
             if rs.pending_prefills:
                 rs.prefill_batches += len(rs.pending_prefills)
                 clock = max(clock, rs.pending_prefills[-1][1])
-        if self._on_decode or self._on_prefill:
-            self._lines_one_by_one(dirty)
         if self._on_lines:
             by_server: dict[str, list[RankSummary]] = {}
             for rs in dirty:
@@ -634,37 +629,6 @@ class Pipeline:
             if i + 1 == len(emitted) or emitted[i + 1][0] != seq:
                 self._handle(group, clock)
                 group = []
-
-    def _lines_one_by_one(self, dirty: list[RankSummary]) -> None:
-        """`on_decode` / `on_prefill` of each pending line, in file order."""
-        order = sorted([(e[8], rs, e) for rs in dirty for e in rs.pending]
-                       + [(p[2], rs, (p[0], p[1], p[3])) for rs in dirty for p in rs.pending_prefills],
-                       key=lambda x: x[0])
-        for _, rs, item in order:
-            server = rs.server
-            if len(item) == 9:
-                clock = item[1]
-                window = window_of(rs, item)
-                fired = None
-                for rule in self._on_decode:
-                    try:
-                        alerts = rule.on_decode(server, window, clock)
-                    except Exception as e:  # that rule, that line: the read goes on
-                        self.rule_faults.failed(rule, "on_decode", e)
-                        continue
-                    if alerts:
-                        fired = alerts if fired is None else fired + alerts
-                if fired:
-                    self._handle(fired, clock)
-            elif self._on_prefill:
-                _, clock, src = item
-                event = src if type(src) is not tuple else prefill_at(src[:3] + src[11:], item[0])
-                if event.rank != rs.rank:  # summed into OTHER_RANK
-                    event.rank, event.ranks = rs.rank, {}
-                for rule in self._on_prefill:
-                    alerts = self.rule_faults.call(rule, "on_prefill", server, event, clock)
-                    if alerts:
-                        self._handle(alerts, clock)
 
     def _take(self, server: str, stats: ServerStats, event: object, now: float | None) -> None:
         """One parsed line of `server` (caller holds `lock`)."""

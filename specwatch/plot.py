@@ -18,6 +18,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from specwatch.rules.base import Rule
+from specwatch.rules.summary import ACCEPT, FLAGS, THROUGHPUT, TS, VALID_ACCEPT
 
 EXTRA_HINT = "pip install 'specwatch[plot]' (from a checkout: pip install '.[plot]')"
 
@@ -45,15 +46,16 @@ class SeriesRecorder(Rule):
         self.series: dict[tuple[str, str], Series] = {}
         self.restarts: list[tuple[str, float]] = []
 
-    def on_decode(self, server: str, window, now: float) -> list:
-        if window.acceptance_valid:
-            b = window.batch
-            s = self.series.get((server, b.rank))
-            if s is None:
-                s = self.series[(server, b.rank)] = Series()
-            s.times.append(b.timestamp)
-            s.accept_length.append(b.accept_length)
-            s.throughput.append(b.gen_throughput)
+    def on_lines(self, server: str, ranks: list, emit) -> list:
+        for rs in ranks:
+            valid = [e for e in rs.pending if e[FLAGS] & VALID_ACCEPT]
+            if valid:
+                s = self.series.get(rs.key)
+                if s is None:
+                    s = self.series[rs.key] = Series()
+                s.times += [e[TS] for e in valid]
+                s.accept_length += [e[ACCEPT] for e in valid]
+                s.throughput += [e[THROUGHPUT] for e in valid]
         return []
 
     def on_restart(self, server: str, at: float, why: str) -> list:

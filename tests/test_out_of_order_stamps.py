@@ -126,7 +126,7 @@ class _Raising:
     name = "raising"
     alert_names = ()
 
-    def on_decode(self, server, window, now):
+    def on_lines(self, server, ranks, emit):
         raise ZeroDivisionError("a bug in a rule")
 
     def on_tick(self, now):
@@ -169,11 +169,11 @@ def test_rule_failures_are_logged_once_a_minute_with_the_count_between(caplog):
     rule = _Raising()
     with caplog.at_level(logging.ERROR, logger="specwatch.pipeline"):
         for i in range(50):  # 50 failures over 100 s
-            faults.failed(rule, "on_decode", ValueError(f"bad {i}"))
+            faults.failed(rule, "on_lines", ValueError(f"bad {i}"))
             clock[0] += 2.0
     messages = [r.getMessage() for r in caplog.records]
     assert faults.counts == {"raising": 50}
     assert len(messages) == 2, messages
-    assert messages[0].startswith("rule raising failed in on_decode") and caplog.records[0].exc_info
+    assert messages[0].startswith("rule raising failed in on_lines") and caplog.records[0].exc_info
     # the second line: the failures since the first (30 of them, at 2 s apart), the last one named
-    assert messages[1] == f"rule raising failed {int(LOG_EVERY / 2)} more times (last in on_decode: ValueError: bad 30)"
+    assert messages[1] == f"rule raising failed {int(LOG_EVERY / 2)} more times (last in on_lines: ValueError: bad 30)"

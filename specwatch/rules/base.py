@@ -8,8 +8,6 @@ the hooks a rule overrides, on its thread, under its lock:
 - `on_lines(server, ranks, emit)`: the batch lines of `server` since the last evaluation, summarised
   per rank once by the pipeline (`rules/summary.py`: counters, the window classification of
   `rules/windows.py`, each line's entry), for the rules that read many lines at once;
-- `on_decode(server, window, now)` / `on_prefill(server, batch, now)`: the same lines one at a time,
-  in file order, with the line's `Window` (`rules/windows.py`);
 - `on_event(server, event, now)`: every other event (ServerArgs, process, HTTP API, GPU);
 - `on_restart(server, at, why)`: the server restarted (the pipeline decides it once);
 - `on_tick(now)`: time passed (every 1-3 s in the daemon, at each timestamped line in replay),
@@ -63,13 +61,6 @@ class Rule:
     def build(cls, config: Config, ctx: RuleContext) -> "Rule":
         """The rule for this config (override when the constructor needs more than its section)."""
         return cls(getattr(config, cls.name))
-
-    def on_decode(self, server: str, window, now: float) -> list[Alert]:
-        """A decode line: `window.batch` is the DecodeBatch (`rules/windows.py`)."""
-        return []
-
-    def on_prefill(self, server: str, batch: PrefillBatch, now: float) -> list[Alert]:
-        return []
 
     def on_event(self, server: str, event: object, now: float) -> list[Alert]:
         """Any other event: ServerArgs, ProcessSample, ServerRestarted, ApiSample, GpuSample, ..."""

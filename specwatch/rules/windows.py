@@ -8,8 +8,9 @@ by prefill: more prefill batches of the rank than decode rounds since the previo
 Its `gen throughput` also counts idle and prefill time in the window, so throughput is only
 compared on windows that follow the previous decode line closely.
 
-The pipeline owns one `WindowTracker` and classifies each decode line once; every rule reads
-the same `Window` (`Rule.on_decode`).
+The pipeline's summariser classifies each decode line once (`Pipeline._summarise`, the flags of
+`rules/summary.py`); a `Window` is that classification of one line for code that reads lines one
+at a time (an engine's /metrics samples: `rules/server_metrics.py`).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from typing import Annotated
 from msgspec import Meta
 
 from specwatch.config import Count, Seconds, Section, rule_section
-from specwatch.events import DecodeBatch, PrefillBatch
+from specwatch.events import DecodeBatch
 
 
 @rule_section("windows")
@@ -72,35 +73,3 @@ class Window:
     def __repr__(self) -> str:
         return (f"Window(rank={self.batch.rank!r}, idle={self.idle}, prefill_dominated={self.prefill_dominated}, "
                 f"after_gap={self.after_gap}, gap={self.gap}, prefill_batches={self.prefill_batches})")
-
-
-class WindowTracker:
-    """Classifies decode lines per (server, rank). Times: the batch timestamps (seconds)."""
-
-    def __init__(self, config: WindowConfig):
-        self.config = config
-        self._last: dict[tuple[str, str], float] = {}
-        self._prefills: dict[tuple[str, str], int] = {}
-
-    def observe(self, server: str, event: object) -> Window | None:
-        """Feed any event; returns a Window for a decode line, else None."""
-        if type(event) is DecodeBatch or isinstance(event, DecodeBatch):
-            return self.decode(server, event)
-        if isinstance(event, PrefillBatch):
-            self.prefill(server, event)
-        return None
-
-    def prefill(self, server: str, batch: PrefillBatch) -> None:
-        key = (server, batch.rank)
-        self._prefills[key] = self._prefills.get(key, 0) + 1
-
-    def decode(self, server: str, batch: DecodeBatch) -> Window:
-        key = (server, batch.rank)
-        prev = self._last.get(key)
-        gap = None if prev is None else batch.timestamp - prev
-        prefills = self._prefills.pop(key, 0) if self._prefills else 0
-        self._last[key] = batch.timestamp
-        cfg = self.config
-        running = running_in_window(batch.running_requests, batch.draft_tokens)
-        return Window(batch, running < cfg.min_running_requests, prefills > cfg.max_prefill_batches,
-                      gap is None or gap > cfg.max_gap, gap, prefills)

@@ -6,7 +6,7 @@ from specwatch.rules.collapse import CollapseConfig
 from specwatch.rules.windows import WindowConfig
 from specwatch.events import DecodeBatch, LogLine
 from specwatch.rules.collapse import CollapseRule
-from specwatch.rules.windows import WindowTracker
+from window_tracker import WindowTracker
 from specwatch.sources.sglang_log import parse_line
 
 SAMPLES = Path(__file__).resolve().parents[1] / "data" / "samples"

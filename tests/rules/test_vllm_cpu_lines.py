@@ -18,7 +18,8 @@ from pathlib import Path
 from specwatch.config import build_config
 from specwatch.events import MetricsSample
 from specwatch.rules.server_metrics import metrics_windows
-from specwatch.rules.windows import WindowConfig, WindowTracker
+from specwatch.rules.windows import WindowConfig
+from window_tracker import WindowTracker
 from specwatch.sources.server_metrics import VllmReader, read_families
 from specwatch.sources.vllm_log import VllmAssembler, VllmSpecDecoding, VllmStats, parse_line
 from timeline import names, run
