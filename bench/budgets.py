@@ -4,7 +4,9 @@
    of `specwatch replay --json FILE`, of `specwatch run` catching up on a FILE that already holds
    the whole log (CPU until /metrics counts every line; start-up included, and reported on its own
    from a run on an empty file), and of `mtail --one_shot --progs bench/sglang.mtail --logs FILE`.
-   Budget: specwatch >= 3x mtail. Files: `bench/gen_sglang_log.py FILE --mb` and bench/backlog.py's
+   Budget: specwatch >= 4x mtail, replay's peak RSS <= 50 MB. Files: `bench/gen_sglang_log.py FILE MB`
+   for each of --mb (default 50 and 200), healthy and with `--collapse-at 0.5` (every rank collapsed
+   from the middle: an incident log), and bench/backlog.py's
    mixed_log (--mixed-lines).
 2. idle: `specwatch run` (process and API sources on, GPU off) beside a live fake SGLang server
    (tests/fake_sglang.py: real processes, SGLang's HTTP API), 8 DP ranks each appending one decode
@@ -17,7 +19,7 @@
    collapses on a busy log (8 ranks x --busy-rate decode lines a second, each line its own write).
    Budget: p50 <= 0.25 s, p99 <= 1 s.
 
-Usage: python bench/budgets.py [--mb 200] [--repeats 3] [--idle-seconds 600] [--parts backlog,idle,latency]
+Usage: python bench/budgets.py [--mb 50,200] [--repeats 3] [--idle-seconds 600] [--parts backlog,idle,latency]
        [--tie api|port] [--collapses 30] [--busy-rate 20]
 Needs the Debian package `mtail` for the backlog part. Prints a table, then the figures as JSON.
 """
@@ -54,7 +56,7 @@ from procs import free_port, scrape  # noqa: E402
 from sglang_lines import decode_line, mixed_log  # noqa: E402
 
 MTAIL_PROG = BENCH / "sglang.mtail"
-BACKLOG_RATIO, IDLE_CPU_PCT, IDLE_RSS_MB = 3.0, 0.1, 45.0
+BACKLOG_RATIO, REPLAY_RSS_MB, IDLE_CPU_PCT, IDLE_RSS_MB = 4.0, 50.0, 0.1, 45.0
 LATENCY_P50_S, LATENCY_P99_S = 0.25, 1.0
 RANKS = 8
 
@@ -66,7 +68,8 @@ def median(xs) -> float:
 # --- backlog -------------------------------------------------------------------------------------
 
 def timed(argv: list[str], out: Path) -> tuple[float, float]:
-    """Run argv to completion, stdout to `out`: (CPU seconds of the process and its children, wall s)."""
+    """Run argv to completion, stdout to `out`: (CPU seconds of the process and its children, wall s);
+    its peak RSS (MB) in `timed.rss_mb`."""
     t0 = time.monotonic()
     with open(out, "wb") as f:
         p = subprocess.Popen(argv, stdout=f, stderr=subprocess.DEVNULL,
@@ -75,15 +78,17 @@ def timed(argv: list[str], out: Path) -> tuple[float, float]:
     p.returncode = os.waitstatus_to_exitcode(status)
     if p.returncode:
         raise RuntimeError(f"{' '.join(argv)} exited with {p.returncode}")
+    timed.rss_mb = ru.ru_maxrss / 1024  # KiB on Linux
     return ru.ru_utime + ru.ru_stime, time.monotonic() - t0
 
 
-def replay(log: Path, out: Path, n: int) -> tuple[float, float]:
+def replay(log: Path, out: Path, n: int) -> tuple[float, float, float]:
+    """(CPU s, wall s, peak RSS MB) of `specwatch replay --json LOG`."""
     cpu, wall = timed([sys.executable, "-m", "specwatch", "replay", "--json", str(log)], out)
     total = json.loads(out.read_text())["lines"]["total"]
     if total != n:
         raise RuntimeError(f"specwatch replay read {total} lines of {n}")
-    return cpu, wall
+    return cpu, wall, timed.rss_mb
 
 
 def mtail(log: Path, out: Path) -> tuple[float, float, int]:
@@ -134,6 +139,7 @@ def bench_file(tmp: Path, log: Path, repeats: int) -> dict:
         cpu = median(r[0] for r in rs)
         res[name] = {"cpu_s": round(cpu, 3), "wall_s": round(median(r[1] for r in rs), 3),
                      "lines_per_cpu_s": round(n / cpu), "cpu_s_runs": [round(r[0], 3) for r in rs]}
+    res["replay"]["rss_mb"] = round(max(r[2] for r in runs["replay"]), 1)
     res["run"]["rss_mb"] = round(max(r[2] for r in runs["run"]), 1)
     res["run"]["rss_after_mb"] = round(max(r[3] for r in runs["run"]), 1)
     for name in ("replay", "run"):
@@ -400,7 +406,7 @@ def verdict(ok: bool) -> str:
 
 def table(res: dict) -> str:
     rows = []
-    for key in ("gen_log", "mixed_log"):
+    for key in [k for k in res if k.startswith(("healthy-", "incident-"))] + ["mixed_log"]:
         if key in res:
             f = res[key]
             rows.append(f"backlog {f['file']}, medians of {res['repeats']}: {f['lines']:,} lines ({f['decode_lines']:,} decode), {f['mb']} MB; "
@@ -412,7 +418,9 @@ def table(res: dict) -> str:
                 x = r.get("x_mtail")
                 rows.append(f"  {label:28}{r['cpu_s']:8.2f}{r['wall_s']:8.2f}{r['lines_per_cpu_s']:13,}"
                             + (f"{x:9.2f}  {verdict(x >= BACKLOG_RATIO)} (>= {BACKLOG_RATIO:g}x)" if x else ""))
-            rows.append(f"  run RSS: {f['run']['rss_mb']} MB when caught up, {f['run']['rss_after_mb']} MB 2 s later")
+            rows.append(f"  replay peak RSS {f['replay']['rss_mb']} MB {verdict(f['replay']['rss_mb'] <= REPLAY_RSS_MB)} "
+                        f"(<= {REPLAY_RSS_MB:g} MB); run RSS: {f['run']['rss_mb']} MB when caught up, "
+                        f"{f['run']['rss_after_mb']} MB 2 s later")
     if "start_up" in res:
         s = res["start_up"]
         rows.append(f"specwatch run start-up (empty file): {s['cpu_s']:.2f} CPU-s, {s['wall_s']:.2f} s, RSS {s['rss_mb']} MB")
@@ -435,7 +443,8 @@ def table(res: dict) -> str:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--mb", type=float, default=200, help="size of the gen_sglang_log.py file (MB)")
+    ap.add_argument("--mb", default="50,200", help="sizes of the gen_sglang_log.py files (MB, comma-separated): "
+                                                   "each healthy and with every rank collapsed from its middle")
     ap.add_argument("--mixed-lines", type=int, default=200_000, help="lines of bench/backlog.py's mixed_log file")
     ap.add_argument("--repeats", type=int, default=3, help="paired runs per measurement (medians reported)")
     ap.add_argument("--idle-seconds", type=float, default=600)
@@ -461,11 +470,13 @@ def main() -> int:
     tmp = Path(tempfile.mkdtemp(prefix="specwatch-budgets-"))
     try:
         if "backlog" in parts:
-            gen = tmp / "gen_sglang.log"
-            subprocess.run([sys.executable, str(BENCH / "gen_sglang_log.py"), str(gen), str(a.mb)],
-                           check=True, stdout=subprocess.DEVNULL)
-            res["gen_log"] = bench_file(tmp, gen, a.repeats)
-            gen.unlink()
+            for mb in a.mb.split(","):
+                for kind, extra in (("healthy", []), ("incident", ["--collapse-at", "0.5"])):
+                    gen = tmp / f"{kind}-{mb}.log"
+                    subprocess.run([sys.executable, str(BENCH / "gen_sglang_log.py"), str(gen), mb, *extra],
+                                   check=True, stdout=subprocess.DEVNULL)
+                    res[f"{kind}-{mb}"] = bench_file(tmp, gen, a.repeats)
+                    gen.unlink()
             mixed = tmp / "mixed.log"
             with open(mixed, "w") as f:  # as bench/backlog.py writes it
                 f.writelines(line + "\n" for line in
