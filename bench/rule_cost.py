@@ -3,9 +3,7 @@
 The log is replayed once as `specwatch replay` reads it (`replay.replay_files`, the defaults of
 config.example.yaml or `--config`), with one extra rule that records what every evaluation hands
 to `Rule.on_lines` (each rank's pending entries). Then each rule is built fresh and fed that
-recording alone, `--runs` times: `on_lines` for the rules that read pending lines, `on_decode`
-per entry (its `Window` built beforehand, outside the timing) for those that still read one
-line at a time. Printed: the least process CPU time of the runs, per decode line. Other events
+recording alone (its `on_lines`), `--runs` times. Printed: the least process CPU time of the runs, per decode line. Other events
 (`server_args`, GPU samples, /metrics scrapes) are not replayed into the timed rules: a rule
 that waits for one (gpu_throttle) shows the cost of waiting.
 
@@ -26,7 +24,6 @@ from specwatch.config import LogSource, load_config  # noqa: E402
 from specwatch.pipeline import Pipeline  # noqa: E402
 from specwatch.replay import replay_files  # noqa: E402
 from specwatch.rules.base import Rule, RuleContext, all_rules, log_paths_of, overrides  # noqa: E402
-from specwatch.rules.summary import window_of  # noqa: E402
 
 
 class Recorder(Rule):
@@ -53,24 +50,16 @@ def record(log: str, config: str | None):
 
 
 def cost(cls, cfg, calls: list, runs: int) -> float:
-    """Least CPU seconds of `runs` passes of a fresh rule over the recording."""
+    """Least CPU seconds of `runs` passes of a fresh rule's `on_lines` over the recording."""
     ctx = RuleContext(log_paths_of(cfg))
-    lines = overrides(cls.build(cfg, ctx), "on_lines")
-    if not lines:  # one line at a time, in file order, windows built beforehand
-        seq = sorted(((e[-1], server, window_of(rs, e), e[1]) for server, ranks in calls
-                      for rs, pending in ranks for e in pending), key=lambda x: x[0])
     best = float("inf")
     for _ in range(runs):
         rule = cls.build(cfg, ctx)
         t0 = time.process_time()
-        if lines:
-            for server, ranks in calls:
-                for rs, pending in ranks:
-                    rs.pending = pending
-                rule.on_lines(server, [rs for rs, _ in ranks], lambda alerts, entry: None)
-        else:
-            for _, server, window, clock in seq:
-                rule.on_decode(server, window, clock)
+        for server, ranks in calls:
+            for rs, pending in ranks:
+                rs.pending = pending
+            rule.on_lines(server, [rs for rs, _ in ranks], lambda alerts, entry: None)
         best = min(best, time.process_time() - t0)
     return best
 
@@ -90,11 +79,10 @@ def main() -> None:
         rule = cls.build(cfg, RuleContext(log_paths_of(cfg)))
         if wanted is not None and cls.name not in wanted:
             continue
-        hook = "on_lines" if overrides(rule, "on_lines") else "on_decode" if overrides(rule, "on_decode") else None
-        if hook is None:
+        if not overrides(rule, "on_lines"):
             continue
         seconds = cost(cls, cfg, calls, a.runs)
-        print(f"  {cls.name:24s} {hook:9s} {seconds:7.3f} CPU-s  {seconds / max(n, 1) * 1e6:6.2f} µs/line")
+        print(f"  {cls.name:24s} {seconds:7.3f} CPU-s  {seconds / max(n, 1) * 1e6:6.2f} µs/line")
 
 
 if __name__ == "__main__":
