@@ -22,6 +22,25 @@ ROOT = Path(__file__).resolve().parents[1]
 # Subprocesses (`python -m specwatch ...`) run this checkout, not an installed copy.
 os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
 
+# The real parts each take most of the two cores for minutes (an engine, a booted guest, a Docker
+# engine, a fleet of 20 agents): the test workers run them one after the other, on one worker.
+REAL_PARTS = ("tests/engines/test_real_vllm.py", "tests/deploy/test_real_systemd.py",
+              "tests/deploy/test_real_docker.py", "tests/deploy/test_fleet.py")
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """`--dist loadfile` (pyproject's addopts), with the REAL_PARTS files one unit of work."""
+    if config.getoption("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class RealPartsInTurn(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            path = super()._split_scope(nodeid)
+            return "the real parts" if path in REAL_PARTS else path
+
+    return RealPartsInTurn(config, log)
+
 
 @pytest.fixture(autouse=True)
 def _reserved_ports():
