@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import subprocess
@@ -20,6 +21,25 @@ from slack_endpoint import SlackEndpoint
 ROOT = Path(__file__).resolve().parents[1]
 # Subprocesses (`python -m specwatch ...`) run this checkout, not an installed copy.
 os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+
+# The real parts each take most of the two cores for minutes (an engine, a booted guest, a Docker
+# engine, a fleet of 20 agents): the test workers run them one after the other, on one worker.
+REAL_PARTS = ("tests/engines/test_real_vllm.py", "tests/deploy/test_real_systemd.py",
+              "tests/deploy/test_real_docker.py", "tests/deploy/test_fleet.py")
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """`--dist loadfile` (pyproject's addopts), with the REAL_PARTS files one unit of work."""
+    if config.getoption("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class RealPartsInTurn(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            path = super()._split_scope(nodeid)
+            return "the real parts" if path in REAL_PARTS else path
+
+    return RealPartsInTurn(config, log)
 
 
 @pytest.fixture(autouse=True)
@@ -75,11 +95,25 @@ SGLANG_VERSIONS = ("0.5.11", "0.5.23")
 SGLANG_CACHE = ROOT / ".cache"
 
 
+def _cached(root: Path, package: str, fill) -> Path:
+    """`root` once it holds `package/_version.py`: `fill(root)` makes it if missing, one test
+    worker at a time (the xdist workers share `.cache`)."""
+    if (root / package / "_version.py").is_file():
+        return root
+    SGLANG_CACHE.mkdir(exist_ok=True)
+    with open(SGLANG_CACHE / ".install.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (root / package / "_version.py").is_file():  # else another worker filled it meanwhile
+            fill(root)
+    return root
+
+
 def sglang_root(version: str) -> Path:
     """`.cache/sglang-<version>`, installed from PyPI (sources only, no dependencies) if missing."""
-    root = SGLANG_CACHE / f"sglang-{version}"
-    if (root / "sglang" / "_version.py").is_file():
-        return root
+    return _cached(SGLANG_CACHE / f"sglang-{version}", "sglang", lambda root: _install_sglang(root, version))
+
+
+def _install_sglang(root: Path, version: str) -> None:
     tmp = SGLANG_CACHE / f".sglang-{version}.partial"
     shutil.rmtree(tmp, ignore_errors=True)
     r = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-compile",
@@ -88,7 +122,6 @@ def sglang_root(version: str) -> Path:
         pytest.fail(f"cannot install the sglang=={version} sources into {root}: {r.stderr[-2000:]}")
     shutil.rmtree(root, ignore_errors=True)
     tmp.rename(root)  # complete or absent, never half-installed
-    return root
 
 
 @pytest.fixture(scope="session")
@@ -111,12 +144,13 @@ VLLM_VERSIONS = ("0.8.5.post1", "0.33.0")
 
 def vllm_root(version: str) -> Path:
     """`.cache/vllm-<version>`, unpacked from the PyPI wheel (its .py files only) if missing."""
+    return _cached(SGLANG_CACHE / f"vllm-{version}", "vllm", lambda root: _unpack_vllm(root, version))
+
+
+def _unpack_vllm(root: Path, version: str) -> None:
     import tempfile
     import zipfile
 
-    root = SGLANG_CACHE / f"vllm-{version}"
-    if (root / "vllm" / "_version.py").is_file():
-        return root
     with tempfile.TemporaryDirectory() as tmp:
         r = subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary", ":all:",
                             "-d", tmp, f"vllm=={version}"], capture_output=True, text=True)
@@ -128,7 +162,6 @@ def vllm_root(version: str) -> Path:
             z.extractall(partial, [n for n in z.namelist() if n.endswith(".py")])
     shutil.rmtree(root, ignore_errors=True)
     partial.rename(root)
-    return root
 
 
 @pytest.fixture(scope="session")

@@ -57,8 +57,11 @@ def popen(argv, **kw) -> subprocess.Popen:
         while time.monotonic() < deadline and proc.poll() is None:
             try:
                 with open(f"/proc/{proc.pid}/cmdline", "rb") as f:
-                    if f.read().split(b"\0")[:-1] != [os.fsencode(a) for a in wrapped]:
-                        break  # exec'd (or gone)
+                    now = f.read().split(b"\0")[:-1]
+                # empty: inside an exec (the wrapper's own too: Popen returns once its
+                # close-on-exec pipe closes, before the kernel sets the new command line)
+                if now and now != [os.fsencode(a) for a in wrapped]:
+                    break  # exec'd
             except OSError:
                 break
             time.sleep(0.002)

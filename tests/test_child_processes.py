@@ -139,6 +139,20 @@ def test_die_with_parent_execs_the_command_and_it_ends_with_the_thread_that_star
         child.wait()
 
 
+def test_popen_returns_once_the_command_itself_runs():
+    """A process scan right after `procs.popen` sees the command, never the wrapper that execs
+    it: a scan that read the wrapper's command line took this test interpreter for the server's
+    (an exec's command line reads empty until the kernel sets it, after Popen returned)."""
+    for _ in range(100):
+        p = popen(["/bin/sleep", "30"])
+        try:
+            with open(f"/proc/{p.pid}/cmdline", "rb") as f:
+                assert f.read().split(b"\0")[:-1] == [b"/bin/sleep", b"30"]
+        finally:
+            p.kill()
+            p.wait()
+
+
 def test_a_command_that_cannot_run_exits_127_and_says_so():
     r = subprocess.run(die_with_parent(["/nonexistent/journalctl", "-f"]), capture_output=True, text=True, timeout=30)
     assert r.returncode == 127 and r.stderr == "cannot run /nonexistent/journalctl: No such file or directory\n", r

@@ -215,6 +215,7 @@ def test_install_rejects_unknown_options():
     assert r.returncode == 2 and "unknown option --frobnicate" in r.stderr and "usage:" in r.stderr
 
 
+@pytest.mark.timeout(300)  # a wheel built and five runs of install.sh (venvs, pip installs)
 def test_install_into_a_staging_root(tmp_path):
     """A real venv, a real pip install of a wheel of this checkout (offline: the dependencies
     come from this interpreter's site-packages), config, secrets file, unit."""

