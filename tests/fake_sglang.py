@@ -154,12 +154,16 @@ class Launcher:
         p = launch(["sh", "-c", f"{shlex.join(argv)} 2>&1 | tee -a {shlex.quote(str(log))}"], env=env)
         self.started.append(p)
         deadline = time.monotonic() + 10.0
+        target = os.path.realpath(log)
         while True:
             assert p.poll() is None, "the shell pipeline exited"
             try:
-                for c in psutil.Process(p.pid).children():
-                    if c.cmdline() == argv and sum((k.cmdline() or [""])[0].startswith(("sglang::", "VLLM::"))
-                                                   for k in c.children()) >= children:
+                kids = psutil.Process(p.pid).children()
+                # `tee` holds the log open: what ties the launcher to it (a scan before is too early)
+                teed = any(f.path == target for k in kids for f in k.open_files())
+                for c in kids:
+                    if teed and c.cmdline() == argv and sum((k.cmdline() or [""])[0].startswith(("sglang::", "VLLM::"))
+                                                            for k in c.children()) >= children:
                         return p, c.pid
             except psutil.Error:
                 pass

@@ -30,6 +30,7 @@ def feed(lines: list[str], fmt=None, path: str = "server.log") -> Pipeline:
     p = Pipeline(cfg, Dispatcher([], group_wait=0, group_interval=0, keep_history=True))
     text = "".join(ln + "\n" for ln in lines)
     stage(cfg.logs[0], p.feed_batch)(LineBatch(path, 0, len(text.encode()), block=text.encode(), text=text))
+    p.flush_errors()  # the end of the read log, as replay ends it
     return p
 
 
