@@ -107,6 +107,21 @@ ALERTING = ("group_by", "group_wait", "group_interval", "repeat_interval", "inhi
             "external_url", "slack", "webhooks", "alertmanager", "routes")
 
 
+def give_back_memory() -> None:
+    """The memory a start-up backlog's reads freed, back to the OS: glibc keeps freed heap pages
+    for reuse (`malloc_trim(3)` returns them); a no-op without glibc."""
+    import ctypes
+    import gc
+
+    gc.collect()
+    try:
+        libc = ctypes.CDLL(None)
+        if hasattr(libc, "malloc_trim"):
+            libc.malloc_trim(0)
+    except OSError:
+        pass
+
+
 def known_servers(cfg: Config) -> set[str]:
     """Every server a source of `cfg` reports on (`config.source_servers`), and the default
     `server` (GPU alerts carry it)."""
@@ -129,6 +144,7 @@ class Daemon:
         self._ticked = -TICK_EVERY  # monotonic time of the last tick (either thread)
         self._lock_stuck = False
         self.reload_success = True
+        self._backlog = False  # a start-up backlog is being read
         self.last_reload_success = time.time()  # start-up counts, as for Prometheus' own metric
 
     # --- wiring ---
@@ -197,6 +213,7 @@ class Daemon:
         # offset for it): a daemon killed midway starts again from its first line, as history,
         # instead of taking the rest for news. Queued notifications are saved meanwhile. (A
         # journal resumes by cursor, and its first turn may not end before a stop.)
+        self._backlog = True  # until the start-up backlog is read (`give_back_memory` then)
         self._history_unsaved = not legacy and any(offsets.get(s.path) is None and s.journal is None
                                                    for s in cfg.logs)
         self.cadence = None
@@ -308,6 +325,9 @@ class Daemon:
             self._rescan()
         self._warn_missing_logs()
         self.log_health.check(dict(self.followers.followers), time.time())
+        if self._backlog and not self.followers.catching_up:
+            self._backlog = False
+            give_back_memory()
         with self.pipeline.lock:
             if self.dispatcher.paused and not (self.followers.catching_up or self.followers.updating):
                 # the backlog (and any log a reload added) is read: notify from now
