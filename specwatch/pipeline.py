@@ -68,7 +68,7 @@ log = logging.getLogger(__name__)
 
 # The rank that sums the batch lines of a server's ranks beyond `limits.max_ranks_per_server`
 # (`Pipeline._rank`): one label set on /metrics (every rank label "other") and one rank in the
-# rules for all of them. It has no rank tokens (`RankStats.ranks` {}).
+# rules for all of them. It has no rank tokens (`RankSummary.ranks` {}).
 OTHER_RANK = "other"
 # Batch lines summarised at most before an evaluation, whatever the clock does (a log whose
 # stamps went back ticks no second until they pass the newest again): pending lines stay few.
@@ -81,9 +81,6 @@ TREND_KEY = "accept_length_recent"
 TREND_POINTS = 24
 # a saved last decode line: its fields, shallow (dataclasses.asdict deep-copies: 90 % of a state commit)
 _DECODE_FIELDS = tuple(f.name for f in dataclasses.fields(DecodeBatch))
-
-
-RankStats = RankSummary  # the name metrics and the status page knew it by
 
 
 @dataclass

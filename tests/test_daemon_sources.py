@@ -263,30 +263,14 @@ def test_the_readme_plain_file_setup_alerts_a_crash_and_the_restart(tmp_path, sl
     assert f"SGLang server pid {pid} writes {log} (through the pipe its output goes to)" in out
 
 
-def _start_wrapped(script: Path, log: Path) -> tuple[subprocess.Popen, int]:
-    """`sh -c 'python3 SCRIPT 2>&1 | tee -a LOG'`: (the shell, the script's pid) once it runs."""
-    import psutil
-
-    from fake_sglang import launch
-
-    argv = [sys.executable, str(script)]
-    sh = launch(["sh", "-c", f"{' '.join(argv)} 2>&1 | tee -a {log}"])
-    deadline = time.monotonic() + 10
-    while True:
-        kids = [c for c in psutil.Process(sh.pid).children() if c.cmdline() == argv]
-        if kids:
-            return sh, kids[0].pid
-        assert time.monotonic() < deadline, "the wrapped server did not start"
-        time.sleep(0.02)
-
-
-def test_a_server_run_by_a_wrapper_script_is_the_log_writer_and_alerts_a_crash_and_the_restart(tmp_path, slack):
+def test_a_server_run_by_a_wrapper_script_is_the_log_writer_and_alerts_a_crash_and_the_restart(tmp_path, slack,
+                                                                                                sglang_procs):
     """The README's plain file beside `python3 wrapper_server.py 2>&1 | tee -a server.log`: no
     SGLang command line, yet the process writing the log (through tee's pipe) is the log's
     server: up, down when killed (to Slack), restarted when started again."""
     log = tmp_path / "server.log"
     script = Path(__file__).resolve().parent / "data" / "wrapper_server.py"
-    sh, pid = _start_wrapped(script, log)
+    sh, pid = sglang_procs.start_teed([sys.executable, str(script)], log, children=0)
     d = _plain_file_daemon(tmp_path, log, slack)
     d.start()
     try:
@@ -299,7 +283,7 @@ def test_a_server_run_by_a_wrapper_script_is_the_log_writer_and_alerts_a_crash_a
                  timeout=20, what="the down alert")
         down = next(b for b in delivered(slack) if b["text"].startswith("[FIRING] SGLangServerDown"))
         assert str(pid) in json.dumps(down)
-        sh, pid2 = _start_wrapped(script, log)
+        sh, pid2 = sglang_procs.start_teed([sys.executable, str(script)], log, children=0)
         wait_for(lambda: any(t.startswith("[FIRING] SGLangServerRestarted on sglang-0") for t in texts(slack)),
                  timeout=20, what="the restart alert")
         assert str(pid2) in json.dumps(next(b for b in delivered(slack)

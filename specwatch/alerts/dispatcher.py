@@ -232,15 +232,6 @@ class Dispatcher:
             return None
         return min(g.next_flush for g in self._groups.values())
 
-    def idle_until(self) -> float:
-        """`tick(now)` changes nothing for any `now` before this (the catch-up skips it): no
-        group due, no resolved alert to forget, no pusher; -inf when that cannot be said."""
-        if self.pushers and not self.paused or any(a.status != FIRING for a in self.alerts.values()):
-            return float("-inf")
-        if self.paused or not self._groups:
-            return float("inf")
-        return min(g.next_flush for g in self._groups.values())
-
     def tick(self, now: float) -> None:
         """Flush groups whose timer is due, let pushers re-send, forget what is done."""
         self._flush_due(now)

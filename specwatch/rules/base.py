@@ -31,7 +31,7 @@ from typing import Callable
 
 from specwatch.alerts.model import FIRING, Alert
 from specwatch.config import Config
-from specwatch.events import PrefillBatch, ServerArgs, ServerRestarted, ServerStarted
+from specwatch.events import ServerArgs, ServerRestarted, ServerStarted
 
 
 @dataclass

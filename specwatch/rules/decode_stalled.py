@@ -39,7 +39,6 @@ from specwatch.events import ApiSample, LogError, ProcessSample, ServerArgs, Ser
 from specwatch.logclock import MAX_ZONE
 from specwatch.rules.active import ActiveAlertsRule
 from specwatch.rules.base import RuleContext, args_evidence, new_alert, register
-from specwatch.rules.fileorder import distinct
 from specwatch.rules.summary import CLOCK, QUEUED, RUNNING, SEQ, SRC, TS, prefill_counts
 
 
@@ -140,7 +139,6 @@ class DecodeStalledRule(ActiveAlertsRule):
         a live clock would have judged it during the gap. Both give what reading the lines one at
         a time gives."""
         st = self._s[server]
-        ranks = distinct(ranks)
         # The common case, checked and read in one pass: each rank's lines stamped and read
         # (clock) in order from its newest stamp on, none more than FAR_AHEAD ahead of the clock
         # that reads it, and (the rule on) the lines and the last decode line spanning less than

@@ -29,7 +29,6 @@ from specwatch.events import MetricsSample, ServerArgs
 from specwatch.rules.active import ActiveAlerts
 from specwatch.rules.base import Rule, ServerArgsMemory, alert_key, new_alert, register
 from specwatch.rules.summary import FLAGS, SEQ, SRC, TS, VALID_ACCEPT
-from specwatch.rules.fileorder import distinct
 
 
 @rule_section("draft_length")
@@ -142,7 +141,7 @@ class DraftLengthRule(Rule):
         groups) never carries them and is skipped without building anything."""
         if not self.config.enabled:
             return []
-        lines = [(e[SEQ], rs.rank, e) for rs in distinct(ranks) for e in rs.pending
+        lines = [(e[SEQ], rs.rank, e) for rs in ranks for e in rs.pending
                  if type(e[SRC]) is not tuple and e[SRC].position_accept_rates and e[FLAGS] & VALID_ACCEPT]
         if not lines:
             return []

@@ -10,13 +10,6 @@ from __future__ import annotations
 from specwatch.rules.summary import SEQ, RankSummary
 
 
-def distinct(ranks: list[RankSummary]) -> list[RankSummary]:
-    """`ranks` with each rank once: `Pipeline.evaluate` lists a rank twice when its first pending
-    line was a prefill line (it adds a rank at its first pending prefill and again at its first
-    pending decode line), and a rule that reads lines in sequence must read each line once."""
-    return ranks if len(ranks) < 2 else list(dict.fromkeys(ranks))
-
-
 def first_and_last(ranks: list[RankSummary]) -> tuple | None:
     """(first rank, first entry, last rank, last entry): the server's first and last pending
     decode line in file order; None when no rank has one (prefill lines only)."""

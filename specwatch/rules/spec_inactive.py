@@ -17,7 +17,7 @@ from specwatch.config import Config, Count, Section, rule_section
 from specwatch.events import DecodeBatch, ServerArgs
 from specwatch.rules.active import ActiveAlerts
 from specwatch.rules.base import Rule, ServerArgsMemory, args_evidence, new_alert, register, speculation_configured
-from specwatch.rules.fileorder import distinct, in_file_order
+from specwatch.rules.fileorder import in_file_order
 from specwatch.rules.summary import ACCEPT, RUNNING, SEQ, TS
 
 
@@ -91,7 +91,6 @@ class SpeculationInactiveRule(Rule):
             return [] if first is None else self._drafted(server, first[1], [])
         out: list[Alert] = []
         n = self._plain.get(server, 0)
-        ranks = distinct(ranks)
         run: list[tuple] = []  # the lines without accept fields since the last one with them
         for rs, e in in_file_order(ranks):
             if e[RUNNING] <= 0:

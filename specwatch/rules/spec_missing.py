@@ -20,7 +20,7 @@ from specwatch.config import Config, Count, Seconds, Section, rule_section
 from specwatch.events import ServerArgs
 from specwatch.rules.active import ActiveAlerts
 from specwatch.rules.base import Rule, ServerArgsMemory, args_evidence, new_alert, register, speculation_configured
-from specwatch.rules.fileorder import distinct, first_and_last
+from specwatch.rules.fileorder import first_and_last
 from specwatch.rules.summary import CLOCK, SEQ
 
 
@@ -66,7 +66,6 @@ class SpecMetricsMissingRule(Rule):
         order across ranks) count, in file order: what line-by-line reading leaves."""
         if not self.config.enabled:
             return []
-        ranks = distinct(ranks)
         out = []
         lines = first_and_last(ranks)
         after = 0  # prefill lines count from the one after this `seq`

@@ -24,7 +24,6 @@ import math
 
 from specwatch.events import DecodeBatch
 from specwatch.sources.sglang_log import decode_at
-from specwatch.rules.windows import Window
 from specwatch.status.history import AcceptHistory
 
 # bits of a pending entry's flags (`rules/windows.Window`'s booleans)
@@ -108,13 +107,3 @@ def prefill_counts(entry: tuple) -> tuple[int, int]:
         return int(src[15]), int(src[16])
     return src.running_requests, src.queued_requests
 
-
-def window_of(rs: RankSummary, entry: tuple, gap: float | None = None, prefills: int = 0) -> Window:
-    """The `Window` of a pending entry (for rules that read one line at a time)."""
-    f = entry[FLAGS]
-    w = Window.__new__(Window)
-    w.batch = rs.batch(entry)
-    w.idle, w.prefill_dominated, w.after_gap = bool(f & IDLE), bool(f & PREFILL_DOMINATED), bool(f & AFTER_GAP)
-    w.gap, w.prefill_batches = gap, prefills
-    w.acceptance_valid, w.throughput_valid = bool(f & VALID_ACCEPT), bool(f & VALID_THROUGHPUT)
-    return w

@@ -335,14 +335,6 @@ def decode_at(groups: tuple, ts: float) -> DecodeBatch:
                        "cuda", None, float(al), float(ar), float(thr), int(tokens))
 
 
-def canonical_text(groups: tuple) -> str:
-    """A canonical decode line's text from the groups of its match."""
-    stamp, frac, rank, running, tokens, usage, al, ar, graph, thr, queued = groups[:11]
-    return (f"[{stamp}{'.' + frac if frac else ''}{rank}] Decode batch, #running-req: {running}, #token: {tokens}, "
-            f"token usage: {usage}, accept len: {al}, accept rate: {ar}, cuda graph: {graph}, "
-            f"gen throughput (token/s): {thr}, #queue-req: {queued}")
-
-
 def canonical_prefill(groups: tuple, tz: tzinfo | None) -> PrefillBatch | None:
     """The groups of a `_CANONICAL_PREFILL` match → PrefillBatch, the same one the general path
     builds (None: an impossible date)."""

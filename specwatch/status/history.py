@@ -3,7 +3,7 @@
 A ring buffer of at most `POINTS` points, at most one per `STEP` seconds of log time: the
 pipeline offers each decode line's timestamp (one comparison per line) and a point is taken only
 when `due`. A point's value is the mean accept length of the lines since the previous point,
-computed from the rank's running sum and count (`pipeline.RankStats`), so lines between points
+computed from the rank's running sum and count (`rules/summary.RankSummary`), so lines between points
 cost nothing and a dip shorter than `STEP` still pulls the mean down. Memory: ~120 bytes a
 point, ~45 KB a rank for the hour. Log time, not wall time: the alerts' `starts_at`/`ends_at`
 are log times too, so firing episodes line up with the curve. Ranks read from an engine's
