@@ -173,7 +173,7 @@ class FollowConfig(Section):
 class LimitsConfig(Section):
     # distinct ranks (`DP3 TP3` tokens) one server's logs may name: each is a label set on
     # /metrics and state in every per-rank rule; the lines of any further rank are summed into
-    # one rank `other`, counted and warned once (pipeline.OTHER_RANK)
+    # one rank `other`, counted and warned once (rules/summary.py OTHER_RANK)
     max_ranks_per_server: Annotated[int, Meta(ge=1, le=100_000)] = 64
 
 

@@ -24,37 +24,24 @@ from prometheus_client.samples import Sample
 
 from specwatch import __version__
 from specwatch.config import source_servers
-from specwatch.pipeline import KINDS, OTHER_RANK, Pipeline
+from specwatch.pipeline import KINDS, Pipeline
 from specwatch.rules.acceptance_ceiling import accept_length_ceiling
 from specwatch.rules.base import alert_names_of
+from specwatch.rules.summary import RANK_LABELS, rank_label_values
 
-RANK_LABELS = ("server", "dp_rank", "tp_rank", "pp_rank", "ep_rank", "engine")
-_TOKEN_OF = {"dp_rank": "DP", "tp_rank": "TP", "pp_rank": "PP", "ep_rank": "EP"}
-
-
-def rank_label_values(server: str, ranks: dict[str, int], engine: str = "sglang", rank: str | None = None) -> list[str]:
-    """`engine`: the server's engine ("sglang", "vllm": `DecodeBatch.engine`); `rank` OTHER_RANK:
-    every rank label "other" (the ranks past `limits.max_ranks_per_server`)."""
-    if rank == OTHER_RANK:
-        return [server] + [OTHER_RANK] * 4 + [engine]
-    return [server] + [str(ranks[t]) if t in ranks else "" for t in ("DP", "TP", "PP", "EP")] + [engine]
-
-
-def add_scraped(families: tuple, server: str, sample, collapsed: Callable[[str], bool] | None) -> None:
+def add_scraped(families: tuple, server: str, sample) -> None:
     """The last scrape of an engine's /metrics (`server_metrics`) as series of the families
-    (accept length, accept rate, running requests, collapsed, per-position accept rate), labelled
-    `source="server_metrics"` and `engine` beside the rank labels (the log's series have neither).
-    `collapsed`: the collapse state of a rank, given only while /metrics decides it (no live log:
-    rules/server_metrics.py)."""
+    (accept length, accept rate, running requests, per-position accept rate), labelled
+    `source="server_metrics"` and `engine` beside the rank labels (the log's series have neither;
+    the collapse rule adds its state of these ranks while /metrics decides: CollapseRule)."""
     if sample is None or sample.error is not None:
         return
-    accept_length, accept_rate, running, collapsed_fam, positions = families
+    accept_length, accept_rate, running, positions = families
     for rm in sample.ranks:
         labels = dict(zip(RANK_LABELS, rank_label_values(server, rm.ranks)), source="server_metrics",
                       engine=sample.engine or "")
-        state = None if collapsed is None or rm.accept_length is None else float(collapsed(rm.rank))
         for fam, v in ((accept_length, rm.accept_length), (accept_rate, rm.accept_rate),
-                       (running, rm.running_requests), (collapsed_fam, state)):
+                       (running, rm.running_requests)):
             if v is not None:
                 fam.samples.append(Sample(fam.name, labels, v))
         for p, rate in enumerate(rm.position_accept_rates):
@@ -79,7 +66,6 @@ class PipelineCollector(Collector):
         tokens = g("specwatch_kv_tokens", "KV cache tokens in use (#token) in the last decode batch line.")
         graph = g("specwatch_cuda_graph_enabled", "1 when the last decode batch ran with a CUDA (or cpu/npu/musa) graph, else 0.")
         last_ts = g("specwatch_last_decode_batch_timestamp_seconds", "Log timestamp of the last decode batch line, seconds since the epoch.")
-        collapsed = g("specwatch_acceptance_collapsed", "1 while the acceptance-collapse rule fires for this rank, else 0.")
         positions = GaugeMetricFamily("specwatch_position_accept_rate", "Share of drafts whose token at this draft position (0 = the first drafted token) was accepted, over the last interval (0-1): vLLM's `Per-position acceptance rate` log field or its /metrics.", labels=RANK_LABELS + ("position",))
         decode_total = CounterMetricFamily("specwatch_decode_batches", "Decode batch lines read.", labels=RANK_LABELS)
         prefill_total = CounterMetricFamily("specwatch_prefill_batches", "Prefill batch lines read.", labels=RANK_LABELS)
@@ -115,7 +101,6 @@ class PipelineCollector(Collector):
                     continue
                 for i, rate in enumerate(d.position_accept_rates or ()):
                     positions.add_metric(lv + [str(i)], rate)
-                collapsed.add_metric(lv, 1.0 if p.collapse.collapsed(rs.server, rs.rank) else 0.0)
                 last_ts.add_metric(lv, d.timestamp)
                 running.add_metric(lv, d.running_requests)
                 queued.add_metric(lv, d.queued_requests)
@@ -127,9 +112,7 @@ class PipelineCollector(Collector):
                     graph.add_metric(lv, 1.0 if d.graph_enabled else 0.0)
             for server, st in servers:
                 if st.metrics is not None:
-                    deciding = st.metrics_decide(st.metrics.timestamp, p.config.windows.max_gap)
-                    add_scraped((accept_length, accept_rate, running, collapsed, positions), server, st.metrics,
-                                (lambda rank, s=server: p.collapse.collapsed(s, rank)) if deciding else None)
+                    add_scraped((accept_length, accept_rate, running, positions), server, st.metrics)
                 if server in named or any(st.lines.values()):  # not the host-name default no source uses
                     for kind in KINDS:
                         lines.add_metric([server, kind], st.lines[kind])
@@ -148,8 +131,11 @@ class PipelineCollector(Collector):
                     if (top := accept_length_ceiling(a)) is not None:
                         ceiling.add_metric([server], top[0])
         yield from (accept_length, accept_rate, throughput, running, queued, usage, tokens, graph,
-                    last_ts, collapsed, positions, decode_total, prefill_total, lines, overflow, errors, last_line, spec, ceiling, skew)
+                    last_ts, positions, decode_total, prefill_total, lines, overflow, errors, last_line, spec, ceiling, skew)
         yield rule_errors
+        with p.lock:
+            own = [f for rule in p.rules for f in rule.metric_families()]
+        yield from own
 
 
 class ServerCollector(Collector):

@@ -47,9 +47,12 @@ from specwatch.events import (
 from specwatch.rules.base import (Rule, RuleContext, all_rules, forget_keys, is_restart_event, log_paths_of,
                                   overrides)
 from specwatch.rules.collapse import CollapseRule
-from specwatch.rules.server_metrics import collapse_from_metrics, metrics_windows
-from specwatch.rules.summary import (AFTER_GAP, IDLE, PREFILL_DOMINATED, VALID_ACCEPT, VALID_THROUGHPUT,
-                                     RankSummary)
+from specwatch.rules.server_metrics import metrics_windows
+# OTHER_RANK sums the batch lines of a server's ranks beyond `limits.max_ranks_per_server`
+# (`Pipeline._rank`): one label set on /metrics and one rank in the rules for all of them; it has
+# no rank tokens (`RankSummary.ranks` {}).
+from specwatch.rules.summary import (AFTER_GAP, IDLE, OTHER_RANK, PREFILL_DOMINATED, VALID_ACCEPT,
+                                     VALID_THROUGHPUT, RankSummary)
 from specwatch.sources.filestream import LineBatch
 from specwatch.sources.log_errors import KINDS as ERROR_KINDS
 from specwatch.sources.log_errors import ErrorGrouper, maybe_error
@@ -66,10 +69,6 @@ KINDS = ("decode", "prefill", "other", "malformed", "unrecognized")
 
 log = logging.getLogger(__name__)
 
-# The rank that sums the batch lines of a server's ranks beyond `limits.max_ranks_per_server`
-# (`Pipeline._rank`): one label set on /metrics (every rank label "other") and one rank in the
-# rules for all of them. It has no rank tokens (`RankSummary.ranks` {}).
-OTHER_RANK = "other"
 # Batch lines summarised at most before an evaluation, whatever the clock does (a log whose
 # stamps went back ticks no second until they pass the newest again): pending lines stay few.
 EVALUATE_LINES = 4096
@@ -109,12 +108,6 @@ class ServerStats:
     # Error stage: LogError events by kind; the clock of the last line of each kind (KINDS + "error").
     errors: dict[str, int] = field(default_factory=lambda: dict.fromkeys(ERROR_KINDS, 0))
     last_line: dict[str, float] = field(default_factory=dict)
-
-    def metrics_decide(self, at: float, max_gap: float) -> bool:
-        """The engine's /metrics judges this server's collapse at `at` (seconds): its log gave no
-        decode line within `max_gap` (rules.windows.max_gap) before."""
-        last = self.last_line.get("decode")
-        return last is None or at - last > max_gap
 
 
 def _snapshot(alert: Alert) -> Alert:
@@ -692,9 +685,6 @@ class Pipeline:
                     stats.info = event.info
             elif isinstance(event, MetricsSample):
                 stats.metrics = event
-                if stats.metrics_decide(now, self.config.windows.max_gap):  # no log decides: /metrics alone
-                    log_ranks = [(rs.rank, rs.ranks) for (s, _), rs in self.ranks.items() if s == server]
-                    self._handle(collapse_from_metrics(self.collapse, server, event, self.config.windows, log_ranks), now)
                 self._take_scraped(server, event)
             self._apply_rules(server, event, now)
 

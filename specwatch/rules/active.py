@@ -7,8 +7,6 @@ and saves it with `to_state`.
 
 from __future__ import annotations
 
-import copy
-
 from specwatch.alerts.model import FIRING, RESOLVED, Alert
 from specwatch.rules.base import Rule
 
@@ -41,19 +39,6 @@ class ActiveAlerts(dict):
         alert.ends_at = now
         alert.resolved_with(*evidence)
         return [alert]
-
-    def resolve_after(self, handed: list[Alert] | None, key: str, now: float,
-                      *evidence: tuple[str, str]) -> list[Alert]:
-        """`resolve`, for a rule that decides many lines in one call (`Rule.on_lines`):
-        `handed` holds the transitions it made earlier in that call; if the alert it resolves
-        fired among them, that entry becomes a copy of its firing state (the dispatcher gets
-        both transitions, as it would line by line). `handed` None: `resolve`."""
-        alert = self.get(key)
-        if alert is not None and handed:
-            for i, a in enumerate(handed):
-                if a is alert:
-                    handed[i] = copy.deepcopy(alert)
-        return self.resolve(key, now, *evidence)
 
     def resolve_server(self, server: str, now: float, *evidence: tuple[str, str]) -> list[Alert]:
         """Every firing alert of `server` (its `server` label), resolved at `now` with `evidence`."""

@@ -87,6 +87,11 @@ class Rule:
         resolves within one evaluation is both. What is returned is handed over after them."""
         return []
 
+    def metric_families(self) -> list:
+        """The Prometheus families this rule exports about its own state (`prometheus_client`
+        metric families; read under the pipeline's lock at each scrape, specwatch/metrics.py)."""
+        return []
+
     def to_state(self) -> dict:
         return {}
 

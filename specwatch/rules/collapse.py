@@ -17,6 +17,7 @@ works, so runtime state (load, batch fullness, cache) leads (`runtime_causes`).
 
 from __future__ import annotations
 
+import math
 import os
 import shlex
 from dataclasses import dataclass, field
@@ -24,12 +25,16 @@ from datetime import datetime, timezone
 
 from specwatch.alerts.model import Alert, code
 from specwatch.config import AcceptLength, Config, Count, Seconds, Section, rule_section
-from specwatch.events import DecodeBatch, ServerArgs
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.samples import Sample
+
+from specwatch.events import DecodeBatch, MetricsSample, ServerArgs
 from specwatch.rules.active import ActiveAlertsRule
 from specwatch.rules.base import RuleContext, alert_key, args_evidence, fmt, new_alert, register
 from specwatch.rules.collapse_vllm import vllm_causes
-from specwatch.rules.summary import VALID_ACCEPT
-from specwatch.rules.windows import Window
+from specwatch.rules.server_metrics import collapse_from_metrics
+from specwatch.rules.summary import RANK_LABELS, VALID_ACCEPT, rank_label_values
+from specwatch.rules.windows import Window, WindowConfig
 
 
 @rule_section("collapse")
@@ -70,6 +75,7 @@ class _RankState:
     # and the log time of the line it was last built from
     stale: tuple | None = None
     evidence_at: float = float("-inf")
+    summary: object = None  # the rank's RankSummary once a log line named it (its labels, its last line)
 
 
 @dataclass
@@ -368,13 +374,18 @@ class CollapseRule(ActiveAlertsRule):
 
     @classmethod
     def build(cls, config: Config, ctx: RuleContext) -> "CollapseRule":
-        return cls(config.collapse, diagnoser=ctx.diagnoser)
+        rule = cls(config.collapse, diagnoser=ctx.diagnoser)
+        rule.windows = config.windows
+        return rule
 
     def __init__(self, config: CollapseConfig, diagnoser=None):
         super().__init__()
         self.config = config
         self.diagnoser = diagnoser
+        self.windows = WindowConfig()
         self._ranks: dict[tuple[str, str], _RankState] = {}
+        self._log_decode: dict[str, float] = {}  # per server: the clock of its logs' last decode line
+        self._scrapes: dict[str, MetricsSample] = {}  # per server: its engine's last /metrics sample
         self._server_args: dict[str, dict[str, object]] = {}
         self._history: dict[str, _History] = {}
 
@@ -412,12 +423,46 @@ class CollapseRule(ActiveAlertsRule):
 
     def reconfigure(self, config: Config) -> None:
         # Runs of low/high batches carry over: a rank half-way to firing stays half-way.
-        self.config = config.collapse
+        self.config, self.windows = config.collapse, config.windows
 
     def on_event(self, server: str, event: object, now: float) -> list[Alert]:
+        """Settings (`ServerArgs`) for the evidence; an engine's /metrics sample, which judges the
+        collapse while the server's logs give no decode line (`metrics_decide`)."""
         if isinstance(event, ServerArgs):
             self.observe_server_args(server, event)
+        elif isinstance(event, MetricsSample):
+            self._scrapes[server] = event
+            if self.metrics_decide(server, now):
+                log_ranks = [(r, st.summary.ranks) for (s, r), st in self._ranks.items()
+                             if s == server and st.summary is not None]
+                return collapse_from_metrics(self, server, event, self.windows, log_ranks)
         return []
+
+    def metrics_decide(self, server: str, at: float) -> bool:
+        """The engine's /metrics judges the collapse of `server` at `at` (seconds): its logs gave
+        no decode line within `rules.windows.max_gap` before (rules/server_metrics.py)."""
+        last = self._log_decode.get(server)
+        return last is None or at - last > self.windows.max_gap
+
+    def metric_families(self) -> list:
+        """`specwatch_acceptance_collapsed`: 1 while this rule fires for a rank, else 0; for each
+        rank a log named, and each rank of the last /metrics sample while /metrics decides
+        (labelled `source="server_metrics"` and its `engine`)."""
+        fam = GaugeMetricFamily("specwatch_acceptance_collapsed", "1 while the acceptance-collapse rule fires for this rank, else 0.", labels=RANK_LABELS)
+        for (server, rank), st in self._ranks.items():
+            rs = st.summary
+            if rs is not None and (d := rs.last_decode) is not None:
+                fam.add_metric(rank_label_values(server, rs.ranks, d.engine, rank),
+                               1.0 if alert_key(server, rank) in self.active else 0.0)
+        for server, sample in self._scrapes.items():
+            if sample.error is not None or not self.metrics_decide(server, sample.timestamp):
+                continue
+            for rm in sample.ranks:
+                if rm.accept_length is not None:
+                    labels = dict(zip(RANK_LABELS, rank_label_values(server, rm.ranks)), source="server_metrics",
+                                  engine=sample.engine or "")
+                    fam.samples.append(Sample(fam.name, labels, 1.0 if self.collapsed(server, rm.rank) else 0.0))
+        return [fam]
 
     def on_restart(self, server: str, now: float, why: str) -> list[Alert]:
         """A restarted server starts from scratch (often with new flags, e.g. speculation off):
@@ -477,6 +522,9 @@ class CollapseRule(ActiveAlertsRule):
             st = states.get(rs.key)
             if st is None:
                 st = states[rs.key] = _RankState()
+            st.summary = rs
+            if rs.pending and rs.pending[-1][1] > self._log_decode.get(server, -math.inf):
+                self._log_decode[server] = rs.pending[-1][1]
             for e in rs.pending:
                 if e[6] & valid:
                     alert, low = step(server, rs.rank, st, e[0], e[2], rs, e)

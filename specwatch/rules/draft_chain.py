@@ -65,21 +65,20 @@ class DraftChainRule(DraftLengthRule):
         self.collapse_accept_length = config.collapse.max_accept_length
         self.long_rate = config.draft_length.max_position_rate
 
-    def _judge(self, server: str, rank: str, ts: float, pos: _Positions, engine: str | None,
-               handed: list[Alert] | None = None) -> list[Alert]:
+    def _judge(self, server: str, rank: str, ts: float, pos: _Positions, engine: str | None) -> list[Alert]:
         avg = pos.rates()
         akey = alert_key(server, rank)
         if len(avg) < 2:
-            return self.active.resolve_after(handed, akey, ts, ("draft positions", str(len(avg))))
+            return self.active.resolve(akey, ts, ("draft positions", str(len(avg))))
         cfg = self.config
         first, given = avg[0], (avg[1] / avg[0] if avg[0] > 0 else 0.0)
         if first < cfg.min_first_rate:
-            return self.active.resolve_after(handed, akey, ts, ("position 0 accepts", f"{first:.3f}"))
+            return self.active.resolve(akey, ts, ("position 0 accepts", f"{first:.3f}"))
         if given >= cfg.max_step_ratio * first:
-            return self.active.resolve_after(handed, akey, ts, ("position 1 given position 0", f"{given:.3f}"))
+            return self.active.resolve(akey, ts, ("position 1 given position 0", f"{given:.3f}"))
         if min(avg) < self.long_rate:  # positions that accept almost nothing: DraftTooLong speaks
-            return self.active.resolve_after(handed, akey, ts,
-                                             ("a position accepts less than", f"{self.long_rate:.3f}"))
+            return self.active.resolve(akey, ts,
+                                       ("a position accepts less than", f"{self.long_rate:.3f}"))
         if akey in self.active:
             return []
         args = dict(self.args.get(server) or {})

@@ -146,19 +146,18 @@ class DraftLengthRule(Rule):
         if not lines:
             return []
         lines.sort(key=_seq)  # file order: the transitions of several ranks in the order of their lines
-        out = []
         self._from_log.add(server)
         for _, rank, e in lines:
             b = e[SRC]
             rates = b.position_accept_rates
             drafts = b.draft_tokens / len(rates) if b.draft_tokens else 1.0
-            out += self._observe(server, rank, e[TS], tuple(rates), drafts, b.engine, out)
-        return out
+            if alerts := self._observe(server, rank, e[TS], tuple(rates), drafts, b.engine):
+                emit(alerts, e)
+        return []
 
     def _observe(self, server: str, rank: str, ts: float, rates: tuple[float, ...], drafts: float,
-                 engine: str | None, handed: list[Alert] | None = None) -> list[Alert]:
-        """One interval's per-position accept rates of a rank (`drafts` drafts made in it);
-        `handed`: the transitions made earlier in the same call (`ActiveAlerts.resolve_after`)."""
+                 engine: str | None) -> list[Alert]:
+        """One interval's per-position accept rates of a rank (`drafts` drafts made in it)."""
         k, key = len(rates), (server, rank)
         pos = self._ranks.get(key)
         if pos is None or len(pos.accepted) != k:  # a new draft length: start again
@@ -166,10 +165,9 @@ class DraftLengthRule(Rule):
         pos.add(ts, drafts, rates, self.config.window)
         if pos.drafts < self.config.min_drafts:
             return []
-        return self._judge(server, rank, ts, pos, engine, handed)
+        return self._judge(server, rank, ts, pos, engine)
 
-    def _judge(self, server: str, rank: str, ts: float, pos: _Positions, engine: str | None,
-               handed: list[Alert] | None = None) -> list[Alert]:
+    def _judge(self, server: str, rank: str, ts: float, pos: _Positions, engine: str | None) -> list[Alert]:
         """The decision on a rank's window of rates (`pos`, at least min_drafts drafts)."""
         k, key = len(pos.accepted), (server, rank)
         avg = pos.rates()
@@ -177,7 +175,7 @@ class DraftLengthRule(Rule):
         useful = next((i for i, r in enumerate(avg) if r < thr), k)
         akey = alert_key(*key)
         if useful == k:
-            return self.active.resolve_after(handed, akey, ts, ("every position accepts at least", f"{thr:.3f}"))
+            return self.active.resolve(akey, ts, ("every position accepts at least", f"{thr:.3f}"))
         if useful == 0 or akey in self.active or 1 + sum(avg) <= self.collapse_accept_length:
             return []  # (almost) nothing accepted at all: a collapse, not a long draft
         args = dict(self.args.get(server) or {})

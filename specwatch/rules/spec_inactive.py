@@ -88,8 +88,9 @@ class SpeculationInactiveRule(Rule):
                 e = next((e for e in rs.pending if e[RUNNING] > 0), None)
                 if e is not None and (first is None or e[SEQ] < first[1][SEQ]):
                     first = (rs, e)
-            return [] if first is None else self._drafted(server, first[1], [])
-        out: list[Alert] = []
+            if first is not None:
+                self._drafted(server, first[1], emit)
+            return []
         n = self._plain.get(server, 0)
         run: list[tuple] = []  # the lines without accept fields since the last one with them
         for rs, e in in_file_order(ranks):
@@ -100,35 +101,34 @@ class SpeculationInactiveRule(Rule):
                     run.append((rs, e))
                 continue
             if run:
-                out += self._count(server, args, n, run)
+                self._count(server, args, n, run, emit)
                 run = []
             n = 0
-            out += self._drafted(server, e, out)
+            self._drafted(server, e, emit)
         if run:
-            out += self._count(server, args, n, run)
+            self._count(server, args, n, run, emit)
             n += len(run)
         if n:
             self._plain[server] = n
-        return out
+        return []
 
-    def _drafted(self, server: str, e: tuple, handed: list[Alert]) -> list[Alert]:
+    def _drafted(self, server: str, e: tuple, emit) -> None:
         """A decode line with accept fields and requests running: the run ends, the alert
-        resolves (`handed`: the transitions of this call so far)."""
+        resolves at it."""
         self._plain.pop(server, None)
-        if server not in self.active:
-            return []
-        return self.active.resolve_after(handed, server, e[TS], ("accept len", f"{e[ACCEPT]:.2f}"))
+        if server in self.active:
+            emit(self.active.resolve(server, e[TS], ("accept len", f"{e[ACCEPT]:.2f}")), e)
 
-    def _count(self, server: str, args: dict, n: int, run: list[tuple]) -> list[Alert]:
+    def _count(self, server: str, args: dict, n: int, run: list[tuple], emit) -> None:
         """A run of decode lines without accept fields, after `n` such lines: the first one starts
         the count when n is 0; the line that makes it `min_batches` fires."""
         if not n:
             self._since[server] = run[0][1][TS]
         k = max(0, self.config.min_batches - n - 1)  # the line of the run that reaches min_batches
         if k >= len(run) or server in self.active:
-            return []
+            return
         rs, e = run[k]
-        return self.active.fire(server, self._alert(server, rs.batch(e), args, n + k + 1))
+        emit(self.active.fire(server, self._alert(server, rs.batch(e), args, n + k + 1)), e)
 
     def _alert(self, server: str, b: DecodeBatch, args: dict, n: int) -> Alert:
         algo = args.get("speculative_algorithm")

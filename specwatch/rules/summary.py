@@ -78,7 +78,7 @@ class RankSummary:
 
     def batch(self, entry: tuple) -> DecodeBatch:
         """The DecodeBatch of a pending entry: its event, or built from the line's groups. A line
-        summed into another rank (`pipeline.OTHER_RANK`) carries that rank."""
+        summed into another rank (OTHER_RANK) carries that rank."""
         src = entry[SRC]
         b = src if type(src) is not tuple else decode_at(src, entry[TS])
         if b.rank != self.rank:
@@ -97,6 +97,21 @@ class RankSummary:
     def last_decode(self, batch: DecodeBatch | None) -> None:
         self._last_batch = batch
         self._last = None if batch is None else (batch.timestamp, None, None, None, None, None, 0, batch, 0)
+
+
+
+# The rank labels of every per-rank series (specwatch/metrics.py, the rules' own families).
+RANK_LABELS = ("server", "dp_rank", "tp_rank", "pp_rank", "ep_rank", "engine")
+OTHER_RANK = "other"  # the rank the lines of ranks past `limits.max_ranks_per_server` are summed into
+
+
+def rank_label_values(server: str, ranks: dict[str, int], engine: str = "sglang", rank: str | None = None) -> list[str]:
+    """The values of RANK_LABELS. `ranks`: the line's rank tokens ({"DP": 0, "TP": 0}; an absent
+    token is ""); `engine`: the server's engine ("sglang", "vllm": `DecodeBatch.engine`); `rank`
+    OTHER_RANK: every rank label "other"."""
+    if rank == OTHER_RANK:
+        return [server] + [OTHER_RANK] * 4 + [engine]
+    return [server] + [str(ranks[t]) if t in ranks else "" for t in ("DP", "TP", "PP", "EP")] + [engine]
 
 
 def prefill_counts(entry: tuple) -> tuple[int, int]:

@@ -135,9 +135,9 @@ def _num(v) -> float | None:
 
 
 def _metrics_decide(p, server: str) -> bool:
-    """/metrics judges the server's collapse (`ServerStats.metrics_decide`)."""
+    """/metrics judges the server's collapse (`CollapseRule.metrics_decide`)."""
     st = p.servers.get(server)
-    return st is not None and st.metrics is not None and st.metrics_decide(st.metrics.timestamp, p.config.windows.max_gap)
+    return st is not None and st.metrics is not None and p.collapse.metrics_decide(server, st.metrics.timestamp)
 
 
 def _metrics_url(st) -> str | None:

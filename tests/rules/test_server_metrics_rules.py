@@ -192,3 +192,23 @@ def test_a_collapse_fired_from_metrics_is_resolved_by_the_log_when_it_returns(en
     for j in range(3):  # the log is back, healthy: it resolves the alert /metrics fired
         p.feed(LogLine("box.log", decode_line(2.8, ts=f"10:01:0{j}")), now=t + j)
     assert transitions(p) == [("AcceptanceCollapse", "firing", "TP0"), ("AcceptanceCollapse", "resolved", "TP0")]
+
+
+def test_collapse_rule_reads_samples_itself(engine):
+    """The collapse rule takes /metrics samples as it takes decode lines: alone, without a
+    pipeline, it fires from the real source's samples, and exports its own state."""
+    from specwatch.rules.base import RuleContext
+    from specwatch.rules.collapse import CollapseRule
+    cfg = build_config({"server": "box", "server_metrics": [{"url": engine.url, "server": "box"}],
+                        "diagnosis": {"enabled": False}})
+    rule = CollapseRule.build(cfg, RuleContext([], None, lambda server: {}))
+    out = []
+    src = ServerMetricsSource(engine.url, lambda server, ev, now: out.extend(rule.on_event(server, ev, now)),
+                              server="box")
+    t = 1000.0
+    for i in range(3):
+        engine.set_sglang(accept_length=1.0, accept_rate=0.0, running=32, throughput=300.0 + i)
+        src.poll(t := t + 5)
+    assert [(a.name, a.status, a.starts_at) for a in out] == [("AcceptanceCollapse", "firing", 1005.0)]  # since the first low one
+    (fam,) = rule.metric_families()
+    assert [(s.labels["server"], s.labels["source"], s.value) for s in fam.samples] == [("box", "server_metrics", 1.0)]
