@@ -21,9 +21,10 @@ import os
 import shlex
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
+from typing import ClassVar
 
 from specwatch.alerts.model import Alert, code
-from specwatch.config import AcceptLength, Config, Count, Seconds, Section, rule_section
+from specwatch.config import AcceptLength, Config, Count, Seconds, Section, hysteresis, rule_section
 from specwatch.events import DecodeBatch, ServerArgs
 from specwatch.rules.active import ActiveAlertsRule
 from specwatch.rules.base import RuleContext, alert_key, args_evidence, fmt, new_alert, register
@@ -35,7 +36,11 @@ from specwatch.rules.windows import Window
 @rule_section("collapse")
 class CollapseConfig(Section):
     """rules.collapse: fire after min_batches lines at or below max_accept_length, resolve
-    after min_batches lines at or above recover_accept_length."""
+    after min_batches lines at or above recover_accept_length (accept lens: 1 + accepted draft
+    tokens). Written alone, one threshold moves the other's default where it no longer fits:
+    recover_accept_length becomes max_accept_length + 0.4 (the defaults' distance), or
+    max_accept_length becomes recover_accept_length - 0.4 (at least 1.0); both written, a
+    recover_accept_length not above max_accept_length is refused."""
 
     max_accept_length: AcceptLength = 1.10
     min_batches: Count = 3
@@ -43,11 +48,14 @@ class CollapseConfig(Section):
     # a rank healthy this long since the server started before it collapsed: the draft works,
     # runtime state (and a restart) leads the advice
     healthy_before: Seconds = 1800.0
+    default_bounds: ClassVar = hysteresis("max_accept_length", "recover_accept_length",
+                                          up=lambda x: x + 0.4, down=lambda x: x - 0.4)
 
     def problems(self):
         if self.recover_accept_length <= self.max_accept_length:
             yield "recover_accept_length", (f"must be above max_accept_length ({self.max_accept_length}) "
-                                            f"or the alert would flap; e.g. {round(self.max_accept_length + 0.4, 2)}")
+                                            "or the alert would flap; leave it out (it then follows "
+                                            f"max_accept_length) or write e.g. {round(self.max_accept_length + 0.4, 2)}")
 
 
 ALERT_NAME = "AcceptanceCollapse"
