@@ -26,7 +26,8 @@ import socket
 import types
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, ClassVar, Iterable, Union, get_args, get_origin
+from operator import attrgetter
+from typing import Annotated, Any, Callable, ClassVar, Iterable, NamedTuple, Union, get_args, get_origin
 
 import msgspec
 import yaml
@@ -63,17 +64,41 @@ class ConfigError(Exception):
         self.problems = problems
 
 
+class Bound(NamedTuple):
+    """An entry of `Section.default_bounds` whose limit is computed from other keys.
+
+    While `key` is not written, its default (or inherited) value is kept `how` ("at_most",
+    "at_least", "below", "above") `limit(section)`, which reads the keys `on`; a default that
+    does not fit takes `bent(section)` (None: the limit itself), held within the key's own range.
+    Where no value in that range fits, the default stays and the section's problem is reported
+    under the written key of `on` (`_Reader.section_of`)."""
+
+    key: str
+    how: str
+    on: tuple[str, ...]
+    limit: Callable[[Any], float]
+    bent: Callable[[Any], float] | None = None
+
+
+def hysteresis(low: str, high: str, up: Callable[[float], float], down: Callable[[float], float]) -> tuple[Bound, Bound]:
+    """The `default_bounds` of two thresholds that must stay apart, `low` below `high` (a firing
+    and a recovery threshold): while only `low` is written, `high`'s default, where it is not
+    above it, becomes up(low); while only `high` is, `low`'s becomes down(high)."""
+    return (Bound(high, "above", (low,), attrgetter(low), lambda c: up(getattr(c, low))),
+            Bound(low, "below", (high,), attrgetter(high), lambda c: down(getattr(c, high))))
+
+
 class Section(msgspec.Struct, kw_only=True):
     """One config section, declared once: fields with types (bounds in `msgspec.Meta`; a
     `description` says what a value is, for messages) and defaults. A field may carry another
     YAML name (`msgspec.field(name="for")`). Read by `_Reader.section_of`."""
 
     example: ClassVar[str] = ""  # an entry in flow style, for a section that is a list item
-    # (key, "at_most" | "at_least", other key): while `key` is not written in this mapping, its
-    # default (or inherited) value is bounded by `other`'s, so a default never refuses a key the
-    # user wrote; Prometheus does the same with scrape_timeout: min(its default, the interval)
-    # (prometheus/prometheus config/config.go, GlobalConfig.UnmarshalYAML).
-    default_bounds: ClassVar[tuple[tuple[str, str, str], ...]] = ()
+    # (key, "at_most" | "at_least", other key), or a `Bound`: while `key` is not written in this
+    # mapping, its default (or inherited) value is bounded by `other`'s, so a default never refuses
+    # a key the user wrote; Prometheus does the same with scrape_timeout: min(its default, the
+    # interval) (prometheus/prometheus config/config.go, GlobalConfig.UnmarshalYAML).
+    default_bounds: ClassVar[tuple[tuple[str, str, str] | Bound, ...]] = ()
 
     def problems(self) -> Iterable[tuple[str, str]]:
         """Checks across fields: (key within the section, what is wrong; how to fix)."""
@@ -626,9 +651,14 @@ class _Reader:
         if not complete:
             return None
         obj = msgspec.structs.replace(base, **values) if base is not None else cls(**values)
-        obj = _bound_defaults(obj, {f.name for f in fields if data.get(f.encode_name) is not None})
+        obj, stuck = _bound_defaults(obj, {f.name for f in fields if data.get(f.encode_name) is not None})
         for key, msg in obj.problems():
-            if re.split(r"[.\[]", key, maxsplit=1)[0] not in wrong:  # said already, as a wrong value
+            head = re.split(r"[.\[]", key, maxsplit=1)[0]
+            if head in stuck:  # a default that cannot give way: the written key it follows is the one to change
+                w, need = stuck[head]
+                self.bad(_join(path, w), f"{getattr(obj, w):g} leaves no value for {head} (not written: it "
+                                         f"follows {w}, but its range has no value {need}); change {w}, or write both")
+            elif head not in wrong:  # said already, as a wrong value
                 self.bad(_join(path, key), msg)
         return obj
 
@@ -1138,27 +1168,48 @@ def _slack(r: _Reader, raw, path: str, base: SlackConfig) -> SlackConfig:
                                    bot_token_file=None)
 
 
-def _bound_defaults(obj: Section, written: set[str]) -> Section:
-    """`obj` with each unwritten key of its `default_bounds` moved within its bound."""
-    moved = {}
-    for key, how, other in obj.default_bounds:
-        if key not in written:
-            value, bound = getattr(obj, key), getattr(obj, other)
-            value = min(value, bound) if how == "at_most" else max(value, bound)
-            if value != getattr(obj, key):
-                moved[key] = value
-    return msgspec.structs.replace(obj, **moved) if moved else obj
+_FITS = {"at_most": float.__le__, "at_least": float.__ge__, "below": float.__lt__, "above": float.__gt__}
+
+
+def _bound_defaults(obj: Section, written: set[str]) -> tuple[Section, dict[str, tuple[str, str]]]:
+    """`obj` with each unwritten key of its `default_bounds` moved within its bound (in their
+    order: a later bound reads the keys an earlier one moved), and {key that no value of its
+    range fits: (the written key its bound reads, what the key would have to be)}."""
+    ranges = {f.name: _unwrap(f.type)[1] for f in msgspec.structs.fields(obj)}
+    stuck = {}
+    for entry in obj.default_bounds:
+        b = entry if isinstance(entry, Bound) else Bound(entry[0], entry[1], (entry[2],), attrgetter(entry[2]))
+        value, limit = getattr(obj, b.key), b.limit(obj)
+        if b.key in written or _FITS[b.how](float(value), float(limit)):
+            continue
+        moved = (b.bent or b.limit)(obj)
+        meta = ranges[b.key]
+        if meta is not None:
+            moved = min(max(moved, meta.ge if meta.ge is not None else moved), meta.le if meta.le is not None else moved)
+        moved = round(moved, 9) if isinstance(moved, float) else moved  # 1.1 + 0.4 is 1.5, not 1.5000000000000002
+        if _FITS[b.how](float(moved), float(limit)):
+            obj = msgspec.structs.replace(obj, **{b.key: moved})
+        elif written & set(b.on):
+            stuck[b.key] = (next(k for k in b.on if k in written), f"{b.how.replace('_', ' ')} {float(limit):g}")
+    return obj, stuck
 
 
 def _backoff_problems(initial: float, maximum: float) -> list[tuple[str, str]]:
     return [("backoff_initial", f"({initial:g}s) must not exceed backoff_max ({maximum:g}s)")] if initial > maximum else []
 
 
+# a drop rule's unwritten ratio follows the written one where its default no longer fits:
+# recover_drop_ratio becomes half of max_drop_ratio (as the defaults are), max_drop_ratio twice
+# recover_drop_ratio but at most halfway from it to 1 (a drop of 1 would never fire)
+DROP_BOUNDS = hysteresis("recover_drop_ratio", "max_drop_ratio", up=lambda x: min(2 * x, (1 + x) / 2),
+                         down=lambda x: x / 2)
+
+
 def drop_hysteresis(max_drop: float, recover_drop: float) -> list[tuple[str, str]]:
     """The problem of a drop rule whose recover ratio is not below its firing ratio (it would flap)."""
     if recover_drop >= max_drop:
         return [("recover_drop_ratio", f"must be below max_drop_ratio ({max_drop}) or the alert would flap; "
-                 f"e.g. {max_drop / 2:g}")]
+                 f"leave it out (it then follows max_drop_ratio) or write e.g. {max_drop / 2:g}")]
     return []
 
 

@@ -163,7 +163,7 @@ def test_alerting_problems_are_named_by_key_path():
             "routes": [{"matchers": ["severity=~("], "webhooks": ["nope"], "slack": {"channel": "#x"}}],
         },
         "rules": {"degradation": {"max_drop_ratio": 0.1, "recover_drop_ratio": 0.2, "expected": [{"model": "m"}]},
-                  "drift": {"window": "30m"}, "throughput_drop": {"max_drop_ratio": 1.5}, "nosuch": {}},
+                  "drift": {"window": "30m", "bucket": "10m", "min_buckets": 6}, "throughput_drop": {"max_drop_ratio": 1.5}, "nosuch": {}},
     })
     keys = sorted(p.split(": ")[0] for p in ps)
     assert keys == [

@@ -18,9 +18,10 @@ from __future__ import annotations
 
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 from specwatch.alerts.model import Alert
-from specwatch.config import Config, Count, Ratio, Seconds, Section, rule_section
+from specwatch.config import Bound, Config, Count, Ratio, Seconds, Section, hysteresis, rule_section
 from specwatch.events import DecodeBatch, ServerArgs
 from specwatch.rules.active import ActiveAlerts
 from specwatch.rules.base import (
@@ -33,7 +34,11 @@ from specwatch.rules.summary import VALID_ACCEPT
 @rule_section("acceptance_ceiling")
 class AcceptanceCeilingConfig(Section):
     """rules.acceptance_ceiling: fire after min_batches lines at or above ratio × the ceiling
-    that follow a steady state at or below max_steady_ratio × the ceiling."""
+    that follow a steady state at or below max_steady_ratio × the ceiling. Written alone, a ratio
+    moves the others' defaults where they no longer fit, keeping the defaults' distances:
+    recover_ratio becomes ratio - 0.05 and max_steady_ratio ratio - 0.10, or ratio becomes the
+    larger of recover_ratio + 0.05 and max_steady_ratio + 0.10 (at most 1.0); written, a
+    recover_ratio or max_steady_ratio not below ratio is refused."""
 
     enabled: bool = True
     ratio: Ratio = 0.95
@@ -42,12 +47,20 @@ class AcceptanceCeilingConfig(Section):
     steady_window: Seconds = 600.0
     min_steady_batches: Count = 10
     min_batches: Count = 3
+    default_bounds: ClassVar = (
+        *hysteresis("recover_ratio", "ratio", up=lambda x: x + 0.05, down=lambda x: x - 0.05),
+        Bound("ratio", "above", ("max_steady_ratio",), lambda c: c.max_steady_ratio,
+              lambda c: max(c.max_steady_ratio + 0.10, c.recover_ratio + 0.05)),
+        Bound("max_steady_ratio", "below", ("ratio",), lambda c: c.ratio, lambda c: c.ratio - 0.10))
 
     def problems(self):
         if self.recover_ratio >= self.ratio:
-            yield "recover_ratio", f"must be below ratio ({self.ratio}) or the alert would flap; e.g. 0.90"
+            yield "recover_ratio", (f"must be below ratio ({self.ratio}) or the alert would flap; leave it out "
+                                    f"(it then follows ratio) or write e.g. {round(max(self.ratio - 0.05, 0), 2)}")
         if self.max_steady_ratio >= self.ratio:
-            yield "max_steady_ratio", f"must be below ratio ({self.ratio}): a step up needs a lower level before it; e.g. 0.85"
+            yield "max_steady_ratio", (f"must be below ratio ({self.ratio}): a step up needs a lower level before it; "
+                                       "leave it out (it then follows ratio) or write e.g. "
+                                       f"{round(max(self.ratio - 0.10, 0), 2)}")
 
 
 ALERT_NAME = "AcceptanceNearCeiling"

@@ -22,12 +22,10 @@ import os
 import shlex
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
+from typing import ClassVar
 
 from specwatch.alerts.model import Alert, code
-from specwatch.config import AcceptLength, Config, Count, Seconds, Section, rule_section
-from prometheus_client.core import GaugeMetricFamily
-from prometheus_client.samples import Sample
-
+from specwatch.config import AcceptLength, Config, Count, Seconds, Section, hysteresis, rule_section
 from specwatch.events import DecodeBatch, MetricsSample, ServerArgs
 from specwatch.rules.active import ActiveAlertsRule
 from specwatch.rules.base import RuleContext, alert_key, args_evidence, fmt, new_alert, register
@@ -40,7 +38,11 @@ from specwatch.rules.windows import Window, WindowConfig
 @rule_section("collapse")
 class CollapseConfig(Section):
     """rules.collapse: fire after min_batches lines at or below max_accept_length, resolve
-    after min_batches lines at or above recover_accept_length."""
+    after min_batches lines at or above recover_accept_length (accept lens: 1 + accepted draft
+    tokens). Written alone, one threshold moves the other's default where it no longer fits:
+    recover_accept_length becomes max_accept_length + 0.4 (the defaults' distance), or
+    max_accept_length becomes recover_accept_length - 0.4 (at least 1.0); both written, a
+    recover_accept_length not above max_accept_length is refused."""
 
     max_accept_length: AcceptLength = 1.10
     min_batches: Count = 3
@@ -48,11 +50,14 @@ class CollapseConfig(Section):
     # a rank healthy this long since the server started before it collapsed: the draft works,
     # runtime state (and a restart) leads the advice
     healthy_before: Seconds = 1800.0
+    default_bounds: ClassVar = hysteresis("max_accept_length", "recover_accept_length",
+                                          up=lambda x: x + 0.4, down=lambda x: x - 0.4)
 
     def problems(self):
         if self.recover_accept_length <= self.max_accept_length:
             yield "recover_accept_length", (f"must be above max_accept_length ({self.max_accept_length}) "
-                                            f"or the alert would flap; e.g. {round(self.max_accept_length + 0.4, 2)}")
+                                            "or the alert would flap; leave it out (it then follows "
+                                            f"max_accept_length) or write e.g. {round(self.max_accept_length + 0.4, 2)}")
 
 
 ALERT_NAME = "AcceptanceCollapse"
@@ -448,6 +453,8 @@ class CollapseRule(ActiveAlertsRule):
         """`specwatch_acceptance_collapsed`: 1 while this rule fires for a rank, else 0; for each
         rank a log named, and each rank of the last /metrics sample while /metrics decides
         (labelled `source="server_metrics"` and its `engine`)."""
+        from prometheus_client.core import GaugeMetricFamily  # scrapes only: replay never loads it
+        from prometheus_client.samples import Sample
         fam = GaugeMetricFamily("specwatch_acceptance_collapsed", "1 while the acceptance-collapse rule fires for this rank, else 0.", labels=RANK_LABELS)
         for (server, rank), st in self._ranks.items():
             rs = st.summary

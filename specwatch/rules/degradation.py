@@ -29,7 +29,7 @@ import msgspec
 from msgspec import Meta
 
 from specwatch.alerts.model import Alert
-from specwatch.config import Config, Count, Ratio, Seconds, Section, drop_hysteresis, rule_section
+from specwatch.config import DROP_BOUNDS, Config, Count, Ratio, Seconds, Section, drop_hysteresis, rule_section
 from specwatch.events import DecodeBatch, ServerArgs
 from specwatch.rules.active import ActiveAlerts
 from specwatch.rules.base import Rule, RuleContext, ServerArgsMemory, alert_key, args_evidence, fmt, new_alert, register
@@ -60,6 +60,8 @@ class DegradationConfig(Section):
     baseline_window: Seconds = 86400.0
     min_baseline_batches: Count = 100
     expected: list[ExpectedAcceptance] = msgspec.field(default_factory=list)
+    # written alone, one ratio moves the other's default where it no longer fits (config.DROP_BOUNDS)
+    default_bounds: ClassVar = DROP_BOUNDS
 
     def problems(self):
         return drop_hysteresis(self.max_drop_ratio, self.recover_drop_ratio)

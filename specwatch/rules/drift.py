@@ -22,12 +22,12 @@ restart clears the history, since the drift is expected to start over.
 from __future__ import annotations
 
 import math
-from typing import Annotated
+from typing import Annotated, ClassVar
 
 from msgspec import Meta
 
 from specwatch.alerts.model import Alert
-from specwatch.config import Config, Count, Ratio, Seconds, Section, rule_section
+from specwatch.config import Bound, Config, Count, Ratio, Seconds, Section, rule_section
 from specwatch.events import DecodeBatch, ServerArgs
 from specwatch.rules.active import ActiveAlerts
 from specwatch.rules.base import (Rule, RuleContext, ServerArgsMemory, alert_key, args_evidence, fmt, new_alert,
@@ -39,6 +39,11 @@ from specwatch.rules.summary import ACCEPT, FLAGS, TS, VALID_ACCEPT
 
 @rule_section("drift")
 class DriftConfig(Section):
+    """rules.drift. `window` must hold `min_buckets` buckets of `bucket` seconds; where the
+    written keys leave an unwritten one's default too small or too large, it follows them:
+    window becomes bucket × min_buckets, else bucket becomes window / min_buckets, else
+    min_buckets the buckets that fit in window; all three written and not fitting is refused."""
+
     enabled: bool = True
     window: Seconds = 4 * 3600.0
     bucket: Seconds = 600.0
@@ -48,11 +53,17 @@ class DriftConfig(Section):
     min_total_decline: Ratio = 0.05
     min_falling_fraction: Ratio = 0.7
     restart_gap: Seconds = 1800.0
+    default_bounds: ClassVar = (
+        Bound("window", "at_least", ("bucket", "min_buckets"), lambda c: c.bucket * c.min_buckets),
+        Bound("bucket", "at_most", ("window", "min_buckets"), lambda c: c.window / c.min_buckets),
+        # 1e-9: 0.3 / 0.1 is 2.9999999999999996
+        Bound("min_buckets", "at_most", ("window", "bucket"), lambda c: math.floor(c.window / c.bucket + 1e-9)))
 
     def problems(self):
         if self.window < self.bucket * self.min_buckets:
-            yield "window", (f"must hold min_buckets ({self.min_buckets}) buckets of {self.bucket:g}s; "
-                             f"make it at least {self.bucket * self.min_buckets:g}s")
+            yield "window", (f"must hold min_buckets ({self.min_buckets}) buckets of bucket ({self.bucket:g}s); "
+                             f"make it at least {self.bucket * self.min_buckets:g}s, or bucket at most "
+                             f"{self.window / self.min_buckets:g}s")
 
 
 ALERT_NAME = "AcceptanceDrift"

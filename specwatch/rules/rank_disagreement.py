@@ -15,9 +15,10 @@ from __future__ import annotations
 
 import shlex
 from collections import deque
+from typing import ClassVar
 
 from specwatch.alerts.model import Alert
-from specwatch.config import AcceptLength, Config, Count, Seconds, Section, rule_section
+from specwatch.config import AcceptLength, Config, Count, Seconds, Section, hysteresis, rule_section
 from specwatch.rules.active import ActiveAlerts
 from specwatch.rules.base import Rule, RuleContext, alert_key, fmt, log_paths_of, new_alert, register
 from specwatch.rules.summary import VALID_ACCEPT
@@ -25,15 +26,24 @@ from specwatch.rules.summary import VALID_ACCEPT
 
 @rule_section("rank_disagreement")
 class RankDisagreementConfig(Section):
+    """rules.rank_disagreement. Written alone, one threshold moves the other's default where it
+    no longer fits: healthy_accept_length becomes max_accept_length + 0.4 (the defaults'
+    distance), or max_accept_length becomes healthy_accept_length - 0.4 (at least 1.0); both
+    written, a healthy_accept_length not above max_accept_length is refused."""
+
     enabled: bool = True
     max_accept_length: AcceptLength = 1.10
     healthy_accept_length: AcceptLength = 1.5
     min_batches: Count = 3
     max_age: Seconds = 300.0
+    default_bounds: ClassVar = hysteresis("max_accept_length", "healthy_accept_length",
+                                          up=lambda x: x + 0.4, down=lambda x: x - 0.4)
 
     def problems(self):
         if self.healthy_accept_length <= self.max_accept_length:
-            yield "healthy_accept_length", f"must be above max_accept_length ({self.max_accept_length}); e.g. 1.5"
+            yield "healthy_accept_length", (f"must be above max_accept_length ({self.max_accept_length}); leave it out "
+                                            "(it then follows max_accept_length) or write e.g. "
+                                            f"{round(self.max_accept_length + 0.4, 2)}")
 
 
 ALERT_NAME = "RankDisagreement"

@@ -15,11 +15,12 @@ inhibits this alert by default: it is the cause, and its alert carries the fix.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 import msgspec
 
 from specwatch.alerts.model import Alert
-from specwatch.config import Config, Count, Ratio, Seconds, Section, drop_hysteresis, rule_section
+from specwatch.config import DROP_BOUNDS, Config, Count, Ratio, Seconds, Section, drop_hysteresis, rule_section
 from specwatch.events import DecodeBatch
 from specwatch.rules.active import ActiveAlerts
 from specwatch.rules.base import Rule, alert_key, fmt, new_alert, register
@@ -37,6 +38,8 @@ class ThroughputDropConfig(Section):
     min_window_batches: Count = 5
     baseline_window: Seconds = 86400.0
     min_baseline_batches: Count = 30
+    # written alone, one ratio moves the other's default where it no longer fits (config.DROP_BOUNDS)
+    default_bounds: ClassVar = DROP_BOUNDS
 
     def problems(self):
         return drop_hysteresis(self.max_drop_ratio, self.recover_drop_ratio)
