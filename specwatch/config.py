@@ -200,6 +200,9 @@ class LimitsConfig(Section):
     # /metrics and state in every per-rank rule; the lines of any further rank are summed into
     # one rank `other`, counted and warned once (rules/summary.py OTHER_RANK)
     max_ranks_per_server: Annotated[int, Meta(ge=1, le=100_000)] = 64
+    # a rank whose server printed batch lines for this long without it is gone (a garbage line's
+    # rank, a DP rank a restart dropped): it leaves /metrics, the rules and the status page
+    rank_expiry: Annotated[float, Meta(ge=1.0, le=YEAR, extra=DURATION)] = 600.0
 
 
 class SlackConfig(Section):

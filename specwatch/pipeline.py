@@ -44,7 +44,7 @@ from specwatch.events import (
     ServerStarted,
     UnrecognizedLine,
 )
-from specwatch.rules.base import (Rule, RuleContext, all_rules, forget_keys, is_restart_event, log_paths_of,
+from specwatch.rules.base import (Rule, RuleContext, alert_key, all_rules, forget_keys, is_restart_event, log_paths_of,
                                   overrides)
 from specwatch.rules.collapse import CollapseRule
 from specwatch.rules.server_metrics import metrics_windows
@@ -69,6 +69,7 @@ KINDS = ("decode", "prefill", "other", "malformed", "unrecognized")
 
 log = logging.getLogger(__name__)
 
+RANK_EXPIRY_EVERY = 10.0  # seconds of the clock between two looks for gone ranks
 # Batch lines summarised at most before an evaluation, whatever the clock does (a log whose
 # stamps went back ticks no second until they pass the newest again): pending lines stay few.
 EVALUATE_LINES = 4096
@@ -145,6 +146,9 @@ class Pipeline:
         self._on_event = [(r, overrides(r, "on_restart")) for r in self.rules
                           if overrides(r, "on_event") or overrides(r, "on_restart")]
         self._starts: dict[str, float] = {}  # server → timestamp of its last server_args log line
+        # server → [clock of its last restart, clock a rank was first seen after it (None: not yet)]
+        self._restarts: dict[str, list] = {}
+        self._expiry_due = -math.inf  # the clock of the next look for gone ranks (`_expire_ranks`)
         self._on_tick = [r for r in self.rules if overrides(r, "on_tick")]
         self._wcfg = config.windows  # what makes a decode line a usable sample (rules/windows.py)
         self._on_lines = [r for r in self.rules if overrides(r, "on_lines")]
@@ -544,9 +548,12 @@ class Pipeline:
                     rs.accept_length_max = max(rs.accept_length_max, max(accepts))
                 rs.decode_batches += len(pending)
                 clock = max(clock, pending[-1][1])
+                rs.seen = pending[-1][1]
             if rs.pending_prefills:
                 rs.prefill_batches += len(rs.pending_prefills)
                 clock = max(clock, rs.pending_prefills[-1][1])
+                if rs.seen is None or rs.pending_prefills[-1][1] > rs.seen:
+                    rs.seen = rs.pending_prefills[-1][1]
         if self._on_lines:
             by_server: dict[str, list[RankSummary]] = {}
             for rs in dirty:
@@ -728,6 +735,9 @@ class Pipeline:
         self._last_tick = now
         if self._groupers:
             self._expire_errors(now)
+        if now >= self._expiry_due:
+            self._expiry_due = now + RANK_EXPIRY_EVERY
+            self._expire_ranks(now)
         for rule in self._on_tick if rules is None else rules:
             alerts = self.rule_faults.call(rule, "on_tick", now)
             if alerts:  # rarely
@@ -735,10 +745,54 @@ class Pipeline:
         if dispatch:
             self.dispatcher.tick(now)
 
+    def _expire_ranks(self, now: float) -> None:
+        """Forget the ranks that are gone (caller holds `lock`): a rank whose server printed batch
+        lines for `limits.rank_expiry` without it (one garbage line's rank), and after a restart
+        each rank of the old process that the new one has not printed within
+        `rules.windows.max_gap` of its first line (a DP rank the restart dropped). A server that
+        went quiet keeps its ranks (the stall and silence rules speak of them)."""
+        by_server: dict[str, list[RankSummary]] = {}
+        for rs in self.ranks.values():
+            if rs.seen is None:
+                rs.seen = now  # restored from the saved state: its clock starts now
+            by_server.setdefault(rs.server, []).append(rs)
+        expiry, max_gap = self.config.limits.rank_expiry, self.config.windows.max_gap
+        for server, ranks in by_server.items():
+            latest = max(rs.seen for rs in ranks)
+            gone = [rs for rs in ranks if latest - rs.seen > expiry]
+            restart = self._restarts.get(server)
+            if restart is not None:
+                if restart[1] is None and latest >= restart[0]:
+                    restart[1] = now  # the new process prints
+                if restart[1] is not None:
+                    if latest - restart[1] > max_gap:
+                        gone += [rs for rs in ranks if rs.seen < restart[0] and rs not in gone]
+                        del self._restarts[server]
+            for rs in gone:
+                self._forget_rank(rs, now)
+
+    def _forget_rank(self, rs: RankSummary, now: float) -> None:
+        why = "the rank is gone: no batch line from it while the server printed others"
+        log.info("server %s: rank %s forgotten (%s)", rs.server or "(default)", rs.rank, why)
+        akey = alert_key(rs.server, rs.rank)
+        for rule in self.rules:
+            active = getattr(rule, "active", None)
+            if active is not None:  # the rank's alerts: keyed alert_key(server, rank, ...)
+                for key in [k for k in active.keys() if k == akey or k.startswith(akey + "|")]:
+                    self._handle(active.resolve(key, now, ("resolved because", why)), now)
+            self._handle(self.rule_faults.call(rule, "forget_rank", rs.server, rs.rank, now, why, default=()), now)
+        del self.ranks[rs.key]
+        tokens = self._tokens.get(rs.server, {})
+        for token in [t for t, r in tokens.items() if r is rs]:
+            del tokens[token]
+        self._full.discard(rs.server)
+
     def _apply_rules(self, server: str, event: object, now: float) -> None:
         self.evaluate()  # the lines before the event first
         why = self._restarted(server, event)
         at = getattr(event, "timestamp", None) or now
+        if why:
+            self._restarts[server] = [now, None]
         for rule, restarts in self._on_event:
             if why and restarts:
                 self._handle(self.rule_faults.call(rule, "on_restart", server, at, why, default=()), now)

@@ -87,6 +87,14 @@ class Rule:
         resolves within one evaluation is both. What is returned is handed over after them."""
         return []
 
+    def forget_rank(self, server: str, rank: str, at: float, why: str) -> list[Alert]:
+        """A rank of `server` is gone (`Pipeline._expire_ranks`; its firing alerts in `active`
+        were resolved just before): drop its state. By default the entries of the rule's dicts
+        keyed (server, rank, ...) or `alert_key(server, rank, ...)`, and `rank` in dicts of
+        server → rank → state. Returns transitions it makes (rarely)."""
+        forget_rank_keys(vars(self).values(), server, rank)
+        return []
+
     def metric_families(self) -> list:
         """The Prometheus families this rule exports about its own state (`prometheus_client`
         metric families; read under the pipeline's lock at each scrape, specwatch/metrics.py)."""
@@ -226,6 +234,25 @@ def forget_keys(containers, server: str, depth: int = 2) -> None:
                 forget_keys(d.values(), server, depth - 1)
         elif depth and hasattr(d, "__dict__") and not isinstance(d, type) and not _shared(d):
             forget_keys(vars(d).values(), server, depth - 1)
+
+
+def forget_rank_keys(containers, server: str, rank: str, depth: int = 2) -> None:
+    """From each dict in `containers`, remove the keys of one rank: (server, rank, ...) tuples,
+    `alert_key(server, rank)`, and `rank` in a dict that is the value of key `server`; objects
+    among them are searched the same way, `depth` levels down (as `forget_keys`)."""
+    akey = alert_key(server, rank)
+    for d in containers:
+        if isinstance(d, dict):
+            for key in [k for k in d if k == akey or isinstance(k, str) and k.startswith(akey + "|")
+                        or isinstance(k, tuple) and k[:2] == (server, rank)]:
+                del d[key]
+            inner = d.get(server)
+            if isinstance(inner, dict):
+                inner.pop(rank, None)
+            if depth:
+                forget_rank_keys(d.values(), server, rank, depth - 1)
+        elif depth and hasattr(d, "__dict__") and not isinstance(d, type) and not _shared(d):
+            forget_rank_keys(vars(d).values(), server, rank, depth - 1)
 
 
 def _shared(obj) -> bool:

@@ -272,6 +272,14 @@ class DecodeStalledRule(ActiveAlertsRule):
         gap = st.last is not None and _engine(st.last[1]) == "sglang"
         return (self._seen(server, st, at, handed=True) if gap else []) + self.active.resolve(server, at, ("server", why))
 
+    def forget_rank(self, server: str, rank: str, at: float, why: str) -> list[Alert]:
+        """A gone rank's last decode line no longer counts in the server's running requests."""
+        st = self._s.get(server)
+        if st is not None:
+            st.running.pop(rank, None)
+            st.stamps.pop(rank, None)
+        return []
+
     def _seen(self, server: str, st: _State, now: float, handed: bool = False) -> list[Alert]:
         """`_check` once `now` is `_shortest()` past the last decode line (a tick, or a line
         that shows a gap no tick saw). `handed`: the caller resolves the alert at once, so its

@@ -83,6 +83,13 @@ class RankDisagreementRule(Rule):
                 ranks[r] = deque(lines, maxlen=self.config.min_batches)
         self._rekind()
 
+    def on_restart(self, server: str, at: float, why: str) -> list[Alert]:
+        """A restarted server's ranks start again (a DP rank the restart dropped is no longer
+        compared): its alerts resolve, its ranks' lines are forgotten."""
+        self._recent.pop(server, None)
+        self._kinds.pop(server, None)
+        return self.active.resolve_server(server, at, ("resolved because", why))
+
     def _rekind(self) -> None:
         self._kinds_for = self.config
         self._kinds = {s: {r: self._kind(lines) for r, lines in ranks.items()} for s, ranks in self._recent.items()}

@@ -43,12 +43,13 @@ class RankSummary:
     lines read; accept_length_sum / _count / _min / _max over its decode lines with an accept
     len; last_ts: timestamp of its last decode line (None before one); prefills: its prefill lines
     since that line; pending: its decode lines since the last evaluation (entries, see the module);
-    pending_prefills: (ts, clock, seq, src) of its prefill lines since then; history: the status page's chart.
+    pending_prefills: (ts, clock, seq, src) of its prefill lines since then; history: the status page's chart;
+    seen: the clock of its last batch line (set at each evaluation; None: not yet in this process).
     """
 
     __slots__ = ("server", "rank", "ranks", "decode_batches", "prefill_batches", "accept_length_sum",
                  "accept_length_count", "accept_length_min", "accept_length_max", "history", "last_ts",
-                 "prefills", "pending", "pending_prefills", "_last", "_last_batch", "key", "sum0", "count0")
+                 "prefills", "pending", "pending_prefills", "_last", "_last_batch", "key", "sum0", "count0", "seen")
 
     def __init__(self, server: str, rank: str, ranks: dict[str, int]):
         self.server, self.rank, self.ranks = server, rank, ranks
@@ -66,6 +67,7 @@ class RankSummary:
         self._last: tuple | None = None  # the last decode line's entry
         self.sum0, self.count0 = 0.0, 0  # accept_length_sum / _count before the first pending line
         self._last_batch: DecodeBatch | None = None
+        self.seen: float | None = None  # the clock of its last batch line read by this process (rank expiry)
 
     def add_accept(self, a: float) -> None:
         """A decode line's accept length into the running sum, count, min and max."""
