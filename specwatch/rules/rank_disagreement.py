@@ -7,7 +7,8 @@ ranks (BR-10), or a class of traffic routed to one rank. Per server, a rank is c
 last `min_batches` valid decode lines (`rules/windows.py`) all had accept len <=
 `max_accept_length`, healthy when they all had accept len >= `healthy_accept_length`; lines older
 than `max_age` (against the newest line of the server) do not count. Fires per collapsed rank while
-at least one other rank is healthy; resolves when the rank is no longer collapsed or no healthy rank
+at least one other rank is healthy, with a line stamped after the rank's low lines began (ranks
+that collapse in the same moment are a whole-server collapse, never a disagreement); resolves when the rank is no longer collapsed or no healthy rank
 is left (then it is a whole-server collapse, which the collapse rule reports).
 """
 
@@ -167,8 +168,14 @@ class RankDisagreementRule(Rule):
         for rank, s in sorted(states.items()):
             key = alert_key(server, rank)
             if s == _COLLAPSED and healthy and key not in self.active:
+                # witnesses: healthy ranks with a line stamped after the rank's low lines began
+                # (ranks that all collapse in the same moment never disagree, not even for a line)
+                since = ranks[rank][0][0]
+                witnesses = [r for r in healthy if ranks[r][-1][0] > since]
+                if not witnesses:
+                    continue
                 collapsed = [r for r, k in sorted(states.items()) if k == _COLLAPSED and r != rank]
-                out += self.active.fire(key, self._alert(server, rank, healthy, collapsed))
+                out += self.active.fire(key, self._alert(server, rank, witnesses, collapsed))
             elif key in self.active and (s == _HEALTHY or not healthy):
                 why = ("rank recovered", fmt(ranks[rank][-1][1])) if s == _HEALTHY else \
                       ("other ranks", "no healthy rank left: see AcceptanceCollapse")
