@@ -728,9 +728,8 @@ class Pipeline:
         """The clock of the last tick (the caller's wall time, a replayed line's stamp; -inf)."""
         return self._last_tick
 
-    def tick(self, now: float, rules: list[Rule] | None = None, dispatch: bool = True) -> None:
-        """Let time-based rules and alert repeats advance (caller holds `lock`). The catch-up
-        names the `rules` whose `on_tick` may do something, and whether the dispatcher's may."""
+    def tick(self, now: float) -> None:
+        """Let time-based rules and alert repeats advance to `now` (seconds; caller holds `lock`)."""
         self.evaluate()
         self._last_tick = now
         if self._groupers:
@@ -738,12 +737,11 @@ class Pipeline:
         if now >= self._expiry_due:
             self._expiry_due = now + RANK_EXPIRY_EVERY
             self._expire_ranks(now)
-        for rule in self._on_tick if rules is None else rules:
+        for rule in self._on_tick:
             alerts = self.rule_faults.call(rule, "on_tick", now)
             if alerts:  # rarely
                 self._handle(alerts, now)
-        if dispatch:
-            self.dispatcher.tick(now)
+        self.dispatcher.tick(now)
 
     def _expire_ranks(self, now: float) -> None:
         """Forget the ranks that are gone (caller holds `lock`): a rank whose server printed batch
