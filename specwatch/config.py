@@ -876,7 +876,7 @@ def _valid_url(url: str) -> bool:
         return False
     try:
         u = urlsplit(url)
-        u.port  # raises ValueError on a bad port
+        u.port  # noqa: B018  (raises ValueError on a bad port)
     except ValueError:
         return False
     return u.scheme in ("http", "https") and bool(u.hostname)

@@ -192,7 +192,7 @@ def render(path: str, recorder: SeriesRecorder, episodes: list[dict], threshold:
             lane_ax.set_ylabel("alerts", rotation=0, ha="right", va="center", fontsize=FONT + 1)
             for side in ("left", "right", "top"):
                 lane_ax.spines[side].set_visible(False)
-        for i, (server, at) in enumerate(recorder.restarts):
+        for i, (_server, at) in enumerate(recorder.restarts):
             for a in (ax, ax2):
                 a.axvline(to_dt(at), color="grey", ls=":", lw=1).set_gid(f"restart-{i}-{a is ax2:d}")
             ax2.annotate(" restart", (to_dt(at), 0.02), xycoords=("data", "axes fraction"), fontsize=FONT, color="grey")

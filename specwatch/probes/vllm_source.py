@@ -212,7 +212,7 @@ class VllmFacts:
         e = self._eagle3
         init = lambda classes, name: _self_attrs(_method(classes.get(name), "__init__"))  # noqa: E731
         layer = init(llama, "LlamaDecoderLayer")
-        for name, cls in e.items():
+        for name in e:
             if "DecoderLayer" in name:
                 layer |= init(e, name)
         return {"top": init(e, "Eagle3LlamaForCausalLM"), "model": init(e, "LlamaModel"), "layer": layer,

@@ -148,7 +148,8 @@ class ThroughputDropRule(Rule):
         valid, ts_, running_, throughput_, flags_ = VALID_THROUGHPUT, TS, RUNNING, THROUGHPUT, FLAGS  # locals: per line
         for rs in ranks:
             st = None
-            t0 = None
+            t0 = since = None
+            runs, lv0, s, c = [], 0, 0.0, 0  # set at a rank's first line (names for the checkers)
             for e in rs.pending:
                 if not e[flags_] & valid:
                     continue

@@ -1,0 +1,17 @@
+"""`ruff check specwatch` is clean: the rules of [tool.ruff] in pyproject.toml (pyflakes,
+pycodestyle's error class, bugbear) on every module. docs/development.md lists it with the
+other checks anyone can run."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_ruff_check_is_clean():
+    r = subprocess.run([sys.executable, "-m", "ruff", "check", "--no-cache", "specwatch"], cwd=ROOT,
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
