@@ -1,4 +1,4 @@
-"""SGLangLogError through the real pipeline: a recorded log read by the real Follower
+"""ServerLogError through the real pipeline: a recorded log read by the real Follower
 (`replay_files`, the batch path the daemon uses), the error stage, the rule, the metrics as
 Prometheus parses them, and the Slack payload."""
 
