@@ -845,7 +845,8 @@ class Pipeline:
 
     def engine_of(self, server: str) -> str:
         """The engine `server` was seen to run: "vllm" or "sglang", from its process, HTTP API or
-        /metrics (`ServerStats.engine`), else from the grammar its followed logs were read with.
+        /metrics (`ServerStats.engine`), else from the grammar its followed logs were read with
+        (or the header of their error lines: `ErrorGrouper.engine`).
         One nothing was seen of (the box of a GPU alert, a declared server never seen) gets the
         engine the servers seen all run. "sglang" until any of them said."""
         seen = self._engine_seen(server)
@@ -859,7 +860,8 @@ class Pipeline:
         st = self.servers.get(server)
         if st is not None and st.engine:
             return st.engine
-        return next((e.name for path, e in self._engines.items() if e.name and self.server_for(path) == server), None)
+        logs = [(path, e.name) for path, e in self._engines.items()] + [(p, g.engine) for p, g in self._groupers.items()]
+        return next((name for path, name in logs if name and self.server_for(path) == server), None)
 
     def _label_engine(self, alert: Alert) -> None:
         """Give a rule's alert its server's `engine` label before the dispatcher first sees it
@@ -867,7 +869,7 @@ class Pipeline:
         resolve). An alert the dispatcher holds firing without one (restored from a state saved
         before the label existed) keeps its labels until it resolves."""
         held = self.dispatcher.alerts.get(alert.fingerprint)
-        if held is None or held.status != FIRING:
+        if held is None or (held is not alert and held.status != FIRING):
             alert.labels["engine"] = self.engine_of(alert.labels.get("server", ""))
 
     def _add_trend(self, alert: Alert) -> None:

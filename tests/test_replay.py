@@ -172,7 +172,8 @@ def test_replay_notifies_nobody_unless_asked(tmp_path, slack):
     [sent] = hook["alerts"]
     assert sent["labels"]["replay"] == EXAMPLE.name
     live = {k: v for k, v in sent["labels"].items() if k != "replay"}
-    assert live == {"alertname": "AcceptanceCollapse", "severity": "critical", "server": "kimi-k25-tp8", "rank": "TP0"}
+    assert live == {"alertname": "AcceptanceCollapse", "severity": "critical", "server": "kimi-k25-tp8", "rank": "TP0",
+                    "engine": "sglang"}
     assert sent["fingerprint"] == Alert(sent["labels"], {}, 0).fingerprint != Alert(live, {}, 0).fingerprint
     [message] = [b for b in slack.received if "blocks" in b]
     assert f"replay of {EXAMPLE.name} · started " in json.dumps(message, ensure_ascii=False)
@@ -329,7 +330,7 @@ def test_json_alerts_carry_severity_labels_and_annotations_as_alertmanager_lists
     assert (page["severity"], note["severity"]) == ("critical", "critical")
     assert all(a["severity"] == a["labels"]["severity"] for a in doc["alerts"])
     assert page["labels"] == {"alertname": "AcceptanceCollapse", "severity": "critical", "server": "three",
-                              "rank": "DP1 TP1"}
+                              "rank": "DP1 TP1", "engine": "sglang"}
     assert page["annotations"]["summary"] == page["summary"] and "description" in page["annotations"]
     assert page["fingerprint"] == Alert(labels=page["labels"], annotations={}, starts_at=0).fingerprint
     assert by_name[("AcceptanceCollapse", "resolved")]["fingerprint"] == page["fingerprint"]

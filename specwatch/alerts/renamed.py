@@ -31,20 +31,19 @@ RENAMED: dict[str, str] = {
 
 
 def follow_renames(matcher: Matcher, where: str) -> Matcher:
-    """`matcher`, or where it is on `alertname` and treats an old name otherwise than its new one
-    (matches it and not the new one; for `!=`/`!~`, excludes it and not the new one), the same
-    matcher widened to treat the new names as the old ones (`alertname=SGLangServerDown` →
-    `alertname=~"SGLangServerDown|ServerDown"`), logged as a WARNING that starts with `where`
-    (a key path, a silence) and names the new name to write. Never raises."""
+    """`matcher`, or where it is on `alertname` and its value names an old name but not its new
+    one (`=`/`!=`: is it; `=~`/`!~`: matches it), the same matcher widened to the new names
+    (`alertname=SGLangServerDown` → `alertname=~"SGLangServerDown|ServerDown"`, `!=` → `!~`),
+    logged as a WARNING that starts with `where` (a key path, a silence) and names the new name
+    to write. A matcher written for the new names is returned as it is. Never raises."""
     if matcher.name != "alertname":
         return matcher
+    regex = matcher.op in ("=~", "!~")
+    pattern = f"(?:{matcher.value})" if regex else re.escape(matcher.value)
     seen = [(old, new) for old, new in RENAMED.items()
-            if matcher.matches({"alertname": old}) != matcher.matches({"alertname": new})]
+            if re.fullmatch(pattern, old) and not re.fullmatch(pattern, new)]
     if not seen:
         return matcher
-    pattern = matcher.value if matcher.op in ("=~", "!~") else re.escape(matcher.value)
-    if matcher.op in ("=~", "!~"):
-        pattern = f"(?:{pattern})"
     widened = Matcher("alertname", "!~" if matcher.op in ("!=", "!~") else "=~",
                       "|".join([pattern] + [new for _, new in seen]))
     names = ", ".join(f"{old} is now {new}" for old, new in seen)

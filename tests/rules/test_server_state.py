@@ -332,3 +332,19 @@ def test_a_vllm_server_is_named_as_vllm(tmp_path, sglang_procs):
     assert restart.labels["engine"] == "vllm"
     assert "SGLang" not in payload_text(build_payload(restart))
     assert "SGLang" not in restart.annotations["description"] + " ".join(restart.fixes)
+
+
+def test_a_down_alert_saved_before_the_rename_resolves_under_its_old_labels():
+    """State written before the rename: `SGLangServerDown`, no `engine` label. Restored, it keeps
+    its labels (its fingerprint) until it resolves, so the resolve reaches the dispatcher's alert."""
+    state = _fire_down({}, "sglang-a")
+    for d in list(state["rules"]["server_state"]["active"].values()) + state["dispatcher"]["alerts"]:
+        assert d["labels"].pop("engine") == "sglang"
+        d["labels"]["alertname"] = "SGLangServerDown"
+    pl = make_pipeline({"process": {"enabled": False}})
+    pl.load_state(state)
+    assert [a.name for a in pl.dispatcher.active.values()] == ["SGLangServerDown"]
+    tick(pl, 1_800_000_000.0 + 100)
+    assert sent(pl) == [("SGLangServerDown", "resolved")]
+    assert "engine" not in pl.dispatcher.history[-1].labels
+    assert pl.dispatcher.active == {}
