@@ -294,6 +294,7 @@ def cmd_silence(args) -> int:
     from specwatch.alerts import am_silences
     from specwatch.alerts.matchers import parse_matcher
     from specwatch.alerts.model import iso8601
+    from specwatch.alerts.renamed import follow_renames
     from specwatch.alerts.silences import EXPIRED, SilenceStore, check
     from specwatch.sources.server_api import shown_url
 
@@ -315,7 +316,7 @@ def cmd_silence(args) -> int:
         urls, timeout = _alertmanagers(args)
         found = am_silences.clusters(urls, timeout) if urls else []
         if args.action == "add":
-            matchers = [parse_matcher(m) for m in args.match]
+            matchers = [follow_renames(parse_matcher(m), "--match") for m in args.match]
             author = args.author or os.environ.get("SUDO_USER") or getpass.getuser()
             check(matchers, now, now + args.duration)
             ids, failed = am_silences.create(found, matchers, now, now + args.duration, created_by=author,

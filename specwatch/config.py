@@ -36,6 +36,7 @@ from msgspec import Meta
 from specwatch import safe_yaml
 from specwatch.alerts.inhibit import InhibitRule, default_inhibit_rules
 from specwatch.alerts.matchers import Matcher, parse_matcher
+from specwatch.alerts.renamed import follow_renames
 
 # Port 9849: a free slot near the GPU exporters (dcgm 9400, nvidia_gpu_exporter 9835) on the
 # Prometheus "Default port allocations" list
@@ -717,7 +718,7 @@ class _Reader:
         out = []
         for i, text in enumerate(self.strings(data, key, path, []) or []):
             try:
-                out.append(parse_matcher(text))
+                out.append(follow_renames(parse_matcher(text), f"{path}.{key}[{i}]"))
             except ValueError as e:
                 self.bad(f"{path}.{key}[{i}]", str(e))
         return out

@@ -56,7 +56,7 @@ from specwatch.rules.summary import (AFTER_GAP, IDLE, OTHER_RANK, PREFILL_DOMINA
 from specwatch.sources.filestream import LineBatch
 from specwatch.sources.log_errors import KINDS as ERROR_KINDS
 from specwatch.sources.log_errors import ErrorGrouper, maybe_error
-from specwatch.sources.engines import VLLM, LogEngine
+from specwatch.sources.engines import SGLANG, VLLM, LogEngine
 from specwatch.sources.sglang_log import (bracket_prefix, strip_container_prefix,
                                          timestamp_of)
 from specwatch.sources.sglang_log import CANONICAL_LINES, rank_numbers
@@ -109,6 +109,22 @@ class ServerStats:
     # Error stage: LogError events by kind; the clock of the last line of each kind (KINDS + "error").
     errors: dict[str, int] = field(default_factory=lambda: dict.fromkeys(ERROR_KINDS, 0))
     last_line: dict[str, float] = field(default_factory=dict)
+    engine: str | None = None  # "sglang" or "vllm" as its process, API or /metrics last showed (`engine_seen`)
+
+
+def engine_seen(event: object) -> str | None:
+    """The engine ("sglang", "vllm") an event of the process, HTTP API or /metrics source shows
+    its server runs (`ServerProcess.engine`, the API's or command line's `engine` setting,
+    `MetricsSample.engine`), else None."""
+    if isinstance(event, ProcessSample):
+        return event.process.engine if event.process is not None else None
+    if isinstance(event, ApiSample):
+        return str(event.info.args.get("engine") or SGLANG) if event.info is not None else None
+    if isinstance(event, MetricsSample):
+        return event.engine
+    if isinstance(event, ServerArgs) and event.args.get("engine"):
+        return str(event.args["engine"])
+    return None
 
 
 def _snapshot(alert: Alert) -> Alert:
@@ -669,6 +685,7 @@ class Pipeline:
         time. Records what the metrics show, then runs the rules. Never raises on input."""
         with self.lock:
             stats = self._stats(server)
+            stats.engine = engine_seen(event) or stats.engine
             if isinstance(event, ServerArgs):
                 event = self._merge_args(stats, event)
                 if self.diagnoser is not None:
@@ -859,12 +876,43 @@ class Pipeline:
         if self._handed is not None:
             self._handed += alerts
         for alert in alerts:
+            if "engine" not in alert.labels:
+                self._label_engine(alert)
             if alert.name in TREND_ALERTS and alert.status == FIRING and TREND_KEY not in alert.annotations:
                 self._add_trend(alert)
             self.dispatcher.handle(alert, now, flush=False)
         # Flushed once all are in: an alert that mutes another of the same line (a rank
         # disagreement its rank's collapse) is there before either is sent, even at group_wait 0.
         self.dispatcher.flush_due(now)
+
+    def engine_of(self, server: str) -> str:
+        """The engine `server` was seen to run: "vllm" or "sglang", from its process, HTTP API or
+        /metrics (`ServerStats.engine`), else from the grammar its followed logs were read with
+        (or the header of their error lines: `ErrorGrouper.engine`).
+        One nothing was seen of (the box of a GPU alert, a declared server never seen) gets the
+        engine the servers seen all run. "sglang" until any of them said."""
+        seen = self._engine_seen(server)
+        if seen is None:
+            engines = {e for s in self.servers if (e := self._engine_seen(s))}
+            engines.update(e.name for e in self._engines.values() if e.name)
+            seen = engines.pop() if len(engines) == 1 else None
+        return seen or SGLANG
+
+    def _engine_seen(self, server: str) -> str | None:
+        st = self.servers.get(server)
+        if st is not None and st.engine:
+            return st.engine
+        logs = [(path, e.name) for path, e in self._engines.items()] + [(p, g.engine) for p, g in self._groupers.items()]
+        return next((name for path, name in logs if name and self.server_for(path) == server), None)
+
+    def _label_engine(self, alert: Alert) -> None:
+        """Give a rule's alert its server's `engine` label before the dispatcher first sees it
+        (the label is part of its identity: the same object keeps it through updates and its
+        resolve). An alert the dispatcher holds firing without one (restored from a state saved
+        before the label existed) keeps its labels until it resolves."""
+        held = self.dispatcher.alerts.get(alert.fingerprint)
+        if held is None or (held is not alert and held.status != FIRING):
+            alert.labels["engine"] = self.engine_of(alert.labels.get("server", ""))
 
     def _add_trend(self, alert: Alert) -> None:
         """Annotate a rank's acceptance alert, when it first fires, with the rank's recent accept

@@ -28,7 +28,7 @@ def test_tracebacks_reach_slack_classified_and_a_cut_one_ends_by_timeout(tmp_pat
         f.write("\n".join(OOM) + "\n")
     wait_for(lambda: len(slack.received) == 1, timeout=20, what="the CUDA OOM message")
     body = json.dumps(slack.received[0], ensure_ascii=False)
-    assert "SGLangLogError" in slack.received[0]["text"] and "CUDA out of memory" in body
+    assert "ServerLogError" in slack.received[0]["text"] and "CUDA out of memory" in body
     assert "`torch.OutOfMemoryError: CUDA out of memory." in body  # the exception in a code span
     # a traceback whose writer died after the frames: nothing follows it
     with open(log, "a") as f:
@@ -42,6 +42,6 @@ def test_tracebacks_reach_slack_classified_and_a_cut_one_ends_by_timeout(tmp_pat
     m = d.scrape()
     assert m[("specwatch_log_errors_total", (("kind", "cuda_oom"), ("server", "gpu-box-1")))] == 1
     assert m[("specwatch_log_errors_total", (("kind", "other"), ("server", "gpu-box-1")))] == 1
-    assert m[("specwatch_alerts_firing", (("alertname", "SGLangLogError"),))] == 2
+    assert m[("specwatch_alerts_firing", (("alertname", "ServerLogError"),))] == 2
     rc, out = d.stop()
-    assert rc == 0 and "alert firing: SGLangLogError" in out, out
+    assert rc == 0 and "alert firing: ServerLogError" in out, out

@@ -97,7 +97,7 @@ def test_daemon_watches_process_and_api(tmp_path, slack, sglang_install, sglang_
 
         # the server dies: down after 1 s; the silence is no longer the issue
         stop(server)
-        wait_for(lambda: any(t.startswith("[FIRING] SGLangServerDown on sglang-a") for t in texts(slack)),
+        wait_for(lambda: any(t.startswith("[FIRING] ServerDown on sglang-a") for t in texts(slack)),
                  timeout=20, what="the down alert")
         assert _scrape(port)[("specwatch_server_up", srv)] == 0
         # another alert group's message: it may come a moment after
@@ -107,19 +107,19 @@ def test_daemon_watches_process_and_api(tmp_path, slack, sglang_install, sglang_
         # it comes back with other flags and at info: decode lines flow, the restart is reported
         with open(log, "a") as out:
             server = sglang_procs.start(server_argv(python, sglang_port, 5, "info"), stdout=out, env=env)
-        wait_for(lambda: any(t.startswith("[FIRING] SGLangServerRestarted on sglang-a") for t in texts(slack)),
+        wait_for(lambda: any(t.startswith("[FIRING] ServerRestarted on sglang-a") for t in texts(slack)),
                  timeout=20, what="the restart alert")
-        restart = next(b for b in delivered(slack) if b["text"].startswith("[FIRING] SGLangServerRestarted"))
+        restart = next(b for b in delivered(slack) if b["text"].startswith("[FIRING] ServerRestarted"))
         assert "3 → 5" in str(restart["blocks"])  # speculative_num_steps old → new
         # another alert group's message: it may come a moment after
-        wait_for(lambda: any(t.startswith("[RESOLVED] SGLangServerDown") for t in texts(slack)), timeout=20,
+        wait_for(lambda: any(t.startswith("[RESOLVED] ServerDown") for t in texts(slack)), timeout=20,
                  what="the down alert resolved")
         m = wait_for(lambda: (x := _scrape(port)).get(("specwatch_decode_batches_total",
                      (("dp_rank", ""), ("engine", "sglang"), ("ep_rank", ""), ("pp_rank", ""), ("server", "sglang-a"), ("tp_rank", "")))) and x,
                      what="decode lines from the restarted server")
         assert m[("specwatch_server_restarts_total", srv)] == 1
         assert m[("specwatch_server_up", srv)] == 1
-        wait_for(lambda: any(t.startswith("[RESOLVED] SGLangServerRestarted") for t in texts(slack)),
+        wait_for(lambda: any(t.startswith("[RESOLVED] ServerRestarted") for t in texts(slack)),
                  timeout=20, what="the restart alert to resolve after restart_window")
     finally:
         daemon.send_signal(signal.SIGTERM)
@@ -186,11 +186,11 @@ def test_only_configured_servers_page_and_a_disabled_source_clears_its_alerts(tm
         body = json.dumps(collapse[0])
         assert "/models/eagle3-llama3.1-8b" in body and "notebook-draft" not in body
         time.sleep(1.5)  # past down_for
-        assert not any("SGLangServerDown" in t for t in texts(slack))
+        assert not any("ServerDown" in t for t in texts(slack))
 
         # the log's server exits: it is a configured server, so it is down
         stop(server)
-        wait_for(lambda: any(t.startswith("[FIRING] SGLangServerDown on gpu-box-1") for t in texts(slack)),
+        wait_for(lambda: any(t.startswith("[FIRING] ServerDown on gpu-box-1") for t in texts(slack)),
                  timeout=20, what="the down alert of the log's server")
         assert not any(f"gpu-box-1:{stray_port}" in t for t in texts(slack))
     finally:
@@ -204,11 +204,11 @@ def test_only_configured_servers_page_and_a_disabled_source_clears_its_alerts(tm
     d.cfg.write_text(yaml.safe_dump(doc))
     d.start()
     try:
-        resolved = wait_for(lambda: [b for b in delivered(slack) if b["text"].startswith("[RESOLVED] SGLangServerDown")],
+        resolved = wait_for(lambda: [b for b in delivered(slack) if b["text"].startswith("[RESOLVED] ServerDown")],
                             timeout=20, what="the down alert to resolve")
         assert "process watching is off" in json.dumps(resolved[0])
-        assert ("specwatch_alerts_firing", (("alertname", "SGLangServerDown"),)) not in _scrape(d.port) or \
-            _scrape(d.port)[("specwatch_alerts_firing", (("alertname", "SGLangServerDown"),))] == 0
+        assert ("specwatch_alerts_firing", (("alertname", "ServerDown"),)) not in _scrape(d.port) or \
+            _scrape(d.port)[("specwatch_alerts_firing", (("alertname", "ServerDown"),))] == 0
     finally:
         rc, out = d.stop()
     assert rc == 0, out
@@ -244,17 +244,17 @@ def test_the_readme_plain_file_setup_alerts_a_crash_and_the_restart(tmp_path, sl
 
         os.kill(pid, signal.SIGKILL)  # a crash
         sh.wait(timeout=10)
-        wait_for(lambda: any(t.startswith("[FIRING] SGLangServerDown on sglang-0") for t in texts(slack)),
+        wait_for(lambda: any(t.startswith("[FIRING] ServerDown on sglang-0") for t in texts(slack)),
                  timeout=20, what="the down alert")
-        down = next(b for b in delivered(slack) if b["text"].startswith("[FIRING] SGLangServerDown"))
+        down = next(b for b in delivered(slack) if b["text"].startswith("[FIRING] ServerDown"))
         assert str(pid) in json.dumps(down)  # its last pid in the evidence
 
         sh, pid2 = sglang_procs.start_teed(server_argv(sglang_install, port, 5, "info"), log, env=env)
-        wait_for(lambda: any(t.startswith("[FIRING] SGLangServerRestarted on sglang-0") for t in texts(slack)),
+        wait_for(lambda: any(t.startswith("[FIRING] ServerRestarted on sglang-0") for t in texts(slack)),
                  timeout=20, what="the restart alert")
-        restart = next(b for b in delivered(slack) if b["text"].startswith("[FIRING] SGLangServerRestarted"))
+        restart = next(b for b in delivered(slack) if b["text"].startswith("[FIRING] ServerRestarted"))
         assert str(pid2) in json.dumps(restart) and "3 → 5" in json.dumps(restart, ensure_ascii=False)
-        wait_for(lambda: any(t.startswith("[RESOLVED] SGLangServerDown on sglang-0") for t in texts(slack)),
+        wait_for(lambda: any(t.startswith("[RESOLVED] ServerDown on sglang-0") for t in texts(slack)),
                  timeout=20, what="the down alert resolved")
     finally:
         rc, out = d.stop()
@@ -279,16 +279,16 @@ def test_a_server_run_by_a_wrapper_script_is_the_log_writer_and_alerts_a_crash_a
                  what="the wrapped server tied to its log")
         os.kill(pid, signal.SIGKILL)
         sh.wait(timeout=10)
-        wait_for(lambda: any(t.startswith("[FIRING] SGLangServerDown on sglang-0") for t in texts(slack)),
+        wait_for(lambda: any(t.startswith("[FIRING] ServerDown on sglang-0") for t in texts(slack)),
                  timeout=20, what="the down alert")
-        down = next(b for b in delivered(slack) if b["text"].startswith("[FIRING] SGLangServerDown"))
+        down = next(b for b in delivered(slack) if b["text"].startswith("[FIRING] ServerDown"))
         assert str(pid) in json.dumps(down)
         sh, pid2 = sglang_procs.start_teed([sys.executable, str(script)], log, children=0)
-        wait_for(lambda: any(t.startswith("[FIRING] SGLangServerRestarted on sglang-0") for t in texts(slack)),
+        wait_for(lambda: any(t.startswith("[FIRING] ServerRestarted on sglang-0") for t in texts(slack)),
                  timeout=20, what="the restart alert")
         assert str(pid2) in json.dumps(next(b for b in delivered(slack)
-                                            if b["text"].startswith("[FIRING] SGLangServerRestarted")))
-        wait_for(lambda: any(t.startswith("[RESOLVED] SGLangServerDown on sglang-0") for t in texts(slack)),
+                                            if b["text"].startswith("[FIRING] ServerRestarted")))
+        wait_for(lambda: any(t.startswith("[RESOLVED] ServerDown on sglang-0") for t in texts(slack)),
                  timeout=20, what="the down alert resolved")
     finally:
         stop(sh)
@@ -403,7 +403,7 @@ def test_a_server_whose_fds_say_nothing_is_tied_by_the_port_of_its_log_server_ar
         wait_for(lambda: _scrape(d.port).get(("specwatch_server_up", srv)) == 1, timeout=20,
                  what="the server tied again after the restart")
         stop(server)
-        wait_for(lambda: any(t.startswith("[FIRING] SGLangServerDown on sglang-0") for t in texts(slack)),
+        wait_for(lambda: any(t.startswith("[FIRING] ServerDown on sglang-0") for t in texts(slack)),
                  timeout=20, what="the down alert")
     finally:
         rc, out = d.stop()

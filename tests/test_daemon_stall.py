@@ -106,23 +106,23 @@ def test_br45_hung_schedulers_page_critical_by_the_watchdog_line(tmp_path, slack
     try:
         with open(log, "a") as f:
             f.write("\n".join(lines[:watchdog + 1]) + "\n")
-        wait_for(lambda: [m for m in slack.received if "SGLangLogError" in m["text"]], timeout=20,
+        wait_for(lambda: [m for m in slack.received if "ServerLogError" in m["text"]], timeout=20,
                  what="the watchdog's alert")
-        [m] = [m for m in slack.received if "SGLangLogError" in m["text"]]
+        [m] = [m for m in slack.received if "ServerLogError" in m["text"]]
         body = json.dumps(m, ensure_ascii=False)
         assert "hung scheduler (watchdog timeout)" in body and "EAGLE + DP attention" in body
         assert "sgl-project/sglang#29144" in body
-        [a] = [a for a in status(d.port)["alerts"] if a["alertname"] == "SGLangLogError"]
+        [a] = [a for a in status(d.port)["alerts"] if a["alertname"] == "ServerLogError"]
         assert a["severity"] == "critical"
         with open(log, "a") as f:
             f.write("\n".join(lines[watchdog + 1:]) + "\n")
         wait_for(lambda: "scheduler_0 crashed (exit code -3)" in json.dumps(status(d.port)), timeout=15,
                  what="the crash line in the watchdog alert's evidence")
         # the same alert once more, marked with the crash (an update, not a second alert)
-        wait_for(lambda: len([m for m in slack.received if "SGLangLogError" in m["text"]]) == 2, timeout=15,
+        wait_for(lambda: len([m for m in slack.received if "ServerLogError" in m["text"]]) == 2, timeout=15,
                  what="the watchdog alert's update")
-        update = json.dumps([m for m in slack.received if "SGLangLogError" in m["text"]][1], ensure_ascii=False)
+        update = json.dumps([m for m in slack.received if "ServerLogError" in m["text"]][1], ensure_ascii=False)
         assert "the server exits" in update and "Subprocess scheduler_0 crashed with exit code -3" in update
-        assert len([a for a in status(d.port)["alerts"] if a["alertname"] == "SGLangLogError"]) == 1
+        assert len([a for a in status(d.port)["alerts"] if a["alertname"] == "ServerLogError"]) == 1
     finally:
         d.stop()

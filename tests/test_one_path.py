@@ -317,7 +317,7 @@ def _log(tmp_path_factory, seed, ranks, rank_form, ms, plan) -> tuple:
 
 @SETTINGS
 # A traceback at 10:03:00, the next line at 10:03:01: `run` knows the traceback ended only at
-# that line's read and dates SGLangLogError by that read's clock (10:03:01); `replay` by the
+# that line's read and dates ServerLogError by that read's clock (10:03:01); `replay` by the
 # traceback's own stamp (10:03:00).
 @example(seed=2, ranks=1, rank_form="", ms=False, plan=[("traceback", 1, 1)], extra=0)
 # The last decode line at 10:02:59 (12 running, fewer than the line before), then only access

@@ -106,9 +106,9 @@ def test_multi_rank_log_with_injection_and_malformed_lines(tmp_path):
     assert dp1["accept_length"] == {"last": 2.5, "mean": 2.5, "min": 2.5, "max": 2.5}
     # The CUDA OOM traceback of other_lines(), stamped two months before the decode lines: it
     # fires and resolves at the first of them.
-    errors = [a for a in doc["alerts"] if a["name"] == "SGLangLogError"]
+    errors = [a for a in doc["alerts"] if a["name"] == "ServerLogError"]
     assert [(a["status"], a["evidence"]["kind"]) for a in errors] == [("firing", "cuda_oom"), ("resolved", "cuda_oom")]
-    doc["alerts"] = [a for a in doc["alerts"] if a["name"] != "SGLangLogError"]
+    doc["alerts"] = [a for a in doc["alerts"] if a["name"] != "ServerLogError"]
     # DP0 alone collapsed while DP1 stayed healthy: a collapse and a rank disagreement, both resolved
     assert [(a["name"], a["status"], a["rank"]) for a in doc["alerts"]] == [
         ("AcceptanceCollapse", "firing", "DP0 TP0"), ("RankDisagreement", "firing", "DP0 TP0"),
@@ -120,7 +120,7 @@ def test_multi_rank_log_with_injection_and_malformed_lines(tmp_path):
     assert doc["servers"]["box"]["server_args"]["speculative_algorithm"] == "EAGLE3"
     # one episode per alert, with its final state: nothing is left "firing" once it resolved
     eps = [(e["name"], e["status"], e["starts_at"], e["ends_at"], e["notifications"])
-           for e in doc["episodes"] if e["name"] != "SGLangLogError"]
+           for e in doc["episodes"] if e["name"] != "ServerLogError"]
     assert eps == [("AcceptanceCollapse", "resolved", "2026-03-01T10:00:11Z", "2026-03-01T10:00:17Z", 2),
                    ("RankDisagreement", "resolved", "2026-03-01T10:00:11Z", "2026-03-01T10:00:17Z", 2)]
     collapse = doc["episodes"][[e["name"] for e in doc["episodes"]].index("AcceptanceCollapse")]
@@ -128,7 +128,7 @@ def test_multi_rank_log_with_injection_and_malformed_lines(tmp_path):
     assert collapse["resolved_evidence"]["recovered accept len"] == "2.80"  # the third healthy batch
     # replay sends each change at once; one group per alert name and server (the default); the
     # collapse of DP0 alone is its rank disagreement: that one diagnosis is sent, the collapse muted
-    texts = [p["text"] for p in doc["slack_payloads"] if "SGLangLogError" not in p["text"]]
+    texts = [p["text"] for p in doc["slack_payloads"] if "ServerLogError" not in p["text"]]
     assert texts == [
         "[FIRING] RankDisagreement on box DP0 TP0: accept len, this rank 1.00 1.02 1.01",
         "[RESOLVED] RankDisagreement on box DP0 TP0: resolved after 6s",
@@ -172,7 +172,8 @@ def test_replay_notifies_nobody_unless_asked(tmp_path, slack):
     [sent] = hook["alerts"]
     assert sent["labels"]["replay"] == EXAMPLE.name
     live = {k: v for k, v in sent["labels"].items() if k != "replay"}
-    assert live == {"alertname": "AcceptanceCollapse", "severity": "critical", "server": "kimi-k25-tp8", "rank": "TP0"}
+    assert live == {"alertname": "AcceptanceCollapse", "severity": "critical", "server": "kimi-k25-tp8", "rank": "TP0",
+                    "engine": "sglang"}
     assert sent["fingerprint"] == Alert(sent["labels"], {}, 0).fingerprint != Alert(live, {}, 0).fingerprint
     [message] = [b for b in slack.received if "blocks" in b]
     assert f"replay of {EXAMPLE.name} · started " in json.dumps(message, ensure_ascii=False)
@@ -329,7 +330,7 @@ def test_json_alerts_carry_severity_labels_and_annotations_as_alertmanager_lists
     assert (page["severity"], note["severity"]) == ("critical", "critical")
     assert all(a["severity"] == a["labels"]["severity"] for a in doc["alerts"])
     assert page["labels"] == {"alertname": "AcceptanceCollapse", "severity": "critical", "server": "three",
-                              "rank": "DP1 TP1"}
+                              "rank": "DP1 TP1", "engine": "sglang"}
     assert page["annotations"]["summary"] == page["summary"] and "description" in page["annotations"]
     assert page["fingerprint"] == Alert(labels=page["labels"], annotations={}, starts_at=0).fingerprint
     assert by_name[("AcceptanceCollapse", "resolved")]["fingerprint"] == page["fingerprint"]

@@ -53,7 +53,7 @@ def default_inhibit_rules() -> list[InhibitRule]:
                     target=(parse_matcher("alertname=DraftTooLong"),),
                     equal=("server",)),
         # a server that is down does not answer its HTTP API (rules/source_down.py)
-        InhibitRule(source=(parse_matcher("alertname=SGLangServerDown"),),
+        InhibitRule(source=(parse_matcher("alertname=ServerDown"),),
                     target=(parse_matcher("alertname=SpecwatchSourceDown"),
                             parse_matcher('source_kind=~"server_api|server_metrics"')),
                     equal=("server",)),

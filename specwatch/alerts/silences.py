@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from specwatch.alerts.matchers import Matcher, matches_all, parse_matcher
+from specwatch.alerts.renamed import follow_renames
 from specwatch.storage import PRIVATE_FILE, private_dir, read_json, write_json_atomic
 
 log = logging.getLogger(__name__)
@@ -61,7 +62,7 @@ class Silence:
 
     @classmethod
     def from_dict(cls, d: dict) -> "Silence":
-        return cls(id=str(d["id"]), matchers=[parse_matcher(m) for m in d["matchers"]],
+        return cls(id=str(d["id"]), matchers=[follow_renames(parse_matcher(m), f"silence {d['id']}") for m in d["matchers"]],
                    starts_at=float(d["starts_at"]), ends_at=float(d["ends_at"]),
                    created_by=str(d.get("created_by", "")), comment=str(d.get("comment", "")),
                    updated_at=float(d.get("updated_at", 0.0)),

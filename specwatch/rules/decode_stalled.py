@@ -23,7 +23,7 @@ the log shows more than silence after a steady batch (queued requests, lines sti
 batch that was shrinking at its last line may have drained, and is a warning. `SGLangLogSilent` is the
 opposite case (the scheduler decodes, its lines do not reach specwatch); the scheduler's own
 `--watchdog-timeout` (300 s) kills a forward pass stuck that long, so this alert often precedes a
-crash and restart (`SGLangLogError`, kind `watchdog_timeout`).
+crash and restart (`ServerLogError`, kind `watchdog_timeout`).
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@ a hung scheduler's watchdog, a crashed subprocess, a failed CUDA graph capture, 
 assert, a setting the engine does not support.
 
 The pipeline's error stage (`sources/log_errors.py`) groups each traceback (or burst of torch C++
-error lines) into one `LogError` and classifies it. `SGLangLogError` fires per server and kind at
+error lines) into one `LogError` and classifies it. `ServerLogError` fires per server and kind at
 the first one, with the exception line, the last lines, the settings that matter and a fix for
 that kind; later errors of the same kind update its evidence. Severity by kind: every kind but
 `other` stops the server or its requests (critical; `unsupported` is a server that refuses a
@@ -12,7 +12,7 @@ line since its last `server_args` line, or none at all): a server that cannot st
 another start of a crash loop (evidence `failed starts with these settings`). A subprocess crash
 while the watchdog alert of the same server fires is that alert's evidence (the launcher's
 reaction to the hang). Kind `shutdown` (an error while the server is being stopped) and a failed
-health check raise nothing here (the latter is `DecodeStalled`'s and `SGLangServerUnhealthy`'s).
+health check raise nothing here (the latter is `DecodeStalled`'s and `ServerUnhealthy`'s).
 It resolves `resolve_after` after the last error of its kind.
 """
 
@@ -35,7 +35,7 @@ class LogErrorsConfig(Section):
     resolve_after: Seconds = 900.0  # quiet time after the last error of a kind
 
 
-ALERT_NAME = "SGLangLogError"
+ALERT_NAME = "ServerLogError"
 SEVERITY = {"cuda_oom": "critical", "nccl_timeout": "critical", "shape_mismatch": "critical",
             "watchdog_timeout": "critical", "subprocess_crash": "critical", "cuda_graph": "critical",
             "device_assert": "critical", "unsupported": "critical", "other": "warning"}

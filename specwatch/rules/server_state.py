@@ -1,6 +1,6 @@
-"""The SGLang server itself: down, restarted, or up but not answering its health check.
+"""The server itself (SGLang or vLLM): down, restarted, or up but not answering its health check.
 
-* `SGLangServerDown` (critical): no server process for `down_for` seconds (the process source);
+* `ServerDown` (critical): no server process for `down_for` seconds (the process source);
   for a server watched only through the HTTP API, no HTTP answer for that long. Resolves when it
   is back. Only configured servers are expected (`config.ProcessTies`: declared in
   `process.servers`, or writing to a followed log, or polled by `server_api`); another SGLang
@@ -8,18 +8,19 @@
 * An alert no running source can resolve any more (its source disabled, its server no longer
   configured; e.g. restored from the state file after `process.enabled: false`) resolves at the
   next tick, with the reason in its evidence.
-* `SGLangServerRestarted` (warning): the launcher's pid or start time changed (or, API only,
+* `ServerRestarted` (warning): the launcher's pid or start time changed (or, API only,
   `/server_info` `startup_time` changed; or the pid differs from the one recorded before
   specwatch itself restarted). Evidence shows the speculative flags before and after when they
   changed. Stays firing `restart_window` seconds; more restarts in that window update its
   evidence (a crash loop is one alert, with its count).
-* `SGLangServerUnhealthy` (critical): the process runs but `/health` fails, or `/server_info`
+* `ServerUnhealthy` (critical): the process runs but `/health` fails, or `/server_info`
   times out or answers 5xx, for `unhealthy_for` seconds, after it had answered fine since this
   process started (so a model still loading never counts).
 
-The alert names keep "SGLang" for a vLLM server too (routes and silences match them); their
-summary, description and fixes name the engine the process or API is (`ServerProcess.engine`,
-the API's `engine` setting; SGLang until one was seen).
+The names say what happened, for any engine (they were `SGLangServerDown` ... before:
+`alerts/renamed.py`); the pipeline adds the server's `engine` label, and their summary,
+description and fixes name the engine the process or API is (`ServerProcess.engine`, the API's
+`engine` setting; SGLang until one was seen).
 """
 
 from __future__ import annotations
@@ -43,14 +44,14 @@ from specwatch.rules.base import RuleContext, log_paths_of, register
 
 @rule_section("server", attr="server_rule")
 class ServerRuleConfig(Section):
-    down_for: Seconds = 30.0  # no process (or no HTTP answer) this long: SGLangServerDown
-    restart_window: Seconds = 600.0  # SGLangServerRestarted stays firing this long
-    unhealthy_for: Seconds = 120.0  # /health failing this long after it was fine: SGLangServerUnhealthy
+    down_for: Seconds = 30.0  # no process (or no HTTP answer) this long: ServerDown
+    restart_window: Seconds = 600.0  # ServerRestarted stays firing this long
+    unhealthy_for: Seconds = 120.0  # /health failing this long after it was fine: ServerUnhealthy
 
 
-DOWN = "SGLangServerDown"
-RESTARTED = "SGLangServerRestarted"
-UNHEALTHY = "SGLangServerUnhealthy"
+DOWN = "ServerDown"
+RESTARTED = "ServerRestarted"
+UNHEALTHY = "ServerUnhealthy"
 
 # settings whose change across a restart changes what accept length to expect
 SPEC_KEYS = (

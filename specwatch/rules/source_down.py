@@ -7,7 +7,7 @@ gap, a model still loading or journalctl starting again never pages):
   journalctl cannot read (`SourceHealth` from sources/log_health.py);
 * a `server_api` URL that gives no usable answer (`ApiSample.error`: no connection, a timeout,
   401/403, 404 on every endpoint, not JSON). A 5xx is the server's own state, judged by
-  `SGLangServerUnhealthy`, not a broken source;
+  `ServerUnhealthy`, not a broken source;
 * a `server_metrics` URL whose scrape fails (`MetricsSample.error`, any kind).
 
 For those two, while the process source sees the server's process, the time counts from
@@ -21,7 +21,7 @@ Labels: `source_kind` (file, journal, server_api, server_metrics) and `source` (
 the URL without credentials). Resolved at the source's first good read, or when the source is
 no longer configured (a reload, or a start with another config; the reason in its evidence).
 A down server explains its API failing: the default inhibit rules mute this alert for
-server_api and server_metrics while `SGLangServerDown` fires for the server
+server_api and server_metrics while `ServerDown` fires for the server
 (alerts/inhibit.py).
 """
 

@@ -216,7 +216,7 @@ def _waiting(server: dict) -> str:
 
 def _rank_table(ranks: list[dict], now: float, critical: list[dict] = ()) -> str:
     """The ranks' rows; `critical`: the server's firing critical alerts. A rank is `ok` only
-    when none of them is its own or server-wide (DecodeStalled, SGLangServerDown): its state
+    when none of them is its own or server-wide (DecodeStalled, ServerDown): its state
     names them instead."""
     rows = ["<table><tr><th>rank</th><th>from</th><th>state</th><th>accept length</th><th>accept rate</th>"
             "<th>throughput (token/s)</th><th>running</th><th>queued</th><th>token usage</th>"

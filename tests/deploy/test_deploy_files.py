@@ -343,7 +343,7 @@ def test_every_rule_is_unit_tested_and_documented():
         assert r["annotations"]["runbook_url"].endswith("RUNBOOK.md#" + name.lower())
         assert name.lower() in anchors, f"RUNBOOK.md has no section for {name}"
     # every alert but the instant ones (an XID, a restart, an ECC error, a traceback) waits with for:
-    instant = {"GpuXidError", "ServerRestarted", "GpuEccUncorrectable", "SGLangLogError"}
+    instant = {"GpuXidError", "ServerRestarted", "GpuEccUncorrectable", "ServerLogError"}
     assert {r["alert"] for r in alerts if "for" not in r} == instant
     assert {r["record"] for r in rules() if "record" in r} == recorded
 
@@ -371,7 +371,7 @@ def test_br37_wedged_server_fires_through_prometheus(tmp_path, stall_rule):
     text = RULES.read_text()
     if not stall_rule:
         start = text.index("      - alert: DecodeStalled")
-        text = text[:start] + text[text.index("      - alert: SGLangLogError"):]
+        text = text[:start] + text[text.index("      - alert: ServerLogError"):]
     (tmp_path / RULES.name).write_text(text)
     shutil.copy(BR37 / "keiretsu-2577.test.yml", tmp_path)
     r = run(promtool, "test", "rules", "keiretsu-2577.test.yml", cwd=tmp_path)

@@ -189,7 +189,7 @@ def value(run: Run, name: str, **labels) -> float | None:
 
 
 def assert_quiet_shutdown(run: Run) -> None:
-    """A clean SIGTERM of the engine pages nothing: no SGLangLogError from vLLM's shutdown race
+    """A clean SIGTERM of the engine pages nothing: no ServerLogError from vLLM's shutdown race
     (`AsyncLLM output_handler failed.` / `EngineDeadError`), no down alert in the seconds after."""
     assert run.engine_rc is not None and "SIGTERM" in run.log.read_text(errors="replace")
     assert run.after_stop == [], (run.after_stop, run.output[-3000:])

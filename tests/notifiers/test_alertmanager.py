@@ -155,7 +155,7 @@ def test_two_specwatch_instances_and_two_alertmanagers_end_to_end(alertmanager, 
         for am in (am_a, am_b):
             [got] = am.alerts()
             assert got["labels"] == {"alertname": "AcceptanceCollapse", "severity": "critical",
-                                     "server": "gpu-box-1", "rank": "DP0 TP0"}
+                                     "server": "gpu-box-1", "rank": "DP0 TP0", "engine": "sglang"}
             assert got["annotations"]["summary"] == "Speculative decoding collapsed on gpu-box-1 DP0 TP0: accept len 1.01"
             assert "midlayer" in got["annotations"]["fixes"]
         firing = wait_for(lambda: slack.received, timeout=10, what="the firing Slack message")

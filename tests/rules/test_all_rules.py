@@ -42,9 +42,9 @@ VLLM_ALERTING = ("bugreport-logs/BR-06.log", "bugreport-logs/BR-10.log", "bugrep
 def test_quiet_on_the_shared_samples(path):
     """Real lines (the Kimi sample needs a third low batch to fire with the default config).
     A sample whose header says what it must raise (`# expected:`) has its own test. The
-    tracebacks some of them quote are errors (SGLangLogError), the only alert."""
+    tracebacks some of them quote are errors (ServerLogError), the only alert."""
     alerts = run((SAMPLES / path).read_text().splitlines())
-    assert [a.name for a in alerts if a.name != "SGLangLogError"] == []
+    assert [a.name for a in alerts if a.name != "ServerLogError"] == []
     assert bool(alerts) == (path in ("bugreport-logs/BR-04.log", "sglang-public-lines.txt"))
 
 
@@ -177,4 +177,4 @@ def test_every_rule_declares_the_alert_names_it_raises():
         for n in cls.alert_names:
             assert f'"{n}"' in source, (cls.__name__, n)
             assert owners.setdefault(n, cls.name) == cls.name, f"{n} raised by {owners[n]} and {cls.name}"
-    assert {"AcceptanceCollapse", "SGLangServerDown", "GpuLost", "ThroughputDrop"} <= set(owners)
+    assert {"AcceptanceCollapse", "ServerDown", "GpuLost", "ThroughputDrop"} <= set(owners)

@@ -30,7 +30,8 @@ def test_configured_baseline_fires_after_for_and_resolves():
     assert ev["baseline accept len"] == "3.00" and ev["baseline from"] == "configured"
     assert 2.1 < float(ev["mean accept len"]) < 2.4  # below 2.40 = 3.0 × (1 − 0.20)
     assert ev["model_path"] == "/models/moonshotai/Kimi-K2.5"
-    assert fired.labels == {"alertname": "AcceptanceDegradation", "severity": "warning", "server": "box", "rank": ""}
+    assert fired.labels == {"alertname": "AcceptanceDegradation", "severity": "warning", "server": "box", "rank": "",
+                            "engine": "sglang"}
     # the drop starts at 300 s; the 2-minute mean crosses 2.40 when 3/4 of its lines are low
     # (about 90 s later); the alert fires 2 minutes after that
     assert 330 <= fired.starts_at - T0 <= 420

@@ -95,7 +95,7 @@ def test_settings_re_sent_by_other_sources_do_not_reset_but_a_process_restart_do
     drift = [a for a in p.dispatcher.history if a.name == "AcceptanceDrift"]
     assert [a.status for a in drift] == ["firing", "resolved"]
     assert dict(drift[1].evidence)["reset"] == "server restarted" and drift[1].ends_at == end + 3
-    assert ("SGLangServerRestarted", "firing", "") in names(p.dispatcher.history)  # issue 4's rule
+    assert ("ServerRestarted", "firing", "") in names(p.dispatcher.history)  # issue 4's rule
 
 
 def test_lines_read_a_second_at_a_time_decide_as_one_at_a_time(tmp_path):

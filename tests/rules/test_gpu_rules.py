@@ -107,7 +107,7 @@ def test_xid_fires_with_meaning_then_resolves_after_window(box):
     assert b.sent() == [("GpuXidError", "firing")]
     a = b.pl.dispatcher.history[0]
     assert a.labels == {"alertname": "GpuXidError", "severity": "critical", "server": "gpu-box-1", "rank": "",
-                        "gpu": "1", "uuid": UUID1, "xid": "79"}
+                        "gpu": "1", "uuid": UUID1, "xid": "79", "engine": "sglang"}
     ev = dict(a.evidence)
     assert ev["xid"] == "79 (GPU has fallen off the bus)"
     assert ev["count since specwatch started"] == "1"
@@ -228,7 +228,7 @@ def test_thermal_throttle_with_drop_fires_and_resolves(box):
     assert b.sent() == [("GpuThrottlingThroughputDrop", "firing")]
     a = b.pl.dispatcher.history[0]
     assert a.labels == {"alertname": "GpuThrottlingThroughputDrop", "severity": "warning",
-                        "server": "gpu-box-1", "rank": ""}
+                        "server": "gpu-box-1", "rank": "", "engine": "sglang"}
     ev = dict(a.evidence)
     assert ev["gen throughput (token/s)"].startswith("245.0")
     assert ev["unthrottled baseline (token/s)"].startswith("400.0 (median of 12 lines")

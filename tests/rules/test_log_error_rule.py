@@ -1,4 +1,4 @@
-"""SGLangLogError through the real pipeline: a recorded log read by the real Follower
+"""ServerLogError through the real pipeline: a recorded log read by the real Follower
 (`replay_files`, the batch path the daemon uses), the error stage, the rule, the metrics as
 Prometheus parses them, and the Slack payload."""
 
@@ -71,6 +71,7 @@ def test_each_kind_fires_once_with_its_severity_lines_and_fix(tmp_path):
     assert fired == [("shape_mismatch", "critical", "firing"), ("cuda_oom", "critical", "firing"),
                      ("nccl_timeout", "critical", "firing"), ("other", "warning", "firing")]
     shape, oom, nccl, other = [a for a in p.dispatcher.history if a.name == ALERT_NAME]
+    assert {a.labels["engine"] for a in (shape, oom, nccl, other)} == {"sglang"}
     ev = dict(shape.evidence)
     assert ev["exception"] == SHAPE and ev["kind"] == "shape_mismatch" and ev["log"] == str(tmp_path / "server.log")
     assert ev["last lines"].splitlines() == tb("2026-03-01 10:00:05", SHAPE, "Initialization failed. warmup error: ", rank="")
@@ -135,6 +136,8 @@ def test_a_vllm_traceback_is_stamped_with_its_year_and_advised_for_vllm(tmp_path
     br04 = (Path(__file__).resolve().parents[1] / "data" / "samples" / "bugreport-logs" / "BR-04.log")
     p = replay(tmp_path, br04.read_text().splitlines())
     a, refused = p.dispatcher.history
+    # named for what happened (once `SGLangLogError` on a vLLM server), the engine a label
+    assert [(x.name, x.labels["engine"]) for x in (a, refused)] == [("ServerLogError", "vllm")] * 2
     # the second report's `NotImplementedError: EAGLE does not support TP > 1 yet`: a refusal at start-up
     assert (refused.labels["kind"], refused.labels["severity"]) == ("unsupported", "critical")
     assert (a.labels["kind"], a.labels["severity"]) == ("other", "critical")  # no batch line yet: at start-up

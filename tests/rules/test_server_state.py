@@ -1,4 +1,4 @@
-"""SGLangServerDown / Restarted / Unhealthy through the real pipeline, fed by the real process
+"""ServerDown / ServerRestarted / ServerUnhealthy through the real pipeline, fed by the real process
 source (fake SGLang launchers in a venv) and the real HTTP API source (local SGLang-shaped server).
 Time is passed explicitly: the same `now` the daemon would use."""
 
@@ -72,10 +72,11 @@ def test_down_restart_with_changed_flags_and_resolve(sglang_install, sglang_proc
     tick(pl, t + 39)
     assert sent(pl) == []  # down for 29 s: not yet
     tick(pl, t + 40)
-    assert sent(pl) == [("SGLangServerDown", "firing")]
+    assert sent(pl) == [("ServerDown", "firing")]
     down = pl.dispatcher.history[-1]
     ev = dict(down.evidence)
-    assert down.labels == {"alertname": "SGLangServerDown", "severity": "critical", "server": "sglang-a", "rank": ""}
+    assert down.labels == {"alertname": "ServerDown", "severity": "critical", "server": "sglang-a", "rank": "",
+                           "engine": "sglang"}
     assert ev["last pid"] == str(p1.pid)
     assert ev["down for (s)"] == "30"
     assert "steps=5" in ev["last speculative flags"] and "algorithm=EAGLE3" in ev["last speculative flags"]
@@ -86,7 +87,7 @@ def test_down_restart_with_changed_flags_and_resolve(sglang_install, sglang_proc
 
     p2 = sglang_procs.start(argv(sglang_install, port, steps=3, draft="/models/new-draft"))
     src.poll(t + 120)
-    assert sent(pl)[1:] == [("SGLangServerDown", "resolved"), ("SGLangServerRestarted", "firing")]
+    assert sent(pl)[1:] == [("ServerDown", "resolved"), ("ServerRestarted", "firing")]
     restart = pl.dispatcher.history[-1]
     ev = dict(restart.evidence)
     assert ev["old pid"] == str(p1.pid) and ev["new pid"] == str(p2.pid)
@@ -102,9 +103,9 @@ def test_down_restart_with_changed_flags_and_resolve(sglang_install, sglang_proc
     assert pl.collapse._server_args["sglang-a"]["speculative_draft_model_path"] == "/models/new-draft"
 
     tick(pl, t + 120 + 599)
-    assert sent(pl)[-1] == ("SGLangServerRestarted", "firing")
+    assert sent(pl)[-1] == ("ServerRestarted", "firing")
     tick(pl, t + 120 + 600)
-    assert sent(pl)[-1] == ("SGLangServerRestarted", "resolved")
+    assert sent(pl)[-1] == ("ServerRestarted", "resolved")
 
     # healthy from here on: many scans, many ticks, nothing sent
     n = len(pl.dispatcher.history)
@@ -126,7 +127,7 @@ def test_unchanged_flags_and_crash_loop_is_one_alert(sglang_install, sglang_proc
         src.poll(t + 10 * i)
         tick(pl, t + 10 * i)
         stop(p)
-    assert sent(pl) == [("SGLangServerRestarted", "firing")]
+    assert sent(pl) == [("ServerRestarted", "firing")]
     a = pl.dispatcher.history[0]
     ev = dict(pl.rules[1].active.get("sglang-a|restart").evidence)
     assert ev["restarts in window"] == "2"
@@ -141,7 +142,7 @@ def test_declared_server_never_started_is_down(sglang_install):
     t = 1_800_000_000.0
     src.poll(t)
     tick(pl, t + 30)
-    assert sent(pl) == [("SGLangServerDown", "firing")]
+    assert sent(pl) == [("ServerDown", "firing")]
     assert "never since specwatch started" in dict(pl.dispatcher.history[0].evidence)["seen"]
 
 
@@ -168,7 +169,7 @@ def test_api_only_down_restart_via_startup_time():
         tick(pl, t + 39)
         assert sent(pl) == []
         tick(pl, t + 40)
-        assert sent(pl) == [("SGLangServerDown", "firing")]
+        assert sent(pl) == [("ServerDown", "firing")]
         ev = dict(pl.dispatcher.history[0].evidence)
         assert ev["last API error"] == "connection_error" and ev["API"] == srv.url
         assert "HTTP API has not answered for 30 s" in pl.dispatcher.history[0].annotations["description"]
@@ -176,7 +177,7 @@ def test_api_only_down_restart_via_startup_time():
         srv.startup_time += 3600
         srv.args["speculative_num_steps"] = 3
         api.poll(t + 60)
-        assert sent(pl)[1:] == [("SGLangServerDown", "resolved"), ("SGLangServerRestarted", "firing")]
+        assert sent(pl)[1:] == [("ServerDown", "resolved"), ("ServerRestarted", "firing")]
         ev = dict(pl.dispatcher.history[-1].evidence)
         assert ev["speculative_num_steps"] == "5 → 3"
         assert ev["seen by"].endswith("/server_info startup_time")
@@ -208,14 +209,14 @@ def test_unhealthy_after_healthy_fires_and_resolves_loading_does_not(sglang_inst
         assert sent(pl) == []  # failing since t+460: 110 s < unhealthy_for
         api.poll(t + 580)
         tick(pl, t + 580)
-        assert sent(pl) == [("SGLangServerUnhealthy", "firing")]
+        assert sent(pl) == [("ServerUnhealthy", "firing")]
         a = pl.dispatcher.history[0]
         assert dict(a.evidence)["failure"] == "/health answered 503"
         assert dict(a.evidence)["pid"] == str(p.pid)
         assert any(f"py-spy dump --pid {p.pid}" in f for f in a.fixes)
         srv.health_status = 200
         api.poll(t + 600)  # while failing, /health is asked at every poll
-        assert sent(pl)[-1] == ("SGLangServerUnhealthy", "resolved")
+        assert sent(pl)[-1] == ("ServerUnhealthy", "resolved")
     finally:
         srv.close()
 
@@ -223,7 +224,7 @@ def test_unhealthy_after_healthy_fires_and_resolves_loading_does_not(sglang_inst
 def test_state_survives_specwatch_restart(sglang_install, sglang_procs):
     port = free_port()
     pl, src, t, p1 = seen_then_down(sglang_procs, argv(sglang_install, port), port, "sglang-a")
-    assert sent(pl) == [("SGLangServerDown", "firing")]
+    assert sent(pl) == [("ServerDown", "firing")]
     with pl.lock:
         state = pl.to_state()
 
@@ -233,7 +234,7 @@ def test_state_survives_specwatch_restart(sglang_install, sglang_procs):
     pl2.load_state(state)
     src2 = ProcessSource(pl2.feed_event, server="gpu-box-1", servers={port: "sglang-a"})
     src2.poll(t + 100)
-    assert sent(pl2) == [("SGLangServerDown", "resolved"), ("SGLangServerRestarted", "firing")]
+    assert sent(pl2) == [("ServerDown", "resolved"), ("ServerRestarted", "firing")]
     ev = dict(pl2.dispatcher.history[-1].evidence)
     assert ev["noticed"] == "after specwatch itself restarted"
     assert ev["speculative_num_steps"] == "5 → 7"
@@ -270,7 +271,7 @@ def _fire_down(extra: dict, name: str) -> dict:
     t = 1_800_000_000.0
     src.poll(t)
     tick(pl, t + 31)
-    assert sent(pl) == [("SGLangServerDown", "firing")]
+    assert sent(pl) == [("ServerDown", "firing")]
     return pl.to_state()
 
 
@@ -280,7 +281,7 @@ def test_saved_down_alert_resolves_when_no_source_can_resolve_it():
     pl = make_pipeline({"process": {"enabled": False}})
     pl.load_state(_fire_down({}, "sglang-a"))
     tick(pl, t)
-    assert sent(pl) == [("SGLangServerDown", "resolved")]
+    assert sent(pl) == [("ServerDown", "resolved")]
     assert dict(pl.dispatcher.history[-1].evidence)["resolved because"] == \
         "process watching is off (process.enabled: false)"
     assert pl.dispatcher.active == {}
@@ -289,7 +290,7 @@ def test_saved_down_alert_resolves_when_no_source_can_resolve_it():
     pl = make_pipeline()
     pl.load_state(_fire_down({}, "gpu-box-1:30001"))
     tick(pl, t)
-    assert sent(pl) == [("SGLangServerDown", "resolved")]
+    assert sent(pl) == [("ServerDown", "resolved")]
     assert "not a configured server" in dict(pl.dispatcher.history[-1].evidence)["resolved because"]
 
     # still configured (the followed log's server, process watching on): kept until it is back
@@ -301,7 +302,8 @@ def test_saved_down_alert_resolves_when_no_source_can_resolve_it():
 
 def test_a_vllm_server_is_named_as_vllm(tmp_path, sglang_procs):
     """New-user trial: `process: {servers: {PORT: vllm-0}}` and a vLLM server that exits and comes
-    back: the alert names stay (routes match them), the texts say vLLM, not SGLang."""
+    back: `ServerDown` and `ServerRestarted` (once `SGLangServerDown on vllm-0`) with the label
+    engine="vllm", the texts say vLLM, not SGLang."""
     import json
 
     from fake_vllm import make_install
@@ -314,15 +316,35 @@ def test_a_vllm_server_is_named_as_vllm(tmp_path, sglang_procs):
             json.dumps({"method": "eagle3", "model": DRAFT, "num_speculative_tokens": 3}), "--port", str(port)]
     pl, src, t, _ = seen_then_down(sglang_procs, vllm, port, "vllm-0", {"logs": []}, children=0)
     down = pl.dispatcher.history[-1]
-    assert (down.name, down.status) == ("SGLangServerDown", "firing")
+    assert (down.name, down.status) == ("ServerDown", "firing")
+    assert down.labels == {"alertname": "ServerDown", "severity": "critical", "server": "vllm-0", "rank": "",
+                           "engine": "vllm"}
     assert down.annotations["summary"] == "vLLM server vllm-0 is down"
     assert down.annotations["description"] == "No vLLM server process for 35 s."
     assert down.fixes[0].startswith("Find why it exited: the end of the vLLM log")
     text = payload_text(build_payload(down))
-    assert "SGLang server" not in text and "No vLLM server process for 35 s." in text
+    assert "SGLang" not in text and "No vLLM server process for 35 s." in text
 
     sglang_procs.start(vllm, children=0)
     src.poll(t + 50)
     restart = pl.dispatcher.history[-1]
-    assert (restart.name, restart.annotations["summary"]) == ("SGLangServerRestarted", "vLLM server vllm-0 restarted")
+    assert (restart.name, restart.annotations["summary"]) == ("ServerRestarted", "vLLM server vllm-0 restarted")
+    assert restart.labels["engine"] == "vllm"
+    assert "SGLang" not in payload_text(build_payload(restart))
     assert "SGLang" not in restart.annotations["description"] + " ".join(restart.fixes)
+
+
+def test_a_down_alert_saved_before_the_rename_resolves_under_its_old_labels():
+    """State written before the rename: `SGLangServerDown`, no `engine` label. Restored, it keeps
+    its labels (its fingerprint) until it resolves, so the resolve reaches the dispatcher's alert."""
+    state = _fire_down({}, "sglang-a")
+    for d in list(state["rules"]["server_state"]["active"].values()) + state["dispatcher"]["alerts"]:
+        assert d["labels"].pop("engine") == "sglang"
+        d["labels"]["alertname"] = "SGLangServerDown"
+    pl = make_pipeline({"process": {"enabled": False}})
+    pl.load_state(state)
+    assert [a.name for a in pl.dispatcher.active.values()] == ["SGLangServerDown"]
+    tick(pl, 1_800_000_000.0 + 100)
+    assert sent(pl) == [("SGLangServerDown", "resolved")]
+    assert "engine" not in pl.dispatcher.history[-1].labels
+    assert pl.dispatcher.active == {}

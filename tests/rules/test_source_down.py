@@ -76,8 +76,8 @@ def test_a_down_server_mutes_its_api_source_alert_only():
     p.feed_event("sglang-0", ProcessSample(T0, None, expected=True), T0)  # declared, never seen: down
     p.tick(T0 + 61)
     fired = {(a.name, a.labels.get("source_kind", "")) for a in p.dispatcher.history if a.status == "firing"}
-    assert fired == {("SGLangServerDown", ""), ("SpecwatchSourceDown", "server_api"), ("SpecwatchSourceDown", "file")}
-    assert sorted(n for n, s, _ in rec.got if s == "firing") == ["SGLangServerDown", "SpecwatchSourceDown"]
+    assert fired == {("ServerDown", ""), ("SpecwatchSourceDown", "server_api"), ("SpecwatchSourceDown", "file")}
+    assert sorted(n for n, s, _ in rec.got if s == "firing") == ["ServerDown", "SpecwatchSourceDown"]
 
 
 def test_a_source_removed_from_the_config_resolves_its_alert():
