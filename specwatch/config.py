@@ -186,7 +186,7 @@ class FollowConfig(Section):
     # quiet spell is read at once, a busy file read again at its cadence (sources/cadence.py:
     # between poll_interval / 3 and 3 intervals, soon after a line that may start a collapse), and
     # every file is polled each poll_interval without a change. watchdog's observer instead wakes three
-    # threads for every line SGLang writes (8 ranks x 1 line/s: 0.6 % of a core; docs/idle-cost.md).
+    # threads for every line SGLang writes (what that costs: docs/idle-cost.md).
     poll_interval: Annotated[float, Meta(ge=0.05, le=YEAR, extra=DURATION)] = 0.75
     inotify: bool = True
     # a longer line is skipped; bounded: the follower holds one line in memory (the RSS budget)
@@ -310,8 +310,8 @@ class GpuConfig(Section):
 
 class ProcessConfig(Section):
     enabled: bool = True  # psutil scan of the SGLang processes
-    # a scan ~0.5 ms with cold caches (docs/idle-cost.md); a death alerts after server.down_for
-    # (30 s) anyway, and Prometheus scrapes the CPU and memory figures every 15 s or more
+    # a scan reads /proc with cold caches (its cost: docs/idle-cost.md); a death alerts after
+    # server.down_for anyway, and Prometheus scrapes the CPU and memory figures far less often
     interval: Seconds = 10.0
     match: str | None = None  # regex: command lines that are launchers too (wrappers)
     # --port -> server name; empty = all, auto-named

@@ -85,7 +85,7 @@ MISSING_WARN_EVERY = 600.0
 STATE_EVERY = 5.0  # seconds between commits of line progress (notifications commit at once)
 QUIET_EVERY = 60.0  # ... and of what ticks alone changed (an idle daemon builds no state document)
 # Line progress waits longer than STATE_EVERY when a commit would take more than this share of a
-# core: the state of 8 ranks' 10-minute windows is ~130 KB, ~2 ms a commit.
+# core (the state of many ranks' windows is large: docs/idle-cost.md).
 STATE_SHARE = 5e-5
 RETRY_EVERY = 1.0  # seconds between retries of a failed state write (disk full)
 DRAIN_AT_STOP = 5.0  # seconds a stop with an unwritable state_dir spends delivering what is queued
@@ -93,7 +93,7 @@ LOCK_WAIT = 5.0  # seconds the main loop waits for the pipeline lock before call
 STATUS_EVERY = 10.0  # seconds between STATUS= updates while nothing else changes
 TICK_EVERY = 1.0  # seconds between ticks of the time-based rules (on the followers' thread when it polls as often)
 # A busy log's rounds (sources/cadence.py) come at least every `follow.poll_interval` / READ_SPAN
-# and at most READ_SPAN intervals apart (a round runs the rules with cold caches: ~1 ms)
+# and at most READ_SPAN intervals apart (a round runs the rules with cold caches: docs/idle-cost.md)
 READ_SPAN = 3
 MAIN_EVERY = 5.0  # seconds between the main loop's health checks when the followers' thread ticks
 ALONE_EVERY = 15.0  # ... without systemd (no NOTIFY_SOCKET): only the log hears of health

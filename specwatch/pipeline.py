@@ -79,7 +79,7 @@ EVALUATE_LINES = 4096
 TREND_ALERTS = frozenset({"AcceptanceCollapse", "RankDisagreement"})
 TREND_KEY = "accept_length_recent"
 TREND_POINTS = 24
-# a saved last decode line: its fields, shallow (dataclasses.asdict deep-copies: 90 % of a state commit)
+# a saved last decode line: its fields, shallow (dataclasses.asdict deep-copies: most of a state commit)
 _DECODE_FIELDS = tuple(f.name for f in dataclasses.fields(DecodeBatch))
 
 
@@ -370,7 +370,7 @@ class Pipeline:
                 self._errors(server, stats, grouper, text, prefix, tz, now)
         return other
 
-    # --- error stage (issue #10 item 7): tracebacks grouped per file into LogError events ---
+    # --- error stage: tracebacks grouped per file into LogError events (rules/log_errors.py) ---
 
     def _grouper(self, path: str) -> ErrorGrouper:
         g = self._groupers.get(path)
@@ -664,7 +664,7 @@ class Pipeline:
             clock = now if now is not None else event.timestamp
             if clock is not None:
                 stats.last_line["malformed"] = clock
-        elif type(event) is UnrecognizedLine:  # issue 11 item 4: counted and alerted, never "other"
+        elif type(event) is UnrecognizedLine:  # counted and alerted (log_format), never "other"
             stats.lines["unrecognized"] += 1
             clock = now if now is not None else event.timestamp or max(self._last_tick, 0.0)
             self._apply_rules(server, UnrecognizedLine(event.text, self._path, event.timestamp), clock)
@@ -974,7 +974,7 @@ class Pipeline:
                 "starts": dict(self._starts), "counters": self._counters()}
 
     def _counters(self) -> dict:
-        """The line, error and batch counters, saved with the offsets they count up to (issue #10 item 18)."""
+        """The line, error and batch counters, saved with the offsets they count up to (a restart neither loses nor recounts them)."""
         finite = lambda v: v if math.isfinite(v) else None  # noqa: E731
         return {"lines": {server: dict(st.lines) for server, st in self.servers.items()},
                 "errors": {server: dict(st.errors) for server, st in self.servers.items()},

@@ -70,7 +70,7 @@ def _round(v: float) -> float | None:
 
 
 def summary(pipeline: Pipeline, alerts: list[Alert]) -> dict:
-    """The `replay --json` document (shape fixed by issue #2; extra keys are additions)."""
+    """The `replay --json` document (its shape is fixed: docs/commands.md; extra keys are additions)."""
     lines = dict.fromkeys(KINDS, 0)
     for st in pipeline.servers.values():
         for k in KINDS:

@@ -9,7 +9,7 @@ runs them all, or, when the draft is the target itself (MTP/NEXTN), `mtp_head.py
 
 from specwatch.probes.base import ERROR, INFO, SEVERITIES, WARNING, Finding, ProbeContext, ServerSettings
 
-# Fixed probe ids, in the order the report lists them (issue #3).
+# Fixed probe ids, in the order the report lists them (docs/diagnosis.md).
 PROBE_IDS = (
     "config_format",
     "unloaded_weights",

@@ -3,7 +3,7 @@
 A line that mentions `Decode batch` but does not start like a record of the file's grammar
 (`UnrecognizedLine`: SGLang run with its own logging config, `SGLANG_LOGGING_CONFIG_PATH`, or a
 wrapper's format) would otherwise count as "other", and a server whose every decode line is
-unreadable would look like a quiet one (issue 11, BR-30 from https://github.com/mit-han-lab/fastrl/pull/4).
+unreadable would look like a quiet one (BR-30 from https://github.com/mit-han-lab/fastrl/pull/4).
 `SGLangLogUnrecognized` (warning) fires at the first such line of a file, naming the file and one
 example line, and resolves once `quiet` passes without another.
 """

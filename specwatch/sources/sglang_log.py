@@ -101,8 +101,8 @@ SERVER_ARG_KEYS = (
 )
 _ARG_VALUE = re.compile(r"\b(\w+)=('(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"|[^,()\[\]{}]+)")
 
-# Lines come in time order, so a minute of seconds is plenty; 4096 (68 min at one line a second)
-# held ~0.6 MB of keys before each clear and read as growth in a one-hour soak (issue 10 item 23).
+# Lines come in time order, so a minute of seconds is plenty; a cache of an hour of seconds read
+# as memory growth in a one-hour soak (bench/soak.py).
 _TS_CACHE_MAX = 64
 _ts_cache: dict[tuple[str, tzinfo | None], float] = {}
 _rank_cache: dict[str, dict[str, int]] = {}
