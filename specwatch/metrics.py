@@ -25,7 +25,6 @@ from prometheus_client.samples import Sample
 from specwatch import __version__
 from specwatch.config import source_servers
 from specwatch.pipeline import KINDS, Pipeline
-from specwatch.rules.acceptance_ceiling import accept_length_ceiling
 from specwatch.rules.base import alert_names_of
 from specwatch.rules.summary import RANK_LABELS, rank_label_values
 
@@ -78,10 +77,6 @@ class PipelineCollector(Collector):
             "Speculative settings (value 1) from the server's startup server_args line, /server_info and its command line, merged.",
             labels=("server", "algorithm", "draft_model", "model", "num_steps", "eagle_topk", "num_draft_tokens"),
         )
-        ceiling = GaugeMetricFamily(
-            "specwatch_accept_length_ceiling",
-            "The most tokens one verify round can accept, from the server's speculative settings (rules/acceptance_ceiling.py).",
-            labels=("server",))
         skew = GaugeMetricFamily("specwatch_log_clock_offset_seconds", "How far the timestamps of the server's logs run ahead of the wall clock (negative: behind), seconds, measured at the first live read and again when the stamps leave it (specwatch/logclock.py); 0 within 5 minutes. Hours off: `logs[].timezone` is wrong or unset (specwatch/logclock.py).", labels=("server",))
         for server, off in p.clocks.by_server().items():
             skew.add_metric([server], off)
@@ -128,10 +123,8 @@ class PipelineCollector(Collector):
                             "speculative_algorithm", "speculative_draft_model_path", "model_path",
                             "speculative_num_steps", "speculative_eagle_topk", "speculative_num_draft_tokens")
                     ], 1.0)
-                    if (top := accept_length_ceiling(a)) is not None:
-                        ceiling.add_metric([server], top[0])
         yield from (accept_length, accept_rate, throughput, running, queued, usage, tokens, graph,
-                    last_ts, positions, decode_total, prefill_total, lines, overflow, errors, last_line, spec, ceiling, skew)
+                    last_ts, positions, decode_total, prefill_total, lines, overflow, errors, last_line, spec, skew)
         yield rule_errors
         with p.lock:
             own = [f for rule in p.rules for f in rule.metric_families()]

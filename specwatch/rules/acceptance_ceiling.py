@@ -132,6 +132,19 @@ class AcceptanceCeilingRule(Rule):
             self._ceiling[server] = accept_length_ceiling(event.args)
         return []
 
+    def metric_families(self) -> list:
+        """`specwatch_accept_length_ceiling` of each server whose settings give one."""
+        from prometheus_client.core import GaugeMetricFamily  # scrapes only: replay never loads it
+
+        fam = GaugeMetricFamily(
+            "specwatch_accept_length_ceiling",
+            "The most tokens one verify round can accept, from the server's speculative settings (rules/acceptance_ceiling.py).",
+            labels=("server",))
+        for server, top in self._ceiling.items():
+            if top is not None:
+                fam.add_metric([server], top[0])
+        return [fam]
+
     def on_restart(self, server: str, at: float, why: str) -> list[Alert]:
         """A restarted server (other settings, maybe another ceiling) starts from scratch."""
         for key in [k for k in self._ranks if k[0] == server]:
