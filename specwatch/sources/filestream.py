@@ -38,7 +38,9 @@ from specwatch.sources.rotated import (
 log = logging.getLogger(__name__)
 
 HEAD_BYTES = 256
-READ_BYTES = 1 << 20  # bytes per read(2) of a backlog (`run` and `replay` alike)
+# bytes per read(2) of a backlog (`run` and `replay` alike): larger reads hold more of a read's
+# records at once and leave the heap fragmented after the backlog (docs/performance.md)
+READ_BYTES = 1 << 18
 _SLACK = 64 * 1024  # bytes read past the size last seen (what the writer added since the stat)
 CHECKPOINT_VERSION = 1
 _EMPTY_SHA = hashlib.sha256(b"").hexdigest()
