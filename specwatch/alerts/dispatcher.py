@@ -147,6 +147,9 @@ class Dispatcher:
         # so the stored object's own status cannot tell what the dispatcher already saw.
         self._status: dict[str, str] = {}
         self.history: list[Alert] = []  # transitions as handled (keep_history only)
+        # (fingerprint, starts_at, now, note) of each update handed over (keep_history only): an
+        # update is no transition, so `history` does not hold it (`replay.episodes` reads both)
+        self.update_notes: list[tuple[str, float, float, str]] = []
         self._groups: dict[tuple[str, str], _Group] = {}
         self._nflog: dict[tuple[str, str, str], dict] = {}  # (route, group, receiver) → last sent
         self._updated: list[_Group] = []  # groups holding update notes to send (see `_update`)
@@ -183,6 +186,8 @@ class Dispatcher:
                 self.alerts[fp] = alert
                 if note:
                     log.info("alert update: %s: %s", describe(alert), _one_line(note))
+                    if self.keep_history:
+                        self.update_notes.append((fp, alert.starts_at, now, note))
                     self._update(alert, note, now)
                     if flush:
                         self._flush_due(now)
