@@ -568,7 +568,8 @@ class Pipeline:
                         continue
                     if alerts:
                         self._emitted.extend((math.inf, clock, a, None) for a in alerts)
-            self._hand_over()
+            with self.dispatcher.together():  # one batch: ranks that collapse in one read share a message
+                self._hand_over()
         self._handed = None
         for rs in dirty:
             if rs.pending:

@@ -325,11 +325,20 @@ def _alert_line(alert: Alert) -> str:
     return line + (f"\n{mrkdwn(summary, one_line=True)}" if summary else "") + (f"\n{trend}" if trend else "")
 
 
+def _reading_order(alert: Alert) -> tuple:
+    """Alerts of a message by name, server, then rank as a person counts (DP2 before DP10)."""
+    where = [int(t) if t.isdigit() else t for t in _DIGITS.split(alert.labels.get("rank", ""))]
+    return alert.name, alert.labels.get("server", ""), where, alert.fingerprint
+
+
+_DIGITS = re.compile(r"(\d+)")
+
+
 def build_notification_payload(notification: Notification, *, channel: str | None = None) -> dict:
     """Slack JSON for a group notification.
 
     One alert: exactly `build_payload(alert)`. Several: a header counting firing and resolved
-    alerts, then per alert (firing first) a divider, a line with its name, where and summary,
+    alerts, then per alert (firing first; by name, server, then rank: DP2 before DP10) a divider, a line with its name, where and summary,
     up to 10 evidence fields (a resolved alert: why it resolved) and, while firing, its numbered fixes
     (fixes the same as an earlier alert's: "as for <server rank> above"). Alerts that would pass
     Slack's 50-block cap are counted in a last "N more alerts not shown" line. `text`, the
@@ -342,8 +351,8 @@ def build_notification_payload(notification: Notification, *, channel: str | Non
     alerts = notification.alerts
     if len(alerts) == 1:
         return build_payload(alerts[0], channel=channel)
-    firing = [a for a in alerts if a.status == FIRING]
-    resolved = [a for a in alerts if a.status != FIRING]
+    firing = sorted((a for a in alerts if a.status == FIRING), key=_reading_order)
+    resolved = sorted((a for a in alerts if a.status != FIRING), key=_reading_order)
     server = notification.common_labels().get("server", "")
     names = lambda group: ", ".join(sorted({a.name or "alert" for a in group}))  # noqa: E731
     if firing:
