@@ -133,7 +133,7 @@ def test_multi_rank_log_with_injection_and_malformed_lines(tmp_path):
     # collapse of DP0 alone is its rank disagreement: that one diagnosis is sent, the collapse muted
     texts = [p["text"] for p in doc["slack_payloads"] if "SGLangLogError" not in p["text"]]
     assert texts == [
-        "[FIRING] RankDisagreement on box DP0 TP0: accept len, this rank 1.00 1.02 1.01",
+        "[FIRING] RankDisagreement on box DP0 TP0: accept len, this rank 1.00 1.02 1.01 (was 2.90)",  # its trend's high
         "[RESOLVED] RankDisagreement on box DP0 TP0: resolved after 6s",
     ]
 
