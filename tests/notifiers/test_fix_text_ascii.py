@@ -109,3 +109,37 @@ def test_slack_messages_of_the_bug_report_logs_hold_no_lookalike_and_their_banne
     assert ("BR-47", "[UPDATE] SGLangLogError on BR-47: crash loop: 3 failed starts with the same settings") in banners
     assert ("BR-45", "[FIRING] SGLangLogError on BR-45: hung scheduler (watchdog timeout) in the log of BR-45 "
                      "(DP0 TP0 EP0) (EAGLE + DP attention)") in banners
+
+
+def _docstrings(tree: ast.AST) -> set[int]:
+    return {id(n.body[0].value) for n in ast.walk(tree)
+            if isinstance(n, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and n.body
+            and isinstance(n.body[0], ast.Expr) and isinstance(n.body[0].value, ast.Constant)}
+
+
+def test_every_code_span_specwatch_writes_is_ascii():
+    """A code span holds what a reader pastes (a command, a grep pattern, a PromQL name, a config
+    key, a log message to search for): in every string of specwatch/ but docstrings, and in every
+    constant handed to `code()`, it is plain ASCII, with no smart quote, look-alike, Unicode dash,
+    no-break space or "…" that would break the paste into a shell, grep or PromQL."""
+    from specwatch.alerts.model import split_code
+
+    seen, bad = [], []
+    for path in sorted((ROOT / "specwatch").rglob("*.py")):
+        tree = ast.parse(path.read_text())
+        docs = _docstrings(tree)  # and the pieces of f-strings: read whole, below
+        docs |= {id(v) for j in ast.walk(tree) if isinstance(j, ast.JoinedStr) for v in j.values}
+        for n in ast.walk(tree):
+            if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == "code":
+                parts = [c.value for c in ast.walk(n) if isinstance(c, ast.Constant) and isinstance(c.value, str)]
+            elif isinstance(n, ast.Constant) and isinstance(n.value, str) and id(n) not in docs:
+                parts = [p for is_code, p in split_code(n.value) if is_code]
+            elif isinstance(n, ast.JoinedStr):
+                text = "".join(v.value if isinstance(v, ast.Constant) else "X" for v in n.values)
+                parts = [p for is_code, p in split_code(text) if is_code]
+            else:
+                continue
+            seen += parts
+            bad += [f"{path.relative_to(ROOT)}:{n.lineno}: {p!r}" for p in parts if not p.isascii()]
+    assert len(seen) > 300 and "specwatch_gpu_*" in seen and "VLLM_USE_V2_MODEL_RUNNER=0" in seen
+    assert bad == [], "\n".join(bad)
