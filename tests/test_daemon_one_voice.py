@@ -11,6 +11,8 @@ from datetime import datetime, timedelta, timezone
 
 import os
 
+import pytest
+
 from procs import wait_for
 from sglang_lines import decode_line, server_args_line
 from specwatch_daemon import SpecwatchDaemon
@@ -45,6 +47,8 @@ def _run(tmp_path, slack, collapsed: set[int], later: set[int] = frozenset(), al
     log.write_text("")
     # group_wait 1s (the default is 0s: the first rank at once, the others in the one follow-up)
     alerts = {"group_wait": "1s", **(alerts or {"slack": {"webhook_url": slack.url}})}
+    if alerts["group_wait"] is None:  # the default (0s)
+        del alerts["group_wait"]
     d = SpecwatchDaemon(tmp_path, log, alerts=alerts, rules=rules,
                         extra={"process": {"enabled": False}})
     d.start()
@@ -82,8 +86,11 @@ def test_eight_ranks_collapsing_together_send_one_message(tmp_path, slack):
     assert out.count("alert firing: AcceptanceCollapse") == RANKS  # every alert still logged
 
 
-def test_one_collapsed_rank_of_eight_sends_one_message_with_one_diagnosis(tmp_path, slack):
-    got, out = _run(tmp_path, slack, {3})
+@pytest.mark.parametrize("group_wait", ["1s", None])
+def test_one_collapsed_rank_of_eight_sends_one_message_with_one_diagnosis(tmp_path, slack, group_wait):
+    """At group_wait 1s and at the default 0s: the collapse and the rank disagreement of one line
+    are handed over together, so the default inhibition holds before either is sent."""
+    got, out = _run(tmp_path, slack, {3}, alerts={"group_wait": group_wait, "slack": {"webhook_url": slack.url}})
     assert len(got) == 1, [b["text"] for b in got]
     [msg] = got
     assert msg["text"].startswith("[FIRING] RankDisagreement on gpu-box-1 DP3 TP3"), msg["text"]
