@@ -584,7 +584,9 @@ class Pipeline:
                         continue
                     if alerts:
                         self._emitted.extend((math.inf, clock, a, None) for a in alerts)
-            self._hand_over()
+            if self._emitted:  # one batch: ranks that collapse in one read share a message
+                with self.dispatcher.together():
+                    self._hand_over()
         self._handed = None
         for rs in dirty:
             if rs.pending:

@@ -105,7 +105,7 @@ def summary(pipeline: Pipeline, alerts: list[Alert]) -> dict:
     return {
         "lines": {"total": sum(lines.values()), **lines},
         "ranks": ranks,
-        "episodes": episodes(alerts),
+        "episodes": episodes(alerts, pipeline.dispatcher.alerts, pipeline.dispatcher.update_notes),
         "alerts": [_entry(a) for a in alerts],
         "servers": servers,
     }
@@ -134,24 +134,55 @@ def _entry(a: Alert) -> dict:
     }
 
 
-def episodes(alerts: list[Alert]) -> list[dict]:
-    """One entry per alert episode (same labels, same start), in the order they began: what it
-    said when it fired (summary, evidence, fixes: the latest firing or update), its final status
-    (`firing` only when still firing at the end of the log), `ends_at`, why it resolved
-    (`resolved_evidence`), and how many transitions were sent (`notifications`)."""
+def episodes(alerts: list[Alert], current: dict[str, Alert] | None = None,
+             notes: Iterable[tuple[str, float, float, str]] = ()) -> list[dict]:
+    """One entry per alert episode (same labels, same start), in the order they began: its last
+    state (summary, annotations, evidence, fixes), its final status (`firing` only when still
+    firing at the end of the log), `ends_at`, why it resolved (`resolved_evidence`), how many
+    transitions were sent (`notifications`) and the updates it was notified with (`updates`:
+    [{"at": ISO 8601, "note": text}], oldest first).
+
+    `alerts`: the transitions as handled (`Dispatcher.history`: a copy at each firing and
+    resolve). `current`: the dispatcher's alerts by fingerprint at the end (`Dispatcher.alerts`):
+    an episode still firing reads as that alert is now. A rule refreshes its firing alert in
+    place (a crash loop's count of failed starts, the ranks a hang reached, a collapse's newest
+    low line) and hands over only some of those refreshes, as updates, which are no
+    transitions; the resolve's copy holds an episode's last firing state, less the pairs added
+    on resolving (`Alert.why_resolved`). `notes`: (fingerprint, starts_at, clock, note) of each
+    update (`Dispatcher.update_notes`)."""
     out: dict[tuple[str, float], dict] = {}
     for a in alerts:
         key = (a.fingerprint, a.starts_at)
         ep = out.get(key)
         if ep is None:
-            ep = out[key] = {**_entry(a), "resolved_evidence": {}, "notifications": 0}
+            ep = out[key] = {**_entry(a), "resolved_evidence": {}, "notifications": 0, "updates": []}
         ep["notifications"] += 1
         if a.status == RESOLVED:
+            why = set(a.why_resolved)
+            ep.update(_last_state(a, [p for i, p in enumerate(a.evidence) if i not in why] if why else None))
             ep["status"], ep["ends_at"] = RESOLVED, iso8601(a.ends_at)
             ep["resolved_evidence"] = dict(a.evidence)
         else:
-            ep.update(summary=a.annotations.get("summary", ""), evidence=dict(a.evidence), fixes=list(a.fixes))
+            ep.update(_last_state(a))
+    for fp, a in (current or {}).items():
+        ep = out.get((fp, a.starts_at))
+        if ep is not None and a.status != RESOLVED and ep["status"] != RESOLVED:
+            ep.update(_last_state(a))
+    for fp, starts_at, at, note in notes:
+        ep = out.get((fp, starts_at))
+        if ep is not None:
+            ep["updates"].append({"at": iso8601(at), "note": note})
     return list(out.values())
+
+
+def _last_state(a: Alert, evidence: list[tuple[str, str]] | None = None) -> dict:
+    """What an episode says as of `a` (`evidence`: its pairs, when not all of `a.evidence`)."""
+    d = {"summary": a.annotations.get("summary", ""), "fixes": list(a.fixes),
+         "annotations": dict(sorted(a.annotations.items())), "severity": a.labels.get("severity", ""),
+         "labels": dict(sorted(a.labels.items()))}
+    if evidence is not None or a.status != RESOLVED:
+        d["evidence"] = dict(a.evidence if evidence is None else evidence)
+    return d
 
 
 def format_text(doc: dict) -> str:
@@ -181,6 +212,7 @@ def format_text(doc: dict) -> str:
         else:
             out.append(f"ALERT {a['name']} on {where}: FIRING since {a['starts_at']} (at the end of the log)")
         out.append(f"  {a['summary']}")
+        out += [f"  update {u['at']}: {_one_line(u['note'])}" for u in a.get("updates", ())]
         if a["fixes"] and shown.issuperset(a["fixes"]):
             out.append("  what to check: as above")
         elif a["fixes"]:
@@ -189,6 +221,10 @@ def format_text(doc: dict) -> str:
                 out.append(f"   {i}. (as above: {_head(fix)})" if fix in shown else f"   {i}. {fix}")
             shown.update(a["fixes"])
     return "\n".join(out)
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
 
 
 def _head(fix: str, most: int = 60) -> str:

@@ -2,7 +2,8 @@
 
 `StateStore` is one SQLite database, `<state_dir>/state.db` (the standard library's sqlite3, WAL
 journal): a `state` row (each followed file's offset and the pipeline's rule state, alerts and
-counters, one JSON document) and an `outbox` table (the notifications waiting for each notifier).
+counters, one JSON document), an `outbox` table (the notifications waiting for each notifier)
+and a `sequence` table (each notifier's next sequence number, so the numbers go on after a restart).
 Both change in one transaction, so after a crash (kill -9 included) the next start resumes from
 a state in which every line before the saved offsets was counted once, every alert transition
 those lines caused is either in the rule state and queued for delivery or not at all, and lines
@@ -195,6 +196,11 @@ STATE_DB = "state.db"
 WARN_EVERY = 60.0  # seconds between warnings about failing state writes
 
 
+# A notifier's next sequence number, never lowered (SQLite's upsert, 3.24+).
+_RAISE_SEQ = ("INSERT INTO sequence (notifier, next_seq) VALUES (?, ?) "
+              "ON CONFLICT (notifier) DO UPDATE SET next_seq = max(next_seq, excluded.next_seq)")
+
+
 class StateStore:
     """`<state_dir>/state.db`: the state document and the notifiers' outbox, changed together.
 
@@ -225,6 +231,9 @@ class StateStore:
         self._db.execute("CREATE TABLE IF NOT EXISTS state (id INTEGER PRIMARY KEY CHECK (id = 1), doc TEXT NOT NULL)")
         self._db.execute("CREATE TABLE IF NOT EXISTS outbox (notifier TEXT NOT NULL, seq INTEGER NOT NULL, "
                          "key TEXT, data TEXT NOT NULL, PRIMARY KEY (notifier, seq))")
+        # each notifier's next sequence number: its delivered rows are deleted, so the outbox
+        # alone would hand a restarted daemon's first notification the number 1 again
+        self._db.execute("CREATE TABLE IF NOT EXISTS sequence (notifier TEXT PRIMARY KEY, next_seq INTEGER NOT NULL)")
 
     def load(self) -> dict | None:
         """The last committed state document, None when none was committed yet."""
@@ -238,6 +247,14 @@ class StateStore:
             rows = self._db.execute("SELECT seq, key, data FROM outbox WHERE notifier = ? ORDER BY seq",
                                     (notifier,)).fetchall()
         return [(seq, key, json.loads(data)) for seq, key, data in rows]
+
+    def next_seq(self, notifier: str) -> int:
+        """The number after the highest `notifier` ever committed (1 when none): a notifier's
+        sequence numbers keep counting across restarts, as its log lines and
+        `specwatch notifications list` show them."""
+        with self.lock:
+            row = self._db.execute("SELECT next_seq FROM sequence WHERE notifier = ?", (notifier,)).fetchone()
+        return int(row[0]) if row else 1
 
     def commit(self, doc: str | None, put: list[tuple[str, int, str | None, str]],
                delete: list[tuple[str, int]], *, final: bool = False) -> bool:
@@ -277,6 +294,10 @@ class StateStore:
             try:
                 moved = db.execute("UPDATE OR IGNORE outbox SET notifier = ? WHERE notifier = ?", (new, old)).rowcount
                 db.execute("DELETE FROM outbox WHERE notifier = ?", (old,))
+                row = db.execute("SELECT next_seq FROM sequence WHERE notifier = ?", (old,)).fetchone()
+                if row is not None:
+                    db.execute(_RAISE_SEQ, (new, row[0]))
+                    db.execute("DELETE FROM sequence WHERE notifier = ?", (old,))
                 db.execute("COMMIT")
             except BaseException:
                 if db.in_transaction:
@@ -307,6 +328,10 @@ class StateStore:
                 db.execute("INSERT OR REPLACE INTO state (id, doc) VALUES (1, ?)", (doc,))
             if put:
                 db.executemany("INSERT OR REPLACE INTO outbox (notifier, seq, key, data) VALUES (?, ?, ?, ?)", put)
+                top: dict[str, int] = {}
+                for notifier, seq, _, _ in put:
+                    top[notifier] = max(top.get(notifier, 0), seq + 1)
+                db.executemany(_RAISE_SEQ, top.items())
             if delete:
                 db.executemany("DELETE FROM outbox WHERE notifier = ? AND seq = ?", delete)
             db.execute("COMMIT")

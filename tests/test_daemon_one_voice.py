@@ -1,5 +1,5 @@
 """One incident, one message: `specwatch run` as a real subprocess, posting to a real local Slack
-endpoint, with the default alert settings (group_wait set to 1s, group_interval 1m, default inhibit
+endpoint, with the default alert settings (group_wait set to 1s unless said, group_interval 1m, default inhibit
 rules). An 8-rank SGLang server whose ranks collapse together sends one message, not one per
 rank; one collapsed rank of 8 sends one message (the rank disagreement), not a collapse message
 with checkpoint checks beside a disagreement saying the checkpoint is not the problem."""
@@ -8,6 +8,10 @@ from __future__ import annotations
 
 import time
 from datetime import datetime, timedelta, timezone
+
+import os
+
+import pytest
 
 from procs import wait_for
 from sglang_lines import decode_line, server_args_line
@@ -43,6 +47,8 @@ def _run(tmp_path, slack, collapsed: set[int], later: set[int] = frozenset(), al
     log.write_text("")
     # group_wait 1s (the default is 0s: the first rank at once, the others in the one follow-up)
     alerts = {"group_wait": "1s", **(alerts or {"slack": {"webhook_url": slack.url}})}
+    if alerts["group_wait"] is None:  # the default (0s)
+        del alerts["group_wait"]
     d = SpecwatchDaemon(tmp_path, log, alerts=alerts, rules=rules,
                         extra={"process": {"enabled": False}})
     d.start()
@@ -80,8 +86,11 @@ def test_eight_ranks_collapsing_together_send_one_message(tmp_path, slack):
     assert out.count("alert firing: AcceptanceCollapse") == RANKS  # every alert still logged
 
 
-def test_one_collapsed_rank_of_eight_sends_one_message_with_one_diagnosis(tmp_path, slack):
-    got, out = _run(tmp_path, slack, {3})
+@pytest.mark.parametrize("group_wait", ["1s", None])
+def test_one_collapsed_rank_of_eight_sends_one_message_with_one_diagnosis(tmp_path, slack, group_wait):
+    """At group_wait 1s and at the default 0s: the collapse and the rank disagreement of one line
+    are handed over together, so the default inhibition holds before either is sent."""
+    got, out = _run(tmp_path, slack, {3}, alerts={"group_wait": group_wait, "slack": {"webhook_url": slack.url}})
     assert len(got) == 1, [b["text"] for b in got]
     [msg] = got
     assert msg["text"].startswith("[FIRING] RankDisagreement on gpu-box-1 DP3 TP3"), msg["text"]
@@ -116,3 +125,39 @@ def test_with_a_bot_token_joining_ranks_edit_the_incident_message(tmp_path, slac
     assert (edit["channel"], edit["ts"]) == ("C0SPEC", "1.000100")  # what chat.postMessage answered
     assert edit["text"].startswith("[FIRING:8] AcceptanceCollapse")
     assert slack.auth == [f"Bearer {token}"] * 2 and token not in out
+
+
+def test_at_the_default_group_wait_eight_ranks_collapsing_in_one_second_send_one_message(tmp_path, slack):
+    """group_wait left at its default (0s: a single collapse goes out within the read that
+    brought it): 8 ranks whose third low line is in the same second, read together, send one
+    message naming all 8, not DP0 alone with `[FIRING:8]` a group_interval later. Each second of
+    the log is written with one write, as a server's logger flushes it."""
+    log = tmp_path / "sglang.log"
+    log.write_text("")
+    d = SpecwatchDaemon(tmp_path, log, alerts={"slack": {"webhook_url": slack.url}},
+                        extra={"process": {"enabled": False}})
+    d.start()
+    try:
+        stamps = _stamps(12)
+        with open(log, "a") as f:
+            f.write(server_args_line(ts=stamps[0], **DRAFT)[0] + "\n" + _lines(stamps[:6], set()))
+        time.sleep(1.0)
+        fd = os.open(log, os.O_WRONLY | os.O_APPEND)
+        try:
+            for ts in stamps[6:]:
+                os.write(fd, _lines([ts], set(range(RANKS))).encode())
+                time.sleep(0.3)
+        finally:
+            os.close(fd)
+        wait_for(lambda: slack.received, timeout=20, what="the first Slack message")
+        time.sleep(4.0)  # a second message (the rest of the ranks, one per rank) arrives by now
+        got = list(slack.received)
+    finally:
+        rc, out = d.stop()
+    assert rc == 0, out
+    assert len(got) == 1, [b["text"] for b in got]
+    [msg] = got
+    assert msg["text"].startswith("[FIRING:8] AcceptanceCollapse on gpu-box-1: DP0 TP0 accept len 1.02; DP1 TP1"), msg["text"]
+    for r in range(RANKS):
+        assert f"DP{r} TP{r} accept len 1.02" in msg["text"]
+    assert out.count("alert firing: AcceptanceCollapse") == RANKS

@@ -133,3 +133,33 @@ def test_silence_cli_usage_errors(tmp_path):
     r = silence("list", "--state-dir", str(tmp_path))
     assert r.returncode == 0 and r.stdout.split() == ["ID", "Matchers", "Starts", "Ends", "State", "Created", "by",
                                                       "Comment"]
+
+
+def test_sequence_numbers_go_on_after_a_restart(tmp_path, slack):
+    """Each notification's number (its `seq=` in the log, its Seq in `specwatch notifications
+    list`) is never handed out twice: the second run's collapse is seq=3 after the first run's
+    firing (1) and resolve (2), though nothing was left queued to number from."""
+    log = tmp_path / "sglang.log"
+    log.write_text("")
+    alerts = {"group_wait": "0s", "group_interval": "0s", "slack": {"webhook_url": slack.url}}
+    d = SpecwatchDaemon(tmp_path, log, alerts=alerts).start()
+    try:
+        write(log, [decode(f"16:32:4{i}", "TP0", 1.02) for i in range(3)])
+        wait_for(lambda: len(delivered(slack)) == 1, what="the firing")
+        write(log, [decode(f"16:32:5{i}", "TP0", 2.9) for i in range(3)])
+        wait_for(lambda: len(delivered(slack)) == 2, what="the resolve")
+        wait_for(lambda: "seq=2" in d.output, what="the resolve's delivery logged")
+    finally:
+        rc, out = d.stop()
+    assert rc == 0, out
+    assert d.saved()[1] == {}  # nothing queued: the numbers are not in the outbox
+    d.start()
+    try:
+        write(log, [decode(f"16:33:0{i}", "TP0", 1.02) for i in range(3)])  # a new episode
+        wait_for(lambda: len(delivered(slack)) == 3, what="the second run's firing")
+        wait_for(lambda: "Slack delivered AcceptanceCollapse firing on gpu-box-1 TP0 seq=3" in d.output,
+                 what="its delivery logged with the next number")
+    finally:
+        rc, out = d.stop()
+    assert rc == 0, out
+    assert [ln.rsplit("seq=", 1)[1] for ln in out.splitlines() if " Slack delivered " in ln] == ["1", "2", "3"]

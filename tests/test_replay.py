@@ -124,13 +124,16 @@ def test_multi_rank_log_with_injection_and_malformed_lines(tmp_path):
     assert eps == [("AcceptanceCollapse", "resolved", "2026-03-01T10:00:11Z", "2026-03-01T10:00:17Z", 2),
                    ("RankDisagreement", "resolved", "2026-03-01T10:00:11Z", "2026-03-01T10:00:17Z", 2)]
     collapse = doc["episodes"][[e["name"] for e in doc["episodes"]].index("AcceptanceCollapse")]
-    assert collapse["evidence"] == firing["evidence"] and collapse["fixes"] == firing["fixes"]
+    # its last firing state: the 4 low batches (the alert fired at the third), less why it resolved
+    assert collapse["fixes"] == firing["fixes"] and firing["evidence"]["decode batches at or below threshold"] == "3"
+    assert collapse["evidence"] == {**firing["evidence"], "decode batches at or below threshold": "4",
+                                    "accept len": "1.00", "gen throughput (token/s)": "104.00"}
     assert collapse["resolved_evidence"]["recovered accept len"] == "2.80"  # the third healthy batch
     # replay sends each change at once; one group per alert name and server (the default); the
     # collapse of DP0 alone is its rank disagreement: that one diagnosis is sent, the collapse muted
     texts = [p["text"] for p in doc["slack_payloads"] if "ServerLogError" not in p["text"]]
     assert texts == [
-        "[FIRING] RankDisagreement on box DP0 TP0: accept len, this rank 1.00 1.02 1.01",
+        "[FIRING] RankDisagreement on box DP0 TP0: accept len, this rank 1.00 1.02 1.01 (was 2.90)",  # its trend's high
         "[RESOLVED] RankDisagreement on box DP0 TP0: resolved after 6s",
     ]
 
@@ -348,3 +351,43 @@ def test_without_a_config_the_server_is_named_after_the_file(tmp_path):
     assert "ALERT AcceptanceCollapse on sglang-7 DP1 TP1" in replay(str(log)).stdout
     doc = json.loads(replay(str(log), "--server", "box", "--json").stdout)
     assert {a["server"] for a in doc["alerts"]} == {"box"}
+
+
+BUGREPORTS = ROOT / "tests" / "data" / "samples" / "bugreport-logs"
+
+
+def test_an_episode_reads_as_its_last_update_not_as_it_first_fired(tmp_path):
+    """BR-47 (a CUDA graph capture failure at every start, 3 starts): the report's episode says the
+    crash loop and counts 3 failed starts, with each update notified, not the first start's 1; BR-45
+    (a hang on 8 DP ranks, then the scheduler crash): its episode names all 8 ranks and the crash."""
+    doc = json.loads(replay(str(BUGREPORTS / "BR-47.log"), "--json").stdout)
+    [ep] = doc["episodes"]
+    assert ep["status"] == "firing" and ep["notifications"] == 1
+    assert ep["summary"].endswith("; crash loop: 3 failed starts with the same settings"), ep["summary"]
+    assert ep["annotations"]["summary"] == ep["summary"]
+    assert (ep["evidence"]["failed starts with these settings"], ep["evidence"]["errors of this kind"]) == ("3", "3")
+    assert ep["updates"] == [{"at": "2026-07-22T15:09:58Z", "note": "crash loop: 2 failed starts with the same settings"},
+                             {"at": "2026-07-22T15:15:13Z", "note": "crash loop: 3 failed starts with the same settings"}]
+    text = replay(str(BUGREPORTS / "BR-47.log")).stdout
+    assert "  update 2026-07-22T15:15:13Z: crash loop: 3 failed starts with the same settings\n" in text
+
+    [ep] = json.loads(replay(str(BUGREPORTS / "BR-45.log"), "--json").stdout)["episodes"]
+    ranks = ep["evidence"]["ranks"].split(", ")
+    assert ranks == [f"DP{r} TP{r} EP{r}" for r in range(8)] + ["scheduler_0 crashed (exit code -3)"]
+    assert ep["evidence"]["errors of this kind"] == "8"
+    assert [u["note"].split(":")[0] for u in ep["updates"]] == ["the server exits"]
+
+
+def test_a_resolved_episode_keeps_its_last_firing_state(tmp_path):
+    """BR-47 followed by an hour of healthy serving: the crash loop resolves; its episode still
+    counts the 3 failed starts (the resolve's copy, less why it resolved) and says why it resolved."""
+    log = tmp_path / "BR-47.log"
+    healthy = [decode_line("0.5.23", ts=f"2026-07-22 16:{m:02d}:00", rank={"TP": 0}, accept_len=2.7)[0] for m in range(30)]
+    log.write_text((BUGREPORTS / "BR-47.log").read_text() + "\n".join(healthy) + "\n")
+    doc = json.loads(replay(str(log), "--json").stdout)
+    [ep] = [e for e in doc["episodes"] if e["name"] == "SGLangLogError"]
+    assert ep["status"] == "resolved" and ep["notifications"] == 2
+    assert ep["evidence"]["failed starts with these settings"] == "3"
+    assert "no error of this kind for" not in ep["evidence"]
+    assert "no error of this kind for" in ep["resolved_evidence"]
+    assert ep["summary"].endswith("; crash loop: 3 failed starts with the same settings")

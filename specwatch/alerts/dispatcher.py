@@ -31,10 +31,12 @@ and run share this code path. Not thread-safe: the pipeline calls it under its l
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import logging
+import math
 from dataclasses import dataclass, field
-from typing import Iterable, Protocol
+from typing import Iterable, Iterator, Protocol
 
 from specwatch.alerts.inhibit import InhibitRule, inhibited
 from specwatch.alerts.matchers import Matcher, matches_all
@@ -147,9 +149,14 @@ class Dispatcher:
         # so the stored object's own status cannot tell what the dispatcher already saw.
         self._status: dict[str, str] = {}
         self.history: list[Alert] = []  # transitions as handled (keep_history only)
+        # (fingerprint, starts_at, now, note) of each update handed over (keep_history only): an
+        # update is no transition, so `history` does not hold it (`replay.episodes` reads both)
+        self.update_notes: list[tuple[str, float, float, str]] = []
         self._groups: dict[tuple[str, str], _Group] = {}
         self._nflog: dict[tuple[str, str, str], dict] = {}  # (route, group, receiver) → last sent
         self._updated: list[_Group] = []  # groups holding update notes to send (see `_update`)
+        self._batch: set[str] | None = None  # inside `together`: fingerprints fired in it, not flushed yet
+        self._batch_clock = -math.inf  # the latest clock handed over inside `together`
 
     @property
     def active(self) -> dict[str, Alert]:
@@ -174,6 +181,14 @@ class Dispatcher:
         alert.labels.update(self.labels)
         fp = alert.fingerprint
         was_firing = self._status.get(fp) == FIRING
+        if self._batch is not None:
+            self._batch_clock = max(self._batch_clock, now)
+            flush = False
+            if alert.status == FIRING and not was_firing:
+                self._batch.add(fp)
+            elif alert.status == RESOLVED and fp in self._batch:
+                self._batch.clear()
+                self._flush_due(now)  # it fired in this batch: its firing goes out first, as one at a time
         self._version += 1  # groups with this alert have something to say (or to re-check)
         note = alert.annotations.pop("update", None)  # meaningful only for an alert already firing
         if self.runbook_url and "runbook_url" not in alert.annotations:
@@ -183,6 +198,8 @@ class Dispatcher:
                 self.alerts[fp] = alert
                 if note:
                     log.info("alert update: %s: %s", describe(alert), _one_line(note))
+                    if self.keep_history:
+                        self.update_notes.append((fp, alert.starts_at, now, note))
                     self._update(alert, note, now)
                     if flush:
                         self._flush_due(now)
@@ -221,8 +238,35 @@ class Dispatcher:
 
     def flush_due(self, now: float) -> None:
         """Flush the groups whose timer is due (cheap when none is): between the once-a-second
-        ticks, so a group_wait that ends between two ticks does not wait for the next one."""
+        ticks, so a group_wait that ends between two ticks does not wait for the next one.
+        Inside `together`, at its end."""
+        if self._batch is not None:
+            self._batch_clock = max(self._batch_clock, now)
+            return
         self._flush_due(now)
+
+    @contextlib.contextmanager
+    def together(self) -> Iterator[None]:
+        """Take the transitions handed over inside the block as one batch: the rules' transitions
+        of one evaluation, the lines of one read. No group flushes before the block ends; then
+        the due groups flush once, at the latest clock handed over. Alerts that fire in the same
+        moment thus share their first message even at group_wait 0 (one at a time, the first
+        rank's new group would flush alone and the others join its open incident a group_interval
+        later), and an alert of a later line that mutes one of an earlier line is in before
+        either is sent. A single alert goes out as early as one at a time: at the block's end.
+        An alert that fires and resolves inside the block has the due groups flushed before its
+        resolve (its firing is notified, as one at a time). A block inside a block is the outer one.
+        """
+        if self._batch is not None:
+            yield
+            return
+        self._batch, self._batch_clock = set(), -math.inf
+        try:
+            yield
+        finally:
+            clock, self._batch, self._batch_clock = self._batch_clock, None, -math.inf
+            if clock > -math.inf:
+                self._flush_due(clock)
 
     def next_flush(self) -> float | None:
         """When the earliest group timer is due (the caller's clock: wall time in the daemon,

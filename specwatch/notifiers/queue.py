@@ -378,7 +378,7 @@ class QueuedNotifier:
         rows = [{"seq": seq, "key": key, "data": data} for seq, key, data in self.store.outbox(self.name)]
         self._pending = [it for it in rows if DEAD not in it["data"]]
         self._dead = [it for it in rows if DEAD in it["data"]]
-        self._next_seq = max([1] + [it["seq"] + 1 for it in rows])
+        self._next_seq = max([self.store.next_seq(self.name)] + [it["seq"] + 1 for it in rows])
         self._on_disk = {it["seq"] for it in rows}
         self._after_load_dead()
         if self.queue_path is not None and self.queue_path.exists():

@@ -151,25 +151,60 @@ def _fallback_text(alert: Alert) -> str:
     where = _where(alert)
     if where:
         head += f" on {where}"
+    head = escape_mrkdwn(_one_line(head))
     if alert.status == RESOLVED:
         detail = (
             f"resolved after {format_duration(alert.ends_at - alert.starts_at)}"
             if alert.ends_at is not None
             else "resolved"
         )
+    elif alert.annotations.get("update"):
+        detail = mrkdwn(alert.annotations["update"], one_line=True)  # the news, not what it said before
     else:
         detail = _firing_detail(alert)
-    line = f"{head}: {detail}" if detail else head
-    return _truncate(escape_mrkdwn(_one_line(line)), MAX_FALLBACK_TEXT)
+    return _truncate(f"{head}: {detail}" if detail else head, MAX_FALLBACK_TEXT)
 
 
-def _firing_detail(alert: Alert) -> str:
-    """What a firing alert's phone banner shows after its name: its first evidence item (`accept
-    len 1.02`), else its summary."""
-    if alert.evidence:
-        name, value = alert.evidence[0]
-        return f"{name} {value}"
-    return alert.annotations.get("summary", "")
+def _firing_detail(alert: Alert, was: bool = True) -> str:
+    """What a firing alert's phone banner shows after its name and where, as mrkdwn: for an
+    acceptance alert (its first evidence item is `accept len ...`) that item and, when its recent
+    trend (`accept_length_recent`) went higher, the highest it was (`accept len 1.00 (was
+    3.10)`, unless `was` is False: a message of several ranks names each rank's value only); for
+    any other its summary (`hung scheduler (watchdog timeout) in the log of ...`),
+    else its first evidence item. Never a word of resolving: that is the resolve's."""
+    first = alert.evidence[0] if alert.evidence else None
+    if first is not None and str(first[0]).startswith("accept len"):
+        return f"{escape_mrkdwn(_one_line(str(first[0])))} {literal(_one_line(str(first[1])))}{_was(alert, first[1]) if was else ''}"
+    summary = alert.annotations.get("summary", "")
+    if summary:
+        return mrkdwn(summary, one_line=True)
+    return f"{escape_mrkdwn(_one_line(str(first[0])))} {literal(_one_line(str(first[1])))}" if first else ""
+
+
+def _was(alert: Alert, value: object) -> str:
+    """` (was 3.10)`: the highest of the alert's recent accept length trend before its last point,
+    when at least 0.1 above `value` (a number); "" otherwise."""
+    try:
+        now = float(str(value).split()[-1])
+        trend = [float(v) for v in alert.annotations.get("accept_length_recent", "").split()]
+    except (ValueError, IndexError):
+        return ""
+    was = max(trend[:-1], default=now)
+    return f" (was {was:.2f})" if was >= now + 0.1 else ""
+
+
+def literal(text: str) -> str:
+    """A raw value (an evidence value, a log line, a path) as Slack mrkdwn that shows it as typed:
+    as it is (`&`, `<`, `>` as entities) when none of its characters could format; else in a code
+    span, or a code block when it spans lines or holds a backtick, where Slack formats nothing, so
+    `__init__`, `specwatch_gpu_*` and a traceback copy out exact, not as look-alikes. Only a
+    "```" inside a block is changed (to look-alike backticks: nothing else can end a block)."""
+    plain = escape_entities(text)
+    if escape_mrkdwn(text) == plain:
+        return plain
+    if "\n" in text or "`" in text:
+        return "```" + plain.replace("```", _LOOKALIKE["`"] * 3) + "```"
+    return "`" + plain + "`"
 
 
 SPARK = "▁▂▃▄▅▆▇█"
@@ -205,7 +240,7 @@ def _trend(alert: Alert) -> str | None:
 
 def _field(name: str, value: str) -> dict:
     # Name and value both come from the alert (evidence names may be log-derived too).
-    text = f"*{escape_mrkdwn(_one_line(name))}*\n{escape_mrkdwn(value)}"
+    text = f"*{escape_mrkdwn(_one_line(name))}*\n{literal(value)}"
     return {"type": "mrkdwn", "text": _truncate(text, MAX_FIELD_TEXT)}
 
 
@@ -258,7 +293,7 @@ def build_payload(alert: Alert, *, channel: str | None = None) -> dict:
 
     tail: list[dict] = []
     if before:  # a resolved alert's firing evidence: history, not the current state
-        line = " · ".join(f"{escape_mrkdwn(_one_line(str(n)))}: {escape_mrkdwn(_one_line(str(v)))}"
+        line = " · ".join(f"{escape_mrkdwn(_one_line(str(n)))}: {literal(_one_line(str(v)))}"
                           for n, v in before[:AT_FIRING_SHOWN]) + (" · …" if len(before) > AT_FIRING_SHOWN else "")
         tail.append({"type": "context", "elements": [
             {"type": "mrkdwn", "text": _truncate(f"*At firing:* {line}", MAX_SECTION_TEXT)}]})
@@ -325,11 +360,20 @@ def _alert_line(alert: Alert) -> str:
     return line + (f"\n{mrkdwn(summary, one_line=True)}" if summary else "") + (f"\n{trend}" if trend else "")
 
 
+def _reading_order(alert: Alert) -> tuple:
+    """Alerts of a message by name, server, then rank as a person counts (DP2 before DP10)."""
+    where = [int(t) if t.isdigit() else t for t in _DIGITS.split(alert.labels.get("rank", ""))]
+    return alert.name, alert.labels.get("server", ""), where, alert.fingerprint
+
+
+_DIGITS = re.compile(r"(\d+)")
+
+
 def build_notification_payload(notification: Notification, *, channel: str | None = None) -> dict:
     """Slack JSON for a group notification.
 
     One alert: exactly `build_payload(alert)`. Several: a header counting firing and resolved
-    alerts, then per alert (firing first) a divider, a line with its name, where and summary,
+    alerts, then per alert (firing first; by name, server, then rank: DP2 before DP10) a divider, a line with its name, where and summary,
     up to 10 evidence fields (a resolved alert: why it resolved) and, while firing, its numbered fixes
     (fixes the same as an earlier alert's: "as for <server rank> above"). Alerts that would pass
     Slack's 50-block cap are counted in a last "N more alerts not shown" line. `text`, the
@@ -342,21 +386,22 @@ def build_notification_payload(notification: Notification, *, channel: str | Non
     alerts = notification.alerts
     if len(alerts) == 1:
         return build_payload(alerts[0], channel=channel)
-    firing = [a for a in alerts if a.status == FIRING]
-    resolved = [a for a in alerts if a.status != FIRING]
+    firing = sorted((a for a in alerts if a.status == FIRING), key=_reading_order)
+    resolved = sorted((a for a in alerts if a.status != FIRING), key=_reading_order)
     server = notification.common_labels().get("server", "")
     names = lambda group: ", ".join(sorted({a.name or "alert" for a in group}))  # noqa: E731
     if firing:
         # a phone shows only this: each firing rank with its value, the resolved ones only counted after
         # them (a banner ending in "resolved: <name>" reads as if the incident were over)
-        each = "; ".join(" ".join(p for p in (a.labels.get("rank", "") if server else _where(a), _firing_detail(a)) if p)
+        each = "; ".join(" ".join(p for p in (escape_mrkdwn(_one_line(a.labels.get("rank", "") if server else _where(a))),
+                                              _firing_detail(a, was=False)) if p)
                          for a in firing)
-        fallback = (f"[FIRING:{len(firing)}] {names(firing)}" + (f" on {server}" if server else "")
+        fallback = (escape_mrkdwn(_one_line(f"[FIRING:{len(firing)}] {names(firing)}" + (f" on {server}" if server else "")))
                     + (f": {each}" if each else ""))
         if resolved:
             fallback += f" (+{len(resolved)} resolved)"
     else:
-        fallback = f"[RESOLVED:{len(resolved)}] {names(resolved)}" + (f" on {server}" if server else "")
+        fallback = escape_mrkdwn(_one_line(f"[RESOLVED:{len(resolved)}] {names(resolved)}" + (f" on {server}" if server else "")))
     if any(a.annotations.get("update") for a in firing):
         fallback = "[UPDATE] " + fallback
     title = f"{_EMOJI[FIRING if firing else RESOLVED]} {len(alerts)} alerts: {len(firing)} firing, {len(resolved)} resolved"
@@ -382,7 +427,7 @@ def build_notification_payload(notification: Notification, *, channel: str | Non
     if shown < len(alerts):
         blocks.append({"type": "context", "elements": [
             {"type": "mrkdwn", "text": f"_{len(alerts) - shown} more alerts not shown_"}]})
-    payload: dict = {"text": _truncate(escape_mrkdwn(_one_line(fallback)), MAX_FALLBACK_TEXT), "blocks": blocks}
+    payload: dict = {"text": _truncate(fallback, MAX_FALLBACK_TEXT), "blocks": blocks}
     if channel:
         payload["channel"] = channel
     return payload

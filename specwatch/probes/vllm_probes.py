@@ -117,7 +117,7 @@ def _weights(d, tgt, facts: VllmFacts) -> list[Finding]:
         out.append(Finding("vllm_weights", "rejected_keys", ERROR,
                            f"{len(unknown)} checkpoint key(s) have no parameter in vLLM {facts.version}'s draft: the loader "
                            "raises at start-up (a KeyError in 0.8.5's `LlamaModel.load_weights`, `There is no module or "
-                           "parameter named …` from `AutoWeightsLoader` later)",
+                           "parameter named ...` from `AutoWeightsLoader` later)",
                            {"keys": [f"{k} -> {n}" for k, n in unknown[:8]], "count": len(unknown)},
                            ("Remove the `model.` prefix from the keys (vLLM adds it: " + code("model." + "<key>") + ")."
                             if prefixed else "Export only the draft's own modules (`midlayer.*` or `layers.N.*`, fc, norm, "

@@ -646,8 +646,10 @@ class CollapseRule(ActiveAlertsRule):
             out.append(("decode batch", f"{batch.running_requests} of {limit} requests{full}"))
         out.append(("decode batches at or below threshold", str(st.low_run if low_run is None else low_run)))
         hist = self._history.get(server)
-        if hist is not None and hist.recovered:
-            out.append(("earlier episodes recovered without a restart", str(hist.recovered)))
+        # a firing alert is of the current episode: once its first rank recovered it is counted too
+        earlier = hist.recovered - hist.counted if hist is not None else 0
+        if earlier:
+            out.append(("earlier episodes recovered without a restart", str(earlier)))
         changed = self._changed(server)
         settings = args_evidence(args) + [(k, str(args[k])) for k in SETTING_KEYS if args.get(k) is not None]
         return out + [(k, f"{v} (was {changed[k][0]} before the restart)" if k in changed else v) for k, v in settings]

@@ -104,7 +104,7 @@ _OPTIONS = {
         "diagnose": "specwatch diagnose --engine vllm --draft DRAFT_DIR --target TARGET_DIR",
         "ids": "the draft was trained on, and the target's model class must support EAGLE-3",
         "eagle": '`"method": "eagle"` instead of `"eagle3"` in `--speculative-config`',
-        "settings": "the engine-config line (`Initializing a V1 LLM engine (v…) with config: …`)",
+        "settings": "the engine-config line (`Initializing a V1 LLM engine (v...) with config: ...`)",
     },
 }
 

@@ -71,7 +71,7 @@ class LogFormatRule(ActiveAlertsRule):
         return Alert(
             labels={"alertname": ALERT_NAME, "severity": "warning", "server": server, "rank": "", "file": path},
             annotations={
-                "summary": f"Decode lines in {path} are in a format specwatch does not read",
+                "summary": f"Decode lines in {code(path)} are in a format specwatch does not read",
                 "description": (
                     "Lines mention `Decode batch` but do not start like a record of this log's format, so "
                     "accept length, throughput and collapse detection are blind for this server. Usually "
@@ -79,8 +79,8 @@ class LogFormatRule(ActiveAlertsRule):
                 ),
             },
             starts_at=now,
-            evidence=[("file", code(path)), ("unrecognized lines", str(count)),
-                      ("example line", code(event.text[:300]))],
+            evidence=[("file", path), ("unrecognized lines", str(count)),  # raw: notifiers show values as typed
+                      ("example line", event.text[:300])],
             fixes=[
                 "Set `format:` of this log in the config: `python-logging` for "
                 "`%(asctime)s %(levelname)s %(process)d [%(filename)s:%(lineno)d] %(message)s`, or "

@@ -90,9 +90,9 @@ ENGINE_NAMES = {"sglang": "SGLang", "vllm": "vLLM"}
 
 def _cmd(sp: ServerProcess) -> str:
     """The process's command line as a code span, each argument shell-quoted (cut at 600
-    characters, with "…")."""
+    characters, with "...")."""
     text = shlex.join(sp.cmdline)
-    return code(text if len(text) <= 600 else text[:599] + "…")
+    return code(text if len(text) <= 600 else text[:597] + "...")
 
 
 @dataclass(frozen=True)

@@ -438,3 +438,57 @@ def test_paused_dispatcher_sends_only_what_still_fires_when_resumed():
     assert got == []
     d.resume(now=1002)
     assert got == [[("DP1", "firing")]]
+
+
+def test_alerts_handed_over_together_share_the_first_message_at_group_wait_0():
+    """group_wait 0 (specwatch's default): 8 ranks whose collapse the pipeline hands over in one
+    batch (one evaluation) go out as one message, at the batch's end; one at a time, the first
+    rank's group flushes alone and the other 7 join it a group_interval later."""
+    rec = Recorder()
+    d = Dispatcher([rec], group_wait=0, group_interval=300)
+    with d.together():
+        for r in range(8):
+            d.handle(alert(rank=f"DP{r}", starts_at=50), now=100)
+            d.flush_due(100)  # what the pipeline does after each line: held to the batch's end
+        assert rec.got == []
+    assert [sorted(s) for s in rec.summary()] == [sorted(f"firing:AcceptanceCollapse:DP{r}" for r in range(8))]
+    d.tick(399)
+    assert len(rec.got) == 1  # nothing joins later
+
+
+def test_a_single_alert_in_a_batch_goes_out_when_the_batch_ends():
+    rec = Recorder()
+    d = Dispatcher([rec], group_wait=0, group_interval=300)
+    with d.together():
+        d.handle(alert(rank="DP3"), now=100)
+    assert rec.summary() == [("firing:AcceptanceCollapse:DP3",)]
+
+
+def test_an_alert_that_fires_and_resolves_in_one_batch_is_notified_firing_then_resolved():
+    """As one at a time: the firing goes out before its resolve is taken in (the pipeline hands a
+    snapshot of the firing alert and then the resolved one)."""
+    rec = Recorder()
+    d = Dispatcher([rec], group_wait=0, group_interval=0)
+    a = alert(rank="DP0", starts_at=100)
+    with d.together():
+        d.handle(copy.deepcopy(a), now=100)
+        d.handle(alert(rank="DP1", starts_at=100), now=100)
+        d.handle(resolved(a, 101), now=101)
+    assert [sorted(s) for s in rec.summary()] == [
+        ["firing:AcceptanceCollapse:DP0", "firing:AcceptanceCollapse:DP1"],
+        ["firing:AcceptanceCollapse:DP1", "resolved:AcceptanceCollapse:DP0"]]
+
+
+def test_updates_handed_over_together_are_one_message():
+    rec = Recorder()
+    d = Dispatcher([rec], group_wait=0, group_interval=300)
+    alerts = [alert(rank=f"DP{r}") for r in range(3)]
+    with d.together():
+        for a in alerts:
+            d.handle(a, now=100)
+    for a in alerts:
+        a.annotations["update"] = "diagnosis: 1 error"
+    with d.together():
+        for a in alerts:
+            d.handle(a, now=105)
+    assert len(rec.got) == 2 and [a.annotations.get("update") for a in rec.got[1].alerts] == ["diagnosis: 1 error"] * 3

@@ -66,8 +66,27 @@ def test_with_a_store_an_item_is_sent_only_once_committed(slack, tmp_path):
     assert n.drain(5) and slack.delivered_texts() == ["[FIRING] AcceptanceCollapse on a TP0: accept len 1.00",
                                                      "[FIRING] AcceptanceCollapse on b TP0: accept len 1.00"]
     assert store.outbox("slack") == [] and store.load() == {"a": 1}
-    again = SlackNotifier(slack.url, store=store)
-    assert again.queue_depth == 0 and again.notify(alert("c")) == 1
+    again = SlackNotifier(slack.url, store=store)  # as after a restart: its numbers go on
+    assert again.queue_depth == 0 and again.notify(alert("c")) == 3
+
+
+def test_sequence_numbers_survive_a_reopened_store_and_a_renamed_receiver(slack, tmp_path):
+    """The next number is committed with the rows (the `sequence` table), so a store opened again
+    (the daemon restarted) numbers on though every row was delivered and deleted; a renamed
+    receiver keeps counting under its new name."""
+    from specwatch.storage import StateStore
+
+    store = StateStore(tmp_path)
+    n = SlackNotifier(slack.url, store=store, name="slack")
+    assert [n.notify(alert(s)) for s in "abc"] == [1, 2, 3]
+    _commit(store, n)
+    assert n.drain(5) and store.outbox("slack") == []
+    store.close()
+    store = StateStore(tmp_path)
+    assert store.next_seq("slack") == 4 and store.next_seq("webhook/ops") == 1
+    assert SlackNotifier(slack.url, store=store, name="slack").notify(alert("d")) == 4  # not 1 again
+    store.rename_notifier("slack", "slack/oncall")
+    assert (store.next_seq("slack"), store.next_seq("slack/oncall")) == (1, 4)
 
 
 def _commit(store, n):

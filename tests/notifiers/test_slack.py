@@ -485,3 +485,19 @@ def test_group_fallback_names_each_rank_and_value_and_never_ends_in_a_resolve():
     done = collapse("DP3 TP3", "1.02", status=RESOLVED, ends_at=T0 + 42)
     text = build_notification_payload(Notification("slack", "g", {"server": "sglang-0"}, [done, collapse("DP5 TP5", "1.04")]))["text"]
     assert text == "[FIRING:1] AcceptanceCollapse on sglang-0: DP5 TP5 accept len 1.04 (+1 resolved)"
+
+
+def test_a_raw_value_that_could_format_is_shown_in_code_as_typed():
+    from specwatch.notifiers.slack import literal
+
+    assert literal("1.05") == "1.05" and literal("spec_len 2*3") == "spec_len 2*3"  # nothing formats: as is
+    assert literal("in __init__") == "`in __init__`"
+    assert literal("specwatch_gpu_* <x>") == "`specwatch_gpu_* &lt;x&gt;`"
+    assert literal('File "a.py", line 3, in __init__\n  raise X(`y`)') == '```File "a.py", line 3, in __init__\n  raise X(`y`)```'
+    a = Alert(labels={"alertname": "SGLangLogError", "server": "s"}, annotations={"summary": "hung scheduler in `x_*`"},
+              starts_at=0, evidence=[("kind", "watchdog_timeout"), ("last lines", "in __init__")])
+    p = build_payload(a)
+    assert p["text"] == "[FIRING] SGLangLogError on s: hung scheduler in `x_*`"  # the summary, not `kind ...`
+    assert "*last lines*\n`in __init__`" in [f["text"] for b in p["blocks"] for f in b.get("fields", [])]
+    a.annotations["update"] = "crash loop: 3 failed starts"
+    assert build_payload(a)["text"] == "[UPDATE] SGLangLogError on s: crash loop: 3 failed starts"
