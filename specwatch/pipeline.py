@@ -69,6 +69,9 @@ KINDS = ("decode", "prefill", "other", "malformed", "unrecognized")
 
 log = logging.getLogger(__name__)
 
+# A traceback ends at the next line or after a quiet spell (sources/log_errors.py): dated by its
+# own stamp when that is at most this many seconds before the read or tick that ended it.
+ERROR_STAMP_SLACK = 60.0
 RANK_EXPIRY_EVERY = 10.0  # seconds of the clock between two looks for gone ranks
 # Batch lines summarised at most before an evaluation, whatever the clock does (a log whose
 # stamps went back ticks no second until they pass the newest again): pending lines stay few.
@@ -397,6 +400,11 @@ class Pipeline:
     def _take_error(self, server: str, stats: ServerStats, event: LogError, now: float | None) -> None:
         stats.errors[event.kind] = stats.errors.get(event.kind, 0) + 1
         clock = now if now is not None else event.timestamp
+        ts, off = event.timestamp, self.clocks.offsets.get(event.path)
+        if now is not None and ts is not None and 0 <= now - ts <= ERROR_STAMP_SLACK and not off:
+            # dated by its own stamp where the stamps are the clock (a replay, or a live file whose
+            # stamps follow the wall clock): not by the read or tick that ended its traceback
+            clock = ts
         if clock is None:
             clock = self._last_tick if self._last_tick > -math.inf else 0.0
         stats.last_line["error"] = clock

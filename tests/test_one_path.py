@@ -316,10 +316,10 @@ def _log(tmp_path_factory, seed, ranks, rank_form, ms, plan) -> tuple:
 
 
 @SETTINGS
-# A traceback at 10:03:00, the next line at 10:03:01: `run` knows the traceback ended only at
-# that line's read and dates ServerLogError by that read's clock (10:03:01); `replay` by the
-# traceback's own stamp (10:03:00).
+# A traceback at 10:03:00 ended by a line (or a tick) of the next second: both date ServerLogError
+# by the traceback's own stamp, not by the read or tick that ended it (10:03:01).
 @example(seed=2, ranks=1, rank_form="", ms=False, plan=[("traceback", 1, 1)], extra=0)
+@example(seed=12, ranks=1, rank_form="dp", ms=False, plan=[("traceback", 1, 2)], extra=0)
 # The last decode line at 10:02:59 (12 running, fewer than the line before), then only access
 # lines for 2 min 40 s, then a decode line at 10:05:40 that ends the stall: `run` dates the
 # access lines (the read's clock) and pages (DecodeStalled critical: lines still arriving);

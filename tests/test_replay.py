@@ -385,7 +385,7 @@ def test_a_resolved_episode_keeps_its_last_firing_state(tmp_path):
     healthy = [decode_line("0.5.23", ts=f"2026-07-22 16:{m:02d}:00", rank={"TP": 0}, accept_len=2.7)[0] for m in range(30)]
     log.write_text((BUGREPORTS / "BR-47.log").read_text() + "\n".join(healthy) + "\n")
     doc = json.loads(replay(str(log), "--json").stdout)
-    [ep] = [e for e in doc["episodes"] if e["name"] == "SGLangLogError"]
+    [ep] = [e for e in doc["episodes"] if e["name"] == "ServerLogError"]
     assert ep["status"] == "resolved" and ep["notifications"] == 2
     assert ep["evidence"]["failed starts with these settings"] == "3"
     assert "no error of this kind for" not in ep["evidence"]

@@ -106,8 +106,8 @@ def test_slack_messages_of_the_bug_report_logs_hold_no_lookalike_and_their_banne
         assert f" on {server}" in text and ": " in text, text
         assert "resolved" not in text.lower() and "recovered" not in text.lower(), text
     assert ("BR-28", "[FIRING] AcceptanceCollapse on BR-28 TP0: accept len 1.00 (was 3.25)") in banners
-    assert ("BR-47", "[UPDATE] SGLangLogError on BR-47: crash loop: 3 failed starts with the same settings") in banners
-    assert ("BR-45", "[FIRING] SGLangLogError on BR-45: hung scheduler (watchdog timeout) in the log of BR-45 "
+    assert ("BR-47", "[UPDATE] ServerLogError on BR-47: crash loop: 3 failed starts with the same settings") in banners
+    assert ("BR-45", "[FIRING] ServerLogError on BR-45: hung scheduler (watchdog timeout) in the log of BR-45 "
                      "(DP0 TP0 EP0) (EAGLE + DP attention)") in banners
 
 

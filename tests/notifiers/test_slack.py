@@ -494,10 +494,10 @@ def test_a_raw_value_that_could_format_is_shown_in_code_as_typed():
     assert literal("in __init__") == "`in __init__`"
     assert literal("specwatch_gpu_* <x>") == "`specwatch_gpu_* &lt;x&gt;`"
     assert literal('File "a.py", line 3, in __init__\n  raise X(`y`)') == '```File "a.py", line 3, in __init__\n  raise X(`y`)```'
-    a = Alert(labels={"alertname": "SGLangLogError", "server": "s"}, annotations={"summary": "hung scheduler in `x_*`"},
+    a = Alert(labels={"alertname": "ServerLogError", "server": "s"}, annotations={"summary": "hung scheduler in `x_*`"},
               starts_at=0, evidence=[("kind", "watchdog_timeout"), ("last lines", "in __init__")])
     p = build_payload(a)
-    assert p["text"] == "[FIRING] SGLangLogError on s: hung scheduler in `x_*`"  # the summary, not `kind ...`
+    assert p["text"] == "[FIRING] ServerLogError on s: hung scheduler in `x_*`"  # the summary, not `kind ...`
     assert "*last lines*\n`in __init__`" in [f["text"] for b in p["blocks"] for f in b.get("fields", [])]
     a.annotations["update"] = "crash loop: 3 failed starts"
-    assert build_payload(a)["text"] == "[UPDATE] SGLangLogError on s: crash loop: 3 failed starts"
+    assert build_payload(a)["text"] == "[UPDATE] ServerLogError on s: crash loop: 3 failed starts"
