@@ -20,6 +20,7 @@ import ipaddress
 import math
 import os
 import re
+import shutil
 from urllib.parse import urlsplit
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 import socket
@@ -27,7 +28,7 @@ import types
 from dataclasses import dataclass, field
 from pathlib import Path
 from operator import attrgetter
-from typing import Annotated, Any, Callable, ClassVar, Iterable, NamedTuple, Union, get_args, get_origin
+from typing import Annotated, ClassVar, Iterable, Union, get_args, get_origin
 
 import msgspec
 import yaml
@@ -37,6 +38,9 @@ from specwatch import safe_yaml
 from specwatch.alerts.inhibit import InhibitRule, default_inhibit_rules
 from specwatch.alerts.matchers import Matcher, parse_matcher
 from specwatch.alerts.renamed import follow_renames
+from specwatch.sections import (  # noqa: F401  (re-exported: the names every caller knows config by)
+    _RULE_SECTIONS, DROP_BOUNDS, DURATION, LOCAL_HOSTS, YEAR, AcceptLength, Bound, Count, ProcessTies, Ratio,
+    Seconds, Section, drop_hysteresis, hysteresis, rule_section)
 
 # Port 9849: a free slot near the GPU exporters (dcgm 9400, nvidia_gpu_exporter 9835) on the
 # Prometheus "Default port allocations" list
@@ -46,15 +50,6 @@ DEFAULT_PORT = 9849
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
 _UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, None: 1}
 
-# Field types shared by sections. A duration field is a float of seconds marked `extra=DURATION`:
-# it also accepts `250ms`, `30s`, `5m`, `4h`, `1d`. Every number is bounded, so no value in a
-# config can make a timer never fire or a buffer unbounded.
-YEAR = 365 * 86400.0
-DURATION = {"duration": True}
-Seconds = Annotated[float, Meta(ge=0.001, le=YEAR, extra=DURATION)]
-Count = Annotated[int, Meta(ge=1, le=1_000_000)]
-Ratio = Annotated[float, Meta(ge=0.0, le=1.0)]
-AcceptLength = Annotated[float, Meta(ge=1.0, le=100.0)]  # SGLang's accept len: 1 + accepted draft tokens
 
 
 class ConfigError(Exception):
@@ -65,63 +60,8 @@ class ConfigError(Exception):
         self.problems = problems
 
 
-class Bound(NamedTuple):
-    """An entry of `Section.default_bounds` whose limit is computed from other keys.
-
-    While `key` is not written, its default (or inherited) value is kept `how` ("at_most",
-    "at_least", "below", "above") `limit(section)`, which reads the keys `on`; a default that
-    does not fit takes `bent(section)` (None: the limit itself), held within the key's own range.
-    Where no value in that range fits, the default stays and the section's problem is reported
-    under the written key of `on` (`_Reader.section_of`)."""
-
-    key: str
-    how: str
-    on: tuple[str, ...]
-    limit: Callable[[Any], float]
-    bent: Callable[[Any], float] | None = None
-
-
-def hysteresis(low: str, high: str, up: Callable[[float], float], down: Callable[[float], float]) -> tuple[Bound, Bound]:
-    """The `default_bounds` of two thresholds that must stay apart, `low` below `high` (a firing
-    and a recovery threshold): while only `low` is written, `high`'s default, where it is not
-    above it, becomes up(low); while only `high` is, `low`'s becomes down(high)."""
-    return (Bound(high, "above", (low,), attrgetter(low), lambda c: up(getattr(c, low))),
-            Bound(low, "below", (high,), attrgetter(high), lambda c: down(getattr(c, high))))
-
-
-class Section(msgspec.Struct, kw_only=True):
-    """One config section, declared once: fields with types (bounds in `msgspec.Meta`; a
-    `description` says what a value is, for messages) and defaults. A field may carry another
-    YAML name (`msgspec.field(name="for")`). Read by `_Reader.section_of`."""
-
-    example: ClassVar[str] = ""  # an entry in flow style, for a section that is a list item
-    # (key, "at_most" | "at_least", other key), or a `Bound`: while `key` is not written in this
-    # mapping, its default (or inherited) value is bounded by `other`'s, so a default never refuses
-    # a key the user wrote; Prometheus does the same with scrape_timeout: min(its default, the
-    # interval) (prometheus/prometheus config/config.go, GlobalConfig.UnmarshalYAML).
-    default_bounds: ClassVar[tuple[tuple[str, str, str] | Bound, ...]] = ()
-
-    def problems(self) -> Iterable[tuple[str, str]]:
-        """Checks across fields: (key within the section, what is wrong; how to fix)."""
-        return ()
-
-
 # a notifier's unwritten backoff key follows the written one (Section.default_bounds)
 _BACKOFF_BOUNDS = (("backoff_initial", "at_most", "backoff_max"), ("backoff_max", "at_least", "backoff_initial"))
-
-
-_RULE_SECTIONS: dict[str, tuple[str, type[Section]]] = {}
-
-
-def rule_section(key: str, attr: str | None = None):
-    """Class decorator for a rule's Section: read from `rules.<key>`, found as `Config.<attr>`
-    (default: key). Declared in the rule's file, so adding a rule does not touch this module."""
-
-    def deco(cls: type[Section]) -> type[Section]:
-        _RULE_SECTIONS[key] = (attr or key, cls)
-        return cls
-
-    return deco
 
 
 def rule_sections() -> dict[str, tuple[str, type[Section]]]:
@@ -136,6 +76,7 @@ def _default_rules() -> dict[str, Section]:
     return {attr: cls() for attr, cls in rule_sections().values()}
 
 
+JOURNALCTL = "journalctl"  # the program sources/journal.py runs (`journal_warnings`: on PATH?)
 _JOURNAL_FIELD = re.compile(r"[A-Z_][A-Z0-9_]{0,63}")  # a journal field name, systemd.journal-fields(7)
 
 
@@ -377,34 +318,6 @@ class ServerMetricsConfig(Section):
         if self.backoff_max < self.interval:
             yield "backoff_max", (f"must be at least interval ({self.interval:g}s); e.g. {max(self.interval, 120):g}s, "
                                   "or leave it out (then max(2m, interval))")
-
-
-LOCAL_HOSTS = frozenset(("127.0.0.1", "localhost", "::1", "0.0.0.0", "::"))
-
-
-@dataclass(frozen=True)
-class ProcessTies:
-    """What makes an SGLang process found on the box a configured server (process source).
-
-    logs: followed log path → server (the process writes its stdout/stderr there). api_ports:
-    --port of a `server_api` or `server_metrics` URL on this host → server. configured: the names of configured
-    servers: `process.servers`' names when given, else those of `logs` and `api_ports`.
-    """
-
-    logs: dict[str, str]
-    api_ports: dict[int, str]
-    configured: frozenset[str]
-
-    @classmethod
-    def of(cls, cfg: "Config") -> "ProcessTies":
-        logs = {src.path: src.server for src in cfg.logs}
-        ports: dict[int, str] = {}
-        for api in [*cfg.server_apis, *cfg.server_metrics]:  # SGLang serves /metrics on its --port
-            u = urlsplit(api.url)
-            if (u.hostname or "") in LOCAL_HOSTS and u.port:
-                ports.setdefault(u.port, api.server)
-        named = cfg.process.servers.values() if cfg.process.servers else [*logs.values(), *ports.values()]
-        return cls(logs, ports, frozenset(named))
 
 
 class DiagnosisConfig(Section):
@@ -1057,10 +970,12 @@ def parse_log_format(raw) -> tuple[str, str | None]:
     return out
 
 
+# the fields a `server:` template may name: what a container log's path tells (sources/logfiles.py)
+TEMPLATE_FIELDS = ("container", "image", "id", "pod", "namespace", "uid", "file")
+
+
 def template_problem(server: str) -> str | None:
     """What is wrong with a `server:` template such as "{pod}" (None when fine)."""
-    from specwatch.sources.logfiles import TEMPLATE_FIELDS
-
     import string
     try:
         parsed = [(f, spec, conv) for _, f, spec, conv in string.Formatter().parse(server) if f is not None]
@@ -1202,21 +1117,6 @@ def _backoff_problems(initial: float, maximum: float) -> list[tuple[str, str]]:
     return [("backoff_initial", f"({initial:g}s) must not exceed backoff_max ({maximum:g}s)")] if initial > maximum else []
 
 
-# a drop rule's unwritten ratio follows the written one where its default no longer fits:
-# recover_drop_ratio becomes half of max_drop_ratio (as the defaults are), max_drop_ratio twice
-# recover_drop_ratio but at most halfway from it to 1 (a drop of 1 would never fire)
-DROP_BOUNDS = hysteresis("recover_drop_ratio", "max_drop_ratio", up=lambda x: min(2 * x, (1 + x) / 2),
-                         down=lambda x: x / 2)
-
-
-def drop_hysteresis(max_drop: float, recover_drop: float) -> list[tuple[str, str]]:
-    """The problem of a drop rule whose recover ratio is not below its firing ratio (it would flap)."""
-    if recover_drop >= max_drop:
-        return [("recover_drop_ratio", f"must be below max_drop_ratio ({max_drop}) or the alert would flap; "
-                 f"leave it out (it then follows max_drop_ratio) or write e.g. {max_drop / 2:g}")]
-    return []
-
-
 def _alerts(r: _Reader, cfg: Config, a: dict) -> None:
     cfg.group_by = r.strings(a, "group_by", "alerts", ["alertname", "server"])
     cfg.group_wait = r.duration(a, "group_wait", "alerts", 0.0, minimum=0.0)
@@ -1296,6 +1196,16 @@ def load_run_config(path: str | os.PathLike) -> Config:
     return cfg
 
 
+def journal_warnings(cfg: JournalConfig) -> list[str]:
+    """What `check-config` warns about a valid journal entry: `key: problem; fix` lines."""
+    out = []
+    if shutil.which(JOURNALCTL) is None:
+        out.append("unit: journalctl is not on PATH; install systemd (journalctl reads the journal for specwatch)")
+    if cfg.directory and not os.path.isdir(cfg.directory):
+        out.append(f"directory: {cfg.directory} is not a folder (yet); specwatch reads it once it exists")
+    return out
+
+
 def config_warnings(cfg: Config) -> list[str]:
     """What is valid but probably not meant, as `key.path: what; what specwatch does` lines: no
     log at all (fine for replay only), a log file that does not exist (yet: followed once it appears)."""
@@ -1305,8 +1215,6 @@ def config_warnings(cfg: Config) -> list[str]:
     out = []
     for i, src in enumerate(cfg.logs):
         if src.journal is not None:
-            from specwatch.sources.journal import journal_warnings
-
             out += [f"logs[{i}].journal.{w}" for w in journal_warnings(src.journal)]
         elif glob.has_magic(src.path):
             if not glob.glob(src.path):

@@ -18,10 +18,10 @@ from __future__ import annotations
 
 
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from specwatch.alerts.model import Alert
-from specwatch.config import Bound, Config, Count, Ratio, Seconds, Section, hysteresis, rule_section
+from specwatch.sections import Bound, Count, Ratio, Seconds, Section, hysteresis, rule_section
 from specwatch.events import DecodeBatch, ServerArgs
 from specwatch.rules.active import ActiveAlerts
 from specwatch.rules.base import (
@@ -29,6 +29,9 @@ from specwatch.rules.base import (
 )
 from specwatch.rules.stats import Recent
 from specwatch.rules.summary import VALID_ACCEPT
+
+if TYPE_CHECKING:  # annotations only: rule files never import config.py
+    from specwatch.config import Config
 
 
 @rule_section("acceptance_ceiling")

@@ -27,11 +27,13 @@ from __future__ import annotations
 import threading
 
 from dataclasses import dataclass
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from specwatch.alerts.model import FIRING, Alert
-from specwatch.config import Config
 from specwatch.events import ServerArgs, ServerRestarted, ServerStarted
+
+if TYPE_CHECKING:  # annotations only: rule files never import config.py
+    from specwatch.config import Config
 
 
 @dataclass

@@ -22,10 +22,10 @@ import os
 import shlex
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from specwatch.alerts.model import Alert, code
-from specwatch.config import AcceptLength, Config, Count, Seconds, Section, hysteresis, rule_section
+from specwatch.sections import AcceptLength, Count, Seconds, Section, hysteresis, rule_section
 from specwatch.events import DecodeBatch, MetricsSample, ServerArgs
 from specwatch.rules.active import ActiveAlertsRule
 from specwatch.rules.base import RuleContext, alert_key, args_evidence, fmt, new_alert, register
@@ -33,6 +33,9 @@ from specwatch.rules.collapse_vllm import vllm_causes
 from specwatch.rules.server_metrics import collapse_from_metrics
 from specwatch.rules.summary import RANK_LABELS, VALID_ACCEPT, rank_label_values
 from specwatch.rules.windows import Window, WindowConfig
+
+if TYPE_CHECKING:  # annotations only: rule files never import config.py
+    from specwatch.config import Config
 
 
 @rule_section("collapse")

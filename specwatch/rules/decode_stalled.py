@@ -28,18 +28,23 @@ crash and restart (`ServerLogError`, kind `watchdog_timeout`).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import copy
 from collections import defaultdict
 
 import msgspec
 
 from specwatch.alerts.model import Alert, iso8601
-from specwatch.config import Config, Seconds, Section, rule_section
+from specwatch.sections import Seconds, Section, rule_section
 from specwatch.events import ApiSample, LogError, ProcessSample, ServerArgs, ServerProcess
 from specwatch.logclock import MAX_ZONE
 from specwatch.rules.active import ActiveAlertsRule
 from specwatch.rules.base import RuleContext, args_evidence, new_alert, register
 from specwatch.rules.summary import CLOCK, QUEUED, RUNNING, SEQ, SRC, TS, prefill_counts
+
+if TYPE_CHECKING:  # annotations only: rule files never import config.py
+    from specwatch.config import Config
 
 
 @rule_section("decode_stalled")

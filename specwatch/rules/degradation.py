@@ -23,19 +23,22 @@ import math
 from dataclasses import dataclass
 from bisect import bisect_left
 from operator import itemgetter
-from typing import Annotated, ClassVar
+from typing import TYPE_CHECKING, Annotated, ClassVar
 
 import msgspec
 from msgspec import Meta
 
 from specwatch.alerts.model import Alert
-from specwatch.config import DROP_BOUNDS, Config, Count, Ratio, Seconds, Section, drop_hysteresis, rule_section
+from specwatch.sections import Count, DROP_BOUNDS, Ratio, Seconds, Section, drop_hysteresis, rule_section
 from specwatch.events import DecodeBatch, ServerArgs
 from specwatch.rules.active import ActiveAlerts
 from specwatch.rules.base import Rule, RuleContext, ServerArgsMemory, alert_key, args_evidence, fmt, new_alert, register
 from specwatch.rules.collapse import CollapseConfig
 from specwatch.rules.stats import Baseline, Recent, drop_transition
 from specwatch.rules.summary import ACCEPT, FLAGS, RUNNING, SEQ, TS, VALID_ACCEPT
+
+if TYPE_CHECKING:  # annotations only: rule files never import config.py
+    from specwatch.config import Config
 
 
 class ExpectedAcceptance(Section):

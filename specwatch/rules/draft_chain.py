@@ -22,11 +22,16 @@ or at a restart.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from specwatch.alerts.model import Alert
-from specwatch.config import Config, Count, Ratio, Seconds, Section, rule_section
+from specwatch.sections import Count, Ratio, Seconds, Section, rule_section
 from specwatch.rules.base import alert_key, new_alert, register
 from specwatch.rules.collapse import MTP, draft_kind
 from specwatch.rules.draft_length import DraftLengthRule, _Positions, suggestion
+
+if TYPE_CHECKING:  # annotations only: rule files never import config.py
+    from specwatch.config import Config
 
 
 @rule_section("draft_chain")

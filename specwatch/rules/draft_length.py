@@ -19,16 +19,21 @@ again, or the server restarts.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import json
 import shlex
 from collections import deque
 
 from specwatch.alerts.model import Alert, code
-from specwatch.config import Config, Count, Ratio, Seconds, Section, rule_section
+from specwatch.sections import Count, Ratio, Seconds, Section, rule_section
 from specwatch.events import MetricsSample, ServerArgs
 from specwatch.rules.active import ActiveAlerts
 from specwatch.rules.base import Rule, ServerArgsMemory, alert_key, new_alert, register
 from specwatch.rules.summary import FLAGS, SEQ, SRC, TS, VALID_ACCEPT
+
+if TYPE_CHECKING:  # annotations only: rule files never import config.py
+    from specwatch.config import Config
 
 
 @rule_section("draft_length")

@@ -22,12 +22,12 @@ restart clears the history, since the drift is expected to start over.
 from __future__ import annotations
 
 import math
-from typing import Annotated, ClassVar
+from typing import TYPE_CHECKING, Annotated, ClassVar
 
 from msgspec import Meta
 
 from specwatch.alerts.model import Alert
-from specwatch.config import Bound, Config, Count, Ratio, Seconds, Section, rule_section
+from specwatch.sections import Bound, Count, Ratio, Seconds, Section, rule_section
 from specwatch.events import DecodeBatch, ServerArgs
 from specwatch.rules.active import ActiveAlerts
 from specwatch.rules.base import (Rule, RuleContext, ServerArgsMemory, alert_key, args_evidence, fmt, new_alert,
@@ -35,6 +35,9 @@ from specwatch.rules.base import (Rule, RuleContext, ServerArgsMemory, alert_key
 from specwatch.rules.collapse import CollapseConfig
 from specwatch.rules.stats import linear_fit
 from specwatch.rules.summary import ACCEPT, FLAGS, TS, VALID_ACCEPT
+
+if TYPE_CHECKING:  # annotations only: rule files never import config.py
+    from specwatch.config import Config
 
 
 @rule_section("drift")

@@ -17,15 +17,18 @@ XID meanings and actions: NVIDIA "XID Errors" catalog (docs.nvidia.com/deploy/xi
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 from msgspec import Meta
 
 from specwatch.alerts.model import Alert, iso8601
-from specwatch.config import Config, Seconds, Section, rule_section
+from specwatch.sections import Seconds, Section, rule_section
 from specwatch.events import GpuSample, GpuState
 from specwatch.rules.active import ActiveAlertsRule
 from specwatch.rules.base import register
+
+if TYPE_CHECKING:  # annotations only: rule files never import config.py
+    from specwatch.config import Config
 
 
 @rule_section("gpu_errors")

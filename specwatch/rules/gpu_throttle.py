@@ -19,16 +19,19 @@ from __future__ import annotations
 import statistics
 from collections import deque
 from itertools import islice
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 from msgspec import Meta
 
 from specwatch.alerts.model import Alert
-from specwatch.config import Config, Count, Seconds, Section, rule_section
+from specwatch.sections import Count, Seconds, Section, rule_section
 from specwatch.events import DecodeBatch, GpuSample, GpuState
 from specwatch.rules.active import ActiveAlertsRule
 from specwatch.rules.base import register
 from specwatch.rules.summary import CLOCK, RUNNING, THROUGHPUT
+
+if TYPE_CHECKING:  # annotations only: rule files never import config.py
+    from specwatch.config import Config
 
 
 # NVML clock event reasons (nvmlClocksEventReasons, nvml.h); the first five slow a GPU down.

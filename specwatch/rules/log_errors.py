@@ -18,15 +18,20 @@ It resolves `resolve_after` after the last error of its kind.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import math
 import re
 import shlex
 
 from specwatch.alerts.model import Alert, code, iso8601
-from specwatch.config import Config, Seconds, Section, rule_section
+from specwatch.sections import Seconds, Section, rule_section
 from specwatch.events import LogError, ServerArgs
 from specwatch.rules.active import ActiveAlertsRule
 from specwatch.rules.base import RuleContext, alert_key, args_evidence, new_alert, register, speculation_configured
+
+if TYPE_CHECKING:  # annotations only: rule files never import config.py
+    from specwatch.config import Config
 
 
 @rule_section("log_errors")

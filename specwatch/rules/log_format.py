@@ -14,7 +14,7 @@ import shlex
 from collections import defaultdict
 
 from specwatch.alerts.model import Alert, code
-from specwatch.config import Section, Seconds, rule_section
+from specwatch.sections import Seconds, Section, rule_section
 from specwatch.events import UnrecognizedLine
 from specwatch.rules.active import ActiveAlertsRule
 from specwatch.rules.base import register

@@ -18,10 +18,10 @@ from __future__ import annotations
 
 import os
 from collections import defaultdict
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from specwatch.alerts.model import Alert, code, iso8601
-from specwatch.config import Config, Count, Section, rule_section
+from specwatch.sections import Count, Section, rule_section
 from specwatch.events import (
     ApiSample,
     ProcessSample,
@@ -34,6 +34,9 @@ from specwatch.rules.active import ActiveAlertsRule
 from specwatch.rules.base import RuleContext, log_paths_of, register
 from specwatch.rules.fileorder import first_and_last
 from specwatch.rules.summary import CLOCK
+
+if TYPE_CHECKING:  # annotations only: rule files never import config.py
+    from specwatch.config import Config
 
 
 @rule_section("log_silent")

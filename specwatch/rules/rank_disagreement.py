@@ -16,13 +16,16 @@ from __future__ import annotations
 
 import shlex
 from collections import deque
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from specwatch.alerts.model import Alert
-from specwatch.config import AcceptLength, Config, Count, Seconds, Section, hysteresis, rule_section
+from specwatch.sections import AcceptLength, Count, Seconds, Section, hysteresis, rule_section
 from specwatch.rules.active import ActiveAlerts
 from specwatch.rules.base import Rule, RuleContext, alert_key, fmt, log_paths_of, new_alert, register
 from specwatch.rules.summary import VALID_ACCEPT
+
+if TYPE_CHECKING:  # annotations only: rule files never import config.py
+    from specwatch.config import Config
 
 
 @rule_section("rank_disagreement")

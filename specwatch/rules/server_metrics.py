@@ -22,17 +22,20 @@ from __future__ import annotations
 import dataclasses
 
 from collections import deque
-from typing import Annotated, Iterable, Iterator
+from typing import TYPE_CHECKING, Annotated, Iterable, Iterator
 
 from msgspec import Meta
 
 from specwatch.alerts.model import FIRING, Alert
-from specwatch.config import Config, Count, Seconds, Section, rule_section
+from specwatch.sections import Count, Seconds, Section, rule_section
 from specwatch.events import DecodeBatch, MetricsSample, RankMetrics
 from specwatch.rules.active import ActiveAlertsRule
 from specwatch.rules.base import alert_key, fmt, new_alert, register
 from specwatch.rules.summary import ACCEPT, CLOCK, FLAGS, VALID_ACCEPT
 from specwatch.rules.windows import Window, WindowConfig, running_in_window
+
+if TYPE_CHECKING:  # annotations only: rule files never import config.py
+    from specwatch.config import Config
 
 
 def metrics_windows(sample: MetricsSample, cfg: WindowConfig) -> Iterator[tuple[RankMetrics, Window]]:

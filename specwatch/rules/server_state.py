@@ -25,11 +25,13 @@ description and fixes name the engine the process or API is (`ServerProcess.engi
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import shlex
 from dataclasses import dataclass
 
 from specwatch.alerts.model import Alert, code, iso8601
-from specwatch.config import Config, ProcessTies, Seconds, Section, rule_section
+from specwatch.sections import ProcessTies, Seconds, Section, rule_section
 from specwatch.events import (
     ApiSample,
     ProcessSample,
@@ -40,6 +42,9 @@ from specwatch.events import (
 )
 from specwatch.rules.active import ActiveAlertsRule
 from specwatch.rules.base import RuleContext, log_paths_of, register
+
+if TYPE_CHECKING:  # annotations only: rule files never import config.py
+    from specwatch.config import Config
 
 
 @rule_section("server", attr="server_rule")

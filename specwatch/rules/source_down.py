@@ -27,11 +27,16 @@ server_api and server_metrics while `ServerDown` fires for the server
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from specwatch.alerts.model import Alert, code, iso8601
-from specwatch.config import Config, Seconds, Section, rule_section
+from specwatch.sections import Seconds, Section, rule_section
 from specwatch.events import ApiSample, MetricsSample, ProcessSample, SourceHealth
 from specwatch.rules.active import ActiveAlertsRule
 from specwatch.rules.base import RuleContext, alert_key, new_alert, register
+
+if TYPE_CHECKING:  # annotations only: rule files never import config.py
+    from specwatch.config import Config
 
 
 @rule_section("source_down")

@@ -12,13 +12,18 @@ first decode line with them, or when new settings name no algorithm.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from specwatch.alerts.model import Alert
-from specwatch.config import Config, Count, Section, rule_section
+from specwatch.sections import Count, Section, rule_section
 from specwatch.events import DecodeBatch, ServerArgs
 from specwatch.rules.active import ActiveAlerts
 from specwatch.rules.base import Rule, ServerArgsMemory, args_evidence, new_alert, register, speculation_configured
 from specwatch.rules.fileorder import in_file_order
 from specwatch.rules.summary import ACCEPT, RUNNING, SEQ, TS
+
+if TYPE_CHECKING:  # annotations only: rule files never import config.py
+    from specwatch.config import Config
 
 
 @rule_section("speculation_inactive")

@@ -11,17 +11,22 @@ they never decode (a PD prefill node, an embedding server) or do not speculate a
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from bisect import bisect_right
 from collections import deque
 from itertools import chain
 
 from specwatch.alerts.model import Alert
-from specwatch.config import Config, Count, Seconds, Section, rule_section
+from specwatch.sections import Count, Seconds, Section, rule_section
 from specwatch.events import ServerArgs
 from specwatch.rules.active import ActiveAlerts
 from specwatch.rules.base import Rule, ServerArgsMemory, args_evidence, new_alert, register, speculation_configured
 from specwatch.rules.fileorder import first_and_last
 from specwatch.rules.summary import CLOCK, SEQ
+
+if TYPE_CHECKING:  # annotations only: rule files never import config.py
+    from specwatch.config import Config
 
 
 @rule_section("spec_metrics_missing")

@@ -15,17 +15,20 @@ inhibits this alert by default: it is the cause, and its alert carries the fix.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 import msgspec
 
 from specwatch.alerts.model import Alert
-from specwatch.config import DROP_BOUNDS, Config, Count, Ratio, Seconds, Section, drop_hysteresis, rule_section
+from specwatch.sections import Count, DROP_BOUNDS, Ratio, Seconds, Section, drop_hysteresis, rule_section
 from specwatch.events import DecodeBatch
 from specwatch.rules.active import ActiveAlerts
 from specwatch.rules.base import Rule, alert_key, fmt, new_alert, register
 from specwatch.rules.stats import Baseline, Recent, drop_transition
 from specwatch.rules.summary import FLAGS, RUNNING, THROUGHPUT, TS, VALID_THROUGHPUT
+
+if TYPE_CHECKING:  # annotations only: rule files never import config.py
+    from specwatch.config import Config
 
 
 @rule_section("throughput_drop")

@@ -19,7 +19,7 @@ from typing import Annotated
 
 from msgspec import Meta
 
-from specwatch.config import Count, Seconds, Section, rule_section
+from specwatch.sections import Count, Seconds, Section, rule_section
 from specwatch.events import DecodeBatch
 
 

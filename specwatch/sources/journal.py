@@ -51,12 +51,11 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from specwatch.childproc import die_with_parent
-from specwatch.config import JournalConfig
+from specwatch.config import JOURNALCTL, JournalConfig
 from specwatch.sources.filestream import LineBatch
 
 log = logging.getLogger(__name__)
 
-JOURNALCTL = "journalctl"
 CHECKPOINT_VERSION = 1
 READ_BYTES = 1 << 16  # per os.read: a bigger buffer is allocated (mmap) on every poll, data or not
 CATCH_UP_QUIET = 0.1  # s without output that ends the first read of a new journalctl (its backlog)
@@ -89,16 +88,6 @@ def journalctl_command(cfg: JournalConfig, *, cursor: str | None = None, since_u
     if cfg.unit:
         argv.append(f"--unit={cfg.unit}")
     return argv + list(cfg.matches)  # FIELD=value (validated: never an option)
-
-
-def journal_warnings(cfg: JournalConfig) -> list[str]:
-    """What `check-config` warns about a valid journal entry: `key: problem; fix` lines."""
-    out = []
-    if shutil.which(JOURNALCTL) is None:
-        out.append("unit: journalctl is not on PATH; install systemd (journalctl reads the journal for specwatch)")
-    if cfg.directory and not os.path.isdir(cfg.directory):
-        out.append(f"directory: {cfg.directory} is not a folder (yet); specwatch reads it once it exists")
-    return out
 
 
 def _iso(us: int | None) -> str:

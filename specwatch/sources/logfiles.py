@@ -7,7 +7,7 @@ out compressed and temporary files and rotated copies of matched ones (`0.log.20
 `-json.log.1`: the follower reads those itself). The daemon rescans every `follow.rescan_interval`,
 so pods and containers that appear later are followed, and it stops following a file whose
 directory is gone (a deleted pod or container). `server:` may name fields of the file's place
-(`TEMPLATE_FIELDS`, from `container.names`): `server: "{pod}"`.
+(`config.TEMPLATE_FIELDS`, from `container.names`): `server: "{pod}"`.
 
 `stage` builds a file's `on_lines`: the container envelope unwrapped (`container.Unwrap`), then
 the line grammar (`grammar.Regrammar`); for a plain SGLang file with `format: sglang` it is the
@@ -34,7 +34,6 @@ from specwatch.sources.rotated import rotation_suffix
 
 log = logging.getLogger(__name__)
 
-TEMPLATE_FIELDS = ("container", "image", "id", "pod", "namespace", "uid", "file")
 
 
 def is_pattern(path: str) -> bool:

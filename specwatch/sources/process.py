@@ -40,7 +40,7 @@ import psutil
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from specwatch.config import ProcessTies
+from specwatch.sections import ProcessTies
 from specwatch.events import (
     ProcessSample,
     RoleUsage,
