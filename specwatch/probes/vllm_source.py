@@ -91,10 +91,10 @@ def _str(node: ast.AST | None) -> str | None:
 
 TargetSupport = TypedDict("TargetSupport", {
     "registered": bool,  # the registry names the architecture
-    "class": "str | None",  # `Class (module.py)`
-    "supported": "bool | None",  # the runner accepts it as an EAGLE-3 target; None: not registered
+    "class": str | None,  # `Class (module.py)`
+    "supported": bool | None,  # the runner accepts it as an EAGLE-3 target; None: not registered
     "why": str,
-    "default_layers": "tuple[int, ...] | None",  # the ids captured when the draft names none
+    "default_layers": tuple[int, ...] | None,  # the ids captured when the draft names none
 })
 
 
