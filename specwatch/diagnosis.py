@@ -163,6 +163,7 @@ def diagnose(draft: str | Path | None, target: str | Path | None = None, *, fact
                                            "sglang")
             return Report(facts.version, facts.describe(), str(tgt.path), str(tgt.path), sort_findings(findings),
                           list(facts.notes) + ["the draft is the target itself (no separate draft model)"])
+    assert draft is not None  # no draft given: a target was (checked above) and same_model held
     if (settings or ServerSettings()).algorithm in ("EAGLE", "MTP"):
         from specwatch.probes import mtp_head
 
@@ -177,7 +178,7 @@ def diagnose(draft: str | Path | None, target: str | Path | None = None, *, fact
                           list(facts.notes) + ["an MTP/NextN draft: its MTP head checked, not the EAGLE-3 probes"])
     ckpt = load_draft(draft)
     ctx = ProbeContext(ckpt, tgt, facts, settings or ServerSettings())
-    findings: list[Finding] = []
+    findings = []
     for probe_id in PROBE_IDS:
         module = importlib.import_module(f"specwatch.probes.{probe_id}")
         try:
@@ -363,11 +364,11 @@ def _diagnose_vllm(draft: Path, target: Path | None, root: str | None) -> Report
     from specwatch.probes.vllm_probes import diagnose_vllm
     from specwatch.probes.vllm_source import VllmFacts, find_vllm_root
 
-    root = root or find_vllm_root()
-    if root is None:
+    where = root or find_vllm_root()
+    if where is None:
         log.info("vLLM diagnosis skipped: no vllm package found (set diagnosis.vllm_root)")
         return None
-    return diagnose_vllm(draft, target, VllmFacts(root))
+    return diagnose_vllm(draft, target, VllmFacts(Path(where)))
 
 
 def _discover_facts():

@@ -91,7 +91,7 @@ class LogClocks:
                 log.warning("log %s: its timestamps are back on the wall clock; read in its configured zone again",
                             path)
             return
-        base = (datetime.now(tz) if tz is not None else datetime.now().astimezone()).utcoffset()
+        base = _utc_offset_now(tz)
         self._zones[path] = timezone(base + timedelta(seconds=off))
         log.warning("log %s: its timestamps run %s %s the wall clock (%s); read as if in that zone "
                     "from now on. Set `logs[].timezone` (or `log_timezone`) to the zone of the server's "
@@ -120,7 +120,7 @@ class LogClocks:
         # written at most a while after its stamp (a buffered write), never before it
         if not -120 < off - zoned <= FUTURE_SLACK:
             return 0.0
-        base = (datetime.now(tz) if tz is not None else datetime.now().astimezone()).utcoffset()
+        base = _utc_offset_now(tz)
         if abs(base.total_seconds() + zoned) >= 86400:
             return 0.0
         return zoned
@@ -146,6 +146,13 @@ def last_line(batch) -> str:
     cut = data.rfind("\n" if isinstance(data, str) else b"\n", 0, len(data) - 1) + 1
     tail = data[cut:len(data) - 1]
     return tail if isinstance(tail, str) else tail.decode("utf-8", "replace")
+
+
+def _utc_offset_now(tz: tzinfo | None) -> timedelta:
+    """The UTC offset `tz` has now (None: this host's zone)."""
+    off = (datetime.now(tz) if tz is not None else datetime.now().astimezone()).utcoffset()
+    assert off is not None  # an aware datetime has one
+    return off
 
 
 def _span(seconds: float) -> str:

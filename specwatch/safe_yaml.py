@@ -79,7 +79,7 @@ class _GuardedLoader(yaml.SafeLoader):
             self._path.pop()
         return node
 
-    def compose_mapping_node(self, anchor):
+    def compose_mapping_node(self, anchor: str | None) -> MappingNode:
         node = super().compose_mapping_node(anchor)
         seen: dict[tuple[str, str], int] = {}
         for key, _ in node.value:

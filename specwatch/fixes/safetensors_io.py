@@ -32,8 +32,8 @@ def write_safetensors(path: str | Path, tensors: dict[str, RawTensor], metadata:
                                            data_ptr=keep[k].ctypes.data, data_len=len(data))
                  for k, (code, shape, data) in tensors.items()}
         safetensors.serialize_file(specs, str(path), metadata=metadata)
-    else:
-        safetensors.serialize_file({k: {"dtype": DTYPE_NAMES[code], "shape": list(shape), "data": data}
+    else:  # safetensors < 0.8 takes dicts; the installed library's stubs type only its own (>= 0.8) form
+        safetensors.serialize_file({k: {"dtype": DTYPE_NAMES[code], "shape": list(shape), "data": data}  # type: ignore[misc]
                                     for k, (code, shape, data) in tensors.items()}, str(path), metadata=metadata)
     os.chmod(path, _new_file_mode() if mode is None else mode)
 

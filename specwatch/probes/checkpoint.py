@@ -118,12 +118,12 @@ def read_raw_header(path: Path) -> RawHeader:
     if not isinstance(doc, dict):
         raise ValueError("header is not a JSON object")
     entries: dict[str, tuple[str, tuple[int, ...], tuple[int, int]]] = {}
-    for name, e in doc.items():
+    for name, entry in doc.items():
         if name == "__metadata__":
             continue
-        if not isinstance(e, dict):
+        if not isinstance(entry, dict):
             raise ValueError(f"entry {name!r} is not an object")
-        dtype, shape, offs = e.get("dtype"), e.get("shape"), e.get("data_offsets")
+        dtype, shape, offs = entry.get("dtype"), entry.get("shape"), entry.get("data_offsets")
         if dtype not in DTYPE_BYTES:
             raise ValueError(f"tensor {name!r}: unknown dtype {dtype!r}")
         if not isinstance(shape, list) or not all(isinstance(d, int) and d >= 0 for d in shape):
@@ -137,11 +137,11 @@ def read_raw_header(path: Path) -> RawHeader:
                              f"but {dtype} {shape} needs {want}")
         entries[name] = (dtype, tuple(shape), (offs[0], offs[1]))
     pos = 0
-    for name, (_, _, (b, e)) in sorted(entries.items(), key=lambda kv: kv[1][2]):
+    for name, (_, _, (b, end)) in sorted(entries.items(), key=lambda kv: kv[1][2]):
         if b != pos:
             what = "overlaps the previous tensor" if b < pos else f"leaves a gap of {b - pos} bytes"
             raise ValueError(f"tensor {name!r} starts at byte {b} and {what} (inconsistent offsets)")
-        pos = e
+        pos = end
     if 8 + n + pos != size:
         raise ValueError(f"tensors end at byte {8 + n + pos} but the file has {size} bytes "
                          f"({'truncated' if 8 + n + pos > size else 'trailing data'})")

@@ -42,11 +42,11 @@ def run(ctx: ProbeContext) -> list[Finding]:
         out.append(Finding(PROBE_ID, kind, severity, title, evidence, fix))
 
     V = (ctx.target.vocab_size if ctx.target is not None else None) or d.vocab_size
-    Vd = d.draft_vocab_size or V
     dk, tk = _key(d.tensors, "d2t"), _key(d.tensors, "t2d")
     fix_cmd = fix_checkpoint_command(d.path)
     if not V:
         return out
+    Vd = d.draft_vocab_size or V
     skipped = weights_not_checked(PROBE_ID, ctx, "the vocab map (d2t/t2d)")
     if skipped is not None:
         return [skipped]
@@ -81,7 +81,7 @@ def run(ctx: ProbeContext) -> list[Finding]:
     offsets_ok = bool(targets.size and targets.min() >= 0 and targets.max() < V and np.all(np.diff(targets) > 0))
     absolute_ok = bool(d2t.size and d2t.min() >= 0 and d2t.max() < V and np.all(np.diff(d2t) > 0))
     ev["i + d2t[i] (first 5)"] = targets[:5].tolist()
-    if hot is not None:
+    if t2d is not None:  # and so hot
         ev |= {"len(t2d)": int(t2d.size), "t2d.sum()": int(t2d.sum())}
 
     if d2t.size > 1 and np.array_equal(d2t, idx):
@@ -126,16 +126,17 @@ def _check_head(ctx: ProbeContext, d2t) -> Finding | None:
     import numpy as np
 
     t, d = ctx.target, ctx.draft
-    name = t.lm_head_name() if t is not None else None
+    name = t.lm_head_name() if t is not None else None  # None without a target store
+    store = t.store if t is not None else None
     head = d.tensors.get("lm_head.weight")
-    if name is None or head is None or d.format != "speculators" or len(head.shape) != 2:
+    if store is None or name is None or head is None or d.format != "speculators" or len(head.shape) != 2:
         return None
-    tinfo = t.store.tensors[name]
+    tinfo = store.tensors[name]
     if tinfo.shape[1:] != head.shape[1:] or head.shape[0] != d2t.size:
         return None
     rows = np.unique(np.linspace(0, d2t.size - 1, min(SAMPLE_ROWS, d2t.size)).astype(int))
     draft_head = np.asarray(d.values("lm_head.weight"))[rows]
-    target_head = np.asarray(t.store.values(name))
+    target_head = np.asarray(store.values(name))
     offs = rows + d2t[rows]
     if offs.max() >= tinfo.shape[0] or offs.min() < 0:
         return None

@@ -25,6 +25,7 @@ from `DraftRules`, read from the installed source.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TypeGuard
 
 from specwatch.probes.base import ProbeContext
 from specwatch.probes.checkpoint import DraftCheckpoint, TensorInfo
@@ -70,13 +71,17 @@ def aux_count(rules: DraftRules, flat: dict) -> int:
     n = flat.get("num_aux_hidden_states")
     if isinstance(n, int) and n > 0:
         return n
-    ec = flat.get("eagle_config") if isinstance(flat.get("eagle_config"), dict) else {}
-    ids = ec.get("eagle_aux_hidden_state_layer_ids")
+    ec = flat.get("eagle_config")
+    ids = (ec if isinstance(ec, dict) else {}).get("eagle_aux_hidden_state_layer_ids")
     return len(ids) if isinstance(ids, list) and ids else 3
 
 
 def decoder_prefixes(rules: DraftRules, n_layers: int) -> list[str]:
     return ["model.midlayer"] if rules.decoder == "midlayer" else [f"model.layers.{i}" for i in range(n_layers)]
+
+
+def _size(x: object) -> TypeGuard[int]:
+    return isinstance(x, int) and x > 0
 
 
 def build_params(rules: DraftRules, draft: DraftCheckpoint) -> dict[str, Param]:
@@ -85,10 +90,11 @@ def build_params(rules: DraftRules, draft: DraftCheckpoint) -> dict[str, Param]:
     H, Ht, V = draft.hidden_size, draft.target_hidden_size, draft.vocab_size
     nh, hd, inter = c.get("num_attention_heads"), draft.head_dim, c.get("intermediate_size")
     nkv = c.get("num_key_value_heads") or nh
-    if not all(isinstance(x, int) and x > 0 for x in (H, Ht, V, nh, nkv, hd, inter)):
+    if not (_size(H) and _size(Ht) and _size(V) and _size(nh) and _size(nkv) and _size(hd) and _size(inter)):
         return {}
     k = aux_count(rules, c)
-    ec = c.get("eagle_config") if isinstance(c.get("eagle_config"), dict) else {}
+    ec = c.get("eagle_config")
+    ec = ec if isinstance(ec, dict) else {}
     p: dict[str, Param] = {}
 
     def add(name, shape, shards=None, from_target=None):
@@ -132,7 +138,7 @@ def map_keys(ctx: ProbeContext) -> KeyMapping | None:
         return ctx.cache["key_mapping"]
     rules = ctx.sglang.draft_rules(draft_class(ctx))
     params = build_params(rules, ctx.draft) if rules is not None and rules.modelled else {}
-    m = map_with(rules, params, ctx.draft.tensors) if params else None
+    m = map_with(rules, params, ctx.draft.tensors) if rules is not None and params else None
     ctx.cache["key_mapping"] = m
     return m
 

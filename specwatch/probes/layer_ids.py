@@ -46,11 +46,14 @@ def _ids(v) -> list[int] | None:
 
 
 def family_rule(ctx: ProbeContext) -> str:
-    """The newest known rule for the target family (the convention drafts are trained in)."""
+    """The newest known rule for the target family (the convention drafts are trained in).
+    Callers check first that the target and its architecture are known."""
     from specwatch.probes.known_versions import CAPTURE, RULE_CHANGES
 
-    eff = ctx.sglang.capture(ctx.target.architecture).effective
-    for name in (eff.owner, eff.arch, ctx.target.architecture):
+    arch = ctx.target.architecture if ctx.target is not None else None
+    assert arch is not None, "family_rule needs the target's architecture"
+    eff = ctx.sglang.capture(arch).effective
+    for name in (eff.owner, eff.arch, arch):
         if name in RULE_CHANGES:
             return RULE_CHANGES[name][1]
         if name in CAPTURE:

@@ -180,7 +180,7 @@ def vllm_mtp_arch(facts, model_type: str | None, arch: str | None) -> tuple[str 
             continue
         for n in ast.walk(ast.Module(body=stmt.body, type_ignores=[])):
             if (isinstance(n, ast.Assign) and ast.unparse(n.targets[0]).endswith(".model_type")
-                    and isinstance(n.value, ast.Constant)):
+                    and isinstance(n.value, ast.Constant) and isinstance(n.value.value, str)):
                 model_type = n.value.value
             elif isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == "getattr" \
                     and len(n.args) >= 2 and isinstance(n.args[1], ast.Constant) and n.args[1].value in DECLARE_KEYS:
@@ -190,7 +190,7 @@ def vllm_mtp_arch(facts, model_type: str | None, arch: str | None) -> tuple[str 
                     if isinstance(k, ast.Constant) and k.value == "architectures" and isinstance(v, ast.List) and v.elts:
                         e = v.elts[0]
                         e = e.orelse if isinstance(e, ast.IfExp) else e  # `"V32..." if use_v32 else "..."`: the plain one
-                        if isinstance(e, ast.Constant):
+                        if isinstance(e, ast.Constant) and isinstance(e.value, str):
                             mtp = e.value
     return mtp, key
 
@@ -228,6 +228,8 @@ def check(target, layout: MtpLayout | str) -> list[Finding]:
     its own MTP draft under `layout` (or the reason there is none)."""
     arch = target.architecture
     key, count = declared_layers(target)
+    if key is None or count is None:
+        raise ValueError(f"{target.path}: the config declares no MTP layers ({', '.join(DECLARE_KEYS)})")
     if isinstance(layout, Unread):
         return [Finding(PROBE_ID, "not_checked", INFO, f"MTP head not checked: {layout}",
                         {"architecture": arch, key: count}, "Point specwatch at the engine the server runs (--sglang-root, --vllm-root).")]

@@ -35,6 +35,7 @@ import re
 import shlex
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TypeGuard
 
 from specwatch import pyast
 from specwatch.alerts.model import code
@@ -260,7 +261,7 @@ def _str_const(node) -> str | None:
     return node.value if isinstance(node, ast.Constant) and isinstance(node.value, str) else None
 
 
-def _is_self_attr(node, attr: str | None = None) -> bool:
+def _is_self_attr(node: ast.AST, attr: str | None = None) -> TypeGuard[ast.Attribute]:
     return (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "self"
             and (attr is None or node.attr == attr))
 
@@ -348,7 +349,8 @@ class SourceFacts(SGLangFacts):
                 p = self.pkg / rel
                 text = p.read_text(encoding="utf-8-sig", errors="replace") if p.is_file() else None
             try:
-                self._trees[rel] = pyast.parse(text) if text is not None else None
+                tree = pyast.parse(text) if text is not None else None
+                self._trees[rel] = tree if isinstance(tree, ast.Module) else None  # mode "exec": a Module
             except SyntaxError as e:
                 self.notes.append(f"could not parse sglang/{rel}: {e.msg} (line {e.lineno})")
                 self._trees[rel] = None
@@ -366,7 +368,8 @@ class SourceFacts(SGLangFacts):
 
     def _imports(self, fname: str) -> dict[str, tuple[str, str]]:
         out = {}
-        for node in (ast.walk(self._tree(fname)) if self._tree(fname) else []):  # local imports too
+        tree = self._tree(fname)
+        for node in (ast.walk(tree) if tree else []):  # local imports too
             if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("sglang.srt.models."):
                 for a in node.names:
                     out[a.asname or a.name] = (node.module.rsplit(".", 1)[1] + ".py", a.name)
@@ -431,8 +434,9 @@ class SourceFacts(SGLangFacts):
         if found is None or arch not in self.eagle3_draft_classes():
             return None
         fname, cls = found
-        tree = self._tree(fname)
-        rules = DraftRules(cls=arch, file=f"srt/models/{fname}", config_keys=frozenset(_config_keys(tree)))
+        tree = self._tree(fname)  # parsed: the class was found in it
+        keys = _config_keys(tree) if tree is not None else set()
+        rules = DraftRules(cls=arch, file=f"srt/models/{fname}", config_keys=frozenset(keys))
         load = next((m for _, c in self._mro(fname, cls) if (m := _method(c, "load_weights"))), None)
         init = _method(cls, "__init__")
         model_cls = None
@@ -447,7 +451,11 @@ class SourceFacts(SGLangFacts):
         return self._read_module(model_cls[1], init, rules)
 
     def _read_loader(self, arch: str, load: ast.FunctionDef, rules: DraftRules) -> DraftRules:
-        renames, stacked, skips, prefix, offsets = (), None, [], None, None
+        renames: tuple[tuple[str, str], ...] = ()
+        stacked: tuple[tuple[str, str, object], ...] | None = None
+        skips: list[str] = []
+        prefix: str | None = None
+        offsets: bool | None = None
         regex_rename = False
         for node in ast.walk(load):
             if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
@@ -463,16 +471,15 @@ class SourceFacts(SGLangFacts):
             elif isinstance(node, ast.If):
                 t = node.test
                 if (isinstance(t, ast.Compare) and len(t.ops) == 1 and isinstance(t.ops[0], ast.In)
-                        and _str_const(t.left) and isinstance(t.comparators[0], ast.Name)
+                        and (skip := _str_const(t.left)) and isinstance(t.comparators[0], ast.Name)
                         and any(isinstance(s, ast.Continue) for s in node.body)):
-                    skips.append(_str_const(t.left))
-                    if _str_const(t.left) == "d2t":
+                    skips.append(skip)
+                    if skip == "d2t":
                         offsets = any(isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "arange"
                                       for n in ast.walk(node))
-            elif isinstance(node, ast.JoinedStr) and node.values and _str_const(node.values[0]):
-                s = _str_const(node.values[0])
-                if s.endswith(".") and prefix is None:
-                    prefix = s
+            elif isinstance(node, ast.JoinedStr) and node.values and (head := _str_const(node.values[0])):
+                if head.endswith(".") and prefix is None:
+                    prefix = head
             elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "sub":
                 regex_rename = True
         if regex_rename or stacked is None or prefix is None:
@@ -502,7 +509,8 @@ class SourceFacts(SGLangFacts):
                         and n.comparators[0].value == 1):
                     single = True
         has_call = lambda attr: any(isinstance(v, ast.Call) for v in assigns.get(attr, []))  # noqa: E731
-        tree_text = ast.unparse(self._tree(rules.file.rsplit("/", 1)[1]))
+        own = self._tree(rules.file.rsplit("/", 1)[1])  # parsed: the draft class was found in it
+        tree_text = ast.unparse(own) if own is not None else ""
         if decoder is None or fc_aux is None:
             table = self._table().draft_rules(rules.cls)
             self.notes.append(f"{rules.cls}: decoder container or fc width not found in sglang/{rules.file}; "
@@ -586,14 +594,14 @@ class SourceFacts(SGLangFacts):
                      if isinstance(n, (ast.Name, ast.Attribute))}
             if "is_draft_model" not in names or "architectures" not in names:
                 continue
-            sources = [c for n in ast.walk(node.test) if isinstance(n, ast.Compare)
+            sources = [name for n in ast.walk(node.test) if isinstance(n, ast.Compare)
                        for c in ([n.comparators[0]] if not isinstance(n.comparators[0], (ast.List, ast.Tuple))
-                                 else n.comparators[0].elts) if _str_const(c)]
+                                 else n.comparators[0].elts) if (name := _str_const(c))]
             for stmt in node.body:
                 if (isinstance(stmt, ast.Assign) and isinstance(stmt.targets[0], ast.Subscript)
-                        and "architectures" in ast.unparse(stmt.targets[0]) and _str_const(stmt.value)):
+                        and "architectures" in ast.unparse(stmt.targets[0]) and (value := _str_const(stmt.value))):
                     for s in sources:
-                        out[_str_const(s)] = _str_const(stmt.value)
+                        out[s] = value
         return out
 
     def has_draft_window_flag(self) -> bool:

@@ -21,8 +21,9 @@ PROBE_ID = "shape_mismatch"
 
 
 def _rope(cfg: dict) -> dict:
-    params = cfg.get("rope_parameters") if isinstance(cfg.get("rope_parameters"), dict) else {}
-    scaling = cfg.get("rope_scaling") if isinstance(cfg.get("rope_scaling"), dict) else {}
+    params, scaling = cfg.get("rope_parameters"), cfg.get("rope_scaling")
+    params = params if isinstance(params, dict) else {}
+    scaling = scaling if isinstance(scaling, dict) else {}
     theta = params.get("rope_theta", cfg.get("rope_theta"))
     kind = params.get("rope_type") or scaling.get("rope_type") or scaling.get("type") or "default"
     return {"rope_theta": float(theta) if isinstance(theta, (int, float)) else None,

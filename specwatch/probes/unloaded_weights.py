@@ -45,7 +45,7 @@ def run(ctx: ProbeContext) -> list[Finding]:
     cls = draft_class(ctx)
     rules = ctx.sglang.draft_rules(cls)
     m = map_keys(ctx)
-    if m is None:
+    if m is None or rules is None:  # a mapping exists only for a modelled class (map_keys)
         why = ("the draft config lacks sizes (hidden_size, heads, intermediate_size, vocab_size)"
                if rules is not None and rules.modelled else f"{cls}'s loader in SGLang {version} is not modelled by specwatch")
         out.append(Finding(PROBE_ID, "not_checked", WARNING, f"keys not mapped: {why}", {"draft_class": cls}, ""))

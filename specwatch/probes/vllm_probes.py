@@ -63,8 +63,9 @@ def diagnose_vllm(draft: str | Path | None, target: str | Path | None, facts: Vl
         findings = mtp_head.self_draft(tgt, layout, getattr(settings, "algorithm", None), "vllm")
         return Report(facts.version, facts.describe(), str(tgt.path), str(tgt.path), sort_findings(findings),
                       list(facts.notes) + ["the draft is the target itself (no separate draft model)"], engine="vllm")
+    assert draft is not None  # no draft given: same_model holds and the target drafts (above)
     ckpt = load_draft(draft)
-    findings: list[Finding] = []
+    findings = []
     if not facts.has_eagle3:
         findings.append(Finding("vllm_support", "no_eagle3", ERROR,
                                 f"vLLM {facts.version} has no EAGLE-3 draft (Eagle3LlamaForCausalLM, vLLM >= 0.8.5)",
@@ -194,7 +195,7 @@ def _aux_layers(d, tgt, facts: VllmFacts) -> list[Finding]:
 
 
 def _d2t(d, tgt, facts: VllmFacts) -> list[Finding]:
-    out = []
+    out: list[Finding] = []
     V = (tgt.vocab_size if tgt is not None else None) or d.vocab_size
     Vd = d.draft_vocab_size or V
     key = next((k for k in d.tensors if "d2t" in k), None)

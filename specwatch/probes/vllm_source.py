@@ -42,6 +42,7 @@ import re
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
+from typing import TypedDict
 
 from specwatch import pyast
 
@@ -51,9 +52,10 @@ _VERSION = re.compile(r"""__version__\s*=\s*(?:version\s*=\s*)?['"]([^'"]+)['"]"
 
 def _tree(path: Path) -> ast.Module | None:
     try:
-        return pyast.parse(path.read_text(encoding="utf-8"))
+        tree = pyast.parse(path.read_text(encoding="utf-8"))
     except (OSError, SyntaxError, ValueError, RecursionError, MemoryError):
         return None
+    return tree if isinstance(tree, ast.Module) else None  # mode "exec" parses to a Module
 
 
 def _classes(tree: ast.Module | None) -> dict[str, ast.ClassDef]:
@@ -77,8 +79,23 @@ def _self_attrs(fn: ast.FunctionDef | None) -> set[str]:
     return out
 
 
-def _const(node: ast.AST) -> object:
+def _const(node: ast.AST | None) -> object:
     return node.value if isinstance(node, ast.Constant) else None
+
+
+def _str(node: ast.AST | None) -> str | None:
+    """A string literal's value; None for any other node (or none)."""
+    v = _const(node)
+    return v if isinstance(v, str) else None
+
+
+TargetSupport = TypedDict("TargetSupport", {
+    "registered": bool,  # the registry names the architecture
+    "class": str | None,  # `Class (module.py)`
+    "supported": bool | None,  # the runner accepts it as an EAGLE-3 target; None: not registered
+    "why": str,
+    "default_layers": tuple[int, ...] | None,  # the ids captured when the draft names none
+})
 
 
 @dataclass(frozen=True)
@@ -166,39 +183,45 @@ class VllmFacts:
     def loader(self) -> LoaderRules:
         outer = _method(self._eagle3.get("Eagle3LlamaForCausalLM"), "load_weights")
         model = self._eagle3.get("LlamaModel")
-        skips, renames, optional, prefix, unprefixed = [], [], [], "model.", []
+        skips: list[str] = []
+        renames: list[tuple[str, str]] = []
+        optional: list[str] = []
+        prefix = "model."
+        unprefixed: list[str] = []
         for node in ast.walk(outer) if outer is not None else ():
-            if isinstance(node, ast.If) and _in_name(node.test) and any(isinstance(n, ast.Continue) for n in ast.walk(node)):
-                sub = _in_name(node.test)
+            if isinstance(node, ast.If) and (sub := _in_name(node.test)) \
+                    and any(isinstance(n, ast.Continue) for n in ast.walk(node)):
                 if not any(isinstance(n, ast.Assign) and _renames_in(n) for n in node.body):
                     skips.append(sub)
-            if isinstance(node, ast.Call) and _is_replace(node):
-                renames.append((node.args[0].value, node.args[1].value))
+            if isinstance(node, ast.Call) and (pair := _replace_args(node)) is not None:
+                renames.append(pair)
             if isinstance(node, ast.Assign) and isinstance(node.value, ast.BinOp) and isinstance(node.value.op, ast.Add) \
-                    and isinstance(_const(node.value.left), str):
-                prefix = node.value.left.value
-            if isinstance(node, ast.Compare) and isinstance(node.ops[0], ast.NotIn) and isinstance(_const(node.left), str):
-                unprefixed.append(node.left.value)
+                    and (left := _str(node.value.left)) is not None:
+                prefix = left
+            if isinstance(node, ast.Compare) and isinstance(node.ops[0], ast.NotIn) \
+                    and (left := _str(node.left)) is not None:
+                unprefixed.append(left)
             if isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant) and node.value.value is None:
                 t = node.targets[0]
-                if isinstance(t, ast.Subscript) and isinstance(_const(t.slice), str):
-                    optional.append(t.slice.value)
-        inner_renames, stacked = [], []
+                if isinstance(t, ast.Subscript) and (key := _str(t.slice)) is not None:
+                    optional.append(key)
+        inner_renames: list[tuple[str, str]] = []
+        stacked: list[tuple[str, str]] = []
         for node in ast.walk(model) if model is not None else ():
-            if isinstance(node, ast.Call) and _is_replace(node):
-                inner_renames.append((node.args[0].value, node.args[1].value))
+            if isinstance(node, ast.Call) and (pair := _replace_args(node)) is not None:
+                inner_renames.append(pair)
             if isinstance(node, ast.keyword) and node.arg in ("orig_to_new_substr", "orig_to_new_stacked") \
                     and isinstance(node.value, ast.Dict):
                 for k, v in zip(node.value.keys, node.value.values):
-                    if not isinstance(_const(k), str):
+                    if (old := _str(k)) is None:
                         continue
-                    if isinstance(_const(v), str):
-                        inner_renames.append((k.value, v.value))
-                    elif isinstance(v, ast.Tuple) and isinstance(_const(v.elts[0]), str):
-                        stacked.append((k.value, v.elts[0].value))
-            if isinstance(node, ast.Tuple) and len(node.elts) == 3 and all(isinstance(_const(e), str) for e in node.elts[:2]) \
-                    and str(node.elts[1].value).startswith("."):
-                stacked.append((node.elts[1].value, node.elts[0].value))  # (param, shard, id) rows
+                    if (new := _str(v)) is not None:
+                        inner_renames.append((old, new))
+                    elif isinstance(v, ast.Tuple) and (fused := _str(v.elts[0])) is not None:
+                        stacked.append((old, fused))
+            if isinstance(node, ast.Tuple) and len(node.elts) == 3 and (param := _str(node.elts[0])) is not None \
+                    and (shard := _str(node.elts[1])) is not None and shard.startswith("."):
+                stacked.append((shard, param))  # (param, shard, id) rows
         stacked = [(a, b) for a, b in stacked if (a, b) not in inner_renames]
         renames = [(a, b) for a, b in renames if (a, b) not in inner_renames]
         return LoaderRules(tuple(dict.fromkeys(skips)), tuple(renames), prefix, tuple(unprefixed) or ("lm_head",),
@@ -287,9 +310,12 @@ class VllmFacts:
         for node in tree.body if tree is not None else ():
             if isinstance(node, (ast.Assign, ast.AnnAssign)) and isinstance(node.value, ast.Dict):
                 for k, v in zip(node.value.keys, node.value.values):
-                    if isinstance(_const(k), str) and isinstance(v, ast.Tuple) and len(v.elts) >= 2 \
-                            and all(isinstance(_const(e), str) for e in v.elts[:2]):
-                        out.setdefault(k.value, (v.elts[0].value, v.elts[1].value))
+                    arch = _str(k)
+                    if arch is None or not isinstance(v, ast.Tuple) or len(v.elts) < 2:
+                        continue
+                    module, cls = _str(v.elts[0]), _str(v.elts[1])
+                    if module is not None and cls is not None:
+                        out.setdefault(arch, (module, cls))
         return out
 
     def _models_class(self, module: str, name: str, depth: int = 0) -> tuple[ast.ClassDef, dict[str, str]] | None:
@@ -298,7 +324,7 @@ class VllmFacts:
         tree = _tree(path)
         if tree is None:
             return None
-        imports = {}
+        imports: dict[str, str] = {}
         for node in tree.body:
             if isinstance(node, ast.ImportFrom) and node.module is not None:
                 mod = node.module.rsplit(".", 1)[-1] if (node.level or node.module.startswith("vllm.model_executor.models")) else None
@@ -307,17 +333,19 @@ class VllmFacts:
         cls = _classes(tree).get(name)
         return None if cls is None else (cls, imports)
 
-    def target_support(self, arch: str | None, model_type: str | None, n_layers: int | None) -> dict:
+    def target_support(self, arch: str | None, model_type: str | None, n_layers: int | None) -> TargetSupport:
         """What the runner does for target architecture `arch`: {"registered", "class", "supported",
-        "why", "default_layers"} (`default_layers`: the ids captured when the draft names none)."""
-        out = {"registered": False, "class": None, "supported": None, "why": "", "default_layers": None}
+        "why", "default_layers"} (`TargetSupport`)."""
+        out: TargetSupport = {"registered": False, "class": None, "supported": None, "why": "", "default_layers": None}
         entry = self._registry.get(arch or "")
         if entry is None:
             out["why"] = f"{arch} is not a vLLM architecture"
             return out
-        out.update(registered=True, **{"class": f"{entry[1]} ({entry[0]}.py)"})
-        names, methods = set(), {}
-        todo, seen = [(entry[0], entry[1])], set()
+        out["registered"], out["class"] = True, f"{entry[1]} ({entry[0]}.py)"
+        names: set[str] = set()
+        methods: dict[str, ast.FunctionDef] = {}
+        todo = [(entry[0], entry[1])]
+        seen: set[tuple[str, str]] = set()
         while todo and len(seen) < 40:
             module, name = todo.pop()
             if (module, name) in seen:
@@ -348,17 +376,18 @@ class VllmFacts:
             out["supported"] = llama_ok and "get_eagle3_aux_hidden_state_layers" in methods
             out["why"] = ("defines get_eagle3_aux_hidden_state_layers" if out["supported"] else
                           "model_type is not Llama" if not llama_ok else "has no get_eagle3_aux_hidden_state_layers")
-        fn = methods.get("get_eagle3_default_aux_hidden_state_layers") or methods.get("get_eagle3_aux_hidden_state_layers")
-        if fn is not None and n_layers:
-            out["default_layers"] = _default_layers(fn, n_layers)
+        layers_fn = (methods.get("get_eagle3_default_aux_hidden_state_layers")
+                     or methods.get("get_eagle3_aux_hidden_state_layers"))
+        if layers_fn is not None and n_layers:
+            out["default_layers"] = _default_layers(layers_fn, n_layers)
         return out
 
     @cached_property
     def speculators_types(self) -> tuple[str, ...]:
         """`speculators_model_type` values this vLLM reads; () = no speculators config support."""
         tree = _tree(self.pkg / "transformers_utils/configs/speculators/algos.py")
-        return tuple(d.args[0].value for d in ast.walk(tree) if isinstance(d, ast.Call) and isinstance(d.func, ast.Name)
-                     and d.func.id == "register_speculator" and d.args and isinstance(_const(d.args[0]), str)) \
+        return tuple(name for d in ast.walk(tree) if isinstance(d, ast.Call) and isinstance(d.func, ast.Name)
+                     and d.func.id == "register_speculator" and d.args and (name := _str(d.args[0])) is not None) \
             if tree is not None else ()
 
     @cached_property
@@ -373,23 +402,27 @@ class VllmFacts:
 
 def _in_name(test: ast.AST) -> str | None:
     """`"x" in name` → "x"."""
-    if isinstance(test, ast.Compare) and isinstance(test.ops[0], ast.In) and isinstance(_const(test.left), str):
-        return test.left.value
+    if isinstance(test, ast.Compare) and isinstance(test.ops[0], ast.In):
+        return _str(test.left)
     return None
 
 
-def _is_replace(node: ast.Call) -> bool:
-    return (isinstance(node.func, ast.Attribute) and node.func.attr == "replace" and len(node.args) == 2
-            and all(isinstance(_const(a), str) for a in node.args))
+def _replace_args(node: ast.Call) -> tuple[str, str] | None:
+    """`….replace("a", "b")` → ("a", "b"); None for any other call."""
+    if isinstance(node.func, ast.Attribute) and node.func.attr == "replace" and len(node.args) == 2:
+        old, new = _str(node.args[0]), _str(node.args[1])
+        if old is not None and new is not None:
+            return old, new
+    return None
 
 
 def _renames_in(node: ast.Assign) -> bool:
-    return any(isinstance(n, ast.Call) and _is_replace(n) for n in ast.walk(node))
+    return any(isinstance(n, ast.Call) and _replace_args(n) is not None for n in ast.walk(node))
 
 
 def _default_layers(fn: ast.FunctionDef, n: int) -> tuple[int, ...] | None:
     """Evaluate the `return (2, num_layers // 2, num_layers - 3)` of a default-layers method."""
-    ret = next((r for r in ast.walk(fn) if isinstance(r, ast.Return) and isinstance(r.value, ast.Tuple)), None)
+    ret = next((r.value for r in ast.walk(fn) if isinstance(r, ast.Return) and isinstance(r.value, ast.Tuple)), None)
     if ret is None:
         return None
 
@@ -405,7 +438,7 @@ def _default_layers(fn: ast.FunctionDef, n: int) -> tuple[int, ...] | None:
         raise ValueError(ast.dump(e))
 
     try:
-        return tuple(ev(e) for e in ret.value.elts)
+        return tuple(ev(e) for e in ret.elts)
     except (ValueError, TypeError):
         return None
 

@@ -26,6 +26,7 @@ import logging
 import os
 import re
 from collections.abc import Callable
+from dataclasses import dataclass, field
 
 from specwatch.sources.filestream import LineBatch
 
@@ -39,6 +40,16 @@ _CRI = re.compile(r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d
 # Compose-style collector prefix "service  | " (recognised when none is configured), also with
 # the colours `docker compose logs` writes on a terminal: "\x1b[36msglang-1  |\x1b[0m ".
 _COMPOSE = re.compile(r"(?:\x1b\[[\d;]*m)?[\w.@-]+\s*\|(?:\x1b\[[\d;]*m)? ")
+
+
+@dataclass(slots=True)
+class _Unfinished:
+    """One stream's unfinished line: the offset of its first record (-1: over max_line_bytes,
+    dropped with its later parts), whether every part was valid UTF-8, the parts' texts."""
+
+    start: int
+    ok: bool
+    texts: list[str] = field(default_factory=list)
 
 
 def strip_container_prefix(text: str, container_prefix: re.Pattern | None) -> str:
@@ -86,7 +97,7 @@ class Unwrap:
         self._on_lines = on_lines
         self.envelope = None if envelope == "auto" else envelope
         self.max_line_bytes = max_line_bytes
-        self._partial: dict[str, list[str]] = {}  # stream → parts of an unfinished line
+        self._partial: dict[str, _Unfinished] = {}  # stream → its unfinished line
         self.records_total = 0
         self.bad_records_total = 0
         self.long_lines_skipped_total = 0
@@ -128,21 +139,21 @@ class Unwrap:
                 bounds.append(offsets[i])
                 continue
             if parts is None:
-                parts = partial[stream] = [offsets[i], ok]  # start offset, UTF-8 ok, then texts
-            parts[1] = parts[1] and ok
-            if parts[0] != -1:
-                parts.append(text)
-            if len(parts) > 2 and sum(map(len, parts[2:])) > self.max_line_bytes:
-                parts[0] = -1  # too long: dropped, its later parts too (bounded memory)
-                del parts[2:]
+                parts = partial[stream] = _Unfinished(offsets[i], ok)
+            parts.ok = parts.ok and ok
+            if parts.start != -1:
+                parts.texts.append(text)
+            if parts.texts and sum(map(len, parts.texts)) > self.max_line_bytes:
+                parts.start = -1  # too long: dropped, its later parts too (bounded memory)
+                parts.texts.clear()
             if done:
                 del partial[stream]
-                if parts[0] == -1:
+                if parts.start == -1:
                     self.long_lines_skipped_total += 1
                     continue
-                lines.append("".join(parts[2:]))
-                oks.append(parts[1])
-                bounds.append(parts[0])
+                lines.append("".join(parts.texts))
+                oks.append(parts.ok)
+                bounds.append(parts.start)
         if lines:
             bounds.append(batch.end)
             self._on_lines(LineBatch(batch.path, bounds[0], batch.end, lines=lines,

@@ -11,11 +11,15 @@ they always did (requests 2.32, sessions.py `merge_environment_settings`, utils.
 from __future__ import annotations
 
 import os
+from typing import TYPE_CHECKING
 from urllib.parse import urlencode, urlsplit, urlunsplit
 
 import urllib3
 from urllib3.exceptions import (ConnectTimeoutError, HTTPError, NewConnectionError, ProtocolError, SSLError,
                                 TimeoutError)
+
+if TYPE_CHECKING:  # imported only where the environment asks for it (PollClient)
+    import requests
 
 _PROXY_SETTINGS = ("http_proxy", "https_proxy", "all_proxy", "no_proxy", "netrc")
 
@@ -50,16 +54,16 @@ class PollClient:
     requests Session when `environment_settings()` (read once, here)."""
 
     def __init__(self) -> None:
-        self._session = None
-        self._pool = None
+        self._session: requests.Session | None = None  # exactly one of the two is set
+        self._pool: urllib3.PoolManager | None = None
         if environment_settings():
             import requests  # only here: its proxy and .netrc handling
 
             self._session = requests.Session()
         else:
             ca = os.environ.get("REQUESTS_CA_BUNDLE") or os.environ.get("CURL_CA_BUNDLE") or _certifi()
-            self._pool = urllib3.PoolManager(num_pools=2, maxsize=1, retries=False,
-                                             **({"ca_certs": ca} if ca else {}))
+            self._pool = (urllib3.PoolManager(num_pools=2, maxsize=1, retries=False, ca_certs=ca) if ca
+                          else urllib3.PoolManager(num_pools=2, maxsize=1, retries=False))
 
     def get(self, url: str, *, timeout: float, headers: dict | None = None,
             params: dict | None = None) -> tuple[int, bytes]:
@@ -71,7 +75,8 @@ class PollClient:
             query = "&".join(filter(None, (parts.query, urlencode(params, doseq=True))))
             url = urlunsplit(parts._replace(query=query))
         if self._session is not None:
-            return self._requests_get(url, timeout, headers)
+            return self._requests_get(self._session, url, timeout, headers)
+        assert self._pool is not None  # no session: a pool (__init__)
         try:
             r = self._pool.request("GET", url, headers=headers, timeout=urllib3.Timeout(connect=timeout, read=timeout),
                                    redirect=False, retries=False)
@@ -87,11 +92,12 @@ class PollClient:
             raise PollError("request_error", False) from None
         return r.status, r.data
 
-    def _requests_get(self, url: str, timeout: float, headers: dict | None) -> tuple[int, bytes]:
+    @staticmethod
+    def _requests_get(session: requests.Session, url: str, timeout: float, headers: dict | None) -> tuple[int, bytes]:
         import requests
 
         try:
-            r = self._session.get(url, headers=headers, timeout=(timeout, timeout), allow_redirects=False)
+            r = session.get(url, headers=headers, timeout=(timeout, timeout), allow_redirects=False)
         except requests.exceptions.ConnectTimeout:
             raise PollError("timeout", False) from None
         except requests.exceptions.Timeout:

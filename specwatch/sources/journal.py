@@ -44,7 +44,7 @@ import subprocess
 import time
 from collections.abc import Callable
 from datetime import datetime, timezone
-from typing import Any
+from typing import IO, Any
 
 import msgspec
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -151,7 +151,7 @@ class JournalFollower:
         self._realtime: int | None = None  # µs since the epoch, of the entry at _cursor
         if checkpoint is not None:
             self._resume(checkpoint)
-        self._proc: subprocess.Popen | None = None
+        self._proc: subprocess.Popen[bytes] | None = None
         self._buf = b""
         self._err_buf = b""
         self._stderr: list[str] = []
@@ -207,14 +207,16 @@ class JournalFollower:
         if self._proc is None:
             if time.monotonic() < self._retry_at or not self._spawn():
                 return 0
+        proc = self._proc
+        assert proc is not None  # running, or just started by _spawn
         try:
-            self._read_stderr()
-            eof = self._read()
+            self._read_stderr(proc)
+            eof = self._read(proc)
         except OSError as e:
             eof = True
             self._fail(f"reading journalctl's output failed: {e}", "")
         if eof:
-            self._exited()
+            self._exited(proc)
         return self.lines_total - before
 
     def close(self) -> None:
@@ -259,7 +261,7 @@ class JournalFollower:
             exe = shutil.which(self._journalctl)  # exec'd by childproc: a missing one is said here
             if exe is None:
                 raise FileNotFoundError(errno.ENOENT, "not found", self._journalctl)
-            self._proc = subprocess.Popen(
+            self._proc = proc = subprocess.Popen(
                 die_with_parent([exe, *argv[1:]], signal.SIGTERM),  # ends with the followers' thread, even on SIGKILL
                 stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                 start_new_session=True,  # a Ctrl-C of the daemon's terminal is the daemon's to handle
@@ -269,18 +271,18 @@ class JournalFollower:
             self._fail(what, "install systemd (journalctl), or put it on specwatch's PATH")
             self._retry_at = time.monotonic() + RETRY_MAX
             return False
-        for f in (self._proc.stdout, self._proc.stderr):
-            os.set_blocking(f.fileno(), False)
+        for f in (proc.stdout, proc.stderr):
+            os.set_blocking(_fd(f), False)
         self._expect = cursor
         self._catch_up = True
         self._catch_up_end = time.monotonic() + CATCH_UP_MAX
         log.info("following the journal for %s: %s", self.path, " ".join(argv[1:]))
         return True
 
-    def _read(self) -> bool:
+    def _read(self, proc: subprocess.Popen[bytes]) -> bool:
         """Read what journalctl printed, for at most `TURN` s, and pass it on. Returns True at
         end of file (it exited). A turn cut short sets `more`."""
-        fd = self._proc.stdout.fileno()
+        fd = _fd(proc.stdout)
         turn_end = time.monotonic() + TURN
         while True:
             try:
@@ -378,11 +380,11 @@ class JournalFollower:
             self._after_us = None
         return True
 
-    def _read_stderr(self, final: bool = False) -> None:
+    def _read_stderr(self, proc: subprocess.Popen[bytes], final: bool = False) -> None:
         """Classify journalctl's complete stderr lines (all of them once it exited: `final`)."""
         data = self._err_buf
         try:
-            while chunk := os.read(self._proc.stderr.fileno(), 65536):
+            while chunk := os.read(_fd(proc.stderr), 65536):
                 data += chunk
         except OSError:  # BlockingIOError: nothing more for now
             pass
@@ -404,12 +406,12 @@ class JournalFollower:
             else:
                 log.warning("journalctl (%s): %s", self.path, line)
 
-    def _exited(self) -> None:
+    def _exited(self, proc: subprocess.Popen[bytes]) -> None:
         try:
-            rc = self._proc.wait(1.0)
+            rc: int | None = proc.wait(1.0)
         except subprocess.TimeoutExpired:
             rc = None
-        self._read_stderr(final=True)
+        self._read_stderr(proc, final=True)
         said = "; ".join(self._stderr) or "no message"
         refused = self._by_time and self._expect
         self._stderr = []
@@ -433,6 +435,12 @@ class JournalFollower:
         if now - self._said.get(text, -REPEAT_EVERY) >= REPEAT_EVERY:
             self._said[text] = now
             (log.error if error else log.warning)("%s", text)
+
+
+def _fd(pipe: IO[bytes] | None) -> int:
+    """The fd of one of journalctl's pipes (started with stdout and stderr PIPE: never None)."""
+    assert pipe is not None
+    return pipe.fileno()
 
 
 class JournalCollector(Collector):

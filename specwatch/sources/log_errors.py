@@ -184,9 +184,9 @@ class ErrorGrouper:
             if self._continues(g, text):
                 g.last = now if now is not None else g.last
                 if g.count >= MAX_LINES:
-                    out.append(self._close(cut=True))
+                    out.append(self._close(g, cut=True))
                 return out
-            out.append(self._close())
+            out.append(self._close(g))
         started = self._start(text, now, tz)
         if started is not None:
             out.append(started)
@@ -197,11 +197,12 @@ class ErrorGrouper:
         g = self.group
         if g is None or g.last is None or now - g.last < TIMEOUT:
             return []
-        return [self._close()]
+        return [self._close(g)]
 
     def flush(self) -> list[LogError]:
         """End the open group now (end of a recorded log)."""
-        return [] if self.group is None else [self._close()]
+        g = self.group
+        return [] if g is None else [self._close(g)]
 
     def _engine(self) -> str:
         return self.engine or (VLLM if self.log is not None and self.log.name == VLLM else "")
@@ -305,10 +306,9 @@ class ErrorGrouper:
             return True
         return False  # a line of something else: the traceback was cut
 
-    def _close(self, *, cut: bool = False) -> LogError:
-        """The open group as an event; `cut`: it hit `MAX_LINES` (a traceback without its
-        exception line is cut too)."""
-        g = self.group
+    def _close(self, g: _Group, *, cut: bool = False) -> LogError:
+        """The open group `g` as an event, and no group open; `cut`: it hit `MAX_LINES` (a
+        traceback without its exception line is cut too)."""
         self.group = None
         lines = tuple(g.lines)
         cut = cut or (g.mode == "traceback" and g.exception is None)

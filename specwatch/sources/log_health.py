@@ -8,10 +8,18 @@ rounds (their own thread): `is_open`, and for a closed file one `stat` saying wh
 from __future__ import annotations
 
 import os
-from typing import Callable
+from typing import Callable, Protocol
 
 from specwatch.events import SourceHealth
 from specwatch.sources.filestream import Follower
+
+
+class Followed(Protocol):
+    """What a follower shows here: a `Follower` (sources/filestream.py) or a `JournalFollower`
+    (sources/journal.py, whose `error` says why journalctl is not running)."""
+
+    @property
+    def is_open(self) -> bool: ...
 
 
 def _why_closed(path: str) -> str:
@@ -43,7 +51,7 @@ class LogHealth:
         self.server_for = server_for
         self._last: dict[str, tuple[bool, str]] = {}
 
-    def check(self, followers: dict[str, object], now: float) -> None:
+    def check(self, followers: dict[str, Followed], now: float) -> None:
         for path in self._last.keys() - followers.keys():
             del self._last[path]
         for path, f in followers.items():

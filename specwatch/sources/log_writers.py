@@ -183,8 +183,8 @@ def log_writers(files: LogFiles, pids: Iterable[int], parent: dict[int, int], sk
         for pid in pids:
             if pid in skip:
                 continue
-            for fd in (1, 2):
-                hit = readers.get(_link(pid, fd) or "")
+            for std in (1, 2):
+                hit = readers.get(_link(pid, std) or "")
                 if hit is not None:
                     direct.setdefault(hit, set()).add(pid)
                     break

@@ -24,6 +24,7 @@ import re
 import string
 import time
 from collections.abc import Callable
+from collections.abc import Set as AbstractSet
 from zoneinfo import ZoneInfo
 
 from specwatch.config import Config, LogSource
@@ -54,7 +55,7 @@ def resolve(src: LogSource, path: str) -> LogSource:
     return dataclasses.replace(src, path=path, server=server)
 
 
-def matches(pattern: str, known: set[str] = frozenset()) -> list[str]:
+def matches(pattern: str, known: AbstractSet[str] = frozenset()) -> list[str]:
     """Regular files matching `pattern`, sorted, without `.gz`/`.tmp` files and without rotated
     copies of another match or of a `known` file."""
     found = sorted(p for p in glob.glob(pattern) if not p.endswith((".gz", ".tmp")) and os.path.isfile(p))

@@ -418,17 +418,18 @@ class GpuSampler:
         states: list[GpuState] = []
         for index in range(s.count):
             gpu = s.gpus.get(index)
-            labels = dict(zip(("index", "uuid", "model_name", "pci_bus_id"), gpu.labels if gpu else (str(index),)))
+            # (index, uuid, model_name, pci_bus_id): GpuState's first fields, "" when not listed
+            ident = gpu.labels if gpu else (str(index), "", "", "")
             if gpu is None or index in s.failed:
-                states.append(GpuState(**labels, up=False))
+                states.append(GpuState(*ident, up=False))
                 continue
             try:
                 readings = self._read_gpu(s, gpu, pids)
             except Exception as err:  # lost GPU, unknown error, or a bug: drop this GPU only
                 self._gpu_failed(s, index, err)
-                states.append(GpuState(**labels, up=False))
+                states.append(GpuState(*ident, up=False))
                 continue
-            states.append(GpuState(**labels, **readings))
+            states.append(GpuState(*ident, **readings))
             if index in self._failing_gpus:
                 self._failing_gpus.discard(index)
                 log.info("GPU %d (%s) is being read again", index, gpu.uuid)
@@ -751,7 +752,8 @@ class GpuSampler:
             self._errors[label] = self._errors.get(label, 0) + 1
 
 
-def _family(spec: tuple[str, str, str, tuple[str, ...]], prefix: tuple[str, ...]) -> Metric:
+def _family(spec: tuple[str, str, str, tuple[str, ...]],
+            prefix: tuple[str, ...]) -> CounterMetricFamily | GaugeMetricFamily:
     name, kind, help_text, labels = spec
     cls = CounterMetricFamily if kind == "counter" else GaugeMetricFamily
     return cls(name, help_text, labels=list(prefix + labels))
@@ -823,17 +825,17 @@ class GpuCollector(Collector):
                         for reason, _ in _REASONS:
                             fam.add_metric(labels + [reason], 1.0 if reason in g.reasons else 0.0)
                 elif name == "specwatch_gpu_ecc_errors_total":
-                    for kind, n in g.ecc.items():
-                        fam.add_metric(labels + [kind], n)
+                    for kind, count in g.ecc.items():
+                        fam.add_metric(labels + [kind], count)
                 elif (value := getattr(g, _GPU_FIELDS[name])) is not None:
                     fam.add_metric(labels, value)
             yield fam
 
         counts_fam = _family(_XID_FAMILIES[0], GPU_LABELS)
-        for labels, n in sorted(xid_counts.items()):
-            counts_fam.add_metric(list(labels), float(n))
+        for key, n in sorted(xid_counts.items()):
+            counts_fam.add_metric(list(key), float(n))
         yield counts_fam
         last_fam = _family(_XID_FAMILIES[1], GPU_LABELS)
-        for labels, ts in sorted(xid_last.items()):
-            last_fam.add_metric(list(labels), ts)
+        for key, ts in sorted(xid_last.items()):
+            last_fam.add_metric(list(key), ts)
         yield last_fam

@@ -34,6 +34,7 @@ import os
 import re
 import threading
 import time
+from dataclasses import dataclass
 from typing import Callable, Iterable, Iterator
 
 import psutil
@@ -170,8 +171,7 @@ def site_dirs(interpreter: str, fs_root: str = "/", environ: dict[str, str] | No
             dirs += [f"{pre}/lib/python{v}/site-packages", f"{pre}/local/lib/python{v}/dist-packages",
                      f"{pre}/lib/python{v}/dist-packages"]
         dirs.append(f"{pre}/lib/python3/dist-packages")
-    seen: set[str] = set()
-    return [d for d in dirs if not (d in seen or seen.add(d))]
+    return list(dict.fromkeys(dirs))  # each once, in order
 
 
 def _listdir(path: str) -> list[str]:
@@ -420,6 +420,27 @@ def _shebang(script: str, fs_root: str) -> str | None:
     return None
 
 
+@dataclass(slots=True)
+class _Launch:
+    """A server main process's launcher arguments, the settings parsed from them and its argv
+    with secrets redacted (`redact_argv`)."""
+
+    args: list[str]
+    parsed: dict[str, object]
+    shown: tuple[str, ...]
+
+
+@dataclass(slots=True)
+class _Known:
+    """What does not change while a process lives: its start (clock ticks since boot, `_usage`),
+    argv and role (`role_of`); `launch` for a server's main process once described."""
+
+    start: int
+    cmd: tuple[str, ...]
+    role: str
+    launch: _Launch | None = None
+
+
 class ProcessSource(PollingSource):
     """Scans the process table every `interval` seconds; see the module docstring.
 
@@ -492,9 +513,7 @@ class ProcessSource(PollingSource):
         self._children: dict[int, set[int]] = {}
         self._launchers: dict[int, list[str]] = {}
         self._members: dict[int, psutil.Process] = {}  # the servers' main processes
-        # what does not change while a process lives, by pid: [start ticks, argv, role, launcher
-        # args, parsed args, redacted argv] (the last three for a server's main process only)
-        self._known: dict[int, list] = {}
+        self._known: dict[int, _Known] = {}  # by pid
         self._recheck: set[int] = set()  # first read at the last scan
         self._last_pid: int | None = None  # `_last_pid()` when the table was last listed
         self._listed_at = -math.inf
@@ -527,8 +546,7 @@ class ProcessSource(PollingSource):
 
     def _forget_pid(self, pid: int) -> None:
         parent = self._ppid.pop(pid, None)
-        kids = self._children.get(parent)
-        if kids is not None:
+        if parent is not None and (kids := self._children.get(parent)) is not None:
             kids.discard(pid)
             if not kids:
                 del self._children[parent]
@@ -681,7 +699,8 @@ class ProcessSource(PollingSource):
         mono = time.monotonic()
         tie = self._writes.get(sp.identity)
         if tie is None or tie[0] is None and mono >= tie[3]:
-            siblings = self._children.get(self._ppid.get(sp.pid), set())
+            ppid = self._ppid.get(sp.pid)
+            siblings = self._children.get(ppid, set()) if ppid is not None else set()
             hit = written_log(sp.pids, sp.pid, sp.output_paths, LogFiles(self.logs),
                               [*siblings, *(p for p in self._ppid if p not in siblings)])
             tries = 1 if tie is None else tie[2] + 1
@@ -723,40 +742,40 @@ class ProcessSource(PollingSource):
         outputs: list[str] = []
         root_cmd: tuple[str, ...] = ()
         create_time = 0.0
-        parsed: dict = {}
+        parsed: dict[str, object] = {}
+        shown: tuple[str, ...] = ()
         for cpid in tree:
             use = _usage(cpid)
             if use is None:
                 continue  # exited
             start, cpu, rss = use
             known = self._known.get(cpid)
-            if known is not None and known[0] != start:  # the pid went to another process
+            if known is not None and known.start != start:  # the pid went to another process
                 self._forget_pid(cpid)
                 self._read(cpid)
                 if cpid == pid and cpid not in self._launchers or cpid != pid and not self._within(cpid, pid):
                     continue  # not this server's any more: gone (its launcher: the server is)
                 known = None
             # read again: first seen, or a child SGLang may still rename
-            if known is None or cpid != pid and known[2] == "other":
+            if known is None or cpid != pid and known.role == "other":
                 cmd = _cmdline(cpid)
                 if cmd is None:
                     continue
                 if known is None:
                     self._members.pop(cpid, None)  # a psutil handle of the pid's last process
-                known = self._known[cpid] = [start, cmd, role_of(cmd), None, None, None]
-            cmd = known[1]
+                known = self._known[cpid] = _Known(start, cmd, role_of(cmd))
+            cmd = known.cmd
             if cpid == pid:
                 p = self._member(cpid, members)
                 if p is None:
                     continue
                 create_time = p.create_time()  # psutil's (cached by the handle), as before
-                if known[3] is None:
-                    known[3] = self._args_of(cmd) or args
-                    a = known[3]
-                    known[4] = vllm_settings.parse_argv(a) if isinstance(a, vllm_settings.VllmArgv) else parse_server_argv(a)
-                    known[5] = redact_argv(cmd)
-                root_cmd, args, parsed = cmd, known[3], known[4]
-            role = "main" if cpid == pid else known[2]
+                if known.launch is None:
+                    a = self._args_of(cmd) or args
+                    known.launch = _Launch(a, vllm_settings.parse_argv(a) if isinstance(a, vllm_settings.VllmArgv)
+                                           else parse_server_argv(a), redact_argv(cmd))
+                root_cmd, args, parsed, shown = cmd, known.launch.args, known.launch.parsed, known.launch.shown
+            role = "main" if cpid == pid else known.role
             acc = roles.setdefault(role, [0, 0.0, 0])
             acc[0] += 1
             acc[1] += cpu
@@ -791,7 +810,7 @@ class ProcessSource(PollingSource):
             pid=pid,
             start_time=create_time,
             port=port if isinstance(port, int) else DEFAULT_PORT,
-            cmdline=self._known[pid][5],
+            cmdline=shown,
             args=dict(parsed),
             interpreter=interp,
             fs_root=fs_root,
@@ -828,6 +847,7 @@ class ProcessSource(PollingSource):
             expected = name in self.expected
             if not expected:
                 if new is None:  # exited, or tied to a followed log since: forgotten under this name
+                    assert known is not None  # not found, not configured: found at an earlier scan
                     now_named = next((n for n, sp in found.items() if sp.identity == known.identity), None)
                     if now_named is not None:
                         log.info("SGLang server %s (pid %d) is %s from now on (tied to its log)", name,

@@ -15,6 +15,7 @@ from __future__ import annotations
 import errno
 import gzip
 import hashlib
+import io
 import os
 import re
 import stat
@@ -40,12 +41,11 @@ class Fingerprint(NamedTuple):
         return cls(dev, ino, len(head), hashlib.sha256(head).hexdigest())
 
     @classmethod
-    def parse(cls, value: object) -> "Fingerprint | None":
+    def parse(cls, value: object) -> "Fingerprint":
         """From its JSON list. Raises ValueError for anything else."""
-        try:
-            dev, ino, n, sha = value  # type: ignore[misc]
-        except (TypeError, ValueError) as e:
-            raise ValueError(f"bad fingerprint {value!r}") from e
+        if not isinstance(value, (list, tuple)) or len(value) != 4:
+            raise ValueError(f"bad fingerprint {value!r}")
+        dev, ino, n, sha = value
         if not (isinstance(dev, int) and isinstance(ino, int) and isinstance(n, int)
                 and isinstance(sha, str) and n >= 0):
             raise ValueError(f"bad fingerprint {value!r}")
@@ -72,6 +72,7 @@ class RotatedFile:
         when that still names its inode, else under the name the inode has now (renamed by a
         later rotation); a plain copy compressed (`.gz` written, the plain one removed) since it
         was listed is read from its `.gz`. Raises OSError (FileNotFoundError: gone)."""
+        fh: io.FileIO
         if self._fd is not None:
             fh, gz = os.fdopen(os.dup(self._fd), "rb", buffering=0), self._fd_gz
             fh.seek(0)
@@ -80,8 +81,9 @@ class RotatedFile:
         if gz:
             z = gzip.GzipFile(fileobj=fh, mode="rb")
             z.myfileobj = fh  # closed with it, as gzip.open(name) does with the file it opens
+            # GzipFile has BinaryIO's methods, but typeshed derives it from BufferedIOBase only
             return z  # type: ignore[return-value]
-        return fh  # type: ignore[return-value]
+        return fh
 
     def hold(self) -> None:
         """Open it now (by identity, see `open`) and keep it open until `release()`: later
@@ -96,14 +98,15 @@ class RotatedFile:
         Raises OSError."""
         self.hold()
         fd, self._fd = self._fd, None
-        return fd  # type: ignore[return-value]
+        assert fd is not None  # hold() opened it
+        return fd
 
     def release(self) -> None:
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
 
-    def _open_raw(self) -> tuple[BinaryIO, bool]:
+    def _open_raw(self) -> tuple[io.FileIO, bool]:
         """The file itself, found by (dev, ino): its name may have moved on since the listing
         (`.3` is `.4` after the next rotation), and that name may meanwhile hold another file."""
         path = self.path
@@ -115,7 +118,7 @@ class RotatedFile:
             if fh is not None:
                 st = os.fstat(fh.fileno())
                 if (st.st_dev, st.st_ino) == (self.dev, self.ino):
-                    return fh, self.compressed  # type: ignore[return-value]
+                    return fh, self.compressed
                 fh.close()
             now = next((f.path for f in _listing(self.base)
                         if (f.dev, f.ino) == (self.dev, self.ino)), None)
@@ -131,7 +134,7 @@ class RotatedFile:
                 pass
             else:
                 self.compressed = True
-                return fh, True  # type: ignore[return-value]
+                return fh, True
         raise FileNotFoundError(errno.ENOENT, "rotated away and removed", self.path)
 
     def head(self, n: int) -> bytes:
@@ -191,6 +194,7 @@ def _listing(path: str) -> list[RotatedFile]:
             continue
         rest = name[len(base):]
         m = _NUMBERED.fullmatch(rest)
+        key: tuple[int, int | str, bool]  # (kind: 0 dated, 1 numbered; order within the kind; plain first)
         if m:
             number, key = int(m.group(1)), (1, -int(m.group(1)), m.group(2) is None)
         else:

@@ -221,6 +221,7 @@ class ServerApiSource(PollingSource):
         `/version` and `/v1/models`. Raises ApiError."""
         if self._vllm:
             return self._vllm_info()
+        path: str | None  # the endpoint to keep asking; None: probe again
         try:
             doc, path = self._fetch(INFO_PATHS, self._info_path)
         except ApiError as e:

@@ -17,12 +17,14 @@ read: the server's `server_args` log line and `/server_info` still give that val
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path, PurePosixPath
 
 _INT, _STR, _UPPER, _TRUE = int, str, str.upper, None
+Converter = Callable[[str], object] | None  # a flag's value → the field's; None (_TRUE): store-true
 
 # option → (ServerArgs field, converter, shortest unique prefix in SGLang 0.5.23)
-FLAGS: dict[str, tuple[str, object, str]] = {
+FLAGS: dict[str, tuple[str, Converter, str]] = {
     "--model-path": ("model_path", _STR, "--model-p"),
     "--model": ("model_path", _STR, "--model"),
     "--served-model-name": ("served_model_name", _STR, "--se"),
@@ -106,15 +108,15 @@ def launcher_args(argv: list[str] | tuple[str, ...]) -> list[str] | None:
     return rest[1:] if path.name == "sglang" and rest[:1] == ["serve"] else None
 
 
-def resolve_flag(name: str) -> tuple[str, object] | None:
+def resolve_flag(name: str) -> tuple[str, Converter] | None:
     """(ServerArgs field, value converter) of a long option or its abbreviation, by argparse's
     rule over SGLang 0.5.23's options; None for an option specwatch does not read or an
     ambiguous prefix."""
     hit = FLAGS.get(name)
-    if hit is None:
-        hits = {v[:2] for opt, v in FLAGS.items() if opt.startswith(name) and name.startswith(v[2])}
-        hit = hits.pop() if len(hits) == 1 else None
-    return None if hit is None else hit[:2]
+    if hit is not None:
+        return hit[:2]
+    hits = {v[:2] for opt, v in FLAGS.items() if opt.startswith(name) and name.startswith(v[2])}
+    return hits.pop() if len(hits) == 1 else None
 
 
 def parse_server_argv(args: list[str] | tuple[str, ...]) -> dict[str, object]:

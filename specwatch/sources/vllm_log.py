@@ -49,6 +49,7 @@ from __future__ import annotations
 import math
 import re
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, tzinfo
 
@@ -396,6 +397,7 @@ def parse_line(text: str, *, container_prefix: re.Pattern | None = None, tz: tzi
     if h is None:
         return _OTHER
     msg = text[h.end():].rstrip("\r ")
+    kind: Callable[[float, str], VllmLine]  # (timestamp, text) → the line read; raises _Bad
     if msg.startswith(SPEC_PREFIX):
         kind, body = _spec, msg[len(SPEC_PREFIX):]
     elif msg.startswith(V0_SPEC_PREFIX):
@@ -455,7 +457,7 @@ class VllmAssembler:
         """One parsed line → the events for the pipeline (DecodeBatch, ServerArgs), maybe none."""
         if isinstance(event, VllmStats):
             self.several = self.several or bool(event.engine)
-            out = [self._batch(p) for p in self._stale(event)]
+            out: list[object] = [self._batch(p) for p in self._stale(event)]
             self.pending[event.engine] = event
             self.last = event
             return out
@@ -492,13 +494,17 @@ class VllmAssembler:
 
     def _batch(self, s: VllmStats | None, ts: float | None = None, fields: dict | None = None,
                running: int | None = None, **acceptance) -> DecodeBatch:
+        if ts is None:
+            if s is None:
+                raise TypeError("_batch needs the stats line or a timestamp")
+            ts = s.timestamp
         if s is not None and s.engine is not None and self.several:
             rank, ranks = f"DP{s.engine}", {"DP": s.engine}
         else:
             rank, ranks = "", {}
         merged = {**(s.fields if s is not None else {}), **(fields or {})}
         return DecodeBatch(
-            timestamp=s.timestamp if ts is None else ts, rank=rank, ranks=ranks, fields=merged,
+            timestamp=ts, rank=rank, ranks=ranks, fields=merged,
             running_requests=s.running if s is not None else (running or 0),
             queued_requests=s.waiting if s is not None else 0,
             token_usage=s.kv_usage if s is not None else None,

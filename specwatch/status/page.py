@@ -20,7 +20,7 @@ import html
 import math
 import time
 from datetime import datetime, timezone
-from typing import Iterable, Iterator
+from typing import Iterable, Iterator, Sequence
 
 from specwatch.alerts.model import split_code
 
@@ -214,7 +214,7 @@ def _waiting(server: dict) -> str:
     return "; ".join(out) + "."
 
 
-def _rank_table(ranks: list[dict], now: float, critical: list[dict] = ()) -> str:
+def _rank_table(ranks: list[dict], now: float, critical: Sequence[dict] = ()) -> str:
     """The ranks' rows; `critical`: the server's firing critical alerts. A rank is `ok` only
     when none of them is its own or server-wide (DecodeStalled, ServerDown): its state
     names them instead."""

@@ -100,7 +100,7 @@ class StatusView:
             alerts = [_alert(a) for a in firing]
             server_of = p.server_for
         window = _window(ranks, now)
-        starts = {COLLAPSED: {}, OTHER: {}}
+        starts: dict[int, dict[tuple[str, str], float]] = {COLLAPSED: {}, OTHER: {}}  # bit → (server, rank) → since
         for a in alerts:
             bit = COLLAPSED if a["alertname"] == COLLAPSE else OTHER if a["alertname"] in OTHER_ALERTS else None
             if bit is not None:
