@@ -144,3 +144,48 @@ def short_list(items: list, limit: int = 12) -> list:
 def sentence(text: str) -> str:
     """First letter upper-cased, the rest untouched (`capitalize` would lower `SGLang`)."""
     return text[:1].upper() + text[1:]
+
+
+@dataclass
+class Report:
+    """The result of one diagnosis. findings: errors first. sglang: where the facts came from."""
+
+    sglang_version: str | None
+    sglang: str
+    draft: str
+    target: str | None
+    findings: list[Finding] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    engine: str = "sglang"  # "vllm": `sglang_version` / `sglang` then describe the vLLM read (probes/vllm_probes.py)
+
+    @property
+    def has_errors(self) -> bool:
+        return any(f.severity == ERROR for f in self.findings)
+
+    def actionable(self) -> list[Finding]:
+        """Errors, then warnings (what goes into an alert's fixes)."""
+        return [f for f in self.findings if f.severity in (ERROR, WARNING)]
+
+    def to_dict(self) -> dict:
+        return {"engine": self.engine, "sglang_version": self.sglang_version, "sglang": self.sglang, "draft": self.draft,
+                "target": self.target, "notes": self.notes, "findings": [f.to_dict() for f in self.findings]}
+
+    def format_text(self, *, verbose: bool = False) -> str:
+        """Readable report grouped by severity; infos are summarised unless `verbose`."""
+        lines = [f"draft:  {self.draft}", f"target: {self.target or '(not given)'}", f"{self.engine}: {self.sglang}"]
+        lines += [f"note:   {n}" for n in self.notes]
+        counts = {s: sum(f.severity == s for f in self.findings) for s in SEVERITIES}
+        lines.append(f"result: {counts[ERROR]} error(s), {counts[WARNING]} warning(s), {counts['info']} info")
+        for sev in SEVERITIES:
+            group = [f for f in self.findings if f.severity == sev]
+            if not group:
+                continue
+            lines += ["", f"{sev.upper()}S"]
+            for f in group:
+                lines.append(f"  [{f.id}] {f.title}")
+                if sev != "info" or verbose:
+                    for k, v in f.evidence.items():
+                        lines.append(f"      {k}: {v}")
+                if f.fix:
+                    lines.append(f"    fix: {f.fix}")
+        return "\n".join(lines)

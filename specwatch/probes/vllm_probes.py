@@ -14,7 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from specwatch.alerts.model import code
-from specwatch.probes.base import ERROR, INFO, WARNING, Finding, sort_findings
+from specwatch.probes.base import ERROR, INFO, WARNING, Finding, Report, sort_findings
 from specwatch.probes.vllm_source import VllmFacts
 
 # The parameters of vLLM's Llama EAGLE-3 draft decoder layer (model_executor/models/llama.py and
@@ -51,7 +51,6 @@ def diagnose_vllm(draft: str | Path | None, target: str | Path | None, facts: Vl
     """Run the vLLM probes. Raises CheckpointError for a draft or target that cannot be read.
     `draft` None or the target's folder: `method: mtp` (the target's MTP head, `probes/mtp_head.py`),
     or an EAGLE-3 server (`settings.algorithm` EAGLE3) given no draft."""
-    from specwatch.diagnosis import Report
     from specwatch.probes import mtp_head
     from specwatch.probes.checkpoint import CheckpointError, load_draft, load_target
 

@@ -20,6 +20,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path, PurePosixPath
 
+from specwatch.sources import vllm_settings
+from specwatch.sources.cmdline import python_program
+
 _INT, _STR, _UPPER, _TRUE = int, str, str.upper, None
 Converter = Callable[[str], object] | None  # a flag's value → the field's; None (_TRUE): store-true
 
@@ -53,32 +56,6 @@ FLAGS: dict[str, tuple[str, Converter, str]] = {
     "--enable-metrics": ("enable_metrics", _TRUE, "--enable-metrics"),
     "--disaggregation-mode": ("disaggregation_mode", _STR, "--disaggregation-m"),
 }
-
-
-def python_program(argv: list[str] | tuple[str, ...]) -> tuple[str, str, list[str]] | None:
-    """What a Python command line runs: ("module", name, the arguments after it) for `-m name`
-    (or `-mname`), ("script", path, the arguments after it) for a file; None for `-c`, stdin, or
-    a program that is not a Python interpreter. The interpreter's own options are skipped."""
-    if not argv or not PurePosixPath(argv[0]).name.startswith(("python", "pypy")):
-        return None
-    argv = list(argv)
-    i = 1
-    while i < len(argv):
-        tok = argv[i]
-        if tok == "-m" or (tok.startswith("-m") and not tok.startswith("--")):
-            if tok == "-m":
-                return ("module", argv[i + 1], argv[i + 2:]) if i + 1 < len(argv) else None
-            return "module", tok[2:], argv[i + 1:]
-        if tok in ("-X", "-W", "--check-hash-based-pycs"):
-            i += 2  # an interpreter option with a separate argument
-            continue
-        if tok.startswith("-c") or tok == "-":
-            return None  # a -c program or stdin
-        if tok.startswith("-"):
-            i += 1
-            continue
-        return "script", tok, argv[i + 1:]
-    return None
 
 
 def launcher_args(argv: list[str] | tuple[str, ...]) -> list[str] | None:
@@ -160,8 +137,6 @@ def from_cmdline(argv: list[str] | tuple[str, ...]) -> dict[str, object]:
     serve ...`), or from the server flags alone."""
     args = launcher_args(argv)
     if args is None:
-        from specwatch.sources import vllm_settings
-
         vargs = vllm_settings.launcher_args(argv)
         if vargs is not None:
             return vllm_settings.parse_argv(vargs)

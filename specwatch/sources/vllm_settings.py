@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 from pathlib import PurePosixPath
 
-from specwatch.sources.server_settings import python_program
+from specwatch.sources.cmdline import python_program
 from specwatch.sources.vllm_log import ENGINE, spec_settings
 
 DEFAULT_PORT = 8000  # `--port` default of vllm/entrypoints/openai/cli_args.py (0.4-0.33)
