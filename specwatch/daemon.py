@@ -71,10 +71,10 @@ from specwatch.notifiers import dead_letter, failing
 from specwatch.pipeline import Pipeline
 from specwatch.sdnotify import Watchdog, monotonic_usec, notify
 from specwatch.sources.cadence import ReadCadence
-from specwatch.sources.filestream import READ_BYTES, Follower
+from specwatch.sources.stream import LineStream, open_stream
 from specwatch.sources.follow import FollowerGroup
 from specwatch.sources.log_health import LogHealth
-from specwatch.sources.logfiles import LogSet, stage
+from specwatch.sources.logfiles import LogSet
 from specwatch.status.view import StatusView
 from specwatch.status.web import status_app
 from specwatch.storage import STATE_DB, StateDirLocked, StateStore, lock_state_dir, private_dir, read_json
@@ -148,14 +148,9 @@ class Daemon:
         self.last_reload_success = time.time()  # start-up counts, as for Prometheus' own metric
 
     # --- wiring ---
-    def _make_follower(self, src: LogSource, checkpoint=None):
-        limit = self.config.follow.max_line_bytes
-        if src.journal is not None:  # journal entries instead of a file (sources/journal.py)
-            from specwatch.sources.journal import JournalFollower
-
-            return JournalFollower(src.journal, self._on_lines, max_line_bytes=limit, checkpoint=checkpoint)
-        return Follower(src.path, on_lines=stage(src, self._on_lines, limit), max_line_bytes=limit,
-                        checkpoint=checkpoint, read_chunk_bytes=READ_BYTES)
+    def _make_follower(self, src: LogSource, checkpoint=None) -> LineStream:
+        return open_stream(src, self._on_lines, max_line_bytes=self.config.follow.max_line_bytes,
+                           checkpoint=checkpoint)
 
     def _rescan(self) -> None:
         """Follow the files a `logs[].path` glob matches now (pods and containers that appeared),
@@ -214,8 +209,6 @@ class Daemon:
         # instead of taking the rest for news. Queued notifications are saved meanwhile. (A
         # journal resumes by cursor, and its first turn may not end before a stop.)
         self._backlog = True  # until the start-up backlog is read (`give_back_memory` then)
-        self._history_unsaved = not legacy and any(offsets.get(s.path) is None and s.journal is None
-                                                   for s in cfg.logs)
         self.cadence = None
         self._pace(cfg)
         self.followers = FollowerGroup(
@@ -223,6 +216,8 @@ class Daemon:
             poll_interval=cfg.follow.poll_interval, use_watchdog=cfg.follow.watchdog, inotify=cfg.follow.inotify,
             after_poll=self._after_poll, due=self._next_flush, cadence=self.cadence.next_round,
         )
+        self._history_unsaved = not legacy and any(offsets.get(p) is None and f.first_read_is_history
+                                                   for p, f in self.followers.followers.items())
         self._saved_doc: str | None = None  # the state document last committed
         self._commit_cpu = 0.0  # CPU seconds of the last commit
         self._fed = False  # lines read since the last commit
@@ -235,8 +230,8 @@ class Daemon:
         OwnProcessCollector(registry=self.registry)  # specwatch's own process_* (CPU, RSS, fds)
         self.registry.register(PipelineCollector(self.pipeline))
         self.registry.register(FollowerCollector(lambda: self.followers.followers))
-        self._journal_metrics = False
-        self._register_journal_metrics(cfg)
+        self._stream_collectors: set = set()
+        self._register_stream_metrics()
         self.registry.register(SelfCollector(self.pipeline, lambda: self.notifiers,
                                              reload_status=lambda: (self.reload_success, self.last_reload_success),
                                              store=self.store))
@@ -276,13 +271,14 @@ class Daemon:
                                   process_pids=self.process.pids if self.process else None)
             self.registry.register(GpuCollector(self.gpu))
 
-    def _register_journal_metrics(self, cfg: Config) -> None:
-        """specwatch_journal_* once a journal source is configured (at start or by a reload)."""
-        if not self._journal_metrics and any(s.journal for s in cfg.logs):
-            from specwatch.sources.journal import JournalCollector
-
-            self.registry.register(JournalCollector(lambda: self.followers.followers))
-            self._journal_metrics = True
+    def _register_stream_metrics(self) -> None:
+        """The families of each kind of log stream followed (a journal's specwatch_journal_*),
+        once a stream of that kind is (at start or by a reload)."""
+        for f in self.followers.followers.values():
+            make = type(f).collector
+            if make is not None and make not in self._stream_collectors:
+                self._stream_collectors.add(make)
+                self.registry.register(make(lambda: self.followers.followers))
 
     def _emit(self, server: str, event: object, now: float) -> None:
         self.pipeline.feed_event(server, event, now)
@@ -308,14 +304,13 @@ class Daemon:
         now = time.monotonic()
         after = max(2.0, 5 * self.config.follow.poll_interval)
         for path, f in self.followers.followers.items():
-            if f.is_open or not isinstance(f, Follower):  # a journal source says why itself
+            if f.is_open or f.warns_when_closed:  # a journal source says why itself
                 self._missing_since.pop(path, None)
                 continue
             since, warned = self._missing_since.setdefault(path, [now, None])
             if now - since >= after and (warned is None or now - warned >= MISSING_WARN_EVERY):
                 self._missing_since[path][1] = now
-                why = ("is a directory" if os.path.isdir(path) else "exists but cannot be read"
-                       if os.path.exists(path) else "does not exist")
+                why = f.why_closed()
                 log.warning("log file %s %s (for %.0fs): check logs[].path and that SGLang writes there; "
                             "it is read from its first line once it appears", path, why, now - since)
 
@@ -516,7 +511,6 @@ class Daemon:
             self.pipeline.reconfigure(new)  # rules and logs; the routing stays as it is
         if self.process is not None:  # the servers of the followed logs are configured servers
             self.process.tie(ProcessTies.of(new))
-        self._register_journal_metrics(new)
         self._pace(new)  # rules.log_silent.intervals and rules.collapse may have changed
         added = [s for s in new.logs if s.path not in old_paths]
         with self.pipeline.lock:  # _after_poll sees both or neither: no resume before they are followed
@@ -524,6 +518,7 @@ class Daemon:
                 self.dispatcher.paused = True  # until a poll round has read them
             self.followers.update(add=[self._make_follower(s) for s in added],
                                   remove=[p for p in old_paths if p not in new_paths])
+        self._register_stream_metrics()
         self._forget_gone(old, new, "its log is no longer in the config (reloaded)")
         if failed:
             self.reload_success = False

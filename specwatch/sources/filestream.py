@@ -28,7 +28,7 @@ import time
 import zlib
 from collections.abc import Callable, Iterator
 from itertools import accumulate, repeat
-from typing import Any
+from typing import Any, ClassVar
 
 from specwatch.events import LogLine
 from specwatch.sources.rotated import (
@@ -229,7 +229,15 @@ class Follower:
     a checkpointed file gone at start, a corrupt `.gz`; each also a warning),
     `callback_errors_total` (exceptions raised by `on_line` or `on_lines`, logged and swallowed),
     `last_line_timestamp` (time.time() seconds of the last emitted line, or None).
+
+    A `sources.stream.LineStream` of kind "file".
     """
+
+    kind: ClassVar[str] = "file"
+    watches_file: ClassVar[bool] = True
+    first_read_is_history: ClassVar[bool] = True  # a file new to the config: its history first
+    warns_when_closed: ClassVar[bool] = False  # the daemon warns about a missing file
+    collector: ClassVar[Any] = None  # its counters are in `metrics.FollowerCollector`
 
     def __init__(
         self,
@@ -302,6 +310,25 @@ class Follower:
     def is_open(self) -> bool:
         """True while a file descriptor is held (the file, or the rotated file being drained)."""
         return self._cur is not None
+
+    def why_closed(self) -> str:
+        """Why the path is not open, in words."""
+        path = self.path
+        try:
+            os.stat(path)
+        except FileNotFoundError:
+            parent = os.path.dirname(path) or "."
+            return "does not exist" if os.path.isdir(parent) else f"does not exist (nor its directory {parent})"
+        except OSError as e:
+            return f"cannot be looked at: {e}"
+        if os.path.isdir(path):
+            return "is a directory"
+        try:
+            with open(path, "rb"):
+                pass
+        except OSError as e:
+            return f"cannot be read: {e}"
+        return "not open yet"
 
     def poll(self) -> int:
         """Read everything available now and pass each complete line to `on_line`.

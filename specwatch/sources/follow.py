@@ -407,7 +407,7 @@ class FollowerGroup:
 def _files(followers: dict[str, Any]) -> frozenset[str]:
     """Absolute paths of the followers that follow a file (watched). A journal source's `path`
     names no file (`journal:UNIT@DIR`, sources/journal.py): it is polled each round, unwatched."""
-    return frozenset(os.path.abspath(p) for p, f in followers.items() if isinstance(f, Follower))
+    return frozenset(os.path.abspath(p) for p, f in followers.items() if f.watches_file)
 
 
 def _stop_observer(observer: Any, timeout: float) -> None:

@@ -44,7 +44,7 @@ import subprocess
 import time
 from collections.abc import Callable
 from datetime import datetime, timezone
-from typing import IO, Any
+from typing import IO, Any, ClassVar
 
 import msgspec
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -137,7 +137,15 @@ class JournalFollower:
     journal from being read now (None when fine); `is_open` is True while journalctl runs
     and no error is known. `more`: the last poll ended its `TURN` with output left (the group
     polls again at once); `catching_up`: the backlog of a new journalctl is still being read.
+
+    A `sources.stream.LineStream` of kind "journal".
     """
+
+    kind: ClassVar[str] = "journal"
+    watches_file: ClassVar[bool] = False  # its path names no file (`journal:UNIT@DIR`): polled each round
+    first_read_is_history: ClassVar[bool] = False  # resumes by cursor; its first turn may not end before a stop
+    warns_when_closed: ClassVar[bool] = True  # `_say`: journalctl's complaint, with the fix
+    collector: ClassVar[Any] = None  # JournalCollector (below): specwatch_journal_*
 
     def __init__(self, cfg: JournalConfig, on_lines: Callable[[LineBatch], None], *,
                  max_line_bytes: int = 1_048_576, checkpoint: dict[str, Any] | None = None,
@@ -176,6 +184,9 @@ class JournalFollower:
     @property
     def is_open(self) -> bool:
         return self._proc is not None and self.error is None
+
+    def why_closed(self) -> str:
+        return str(self.error or "journalctl is not running")
 
     @property
     def catching_up(self) -> bool:
@@ -463,3 +474,6 @@ class JournalCollector(Collector):
                 lost.add_metric([path], f.cursor_lost_total)
         yield up
         yield lost
+
+
+JournalFollower.collector = JournalCollector

@@ -2,43 +2,15 @@
 
 A file follower (sources/filestream.py) is ok while it holds the file open; a journal follower
 (sources/journal.py) while journalctl runs without an error. Read between the followers' poll
-rounds (their own thread): `is_open`, and for a closed file one `stat` saying why.
+rounds (their own thread): `is_open`, and for a closed one its `why_closed` (a file: one `stat`).
 """
 
 from __future__ import annotations
 
-import os
-from typing import Callable, Protocol
+from typing import Callable
 
 from specwatch.events import SourceHealth
-from specwatch.sources.filestream import Follower
-
-
-class Followed(Protocol):
-    """What a follower shows here: a `Follower` (sources/filestream.py) or a `JournalFollower`
-    (sources/journal.py, whose `error` says why journalctl is not running)."""
-
-    @property
-    def is_open(self) -> bool: ...
-
-
-def _why_closed(path: str) -> str:
-    """Why a followed path is not open, in words."""
-    try:
-        os.stat(path)
-    except FileNotFoundError:
-        parent = os.path.dirname(path) or "."
-        return "does not exist" if os.path.isdir(parent) else f"does not exist (nor its directory {parent})"
-    except OSError as e:
-        return f"cannot be looked at: {e}"
-    if os.path.isdir(path):
-        return "is a directory"
-    try:
-        with open(path, "rb"):
-            pass
-    except OSError as e:
-        return f"cannot be read: {e}"
-    return "not open yet"
+from specwatch.sources.stream import LineStream
 
 
 class LogHealth:
@@ -51,19 +23,12 @@ class LogHealth:
         self.server_for = server_for
         self._last: dict[str, tuple[bool, str]] = {}
 
-    def check(self, followers: dict[str, Followed], now: float) -> None:
+    def check(self, followers: dict[str, LineStream], now: float) -> None:
         for path in self._last.keys() - followers.keys():
             del self._last[path]
         for path, f in followers.items():
-            journal = not isinstance(f, Follower)  # sources/journal.py's JournalFollower
             ok = bool(f.is_open)
-            if ok:
-                state = ""
-            elif journal:
-                state = str(getattr(f, "error", None) or "journalctl is not running")
-            else:
-                state = _why_closed(path)
+            state = "" if ok else f.why_closed()
             if self._last.get(path) != (ok, state):
                 self._last[path] = (ok, state)
-                kind = "journal" if journal else "file"
-                self.emit(self.server_for(path), SourceHealth(now, kind, path, ok, state), now)
+                self.emit(self.server_for(path), SourceHealth(now, f.kind, path, ok, state), now)
