@@ -306,7 +306,7 @@ class Daemon:
         """None once the start-up backlog is read and every source's thread runs (`/-/ready` 200),
         else why not (its 503 body). A monitored server that is down does not make specwatch
         unready: saying so is its job."""
-        if self._backlog:
+        if not self.followers.polled or self.followers.catching_up:
             return "reading the start-up backlog of the logs"
         if (problem := self.health()) is not None:
             return problem

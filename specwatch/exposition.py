@@ -1,8 +1,8 @@
 """/metrics rendered from a registry with prometheus-client's own encoders, their escaping cached.
 
 prometheus-client renders every sample line from scratch: each label name and value is escaped
-character by character (`openmetrics.exposition._escape`, 0.20-0.26), the bulk of a scrape's CPU
-(docs/performance.md "Scrapes"). The label sets of specwatch's series stay the same from scrape to
+character by character (`openmetrics.exposition._escape`, prometheus-client 0.26), the bulk of a
+scrape's CPU (docs/performance.md "Scrapes"). The label sets of specwatch's series stay the same from scrape to
 scrape while their values move, so `Exposition` asks the library's encoder (`choose_encoder`, the
 one its own `/metrics` app picks for the `Accept` header) once per family *shape*: the family's
 name, type, help, unit and each sample's name and labels. It renders that family with every value
@@ -12,8 +12,8 @@ format, so the body is byte for byte what the library writes. A family the templ
 express (a sample with a timestamp, an exemplar or a native histogram; a histogram or summary,
 whose text rendering reorders samples) is rendered by the library each time.
 
-The compressed body is kept beside its text and reused while the text stays the same (nothing
-read, nothing changed).
+A family whose samples are those of the last scrape is its last text again. The compressed body
+is kept beside its text and reused while the text stays the same (nothing read, nothing changed).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from __future__ import annotations
 import copy
 import gzip
 import threading
-from typing import Callable, Iterable
+from collections.abc import Callable, Iterable
 from urllib.parse import parse_qs
 
 from prometheus_client.exposition import choose_encoder, gzip_accepted

@@ -17,10 +17,11 @@ from __future__ import annotations
 
 import socket
 import threading
-from concurrent.futures import ThreadPoolExecutor
 import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from socketserver import BaseServer
-from typing import Callable
+from typing import Any
 
 from specwatch.exposition import Exposition, metrics_answer
 
@@ -41,11 +42,12 @@ def serve_quietly(httpd: BaseServer, thread: threading.Thread | None = None) -> 
     return t
 
 
-def serve_pooled(httpd: BaseServer, workers: int = WORKERS) -> ThreadPoolExecutor:
-    """Each connection handled on one of `workers` long-lived threads instead of a thread started
-    for it (ThreadingMixIn's), its answer written through a buffer (one send instead of one per
-    status line, header block and body chunk), a connection that stalls dropped after
-    REQUEST_TIMEOUT. Idle workers wait on the pool's queue: no timer. Returns the pool."""
+def serve_pooled(httpd: Any, workers: int = WORKERS) -> ThreadPoolExecutor:
+    """`httpd` (a socketserver with ThreadingMixIn: start_http_server's): each connection handled
+    on one of `workers` long-lived threads instead of a thread started for it (ThreadingMixIn's),
+    its answer written through a buffer (one send instead of one per status line, header block
+    and body chunk), a connection that stalls dropped after REQUEST_TIMEOUT. Idle workers wait on
+    the pool's queue: no timer. Returns the pool."""
     cls = httpd.RequestHandlerClass
     httpd.RequestHandlerClass = type(cls.__name__, (cls,), {"wbufsize": WRITE_BUFFER, "timeout": REQUEST_TIMEOUT})
     pool = ThreadPoolExecutor(workers, thread_name_prefix="specwatch-http-worker")
