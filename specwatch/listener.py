@@ -15,11 +15,11 @@ and no body; other methods than GET and HEAD get 405.
 
 from __future__ import annotations
 
+import queue
 import socket
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from socketserver import BaseServer
 from typing import Any
 
@@ -42,18 +42,27 @@ def serve_quietly(httpd: BaseServer, thread: threading.Thread | None = None) -> 
     return t
 
 
-def serve_pooled(httpd: Any, workers: int = WORKERS) -> ThreadPoolExecutor:
+def serve_pooled(httpd: Any, workers: int = WORKERS) -> list[threading.Thread]:
     """`httpd` (a socketserver with ThreadingMixIn: start_http_server's): each connection handled
-    on one of `workers` long-lived threads instead of a thread started for it (ThreadingMixIn's),
-    its answer written through a buffer (one send instead of one per status line, header block
-    and body chunk), a connection that stalls dropped after REQUEST_TIMEOUT. Idle workers wait on
-    the pool's queue: no timer. Returns the pool."""
+    on one of `workers` long-lived daemon threads instead of a thread started for it
+    (ThreadingMixIn's), its answer written through a buffer (one send instead of one per status
+    line, header block and body chunk), a connection that stalls dropped after REQUEST_TIMEOUT.
+    Idle workers block on the queue: no timer. Daemon threads, as ThreadingMixIn's are here: a
+    request stuck on a wedged pipeline does not hold up the exit. Returns the workers."""
     cls = httpd.RequestHandlerClass
     httpd.RequestHandlerClass = type(cls.__name__, (cls,), {"wbufsize": WRITE_BUFFER, "timeout": REQUEST_TIMEOUT})
-    pool = ThreadPoolExecutor(workers, thread_name_prefix="specwatch-http-worker")
-    # process_request_thread: ThreadingMixIn's body of a request's thread (handle, errors, close)
-    httpd.process_request = lambda request, address: pool.submit(httpd.process_request_thread, request, address)
-    return pool
+    connections: queue.SimpleQueue = queue.SimpleQueue()
+
+    def work() -> None:
+        while True:
+            # ThreadingMixIn's body of a request's thread: handle, report errors, close
+            httpd.process_request_thread(*connections.get())
+
+    threads = [threading.Thread(target=work, name=f"specwatch-http-worker-{i}", daemon=True) for i in range(workers)]
+    for t in threads:
+        t.start()
+    httpd.process_request = lambda request, address: connections.put((request, address))
+    return threads
 
 
 def stop_serving(httpd: BaseServer, thread: threading.Thread, timeout: float = 5.0) -> bool:

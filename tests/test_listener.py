@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import gzip
 import http.client
+import socket
+import time
 import urllib.error
 import urllib.request
 
@@ -59,6 +61,14 @@ def test_metrics_only_at_metrics_head_and_health(tmp_path):
             assert request(d.port, "GET", path)[::2] == (404, b"404 page not found\n"), path
         status, headers, body = request(d.port, "POST", "/metrics")
         assert status == 405 and headers["Allow"] == "GET, HEAD" and b"POST" in body
+        # connections that send nothing hold a worker each, not the listener: a scrape still answers
+        stalled = [socket.create_connection(("127.0.0.1", d.port)) for _ in range(2)]
+        try:
+            t0 = time.monotonic()
+            assert request(d.port, "GET", "/metrics")[0] == 200 and time.monotonic() - t0 < 5
+        finally:
+            for c in stalled:
+                c.close()
         # the status page and its JSON stay where they were
         assert request(d.port, "GET", "/")[0] == 200 and request(d.port, "GET", "/api/status")[0] == 200
         # Prometheus' gzip scrape
