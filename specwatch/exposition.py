@@ -2,15 +2,15 @@
 
 prometheus-client renders every sample line from scratch: each label name and value is escaped
 character by character (`openmetrics.exposition._escape`, prometheus-client 0.26), the bulk of a
-scrape's CPU (docs/performance.md "Scrapes"). The label sets of specwatch's series stay the same from scrape to
-scrape while their values move, so `Exposition` asks the library's encoder (`choose_encoder`, the
-one its own `/metrics` app picks for the `Accept` header) once per family *shape*: the family's
-name, type, help, unit and each sample's name and labels. It renders that family with every value
-0.0 and keeps its header lines and, per sample, the line up to the value. Later scrapes of the
-same shape write those prefixes followed by `floatToGoString(value)`, the library's own value
-format, so the body is byte for byte what the library writes. A family the template cannot
-express (a sample with a timestamp, an exemplar or a native histogram; a histogram or summary,
-whose text rendering reorders samples) is rendered by the library each time.
+scrape's CPU (docs/performance.md "Scrapes"). The label sets of specwatch's series stay the same
+from scrape to scrape while their values move, so `Exposition` asks the library's encoder
+(`choose_encoder`, the one its own `/metrics` app picks for the `Accept` header) once per family
+*shape*: the family's name, type, help, unit and each sample's name and labels. It renders that
+family with every value 0.0 and keeps its header lines and, per sample, the line up to the value.
+Later scrapes of the same shape write those prefixes followed by `floatToGoString(value)`, the
+library's own value format, so the body is byte for byte what the library writes. A family the
+template cannot express (a sample with a timestamp, an exemplar or a native histogram; a histogram
+or summary, whose text rendering reorders samples) is rendered by the library each time.
 
 A family whose samples are those of the last scrape is its last text again. The compressed body
 is kept beside its text and reused while the text stays the same (nothing read, nothing changed).
