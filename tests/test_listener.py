@@ -96,6 +96,10 @@ def test_ready_only_once_the_start_up_backlog_is_read(tmp_path):
     d = SpecwatchDaemon(tmp_path, log)
     d.start(wait=False)
     try:
+        # logged once the listener holds the port and the followers' thread has started reading
+        wait_for(lambda: f"metrics on http://127.0.0.1:{d.port}/metrics" in d.output or d.proc.poll() is not None,
+                 timeout=60, interval=0.01, what="the start-up line")
+        assert d.proc.poll() is None, d.output
         answers = []
 
         def ready():
@@ -105,8 +109,6 @@ def test_ready_only_once_the_start_up_backlog_is_read(tmp_path):
                     return True
             except urllib.error.HTTPError as e:
                 answers.append((e.code, e.read()))
-            except OSError:  # not listening yet
-                assert d.proc.poll() is None, d.output
             return False
 
         wait_for(ready, timeout=180, interval=0.01, what="/-/ready 200")
