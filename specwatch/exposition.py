@@ -12,7 +12,8 @@ library's own value format, so the body is byte for byte what the library writes
 template cannot express (a sample with a timestamp, an exemplar or a native histogram; a histogram
 or summary, whose text rendering reorders samples) is rendered by the library each time.
 
-A family whose samples are those of the last scrape is its last text again. The compressed body
+A family whose samples are those of the last scrape is its last text again; in one whose series
+are the same, a line whose value stayed is kept. The compressed body
 is kept beside its text and reused while the text stays the same (nothing read, nothing changed).
 """
 
@@ -22,6 +23,7 @@ import copy
 import gzip
 import threading
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from urllib.parse import parse_qs
 
 from prometheus_client.exposition import choose_encoder, gzip_accepted
@@ -49,6 +51,19 @@ def _plain(family) -> bool:
                and getattr(s, "native_histogram", None) is None for s in family.samples)
 
 
+@dataclass(slots=True)
+class _Rendered:
+    """A family as last written: its samples, each sample's (name, labels), the header lines,
+    each line up to its value, the lines, the text."""
+
+    samples: list
+    labels: list
+    header: str
+    prefixes: list[str]
+    lines: list[str]
+    text: str
+
+
 class Exposition:
     """`render(accept)`: (body, content type) of `registry` for a request's `Accept` header,
     as prometheus-client's `generate_latest` / OpenMetrics `generate_latest` write it.
@@ -57,7 +72,7 @@ class Exposition:
     def __init__(self, registry: Collector):
         self.registry = registry
         self._lock = threading.Lock()
-        # content type -> {(name, type, help, unit): (samples, template, text)} of the last render
+        # content type -> {(name, type, help, unit): _Rendered} of the last render
         self._templates: dict[str, dict] = {}
         self._gzipped: tuple[bytes, bytes] | None = None  # (body, its gzip) of the last gzip answer
 
@@ -70,22 +85,27 @@ class Exposition:
             for family in self.registry.collect():
                 head = (family.name, family.type, family.documentation, family.unit)
                 last = old.get(head)
-                if last is not None and last[0] == family.samples:  # nothing changed: its text again
+                samples = family.samples
+                if last is not None and last.samples == samples:  # nothing changed: its text again
                     new[head] = last
-                    out.append(last[2])
+                    out.append(last.text)
                     continue
                 if not _plain(family):
                     out.append(self._alone(encoder, family))
                     continue
-                shape = (head, tuple((s.name, tuple(s.labels.items())) for s in family.samples))
-                t = last[1] if last is not None and last[1][0] == shape else self._template(encoder, family, shape)
+                labels = [(s.name, s.labels) for s in samples]
+                t = last if last is not None and last.labels == labels else self._template(encoder, family, labels)
                 if t is None:
                     out.append(self._alone(encoder, family))
                     continue
-                _, header, prefixes = t
-                text = header + "".join([f"{p} {floatToGoString(s.value)}\n" for p, s in zip(prefixes, family.samples)])
-                new[head] = (list(family.samples), t, text)
-                out.append(text)
+                if t is last:  # same series: a line whose value stayed is kept
+                    lines = [line if s.value == was.value and s.value != 0 else f"{p} {floatToGoString(s.value)}\n"
+                             for p, s, was, line in zip(t.prefixes, samples, last.samples, last.lines)]
+                else:
+                    lines = [f"{p} {floatToGoString(s.value)}\n" for p, s in zip(t.prefixes, samples)]
+                r = _Rendered(list(samples), labels, t.header, t.prefixes, lines, t.header + "".join(lines))
+                new[head] = r
+                out.append(r.text)
             out.append(self._trailer(encoder))
             self._templates[content_type] = new  # families gone from this scrape are dropped
         return "".join(out).encode("utf-8"), content_type
@@ -110,9 +130,9 @@ class Exposition:
         return encoder(_One()).decode("utf-8")
 
     @staticmethod
-    def _template(encoder: Callable, family, shape: tuple) -> tuple[tuple, str, tuple[str, ...]] | None:
-        """(`shape`, header lines, each sample's line up to its value) of `family`; None when the
-        library's rendering is not one `... 0.0` line per sample after the header."""
+    def _template(encoder: Callable, family, labels: list) -> _Rendered | None:
+        """`family`'s header lines and each sample's line up to its value, as the library writes
+        them; None when its rendering is not one `... 0.0` line per sample after the header."""
         zero = copy.copy(family)
         zero.samples = [s._replace(value=0.0) for s in family.samples]
         lines = Exposition._alone(encoder, zero).splitlines(keepends=True)
@@ -120,7 +140,7 @@ class Exposition:
         header, body = lines[:n], lines[n:]
         if any(not h.startswith("#") for h in header) or any(not b.endswith(" 0.0\n") for b in body):
             return None
-        return shape, "".join(header), tuple(b[:-len(" 0.0\n")] for b in body)
+        return _Rendered([], labels, "".join(header), [b[:-len(" 0.0\n")] for b in body], [], "")
 
 
 def metrics_answer(exposition: Exposition, environ: dict) -> tuple[str, list[tuple[str, str]], bytes]:
