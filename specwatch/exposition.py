@@ -13,8 +13,8 @@ template cannot express (a sample with a timestamp, an exemplar or a native hist
 or summary, whose text rendering reorders samples) is rendered by the library each time.
 
 A family whose samples are those of the last scrape is its last text again; in one whose series
-are the same, a line whose value stayed is kept. The compressed body
-is kept beside its text and reused while the text stays the same (nothing read, nothing changed).
+are the same, a line whose value stayed is kept. The compressed body is kept beside its text and
+reused while the text stays the same (nothing read, nothing changed).
 """
 
 from __future__ import annotations
