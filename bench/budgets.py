@@ -185,18 +185,22 @@ def start_up(tmp: Path, repeats: int) -> dict:
 
 # --- idle beside a live server -------------------------------------------------------------------
 
-def write_ranks(log: Path, stop: threading.Event, rate: float = 1.0) -> None:
+def write_ranks(log: Path, stop: threading.Event, rate: float = 1.0, vary: bool = False) -> None:
     """8 DP ranks, each `rate` decode lines a second: at 1 a second spread over the second as separate
-    processes print; above that each rank's lines of a tenth of a second written together."""
+    processes print; above that each rank's lines of a tenth of a second written together. `vary`
+    (at 1 a second): each line's accept length and running requests drawn anew, as a server's move."""
     if rate > 1:
         return _write_busy(log, stop, rate)
+    rnd = random.Random(7)
     with open(log, "a", buffering=1) as f:
         tick = time.monotonic()
         while not stop.is_set():
             for r in range(RANKS):
                 stop.wait(max(0.0, tick + r / RANKS - time.monotonic()))
                 ts = time.strftime("%Y-%m-%d %H:%M:%S")
-                f.write(decode_line("0.5.23", ts=ts, rank={"DP": r, "TP": r}, running=8, accept_len=2.75)[0] + "\n")
+                running, accept = (rnd.randint(1, 64), round(rnd.uniform(2.2, 3.4), 2)) if vary else (8, 2.75)
+                f.write(decode_line("0.5.23", ts=ts, rank={"DP": r, "TP": r}, running=running,
+                                    accept_len=accept)[0] + "\n")
             tick += 1.0
 
 
@@ -262,16 +266,18 @@ def sample(port: int, name: str) -> float | None:
 
 
 @contextlib.contextmanager
-def live_daemon(tmp: Path, others: int, rate: float = 1.0, tie: str = "api") -> Iterator[tuple[subprocess.Popen, int]]:
+def live_daemon(tmp: Path, others: int, rate: float = 1.0, tie: str = "api",
+                vary: bool = False) -> Iterator[tuple[subprocess.Popen, int]]:
     """`specwatch run` (process and API sources on, GPU off) beside a live fake SGLang server whose
     8 DP ranks each append `rate` decode lines a second, among `others` `sleep` processes; yields
     (daemon, metrics port) once it sees the server and is past start-up. Stops everything after.
+    vary: `write_ranks`' varying values.
     tie: how the process scan knows the server: "api" (the default config, `process.servers`
     empty: by its `server_api` URL's port), "port" (`process.servers: {PORT: bench}`)."""
     sleepers: list[subprocess.Popen] = []
     server = daemon = None
     stop = threading.Event()
-    writer = threading.Thread(target=write_ranks, args=(tmp / "sglang.log", stop, rate), daemon=True)
+    writer = threading.Thread(target=write_ranks, args=(tmp / "sglang.log", stop, rate, vary), daemon=True)
     try:
         for _ in range(others):  # appended one by one: a failed start still cleans up the others
             sleepers.append(subprocess.Popen(["sleep", "infinity"]))

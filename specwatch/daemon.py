@@ -65,7 +65,8 @@ from prometheus_client import ProcessCollector as OwnProcessCollector
 from specwatch import __version__
 from specwatch.alerting import build_alerting
 from specwatch.config import Config, ConfigError, LogSource, ProcessTies, load_run_config, source_servers
-from specwatch.listener import serve_quietly, stop_serving
+from specwatch.exposition import Exposition
+from specwatch.listener import listener_app, not_found, serve_pooled, serve_quietly, stop_serving
 from specwatch.metrics import FollowerCollector, PipelineCollector, SelfCollector, ServerCollector
 from specwatch.notifiers import dead_letter, failing
 from specwatch.pipeline import Pipeline
@@ -289,13 +290,24 @@ class Daemon:
         self.cadence.saw(batch)
         self.pipeline.feed_batch(batch, now=time.time())
 
-    def _app(self, metrics_app):
-        """The WSGI app served: the status page at `/` and `/api/status` (specwatch/status/),
-        `metrics_app` (the registry) at any other path."""
+    def _app(self):
+        """The WSGI app served (specwatch/listener.py): the registry at `/metrics`, `/-/healthy`,
+        `/-/ready`, the status page at `/` and `/api/status` (specwatch/status/), 404 elsewhere."""
         view = StatusView(self.pipeline, sources=lambda: [*self.followers.followers.values(), *self.sources,
                                                           *self.notifiers.values()],
                           gpu=lambda: self.gpu, gpu_enabled=lambda: self.config.gpu.enabled)
-        return status_app(view, metrics_app)
+        return listener_app(Exposition(self.registry), status_app(view, not_found), ready=self.not_ready)
+
+    def not_ready(self) -> str | None:
+        """None once the start-up backlog is read and every source's thread runs (`/-/ready` 200),
+        else why not (its 503 body). A monitored server that is down does not make specwatch
+        unready: saying so is its job."""
+        if not self.followers.polled or self.followers.catching_up:
+            return "reading the start-up backlog of the logs"
+        if (problem := self.health()) is not None:
+            return problem
+        stopped = [s.name for s in self.sources if not s.running]
+        return f"source thread(s) not running: {', '.join(stopped)}" if stopped else None
 
     def _warn_missing_logs(self) -> None:
         """A followed file that stays absent or unreadable is said in the log, not only in
@@ -592,7 +604,8 @@ class Daemon:
             log.error("cannot listen on %s:%s: %s (set metrics.listen_address / metrics.listen_port)",
                       cfg.listen_address, cfg.listen_port, e.strerror or e)
             return 1
-        self.httpd.set_app(self._app(self.httpd.get_app()))  # the library's /metrics app, plus the status page
+        self.httpd.set_app(self._app())  # in place of the library's app, which serves metrics at every path
+        serve_pooled(self.httpd)  # no thread started per connection
         self._http_thread = serve_quietly(self.httpd, self._http_thread)  # no 0.5 s select timer
         for n in self.notifiers.values():
             n.start()

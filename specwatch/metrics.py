@@ -223,6 +223,25 @@ class FollowerCollector(Collector):
         yield is_open
 
 
+ALERT_LABELS = ("alertname", "server", "rank", "severity", "alertstate")
+
+
+def alerts_family(firing: Iterable) -> GaugeMetricFamily:
+    """`specwatch_alerts`: one series of value 1 per firing alert (silenced or inhibited ones too),
+    labelled like Prometheus' own `ALERTS` series (prometheus/prometheus `rules/alerting.go`:
+    alertname, the alert's labels, `alertstate`). `rank` is empty for an alert of a whole server.
+    specwatch's rules have no `pending` state (an alert fires once its evidence is complete), so
+    `alertstate` is always `firing`; a resolved alert's series is gone at the next scrape."""
+    fam = GaugeMetricFamily("specwatch_alerts", "One series (value 1) per alert firing now, silenced or inhibited ones too, like Prometheus' ALERTS: alertname, server, rank (empty for a whole server), severity, alertstate (always firing: specwatch has no pending state).", labels=ALERT_LABELS)
+    seen = set()
+    for a in firing:
+        values = tuple(a.labels.get(k, "") for k in ALERT_LABELS[:-1]) + ("firing",)
+        if values not in seen:  # alerts apart only by a label not kept here: one series
+            seen.add(values)
+            fam.add_metric(list(values), 1.0)
+    return fam
+
+
 class SelfCollector(Collector):
     """specwatch's own health: build, alerts, notifications."""
 
@@ -259,11 +278,13 @@ class SelfCollector(Collector):
         firing = GaugeMetricFamily("specwatch_alerts_firing", "Alerts currently firing, by alert name (0 for every alert the rules can raise).", labels=("alertname",))
         counts = dict.fromkeys(alert_names_of(self.pipeline.rules), 0)
         with self.pipeline.lock:
-            for a in self.pipeline.dispatcher.active.values():
-                counts[a.name] = counts.get(a.name, 0) + 1
+            firing_alerts = list(self.pipeline.dispatcher.active.values())
+        for a in firing_alerts:
+            counts[a.name] = counts.get(a.name, 0) + 1
         for name, n in sorted(counts.items()):
             firing.add_metric([name], n)
         yield firing
+        yield alerts_family(firing_alerts)
         store = self.pipeline.dispatcher.silences
         if store is not None:
             silences = GaugeMetricFamily("specwatch_silences", "Silences in the state directory, by state (active, pending, expired).", labels=("state",))

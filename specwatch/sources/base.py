@@ -43,6 +43,11 @@ class PollingSource:
         self._thread = threading.Thread(target=self._run, name=f"specwatch-{self.name}", daemon=True)
         self._thread.start()
 
+    @property
+    def running(self) -> bool:
+        """The source's thread was started and has not ended."""
+        return self._thread is not None and self._thread.is_alive()
+
     def stop(self, timeout: float = 5.0) -> bool:
         """Stop the thread; False when it did not end within `timeout` seconds."""
         self._stop.set()

@@ -1,5 +1,5 @@
-"""The WSGI app of `specwatch run`'s listener: the status page at `/`, its data as JSON at
-`/api/status`, and prometheus_client's app (the registry's /metrics) at every other path.
+"""The status page of `specwatch run`'s listener (specwatch/listener.py routes to it): the page
+at `/`, its data as JSON at `/api/status`, and another app (the listener's 404) at every other path.
 
 `/?refresh=N` sets the page's reload interval in seconds (0: no reload; default 10). The page is
 built per request (no background work); its Content-Security-Policy lets the browser load
@@ -17,8 +17,8 @@ REFRESH = 10  # seconds
 CSP = "default-src 'none'; style-src 'unsafe-inline'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
 
 
-def status_app(view: StatusView, metrics_app):
-    """WSGI app: `/` and `/api/status` from `view`, anything else to `metrics_app`."""
+def status_app(view: StatusView, other_app):
+    """WSGI app: `/` and `/api/status` from `view`, anything else to `other_app`."""
 
     def app(environ, start_response):
         path = environ.get("PATH_INFO") or "/"
@@ -37,6 +37,6 @@ def status_app(view: StatusView, metrics_app):
             start_response("200 OK", [("Content-Type", "text/html; charset=utf-8"), ("Cache-Control", "no-store"),
                                       ("Content-Security-Policy", CSP), ("X-Content-Type-Options", "nosniff")])
             return [body]
-        return metrics_app(environ, start_response)
+        return other_app(environ, start_response)
 
     return app

@@ -14,6 +14,7 @@ import re
 import shutil
 import subprocess
 import sys
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -244,8 +245,8 @@ def test_manifests_agree_with_the_config_and_the_image():
     cfg = yaml.safe_load(configmap_config())
     [port] = c["ports"]
     assert cfg["metrics"] == {"listen_address": "0.0.0.0", "listen_port": port["containerPort"]}
-    for probe in ("readinessProbe", "livenessProbe"):
-        assert c[probe]["httpGet"] == {"path": "/metrics", "port": port["name"]}
+    for probe, path in (("readinessProbe", "/-/ready"), ("livenessProbe", "/-/healthy")):
+        assert c[probe]["httpGet"] == {"path": path, "port": port["name"]}
     # Service -> pods, ServiceMonitor -> Service port by name
     svc = docs["Service"]
     assert svc["spec"]["selector"].items() <= docs["DaemonSet"]["spec"]["template"]["metadata"]["labels"].items()
@@ -322,10 +323,18 @@ def test_probes_answer_on_the_agent_the_configmap_configures(tmp_path):
     proc = run_configmap_config(tmp_path, configmap_config())
     try:
         c = agent()
-        for probe in ("readinessProbe", "livenessProbe"):
+        for probe, answer in (("readinessProbe", b"specwatch is Ready.\n"), ("livenessProbe", b"specwatch is Healthy.\n")):
             url = f"http://127.0.0.1:{proc.port}{c[probe]['httpGet']['path']}"
-            with urllib.request.urlopen(url, timeout=c[probe]["timeoutSeconds"]) as resp:
-                assert resp.status == 200 and b"specwatch_config_reload_success 1.0" in resp.read()
+
+            def ok():
+                try:
+                    with urllib.request.urlopen(url, timeout=c[probe]["timeoutSeconds"]) as resp:
+                        return resp.status == 200 and resp.read() == answer
+                except urllib.error.HTTPError as e:  # 503 until the backlog is read
+                    assert e.code == 503 and probe == "readinessProbe", (probe, e.code)
+                    return False
+
+            wait_for(ok, what=f"{probe} {url} answering 200")
     finally:
         assert proc.stop() == 0, proc.output
 
