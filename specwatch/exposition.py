@@ -98,12 +98,14 @@ class Exposition:
                 if t is None:
                     out.append(self._alone(encoder, family))
                     continue
-                if t is last:  # same series: a line whose value stayed is kept
+                prefixes, header = t.prefixes, t.header
+                if last is not None and t is last:  # same series: a line whose value stayed is kept
+                    before, kept = last.samples, last.lines
                     lines = [line if s.value == was.value and s.value != 0 else f"{p} {floatToGoString(s.value)}\n"
-                             for p, s, was, line in zip(t.prefixes, samples, last.samples, last.lines)]
+                             for p, s, was, line in zip(prefixes, samples, before, kept)]
                 else:
-                    lines = [f"{p} {floatToGoString(s.value)}\n" for p, s in zip(t.prefixes, samples)]
-                r = _Rendered(list(samples), labels, t.header, t.prefixes, lines, t.header + "".join(lines))
+                    lines = [f"{p} {floatToGoString(s.value)}\n" for p, s in zip(prefixes, samples)]
+                r = _Rendered(list(samples), labels, header, prefixes, lines, header + "".join(lines))
                 new[head] = r
                 out.append(r.text)
             out.append(self._trailer(encoder))
