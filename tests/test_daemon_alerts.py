@@ -81,7 +81,7 @@ def test_every_transition_and_delivery_is_logged_without_the_url(tmp_path, slack
         return hits[0]
 
     fp = Alert(labels={"alertname": "AcceptanceCollapse", "severity": "critical", "server": "gpu-box-1",
-                       "rank": "TP0"}, annotations={}, starts_at=0).fingerprint
+                       "rank": "TP0", "engine": "sglang"}, annotations={}, starts_at=0).fingerprint
     where = f"AcceptanceCollapse on gpu-box-1 TP0 (critical, fingerprint {fp})"
     assert " INFO specwatch.alerts: alert firing: " + where + ": Speculative decoding collapsed on gpu-box-1 TP0: " \
         "accept len 1.02" in one("alert firing:")

@@ -84,6 +84,7 @@ class _RankState:
     stale: tuple | None = None
     evidence_at: float = float("-inf")
     summary: object = None  # the rank's RankSummary once a log line named it (its labels, its last line)
+    labels: list | None = None  # its rank labels from the saved state, until a line names it again
 
 
 @dataclass
@@ -446,6 +447,15 @@ class CollapseRule(ActiveAlertsRule):
                 return collapse_from_metrics(self, server, event, self.windows, log_ranks)
         return []
 
+    @staticmethod
+    def _labels(server: str, rank: str, st: _RankState) -> list | None:
+        """The rank's label values once a decode line named it (or as saved), else None."""
+        rs = st.summary
+        if rs is not None:
+            d = rs.last_decode
+            return None if d is None else rank_label_values(server, rs.ranks, d.engine, rank)
+        return st.labels
+
     def metrics_decide(self, server: str, at: float) -> bool:
         """The engine's /metrics judges the collapse of `server` at `at` (seconds): its logs gave
         no decode line within `rules.windows.max_gap` before (rules/server_metrics.py)."""
@@ -460,10 +470,9 @@ class CollapseRule(ActiveAlertsRule):
         from prometheus_client.samples import Sample
         fam = GaugeMetricFamily("specwatch_acceptance_collapsed", "1 while the acceptance-collapse rule fires for this rank, else 0.", labels=RANK_LABELS)
         for (server, rank), st in self._ranks.items():
-            rs = st.summary
-            if rs is not None and (d := rs.last_decode) is not None:
-                fam.add_metric(rank_label_values(server, rs.ranks, d.engine, rank),
-                               1.0 if alert_key(server, rank) in self.active else 0.0)
+            labels = self._labels(server, rank, st)
+            if labels is not None:
+                fam.add_metric(labels, 1.0 if alert_key(server, rank) in self.active else 0.0)
         for server, sample in self._scrapes.items():
             if sample.error is not None or not self.metrics_decide(server, sample.timestamp):
                 continue
@@ -706,7 +715,7 @@ class CollapseRule(ActiveAlertsRule):
             **super().to_state(),
             "ranks": [
                 {"server": s, "rank": r, "low_run": st.low_run, "high_run": st.high_run,
-                 "low_since": st.low_since, "healthy_since": st.healthy_since}
+                 "low_since": st.low_since, "healthy_since": st.healthy_since, "labels": self._labels(s, r, st)}
                 for (s, r), st in self._ranks.items()
             ],
             "server_args": self._server_args,
@@ -718,7 +727,7 @@ class CollapseRule(ActiveAlertsRule):
         for d in state.get("ranks", []):
             self._ranks[(d["server"], d["rank"])] = _RankState(
                 low_run=d["low_run"], high_run=d["high_run"], low_since=d["low_since"],
-                healthy_since=d.get("healthy_since"))
+                healthy_since=d.get("healthy_since"), labels=d.get("labels"))
             if d.get("collapsed") and d.get("alert"):  # the state of earlier versions: alert per rank
                 self.active.load_state({alert_key(d["server"], d["rank"]): d["alert"]})
         self._server_args.update(state.get("server_args", {}))
