@@ -10,6 +10,7 @@ per-rank state kept here is what `metrics.py` renders at scrape time.
 """
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import logging
@@ -250,9 +251,10 @@ class Pipeline:
     def feed_batch(self, batch: LineBatch, now: float | None = None) -> None:
         """The lines of one read (`Follower(on_lines=...)`), as `feed` would take them one by
         one, under one lock: `run` (`now`: the read's wall time) and `replay` (None: the lines'
-        stamps). A live read ends with an evaluation (its collapse line is decided now); a
-        replay's reads do not (where a read ends says nothing: the next line's tick decides).
-        Never raises on input."""
+        stamps). A live read ends with an evaluation (its collapse line is decided now), and all
+        it hands the dispatcher goes out together (`Dispatcher.together`: 8 ranks collapsing,
+        8 ranks' watchdog lines, one message); a replay's reads do not (where a read ends says
+        nothing: the next line's tick decides). Never raises on input."""
         path = self._path = batch.path
         server = self.server_for(path)
         prefix, tz = self._prefix.get(path), self._tz.get(path)
@@ -263,7 +265,7 @@ class Pipeline:
         tz = self.clocks.zone(path, tz)
         raw_ok = batch.raw_ok
         engine = self._engine(path)
-        with self.lock:
+        with self.lock, self.dispatcher.together() if now is not None else contextlib.nullcontext():
             stats = self._stats(server)
             grouper = self._grouper(path)
             if prefix is None and raw_ok is None and engine.name != VLLM:

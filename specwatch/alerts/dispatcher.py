@@ -155,8 +155,9 @@ class Dispatcher:
         self._groups: dict[tuple[str, str], _Group] = {}
         self._nflog: dict[tuple[str, str, str], dict] = {}  # (route, group, receiver) → last sent
         self._updated: list[_Group] = []  # groups holding update notes to send (see `_update`)
-        self._batch: set[str] | None = None  # inside `together`: fingerprints fired in it, not flushed yet
+        self._batch = False  # inside `together`: nothing flushes until it ends
         self._batch_clock = -math.inf  # the latest clock handed over inside `together`
+        self._batch_tick = False  # a tick came inside `together`: the whole tick runs at its end
 
     @property
     def active(self) -> dict[str, Alert]:
@@ -181,14 +182,9 @@ class Dispatcher:
         alert.labels.update(self.labels)
         fp = alert.fingerprint
         was_firing = self._status.get(fp) == FIRING
-        if self._batch is not None:
+        if self._batch:
             self._batch_clock = max(self._batch_clock, now)
             flush = False
-            if alert.status == FIRING and not was_firing:
-                self._batch.add(fp)
-            elif alert.status == RESOLVED and fp in self._batch:
-                self._batch.clear()
-                self._flush_due(now)  # it fired in this batch: its firing goes out first, as one at a time
         self._version += 1  # groups with this alert have something to say (or to re-check)
         note = alert.annotations.pop("update", None)  # meaningful only for an alert already firing
         if self.runbook_url and "runbook_url" not in alert.annotations:
@@ -240,7 +236,7 @@ class Dispatcher:
         """Flush the groups whose timer is due (cheap when none is): between the once-a-second
         ticks, so a group_wait that ends between two ticks does not wait for the next one.
         Inside `together`, at its end."""
-        if self._batch is not None:
+        if self._batch:
             self._batch_clock = max(self._batch_clock, now)
             return
         self._flush_due(now)
@@ -254,18 +250,23 @@ class Dispatcher:
         rank's new group would flush alone and the others join its open incident a group_interval
         later), and an alert of a later line that mutes one of an earlier line is in before
         either is sent. A single alert goes out as early as one at a time: at the block's end.
-        An alert that fires and resolves inside the block has the due groups flushed before its
-        resolve (its firing is notified, as one at a time). A block inside a block is the outer one.
+        An alert that fires and resolves inside the block is never sent, as one resolved within
+        group_wait (logged both times): one moment's lines taken one after another raise such
+        flashes (a rank disagreement for the first of 8 ranks collapsing together), no state a
+        receiver should hear of. A block inside a block is the outer one.
         """
-        if self._batch is not None:
+        if self._batch:
             yield
             return
-        self._batch, self._batch_clock = set(), -math.inf
+        self._batch, self._batch_clock, self._batch_tick = True, -math.inf, False
         try:
             yield
         finally:
-            clock, self._batch, self._batch_clock = self._batch_clock, None, -math.inf
-            if clock > -math.inf:
+            clock, tick = self._batch_clock, self._batch_tick
+            self._batch, self._batch_clock, self._batch_tick = False, -math.inf, False
+            if tick:
+                self.tick(clock)
+            elif clock > -math.inf:
                 self._flush_due(clock)
 
     def next_flush(self) -> float | None:
@@ -277,7 +278,11 @@ class Dispatcher:
         return min(g.next_flush for g in self._groups.values())
 
     def tick(self, now: float) -> None:
-        """Flush groups whose timer is due, let pushers re-send, forget what is done."""
+        """Flush groups whose timer is due, let pushers re-send, forget what is done (inside
+        `together`: at its end)."""
+        if self._batch:
+            self._batch_clock, self._batch_tick = max(self._batch_clock, now), True
+            return
         self._flush_due(now)
         self._gc(now)
         self._push(now, changed=False)
@@ -431,15 +436,20 @@ class Dispatcher:
         visible = [a for a in alerts if not self._muted(a, now)]
         firing = [a for a in visible if a.status == FIRING]
         resolved = [a for a in visible if a.status != FIRING]
-        f_fps, r_fps = {a.fingerprint for a in firing}, {a.fingerprint for a in resolved}
+        f_fps = {a.fingerprint for a in firing}
         for rcv in g.route.receivers:
             key = (g.route.name, g.key, rcv.name)
             send_resolved = getattr(rcv, "send_resolved", True)
-            if not update and not _needs_update(self._nflog.get(key), f_fps, r_fps, send_resolved,
-                                                    g.route.repeat_interval, now):
+            last = self._nflog.get(key)
+            # a resolve only to a receiver told the alert fired: one that fired and resolved
+            # before the group flushed (within group_wait, or one batch) is never sent
+            told = set(last["firing"]) | set(last["resolved"]) if last else set()
+            gone = [a for a in resolved if a.fingerprint in told]
+            r_fps = {a.fingerprint for a in gone}
+            if not update and not _needs_update(last, f_fps, r_fps, send_resolved, g.route.repeat_interval, now):
                 continue
             self._nflog[key] = {"firing": sorted(f_fps), "resolved": sorted(r_fps), "ts": now}
-            out = copy.deepcopy(firing + (resolved if send_resolved else []))
+            out = copy.deepcopy(firing + (gone if send_resolved else []))
             for a in out:
                 if update and a.fingerprint in update:
                     a.annotations["update"] = update[a.fingerprint]

@@ -7,8 +7,7 @@ ranks (BR-10), or a class of traffic routed to one rank. Per server, a rank is c
 last `min_batches` valid decode lines (`rules/windows.py`) all had accept len <=
 `max_accept_length`, healthy when they all had accept len >= `healthy_accept_length`; lines older
 than `max_age` (against the newest line of the server) do not count. Fires per collapsed rank while
-at least one other rank is still healthy in lines after the one the rank collapsed at (ranks
-that collapse in the same moment are a whole-server collapse, never a disagreement); resolves when the rank is no longer collapsed or no healthy rank
+at least one other rank is healthy; resolves when the rank is no longer collapsed or no healthy rank
 is left (then it is a whole-server collapse, which the collapse rule reports).
 """
 
@@ -76,10 +75,6 @@ class RankDisagreementRule(Rule):
         # server → rank → what its lines in `_recent` say, ages aside (`_kind`): recomputed only
         # when they change (one rank per line), under `_kinds_for` (the thresholds' config)
         self._kinds: dict[str, dict[str, str]] = {}
-        # server → rank → `seq` of its newest line, and of the line at which it became collapsed:
-        # a collapsed rank disagrees with ranks still healthy in lines after that one
-        self._newest: dict[str, dict[str, int]] = {}
-        self._became: dict[str, dict[str, int]] = {}
         self._kinds_for = config
         self.active = ActiveAlerts()
 
@@ -94,8 +89,8 @@ class RankDisagreementRule(Rule):
     def on_restart(self, server: str, at: float, why: str) -> list[Alert]:
         """A restarted server's ranks start again (a DP rank the restart dropped is no longer
         compared): its alerts resolve, its ranks' lines are forgotten."""
-        for d in (self._recent, self._kinds, self._newest, self._became):
-            d.pop(server, None)
+        self._recent.pop(server, None)
+        self._kinds.pop(server, None)
         return self.active.resolve_server(server, at, ("resolved because", why))
 
     def _rekind(self) -> None:
@@ -117,7 +112,6 @@ class RankDisagreementRule(Rule):
             recent = self._recent[server] = {}
             self._kinds[server] = {}
         kinds = self._kinds[server]
-        newest, became = self._newest.setdefault(server, {}), self._became.setdefault(server, {})
         valid, low, high = VALID_ACCEPT, cfg.max_accept_length, cfg.healthy_accept_length
         lines = [(rs, [e for e in rs.pending if e[6] & valid]) for rs in ranks]
         if self.active.empty():
@@ -129,21 +123,13 @@ class RankDisagreementRule(Rule):
                     if es:
                         kept = self._lines(recent, rs.rank)
                         kept.extend((e[0], e[2]) for e in es[-cfg.min_batches:])
-                        kind = self._kind(kept)
-                        if kind == _COLLAPSED and kinds.get(rs.rank) != _COLLAPSED:
-                            became[rs.rank] = es[-1][8]  # no rank is healthy: any later healthy line counts
-                        kinds[rs.rank] = kind
-                        newest[rs.rank] = es[-1][8]
+                        kinds[rs.rank] = self._kind(kept)
                 return []
         merged = sorted((e[8], rs.rank, e) for rs, es in lines for e in es)
-        for seq, rank, e in merged:
+        for _, rank, e in merged:
             kept = self._lines(recent, rank)
             kept.append((e[0], e[2]))
-            kind = self._kind(kept)
-            if kind == _COLLAPSED and kinds.get(rank) != _COLLAPSED:
-                became[rank] = seq
-            kinds[rank] = kind
-            newest[rank] = seq
+            kinds[rank] = self._kind(kept)
             if self.active.empty() and (_COLLAPSED not in kinds.values() or _HEALTHY not in kinds.values()):
                 # Firing needs a collapsed rank and a healthy one, resolving a firing alert: the
                 # common case (all healthy, or all collapsed) ends here.
@@ -184,12 +170,6 @@ class RankDisagreementRule(Rule):
         for rank, s in sorted(states.items()):
             key = alert_key(server, rank)
             if s == _COLLAPSED and healthy and key not in self.active:
-                # witnesses: ranks still healthy in lines after the one this rank collapsed at
-                # (ranks that all collapse in the same moment never disagree, not even for a line)
-                at = self._became.get(server, {}).get(rank, -1)  # unknown (restored state): any
-                seqs = self._newest.get(server, {})
-                if not any(seqs.get(r, -1) > at for r in healthy):
-                    continue
                 collapsed = [r for r, k in sorted(states.items()) if k == _COLLAPSED and r != rank]
                 out += self.active.fire(key, self._alert(server, rank, healthy, collapsed))
             elif key in self.active and (s == _HEALTHY or not healthy):
