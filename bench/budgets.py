@@ -14,7 +14,7 @@
    line a second to the followed log, among --others `sleep` processes, over --idle-seconds; the
    server tied to its config by its server_api URL (`--tie api`, the default config) or by
    `process.servers` (`--tie port`). Budget: <= 0.1 % of one core, RSS <= 45 MB (without a GPU).
-   Nothing scrapes /metrics meanwhile. Also each thread's share (`threads_pct_of_core`).
+   /metrics is scraped as Prometheus does every --scrape-every seconds (15; 0: not at all). Also each thread's share (`threads_pct_of_core`).
 3. latency: collapse line appended -> Slack POST received, p50 and p99: on a quiet log
    (bench/backlog.py's alert_latency, max(--repeats, 5) runs) and over --collapses whole-server
    collapses on a busy log (8 ranks x --busy-rate decode lines a second, each line its own write).
@@ -313,8 +313,23 @@ def live_daemon(tmp: Path, others: int, rate: float = 1.0, tie: str = "api",
             p.wait()
 
 
-def idle(tmp: Path, seconds: float, others: int, tie: str = "api") -> dict:
+PROM_ACCEPT = "application/openmetrics-text;version=1.0.0;q=0.5,text/plain;version=0.0.4;q=0.3,*/*;q=0.2"
+
+
+def _scraper(port: int, every: float, stop: threading.Event) -> None:
+    """GET /metrics as Prometheus does (its Accept header, gzip) every `every` seconds."""
+    req = urllib.request.Request(f"http://127.0.0.1:{port}/metrics",
+                                 headers={"Accept": PROM_ACCEPT, "Accept-Encoding": "gzip"})
+    while not stop.wait(every):
+        with contextlib.suppress(OSError), urllib.request.urlopen(req, timeout=10) as r:
+            r.read()
+
+
+def idle(tmp: Path, seconds: float, others: int, tie: str = "api", scrape_every: float = 15.0) -> dict:
     with live_daemon(tmp, others, tie=tie) as (daemon, port):
+        stop = threading.Event()
+        if scrape_every > 0:  # the idle budget counts a scrape at Prometheus' usual 15 s
+            threading.Thread(target=_scraper, args=(port, scrape_every, stop), daemon=True).start()
         lines0 = backlog.scrape_lines(port)
         time.sleep(10)  # past start-up: first scans, polls and the diagnosis of the server's settings
         ps = psutil.Process(daemon.pid)
@@ -323,6 +338,7 @@ def idle(tmp: Path, seconds: float, others: int, tie: str = "api") -> dict:
             time.sleep(min(5.0, left))
             rss.append(ps.memory_info().rss / 2**20)
         cpu, wall = backlog.cpu_seconds(ps) - cpu0, time.monotonic() - t0
+        stop.set()
         threads = {name: round(100 * (t - threads0.get(name, 0.0)) / wall, 4)
                    for name, t in sorted(thread_cpu(daemon.pid).items())}
         processes = len(psutil.pids())  # the bench's and any other load's
@@ -330,7 +346,7 @@ def idle(tmp: Path, seconds: float, others: int, tie: str = "api") -> dict:
         up = sample(port, "specwatch_server_up"), sample(port, "specwatch_server_api_up")
         if up != (1, 1) or read < RANKS * seconds * 0.9:
             raise RuntimeError(f"specwatch did not keep up with the server: up/api_up {up}, {read} lines read")
-        return {"seconds": round(wall), "others": others, "tie": tie, "processes_on_box": processes, "cpu_pct_of_core": round(100 * cpu / wall, 3),
+        return {"seconds": round(wall), "others": others, "tie": tie, "scrape_every_s": scrape_every, "processes_on_box": processes, "cpu_pct_of_core": round(100 * cpu / wall, 3),
                 "rss_mb": round(rss[-1], 1), "rss_mb_max": round(max(rss), 1), "log_lines_read": read,
                 "threads_pct_of_core": threads}
 
@@ -461,7 +477,7 @@ def table(res: dict) -> str:
         rows.append(f"specwatch run start-up (empty file): {s['cpu_s']:.2f} CPU-s, {s['wall_s']:.2f} s, RSS {s['rss_mb']} MB")
     if "idle" in res:
         i = res["idle"]
-        rows.append(f"idle beside a server (tied by {i['tie']}), 8 ranks x 1 line/s, {i['others']} other processes "
+        rows.append(f"idle beside a server (tied by {i['tie']}), 8 ranks x 1 line/s, a scrape every {i.get('scrape_every_s', 0):g} s, {i['others']} other processes "
                     f"({i['processes_on_box']} on the box), {i['seconds']} s: "
                     f"{i['cpu_pct_of_core']:.3f} % of a core {verdict(i['cpu_pct_of_core'] <= IDLE_CPU_PCT)} "
                     f"(<= {IDLE_CPU_PCT} %), RSS {i['rss_mb']} MB (max {i['rss_mb_max']}) "
@@ -483,6 +499,8 @@ def main() -> int:
     ap.add_argument("--mixed-lines", type=int, default=200_000, help="lines of bench/backlog.py's mixed_log file")
     ap.add_argument("--repeats", type=int, default=3, help="paired runs per measurement (medians reported)")
     ap.add_argument("--idle-seconds", type=float, default=600)
+    ap.add_argument("--scrape-every", type=float, default=15.0,
+                    help="seconds between /metrics scrapes during the idle part (0: none)")
     ap.add_argument("--others", type=int, default=1000, help="`sleep` processes beside the server when idle")
     ap.add_argument("--parts", default="backlog,idle,latency", help="comma-separated subset to run")
     ap.add_argument("--tie", choices=("api", "port"), default="api",
@@ -519,7 +537,7 @@ def main() -> int:
             res["mixed_log"] = bench_file(tmp, mixed, a.repeats)
             res["start_up"] = start_up(tmp, a.repeats)
         if "idle" in parts:
-            res["idle"] = idle(tmp, a.idle_seconds, a.others, a.tie)
+            res["idle"] = idle(tmp, a.idle_seconds, a.others, a.tie, a.scrape_every)
         if "latency" in parts:
             quiet = backlog.alert_latency(tmp, max(a.repeats, 5))
             busy = collapse_latency(tmp, a.collapses, a.busy_rate)

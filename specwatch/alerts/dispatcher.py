@@ -100,6 +100,15 @@ class _Group:
     updates: dict[str, str] = field(default_factory=dict)  # fingerprint → update note not sent yet
 
 
+# An alert whose stamps span no more than this from firing to resolving, inside one `together`
+# batch, is a flash of one moment's lines taken one after another (whole-second stamps).
+FLASH_SECONDS = 1.0
+
+
+def _flash(alert: Alert) -> bool:
+    return alert.ends_at is not None and alert.ends_at - alert.starts_at <= FLASH_SECONDS
+
+
 class Dispatcher:
     """Route, group, mute and notify.
 
@@ -156,6 +165,7 @@ class Dispatcher:
         self._nflog: dict[tuple[str, str, str], dict] = {}  # (route, group, receiver) → last sent
         self._updated: list[_Group] = []  # groups holding update notes to send (see `_update`)
         self._batch = False  # inside `together`: nothing flushes until it ends
+        self._batch_fired: set[str] = set()  # fingerprints that fired inside it
         self._batch_clock = -math.inf  # the latest clock handed over inside `together`
         self._batch_tick = False  # a tick came inside `together`: the whole tick runs at its end
 
@@ -185,6 +195,11 @@ class Dispatcher:
         if self._batch:
             self._batch_clock = max(self._batch_clock, now)
             flush = False
+            if alert.status == FIRING and not was_firing:
+                self._batch_fired.add(fp)
+            elif alert.status == RESOLVED and fp in self._batch_fired and not _flash(alert):
+                self._batch_fired.clear()
+                self._flush_due(now)  # an episode inside one read (a backlog): its firing goes out first
         self._version += 1  # groups with this alert have something to say (or to re-check)
         note = alert.annotations.pop("update", None)  # meaningful only for an alert already firing
         if self.runbook_url and "runbook_url" not in alert.annotations:
@@ -250,15 +265,18 @@ class Dispatcher:
         rank's new group would flush alone and the others join its open incident a group_interval
         later), and an alert of a later line that mutes one of an earlier line is in before
         either is sent. A single alert goes out as early as one at a time: at the block's end.
-        An alert that fires and resolves inside the block is never sent, as one resolved within
-        group_wait (logged both times): one moment's lines taken one after another raise such
+        An alert that fires and resolves inside the block has its firing flushed before the
+        resolve (an episode within one read of a backlog is news), unless it lasted no more than
+        FLASH_SECONDS of its own stamps: one moment's lines taken one after another raise such
         flashes (a rank disagreement for the first of 8 ranks collapsing together), no state a
-        receiver should hear of. A block inside a block is the outer one.
+        receiver should hear of; like one resolved within group_wait it is never sent (logged
+        both times). A block inside a block is the outer one.
         """
         if self._batch:
             yield
             return
         self._batch, self._batch_clock, self._batch_tick = True, -math.inf, False
+        self._batch_fired.clear()
         try:
             yield
         finally:

@@ -477,6 +477,18 @@ def test_an_alert_that_fires_and_resolves_in_one_batch_is_never_sent():
     assert [sorted(s) for s in rec.summary()] == [["firing:AcceptanceCollapse:DP1"]]
 
 
+def test_an_episode_inside_one_batch_is_notified_firing_then_resolved():
+    """A collapse and its recovery 12 s later, both in one read (a backlog written while
+    specwatch was down): news, the firing goes out before its resolve is taken in."""
+    rec = Recorder()
+    d = Dispatcher([rec], group_wait=0, group_interval=0)
+    a = alert(rank="DP0", starts_at=100)
+    with d.together():
+        d.handle(copy.deepcopy(a), now=200)
+        d.handle(resolved(a, 112), now=200)
+    assert rec.summary() == [("firing:AcceptanceCollapse:DP0",), ("resolved:AcceptanceCollapse:DP0",)]
+
+
 def test_updates_handed_over_together_are_one_message():
     rec = Recorder()
     d = Dispatcher([rec], group_wait=0, group_interval=300)
