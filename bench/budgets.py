@@ -466,7 +466,7 @@ def table(res: dict) -> str:
                                 ("mtail", "mtail --one_shot"), ("scan_floor", "floor: start-up + scan only")):
                 r = f[name]
                 x = r.get("x_mtail")
-                budget = f"  {verdict(x >= BACKLOG_RATIO)} (>= {BACKLOG_RATIO:g}x)" if name != "scan_floor" else ""
+                budget = f"  {verdict(x >= BACKLOG_RATIO)} (>= {BACKLOG_RATIO:g}x)" if x and name != "scan_floor" else ""
                 rows.append(f"  {label:28}{r['cpu_s']:8.2f}{r['wall_s']:8.2f}{r['lines_per_cpu_s']:13,}"
                             + (f"{x:9.2f}{budget}" if x else ""))
             rows.append(f"  replay peak RSS {f['replay']['rss_mb']} MB {verdict(f['replay']['rss_mb'] <= REPLAY_RSS_MB)} "
