@@ -44,7 +44,7 @@ class LineStream(Protocol):
 
 
 def open_stream(src: LogSource, on_lines: Callable[[LineBatch], None], *, max_line_bytes: int,
-                checkpoint: dict[str, Any] | None = None, read_chunk_bytes: int | None = None) -> LineStream:
+                checkpoint: dict[str, Any] | None = None) -> LineStream:
     """The stream of `src` (a `logs[]` entry), passing its lines to `on_lines` from `checkpoint`."""
     if src.journal is not None:
         from specwatch.sources.journal import JournalFollower  # a subprocess reader: only when configured
@@ -54,4 +54,4 @@ def open_stream(src: LogSource, on_lines: Callable[[LineBatch], None], *, max_li
     from specwatch.sources.logfiles import stage
 
     return Follower(src.path, on_lines=stage(src, on_lines, max_line_bytes), max_line_bytes=max_line_bytes,
-                    checkpoint=checkpoint, read_chunk_bytes=read_chunk_bytes or READ_BYTES)
+                    checkpoint=checkpoint, read_chunk_bytes=READ_BYTES)
