@@ -42,6 +42,8 @@ HEAD_BYTES = 256
 # records at once and leave the heap fragmented after the backlog (docs/performance.md)
 READ_BYTES = 1 << 18
 _SLACK = 64 * 1024  # bytes read past the size last seen (what the writer added since the stat)
+# a hole in the `.N` numbering is listed again this often, this far apart, before it counts as lost
+RELIST_TRIES, RELIST_PAUSE = 5, 0.02
 CHECKPOINT_VERSION = 1
 _EMPTY_SHA = hashlib.sha256(b"").hexdigest()
 _READ_FROM = ("beginning", "end")
@@ -642,7 +644,7 @@ class Follower:
         read, or `ours`, or `prior` when ours was not found and nothing was read): the next
         file's `prior` as listed, and as read.
         """
-        files = rotated_files(self.path)
+        files = self._listing()
         try:
             path_has_data = os.stat(self.path).st_size > 0
         except OSError:
@@ -696,6 +698,18 @@ class Follower:
             for f, _ in todo:
                 f.release()
         return newest_fingerprint(files, HEAD_BYTES), prev
+
+    def _listing(self) -> list[RotatedFile]:
+        """`rotated_files(path)`, listed again while its `.N` numbering has a hole: a writer
+        shifting `.N` to `.N+1` one rename at a time leaves one for a moment, which is not a
+        lost file (a hole that stays is: `_catch_up`)."""
+        for _ in range(RELIST_TRIES):
+            files = rotated_files(self.path)
+            numbers = {f.number for f in files if f.number}
+            if not numbers or len(numbers) == max(numbers):
+                break
+            time.sleep(RELIST_PAUSE)
+        return files
 
     def _follow_rotated(self, f: RotatedFile, off: int, prior: Fingerprint | None) -> None:
         fd = f.take()

@@ -331,6 +331,32 @@ def test_rotated_file_deleted_before_it_was_read_is_counted_and_warned(tmp_path,
     assert registry.get_sample_value("specwatch_log_rotated_files_lost_total", {"path": str(p)}) == 1
 
 
+def test_a_hole_in_the_numbering_while_the_writer_shifts_is_not_a_lost_file(tmp_path):
+    """logrotate renames `.1` to `.2` before it renames the log to `.1`: a reader that lists the
+    copies in between sees `.2` and no `.1`. The hole is listed again; it fills, nothing is lost."""
+    p = tmp_path / "server.log"
+    p.write_text("".join(f"a {i}\n" for i in range(10)))
+    got = Collector()
+    f = Follower(p, got)
+    f.poll()
+    os.rename(p, f"{p}.1")
+    p.write_text("".join(f"b {i}\n" for i in range(10)))
+    os.rename(f"{p}.1", f"{p}.2")  # the shift has begun: ours is `.2`, no `.1` yet
+
+    def finish_shift():
+        time.sleep(0.03)
+        os.rename(p, f"{p}.1")
+        p.write_text("c 0\n")
+
+    t = threading.Thread(target=finish_shift)
+    t.start()
+    f.poll()
+    t.join()
+    f.poll()
+    assert got.texts == [f"a {i}" for i in range(10)] + [f"b {i}" for i in range(10)] + ["c 0"]
+    assert f.rotated_files_lost_total == 0
+
+
 def test_copytruncate_recovers_unread_lines_from_dot1(tmp_path, writers):
     p, p1 = tmp_path / "server.log", tmp_path / "server.log.1"
     n = 3000
