@@ -644,7 +644,7 @@ class Follower:
         read, or `ours`, or `prior` when ours was not found and nothing was read): the next
         file's `prior` as listed, and as read.
         """
-        files = self._listing()
+        files = self._listing(ours)
         try:
             path_has_data = os.stat(self.path).st_size > 0
         except OSError:
@@ -699,14 +699,15 @@ class Follower:
                 f.release()
         return newest_fingerprint(files, HEAD_BYTES), prev
 
-    def _listing(self) -> list[RotatedFile]:
-        """`rotated_files(path)`, listed again while its `.N` numbering has a hole: a writer
-        shifting `.N` to `.N+1` one rename at a time leaves one for a moment, which is not a
-        lost file (a hole that stays is: `_catch_up`)."""
+    def _listing(self, ours: Fingerprint) -> list[RotatedFile]:
+        """`rotated_files(path)`, listed again while the `.N` numbering has a hole below our
+        file's copy: a writer shifting `.N` to `.N+1` one rename at a time leaves one for a
+        moment, which is not a lost file (a hole that stays is: `_catch_up`). Holes in older
+        history cost nothing."""
         for _ in range(RELIST_TRIES):
             files = rotated_files(self.path)
-            numbers = {f.number for f in files if f.number}
-            if not numbers or len(numbers) == max(numbers):
+            k = next((f.number for f in files if f.number and f.is_(ours)), None)
+            if not k or len({f.number for f in files if f.number and f.number < k}) == k - 1:
                 break
             time.sleep(RELIST_PAUSE)
         return files
