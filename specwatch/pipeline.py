@@ -187,6 +187,7 @@ class Pipeline:
         self.lock = threading.Lock()
         self.rule_faults = RuleFaults()  # a rule that raises: counted, logged, its line's result dropped
         self._last_tick = -math.inf
+        self._due_tick: float | None = None  # a live read's clock whose tick waits for its evaluation (`_decide`)
         self._groupers: dict[str, ErrorGrouper] = {}  # path → its traceback grouping (error stage)
         self._engines: dict[str, LogEngine] = {}  # path → its engine's grammar (sources/engines.py)
         self._vllm: dict[str, VllmAssembler] = {}  # server → its vLLM lines into decode batches
@@ -245,7 +246,7 @@ class Pipeline:
                 self._errors(server, stats, grouper, line.text, prefix, tz, now)
             if now is not None and type(event) in (OtherLine, ServerArgs):
                 stats.last_line["other"] = now
-            self.evaluate()  # one line: decided at it
+            self._decide()  # one line: decided at it
         return event
 
     def feed_batch(self, batch: LineBatch, now: float | None = None) -> None:
@@ -277,8 +278,16 @@ class Pipeline:
             if other and now is not None:  # the follower's clock: one stamp per read
                 stats.last_line["other"] = now
             if now is not None:
-                self.evaluate()
+                self._decide()
                 self._collapse_evidence()
+
+    def _decide(self) -> None:
+        """The evaluation at the end of a live read (or line), then the tick that came due at its
+        clock while it was read (`_summarise`)."""
+        self.evaluate()
+        if self._due_tick is not None:
+            clock, self._due_tick = self._due_tick, None
+            self.tick(clock)
 
     def _collapse_evidence(self) -> None:
         """Firing collapses' evidence up to their rank's last line (rebuilt lazily between
@@ -518,13 +527,19 @@ class Pipeline:
                     dirty.append(rs)
                 pending.append(entry)
                 rs._last, rs._last_batch = entry, None
-            if clock - self._last_tick >= 1.0 or seq - self._evaluated >= EVALUATE_LINES:
+            due = clock - self._last_tick >= 1.0
+            if due and now is not None:
+                # a live read's lines share its clock: the tick due at its first line runs after
+                # the read's one evaluation (`_decide`), not after an evaluation of that line alone
+                self._due_tick = clock
+                due = False
+            if due or seq - self._evaluated >= EVALUATE_LINES:
                 self._count(stats, decodes, prefills, last_decode, last_prefill)
                 decodes = prefills = 0
                 last_decode = last_prefill = None
                 self._seq = seq
                 self.evaluate()
-                if clock - self._last_tick >= 1.0:  # time-based rules need no finer clock
+                if due:  # time-based rules need no finer clock
                     self.tick(clock)
         self._seq = seq
         self._count(stats, decodes, prefills, last_decode, last_prefill)
