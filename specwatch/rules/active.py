@@ -25,7 +25,7 @@ class ActiveAlerts(dict[str, Alert]):
         return not self
 
     def keys(self) -> dict_keys[str, Alert]:  # of a copy: callers resolve while they iterate
-        return dict(self).keys()
+        return dict.copy(self).keys()
 
     def fire(self, key: str, alert: Alert) -> list[Alert]:
         """Record a firing alert; [] when one is already firing under `key`."""

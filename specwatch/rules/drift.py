@@ -130,7 +130,7 @@ class DriftRule(Rule):
             ob = buckets[-1] if buckets else None  # the open bucket: its sum and count in s, c
             s, c = (ob[1], ob[2]) if ob else (0.0, 0)
             t0: float | None = None
-            idx = 0  # set at the first line (t != t0)
+            idx = 0  # set by the first line that counts (t0 is None then)
             for e in p:
                 t = e[TS]
                 if last is not None and t - last > gap:

@@ -51,7 +51,8 @@ _READ_FROM = ("beginning", "end")
 
 
 class _Mark(enum.Enum):
-    """What a `prior` argument says instead of a fingerprint (an enum: its type is its own)."""
+    """What a `prior` argument says instead of a fingerprint: enum members, so that `prior is
+    _LIST` leaves a fingerprint (or None) to the type checker."""
 
     LIST = "list"  # list the rotated copies now
     UNKNOWN = "unknown"  # a checkpoint without "prior": where our file stood among its copies
