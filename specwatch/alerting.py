@@ -14,7 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TextIO
 
-from specwatch.alerts.dispatcher import Dispatcher, Route
+from specwatch.alerts.dispatcher import Dispatcher, Receiver, Route
 from specwatch.alerts.silences import SilenceStore
 from specwatch.config import Config, SlackConfig
 from specwatch.notifiers.alertmanager import AlertmanagerNotifier, legacy_name, notifier_name
@@ -44,9 +44,11 @@ def build_alerting(cfg: Config, *, state_dir: str | Path | None, replay: bool = 
         return queue_file(state_dir, name) if state_dir is not None else None
 
     def slack(sc: SlackConfig | None, name: str) -> SlackNotifier | None:
-        if sc is None or (not (sc.webhook_url and notify) and slack_dry_run is None):
+        if sc is None:
             return None
-        url = DRY_RUN_URL if slack_dry_run is not None else sc.webhook_url
+        url = DRY_RUN_URL if slack_dry_run is not None else sc.webhook_url if notify else None
+        if not url:
+            return None
         if (url, sc.channel) in slacks:  # routes to the same webhook and channel share a queue
             return slacks[(url, sc.channel)]
         n = slacks[(url, sc.channel)] = notifiers[name] = SlackNotifier(
@@ -57,16 +59,19 @@ def build_alerting(cfg: Config, *, state_dir: str | Path | None, replay: bool = 
 
     hooks = {}
     for w in cfg.webhooks if notify else []:
+        assert w.url is not None  # load_config keeps only the webhooks with a URL
         name = f"webhook/{w.name}"
         hooks[w.name] = notifiers[name] = WebhookNotifier(
             w.url, name=name, queue_path=queue(name), store=store, timeout=w.timeout, backoff_initial=w.backoff_initial,
             backoff_max=w.backoff_max, max_alerts=w.max_alerts, external_url=cfg.external_url,
             send_resolved=w.send_resolved)
 
-    default = [n for n in [slack(cfg.slack, "slack")] if n is not None] + list(hooks.values())
+    default: list[Receiver] = [n for n in [slack(cfg.slack, "slack")] if n is not None]
+    default += hooks.values()
     timers = (lambda v, d: 0.0) if replay else (lambda v, d: d if v is None else v)
     routes = []
     for rc in cfg.routes:
+        receivers: list[Receiver]
         if rc.slack is None and rc.webhooks is None:
             receivers = default
         else:

@@ -15,9 +15,14 @@ import logging
 import os
 import sys
 import time
+from pathlib import Path
+from typing import TYPE_CHECKING, TypedDict
 
 from specwatch.config import (Config, ConfigError, LogSource, build_config, config_warnings, load_config,
                               load_run_config, parse_log_format)
+
+if TYPE_CHECKING:
+    from specwatch.probes.base import ServerSettings
 
 
 def _load(path: str | None) -> Config:
@@ -53,6 +58,13 @@ def cmd_check_config(args) -> int:
     return 0
 
 
+class _Format(TypedDict, total=False):
+    """`replay --format`'s fields of a LogSource."""
+
+    envelope: str
+    grammar: str | None
+
+
 def cmd_replay(args) -> int:
     from specwatch.alerting import build_alerting
     from specwatch.notifiers.http import PERMANENT
@@ -73,7 +85,7 @@ def cmd_replay(args) -> int:
     # one server per run; without a config it is named after the (first) file, not `replay`
     server = args.server or (cfg.server if args.config or not args.logs else server_of_file(args.logs[0]))
     tz = args.log_timezone or cfg.log_timezone
-    fmt = {}
+    fmt: _Format = {}
     if args.format is not None:
         try:
             envelope, grammar = parse_log_format(args.format)
@@ -93,7 +105,8 @@ def cmd_replay(args) -> int:
         else:
             cfg.logs.append(LogSource(path=p, server=server, timezone=tz, **fmt))
 
-    dry_out = io.StringIO() if args.json else sys.stdout
+    captured = io.StringIO()  # the dry run's payloads, with --json
+    dry_out = captured if args.json else sys.stdout
     if args.notify and args.slack_dry_run:
         print("specwatch replay: give --notify or --slack-dry-run, not both", file=sys.stderr)
         return 2
@@ -160,14 +173,15 @@ def cmd_replay(args) -> int:
             rc = 1
     if args.json:
         if args.slack_dry_run:
-            doc["slack_payloads"] = _json_stream(dry_out.getvalue())
+            doc["slack_payloads"] = _json_stream(captured.getvalue())
         print(json.dumps(doc, indent=2))
     return rc
 
 
 def _json_stream(text: str) -> list:
     """Concatenated JSON documents (as the dry run prints them) → list."""
-    dec, docs, i = json.JSONDecoder(), [], 0
+    docs: list[object] = []
+    dec, i = json.JSONDecoder(), 0
     while True:
         while i < len(text) and text[i].isspace():
             i += 1
@@ -255,7 +269,7 @@ def cmd_notifications(args) -> int:
     if not items:
         print("no notification queued or refused")
         return 0
-    rows = [("Receiver", "Seq", "State", "Answer", "Refused at", "Alerts")]
+    rows: list[tuple[str, ...]] = [("Receiver", "Seq", "State", "Answer", "Refused at", "Alerts")]
     rows += [(i["receiver"], str(i["seq"]), i["state"], i["detail"] or "-",
               iso8601(i["refused_at"]) if i["refused_at"] else "-", i["alerts"]) for i in items]
     _print_rows(rows)
@@ -308,7 +322,7 @@ def cmd_silence(args) -> int:
         else:
             print(f"specwatch silence: state directory {state_dir} does not exist: no silences are stored "
                   "there (give the daemon's --config or --state-dir)", file=sys.stderr)
-    store = SilenceStore(state_dir)
+    store = SilenceStore(Path(state_dir))
     now = time.time()
     failed: list[str] = []  # Alertmanagers that lack what was asked: said, and exit 1
     remote: list[am_silences.RemoteSilence] = []
@@ -375,7 +389,7 @@ def cmd_silence(args) -> int:
         print(json.dumps([{**s.to_dict(), "alertmanager_ids": {shown_url(u): i for u, i in s.alertmanager_ids.items()},
                            "state": s.state(now)} for s in silences] + [r.to_dict() for r in remote], indent=2))
         return 1 if failed else 0
-    rows = [("ID", "Matchers", "Starts", "Ends", "State", "Created by", "Comment")]
+    rows: list[tuple[str, ...]] = [("ID", "Matchers", "Starts", "Ends", "State", "Created by", "Comment")]
     rows += [(s.id, " ".join(str(m) for m in s.matchers), iso8601(s.starts_at), iso8601(s.ends_at), s.state(now),
               s.created_by, s.comment) for s in silences]
     rows += [(r.id, " ".join(str(m) for m in r.matchers), iso8601(r.starts_at), iso8601(r.ends_at), r.state,
@@ -405,7 +419,7 @@ def cmd_run(args) -> int:
     return Daemon(cfg).run()
 
 
-def _settings(args):
+def _settings(args: argparse.Namespace) -> tuple[ServerSettings, dict]:
     """ServerSettings from --server-args-from / --server-info / --pid, then explicit flags over them."""
     from specwatch.probes.base import ServerSettings, normalize_algorithm
     from specwatch.sources import server_settings
@@ -514,13 +528,15 @@ def cmd_fix_checkpoint(args) -> int:
     except (CheckpointError, FixError, FileNotFoundError, OSError) as e:
         print(f"specwatch fix-checkpoint: {e}", file=sys.stderr)
         return 2
+    report = result.report
+    assert report is not None  # fix_checkpoint diagnoses what it wrote
     if args.json:
-        print(json.dumps({"out": str(result.out), "actions": result.actions, **result.report.to_dict()}, indent=2))
+        print(json.dumps({"out": str(result.out), "actions": result.actions, **report.to_dict()}, indent=2))
     else:
         print("\n".join(f"- {a}" for a in result.actions))
         print(f"\nDiagnosis of {result.out}:")
-        print(result.report.format_text())
-    return 1 if result.report.has_errors else 0
+        print(report.format_text())
+    return 1 if report.has_errors else 0
 
 
 def _diagnosis_args(p: argparse.ArgumentParser) -> None:

@@ -58,6 +58,7 @@ import sqlite3
 import threading
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client import ProcessCollector as OwnProcessCollector
@@ -69,6 +70,7 @@ from specwatch.exposition import Exposition
 from specwatch.listener import listener_app, not_found, serve_pooled, serve_quietly, stop_serving
 from specwatch.metrics import FollowerCollector, PipelineCollector, SelfCollector, ServerCollector
 from specwatch.notifiers import dead_letter, failing
+from specwatch.notifiers.queue import QueuedNotifier
 from specwatch.pipeline import Pipeline
 from specwatch.sdnotify import Watchdog, monotonic_usec, notify
 from specwatch.sources.cadence import ReadCadence
@@ -79,6 +81,9 @@ from specwatch.sources.logfiles import LogSet
 from specwatch.status.view import StatusView
 from specwatch.status.web import status_app
 from specwatch.storage import STATE_DB, StateDirLocked, StateStore, lock_state_dir, private_dir, read_json
+
+if TYPE_CHECKING:
+    from wsgiref.simple_server import WSGIServer
 
 log = logging.getLogger("specwatch.daemon")
 
@@ -138,8 +143,8 @@ class Daemon:
         self._wake = threading.Event()  # signals wake the main loop at once
         self._reload_requested = False
         self._retry_requested = False  # SIGUSR1: `specwatch notifications retry`
-        self.notifiers: dict[str, object] = {}
-        self.httpd = None
+        self.notifiers: dict[str, QueuedNotifier] = {}
+        self.httpd: WSGIServer | None = None
         self._http_thread: threading.Thread | None = None
         self._progress = time.monotonic()  # last line or poll round of the followers' thread
         self._ticked = -TICK_EVERY  # monotonic time of the last tick (either thread)
@@ -210,8 +215,7 @@ class Daemon:
         # instead of taking the rest for news. Queued notifications are saved meanwhile. (A
         # journal resumes by cursor, and its first turn may not end before a stop.)
         self._backlog = True  # until the start-up backlog is read (`give_back_memory` then)
-        self.cadence = None
-        self._pace(cfg)
+        self.cadence = self._pace(cfg)
         self.followers = FollowerGroup(
             [self._make_follower(s, offsets.get(s.path)) for s in cfg.logs],
             poll_interval=cfg.follow.poll_interval, use_watchdog=cfg.follow.watchdog, inotify=cfg.follow.inotify,
@@ -230,10 +234,10 @@ class Daemon:
         self.registry = CollectorRegistry()
         OwnProcessCollector(registry=self.registry)  # specwatch's own process_* (CPU, RSS, fds)
         self.registry.register(PipelineCollector(self.pipeline))
-        self.registry.register(FollowerCollector(lambda: self.followers.followers))
+        self.registry.register(FollowerCollector(lambda: dict(self.followers.followers)))  # a dict[str, object]
         self._stream_collectors: set = set()
         self._register_stream_metrics()
-        self.registry.register(SelfCollector(self.pipeline, lambda: self.notifiers,
+        self.registry.register(SelfCollector(self.pipeline, lambda: dict(self.notifiers),  # a dict[str, object]
                                              reload_status=lambda: (self.reload_success, self.last_reload_success),
                                              store=self.store))
         self.registry.register(ServerCollector(self.pipeline))
@@ -250,7 +254,7 @@ class Daemon:
         if cfg.server_apis:
             from specwatch.sources.server_api import ServerApiCollector, ServerApiSource
 
-            apis = [ServerApiSource(a.url, self._emit, server=a.server, api_key=a.api_key, interval=a.interval,
+            apis = [ServerApiSource(a.url or "", self._emit, server=a.server or "", api_key=a.api_key, interval=a.interval,
                                     health_interval=a.health_interval, timeout=a.timeout,
                                     backoff_max=a.backoff_max) for a in cfg.server_apis]
             self.sources += apis
@@ -258,7 +262,7 @@ class Daemon:
         if cfg.server_metrics:
             from specwatch.sources.server_metrics import ServerMetricsCollector, ServerMetricsSource
 
-            scrapes = [ServerMetricsSource(m.url, self._emit, server=m.server, interval=m.interval, timeout=m.timeout,
+            scrapes = [ServerMetricsSource(m.url, self._emit, server=m.server or "", interval=m.interval, timeout=m.timeout,
                                            backoff_max=m.backoff_max) for m in cfg.server_metrics]
             self.sources += scrapes
             self.registry.register(ServerMetricsCollector(scrapes))
@@ -353,25 +357,24 @@ class Daemon:
                 or not self.store.ok and since >= RETRY_EVERY):
             self.commit()
 
-    def _pace(self, cfg: Config) -> None:
+    def _pace(self, cfg: Config, cadence: ReadCadence | None = None) -> ReadCadence:
         """The busy-log cadence's settings from `cfg` (sources/cadence.py): rounds between
         `follow.poll_interval` / READ_SPAN (at least 0.05 s) and READ_SPAN intervals apart,
         and no longer apart than one interval when an API poll's `log_silent` intervals in a row
         could pass within two of those spans: decode lines read that late would look missing. A
         line that may start a collapse: SGLang's accept length at most
         `rules.collapse.max_accept_length` (a `format:` grammar rewrites a line's prefix only, its
-        message keeps `accept len: X`)."""
+        message keeps `accept len: X`). Returns `cadence` set to them, or a new one."""
         every = cfg.follow.poll_interval
         slow = READ_SPAN * every
         if any(a.interval * cfg.log_silent.intervals <= 2 * slow for a in cfg.server_apis):
             slow = every
         fast = min(slow, max(0.05, every / READ_SPAN))  # at most 20 rounds a second
         c = cfg.collapse
-        if self.cadence is None:
-            self.cadence = ReadCadence(min_batches=c.min_batches, at_most=c.max_accept_length, fast=fast, slow=slow)
-        else:
-            p = self.cadence
-            p.min_batches, p.at_most, p.fast, p.slow = c.min_batches, c.max_accept_length, fast, slow
+        if cadence is None:
+            return ReadCadence(min_batches=c.min_batches, at_most=c.max_accept_length, fast=fast, slow=slow)
+        cadence.min_batches, cadence.at_most, cadence.fast, cadence.slow = c.min_batches, c.max_accept_length, fast, slow
+        return cadence
 
     def _next_flush(self) -> float | None:
         """`time.monotonic()` of the dispatcher's next group timer: the followers' thread, which
@@ -484,6 +487,8 @@ class Daemon:
         path = self.config.source_path
         notify(f"RELOADING=1\nMONOTONIC_USEC={monotonic_usec()}\nSTATUS=reloading {path}")
         try:
+            if path is None:
+                raise ValueError("the config was not read from a file")
             new = load_run_config(path)
         except Exception as e:  # a ConfigError; anything else (a bug) must not end the daemon either
             problems = e.problems if isinstance(e, ConfigError) else [f"{type(e).__name__}: {str(e)[:200]}"]
@@ -523,7 +528,7 @@ class Daemon:
             self.pipeline.reconfigure(new)  # rules and logs; the routing stays as it is
         if self.process is not None:  # the servers of the followed logs are configured servers
             self.process.tie(ProcessTies.of(new))
-        self._pace(new)  # rules.log_silent.intervals and rules.collapse may have changed
+        self._pace(new, self.cadence)  # rules.log_silent.intervals and rules.collapse may have changed
         added = [s for s in new.logs if s.path not in old_paths]
         with self.pipeline.lock:  # _after_poll sees both or neither: no resume before they are followed
             if added:  # read from their first line: their history is not news (as at a first start)

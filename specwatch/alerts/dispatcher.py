@@ -409,7 +409,7 @@ class Dispatcher:
             self._flush(g, now)
             sent = [self._nflog.get((g.route.name, g.key, r.name)) for r in g.route.receivers]
             g.seen_version = self._version
-            g.next_repeat = (min(e["ts"] for e in sent) + g.route.repeat_interval
+            g.next_repeat = (min(e["ts"] for e in sent if e) + g.route.repeat_interval
                              if sent and all(sent) else float("-inf"))
             g.next_flush = now + g.route.group_interval
             if not g.fingerprints:

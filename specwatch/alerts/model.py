@@ -13,6 +13,7 @@ import json
 import re
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
+from typing import overload
 
 FIRING = "firing"
 RESOLVED = "resolved"
@@ -185,6 +186,14 @@ def _common(dicts: list[dict[str, str]]) -> dict[str, str]:
         return {}
     first, rest = dicts[0], dicts[1:]
     return {k: v for k, v in first.items() if all(d.get(k) == v for d in rest)}
+
+
+@overload
+def iso8601(ts: float) -> str: ...
+@overload
+def iso8601(ts: None) -> None: ...
+@overload
+def iso8601(ts: float | None) -> str | None: ...
 
 
 def iso8601(ts: float | None) -> str | None:

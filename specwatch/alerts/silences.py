@@ -13,6 +13,7 @@ Alertmanagers (`specwatch.alerts.am_silences`) keeps their silence IDs (`alertma
 
 from __future__ import annotations
 
+import builtins
 import fcntl
 import logging
 import os
@@ -157,7 +158,8 @@ class SilenceStore:
                 st = os.stat(self.state_dir)
                 os.chown(p, st.st_uid, st.st_gid)
 
-    def add(self, matchers: list[Matcher], starts_at: float, ends_at: float, *, created_by: str = "",
+    # builtins.list: in this class `list` names the method above
+    def add(self, matchers: builtins.list[Matcher], starts_at: float, ends_at: float, *, created_by: str = "",
             comment: str = "", alertmanager_ids: dict[str, str] | None = None) -> Silence:
         """Store a new silence and return it (`alertmanager_ids`: where Alertmanagers hold it). Raises ValueError on an empty matcher list, a
         silence that would match every alert, or ends_at <= starts_at; OSError when the state

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from specwatch.fixes.safetensors_io import from_numpy, write_safetensors
-from specwatch.probes.base import ProbeContext, ServerSettings
+from specwatch.probes.base import ProbeContext, Report, ServerSettings
 from specwatch.probes.checkpoint import (OUTSIDE, CheckpointError, detect_format, flatten_config, inside, load_draft,
                                          load_target)
 
@@ -45,7 +45,7 @@ class FixError(Exception):
 class FixResult:
     out: Path
     actions: list[str] = field(default_factory=list)
-    report: object = None  # specwatch.diagnosis.Report of the output
+    report: Report | None = None  # the diagnosis of the output (fix_checkpoint sets it)
 
 
 def _check_out(draft: Path, out: Path) -> None:

@@ -12,10 +12,10 @@ firing, so an alert restored after a restart resolves or stays as its receiver's
 
 from __future__ import annotations
 
-from typing import Iterable
+from typing import Iterable, Mapping
 
 from specwatch.alerts.model import FIRING, RESOLVED, Alert
-from specwatch.notifiers.queue import FAILING_ALERT
+from specwatch.notifiers.queue import FAILING_ALERT, QueuedNotifier
 
 ALERT_NAME = FAILING_ALERT
 
@@ -45,7 +45,7 @@ def failing_alert(receiver: str, kind: str, refused: list[dict], server: str, no
     )
 
 
-def check(notifiers: dict[str, object], active: Iterable[Alert], server: str, now: float) -> list[Alert]:
+def check(notifiers: Mapping[str, QueuedNotifier], active: Iterable[Alert], server: str, now: float) -> list[Alert]:
     """Transitions to hand the dispatcher: a firing alert for each notifier whose dead letter
     holds something and has none firing; a resolve for each firing one whose receiver's dead
     letter is empty or which is no longer configured."""
@@ -55,11 +55,11 @@ def check(notifiers: dict[str, object], active: Iterable[Alert], server: str, no
         if getattr(n, "dead_letter_count", 0) and name not in firing:
             out.append(failing_alert(name, getattr(n, "kind", "notifier"), n.dead_letter(), server, now))
     for name, a in firing.items():
-        n = notifiers.get(name)
-        if n is None or not getattr(n, "dead_letter_count", 0):
+        kept = notifiers.get(name)
+        if kept is None or not getattr(kept, "dead_letter_count", 0):
             done = Alert.from_dict(a.to_dict())
             done.status, done.ends_at = RESOLVED, now
-            done.resolved_with(("resolved because", "its refused notifications were delivered" if n is not None
+            done.resolved_with(("resolved because", "its refused notifications were delivered" if kept is not None
                                 else "the receiver is no longer in the config"), first=True)
             out.append(done)
     return out

@@ -16,7 +16,7 @@ import time
 import weakref
 from dataclasses import dataclass
 from email.utils import parsedate_to_datetime
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Any, Callable
 from urllib.parse import urlsplit
 
 if TYPE_CHECKING:
@@ -151,7 +151,7 @@ def new_session() -> requests.Session:
 def post_json(
     session: requests.Session,
     url: Secret,
-    payload: object,
+    payload: Any,  # JSON-able: what `render` built, for requests' `json=`
     timeout: float,
     *,
     succeeded: Callable[[int, str], bool] = lambda status, body: 200 <= status < 300,

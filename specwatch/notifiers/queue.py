@@ -156,7 +156,7 @@ class QueuedNotifier:
         if store is not None:
             self._load_store()
         elif self.queue_path is not None:
-            self._load()
+            self._load(self.queue_path)
 
     # -- what subclasses provide ---------------------------------------------------------
 
@@ -383,7 +383,7 @@ class QueuedNotifier:
         self._after_load_dead()
         if self.queue_path is not None and self.queue_path.exists():
             saved, first, self._pending = self._pending, self._next_seq, []
-            self._load()
+            self._load(self.queue_path)
             self._next_seq = first
             for it in self._pending:  # new numbers after the outbox's
                 it["seq"] = self._next_seq
@@ -394,8 +394,7 @@ class QueuedNotifier:
         elif self._pending:
             self.log.info("%s outbox: %d notification(s) pending from a previous run", self.kind, len(self._pending))
 
-    def _load(self) -> None:
-        path = self.queue_path
+    def _load(self, path: Path) -> None:
         try:
             raw = path.read_text(encoding="utf-8")
         except FileNotFoundError:

@@ -545,12 +545,14 @@ class SlackNotifier(QueuedNotifier):
         return payload_text(payload) if isinstance(payload, dict) else super().dry_run_text(payload)
 
     def send(self, payload: object, timeout: float) -> Attempt:
-        if self._session is None:
-            self._session = new_session()
+        session = self._session
+        if session is None:
+            session = self._session = new_session()
         if self._token is not None:
-            return self._send_api(payload, timeout)
+            assert isinstance(payload, dict)  # render's Web API call
+            return self._send_api(session, self._token, payload, timeout)
         return post_json(
-            self._session, self._url, payload, timeout,
+            session, self._url, payload, timeout,
             # Slack answers 200 `ok`; a proxy or compatible receiver may answer any 2xx body.
             # Re-posting an accepted message forever is worse than trusting the status.
             succeeded=lambda status, body: 200 <= status < 300 and _error_code(body) not in PERMANENT_ERRORS,
@@ -558,7 +560,7 @@ class SlackNotifier(QueuedNotifier):
         )
 
 
-    def _send_api(self, payload: dict, timeout: float) -> Attempt:
+    def _send_api(self, session: requests.Session, token: Secret, payload: dict, timeout: float) -> Attempt:
         """One Web API call (chat.postMessage or chat.update): Slack answers 200 with `ok` in a
         JSON body, `error` naming what failed; the `ts` of a posted message is kept for its group
         while it has firing alerts."""
@@ -573,10 +575,10 @@ class SlackNotifier(QueuedNotifier):
             return 200 <= status < 300 and answer.get("ok") is True
 
         result = post_json(
-            self._session, url, payload["body"], timeout, succeeded=ok,
+            session, url, payload["body"], timeout, succeeded=ok,
             permanent=lambda status, body: _error_code(body) in PERMANENT_ERRORS | API_PERMANENT_ERRORS
             or (400 <= status < 500 and status != 429),
-            headers={"Authorization": f"Bearer {self._token.value}"}, full_body=True)
+            headers={"Authorization": f"Bearer {token.value}"}, full_body=True)
         if result.outcome == SENT:
             group, firing = payload["group"], frozenset(payload["firing"])
             if not firing:

@@ -86,7 +86,7 @@ def accept_length_ceiling(args: dict[str, object] | None) -> tuple[int, str] | N
     that many. With only one of the two known, that one decides (`report_decode_stats` counts
     `speculative_num_draft_tokens - 1` drafts per round, else `speculative_num_steps`).
     """
-    if not speculation_configured(args):
+    if args is None or not speculation_configured(args):
         return None
     steps = _positive_int(args.get("speculative_num_steps"))
     topk = _positive_int(args.get("speculative_eagle_topk"))
@@ -183,12 +183,13 @@ class AcceptanceCeilingRule(Rule):
             if st.high_run == 0:
                 st.high_since = ts
                 st.steady.prune(ts)
-                st.steady_before = (st.steady.mean(), len(st.steady)) if len(st.steady) else None
+                mean = st.steady.mean()  # None: no line in the window
+                st.steady_before = (mean, len(st.steady)) if mean is not None else None
             st.high_run += 1
             before = st.steady_before
             if (st.high_run >= cfg.min_batches and akey not in self.active and before is not None
                     and before[1] >= cfg.min_steady_batches and before[0] <= cfg.max_steady_ratio * top):
-                return self.active.fire(akey, self._alert(server, rs.batch(entry), st, ceiling))
+                return self.active.fire(akey, self._alert(server, rs.batch(entry), st, ceiling, before))
             return []
         st.high_run = 0
         st.steady.add(ts, accept)
@@ -203,13 +204,16 @@ class AcceptanceCeilingRule(Rule):
             st.low_run = 0
         return []
 
-    def _alert(self, server: str, b: DecodeBatch, st: _Rank, ceiling: tuple[int, str]) -> Alert:
+    def _alert(self, server: str, b: DecodeBatch, st: _Rank, ceiling: tuple[int, str],
+               before: tuple[float, int]) -> Alert:
         top, source = ceiling
-        mean, lines = st.steady_before
+        mean, lines = before
+        accept = b.accept_length
+        assert accept is not None  # a line with a valid accept len fires
         where = f"{server} {b.rank}".strip()
         return new_alert(
             ALERT_NAME, "warning", server, b.rank,
-            summary=(f"Accept len jumped to {b.accept_length:.2f} on {where}, {b.accept_length / top:.0%} of its "
+            summary=(f"Accept len jumped to {accept:.2f} on {where}, {accept / top:.0%} of its "
                      f"ceiling {top} (steady {mean:.2f} before): check the output for repetition"),
             description=(
                 f"accept len stayed at or above {self.config.ratio:.0%} of the most a verify round can accept "

@@ -7,11 +7,16 @@ and saves it with `to_state`.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from specwatch.alerts.model import FIRING, RESOLVED, Alert
 from specwatch.rules.base import Rule
 
+if TYPE_CHECKING:
+    from _collections_abc import dict_keys
 
-class ActiveAlerts(dict):
+
+class ActiveAlerts(dict[str, Alert]):
     """Firing alerts by key: a dict (`key in active` and `get` are the dict's own: the rules ask
     on every decode line) with the transitions the rules make."""
 
@@ -19,8 +24,8 @@ class ActiveAlerts(dict):
         """Nothing is firing (lets rules skip work in the common, healthy case)."""
         return not self
 
-    def keys(self) -> list[str]:  # a copy: callers resolve while they iterate
-        return list(super().keys())
+    def keys(self) -> dict_keys[str, Alert]:  # of a copy: callers resolve while they iterate
+        return dict.copy(self).keys()
 
     def fire(self, key: str, alert: Alert) -> list[Alert]:
         """Record a firing alert; [] when one is already firing under `key`."""

@@ -62,7 +62,8 @@ class Rule:
     @classmethod
     def build(cls, config: Config, ctx: RuleContext) -> "Rule":
         """The rule for this config (override when the constructor needs more than its section)."""
-        return cls(getattr(config, cls.name))
+        make: Callable[..., Rule] = cls  # a rule without its own build takes its section
+        return make(getattr(config, cls.name))
 
     def on_event(self, server: str, event: object, now: float) -> list[Alert]:
         """Any other event: ServerArgs, ProcessSample, ServerRestarted, ApiSample, GpuSample, ..."""

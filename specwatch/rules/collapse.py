@@ -31,7 +31,7 @@ from specwatch.rules.active import ActiveAlertsRule
 from specwatch.rules.base import RuleContext, alert_key, args_evidence, fmt, new_alert, register
 from specwatch.rules.collapse_vllm import vllm_causes
 from specwatch.rules.server_metrics import collapse_from_metrics
-from specwatch.rules.summary import RANK_LABELS, VALID_ACCEPT, rank_label_values
+from specwatch.rules.summary import RANK_LABELS, VALID_ACCEPT, RankSummary, rank_label_values
 from specwatch.rules.windows import Window, WindowConfig
 
 if TYPE_CHECKING:  # annotations only: rule files never import config.py
@@ -83,7 +83,7 @@ class _RankState:
     # and the log time of the line it was last built from
     stale: tuple | None = None
     evidence_at: float = float("-inf")
-    summary: object = None  # the rank's RankSummary once a log line named it (its labels, its last line)
+    summary: RankSummary | None = None  # the rank's RankSummary once a log line named it (its labels, its last line)
     labels: list | None = None  # its rank labels from the saved state, until a line names it again
 
 
@@ -478,9 +478,9 @@ class CollapseRule(ActiveAlertsRule):
                 continue
             for rm in sample.ranks:
                 if rm.accept_length is not None:
-                    labels = dict(zip(RANK_LABELS, rank_label_values(server, rm.ranks)), source="server_metrics",
-                                  engine=sample.engine or "")
-                    fam.samples.append(Sample(fam.name, labels, 1.0 if self.collapsed(server, rm.rank) else 0.0))
+                    named = dict(zip(RANK_LABELS, rank_label_values(server, rm.ranks)), source="server_metrics",
+                                 engine=sample.engine or "")
+                    fam.samples.append(Sample(fam.name, named, 1.0 if self.collapsed(server, rm.rank) else 0.0))
         return [fam]
 
     def on_restart(self, server: str, now: float, why: str) -> list[Alert]:
@@ -526,7 +526,7 @@ class CollapseRule(ActiveAlertsRule):
 
     def _collapsed_ranks(self, server: str) -> bool:
         """Some rank of `server` is collapsed (its alert firing)."""
-        return any(self.active.get(k).labels.get("server") == server for k in self.active.keys())
+        return any(self.active[k].labels.get("server") == server for k in self.active.keys())
 
     def collapsed(self, server: str, rank: str) -> bool:
         return alert_key(server, rank) in self.active
@@ -582,7 +582,9 @@ class CollapseRule(ActiveAlertsRule):
         st = self._ranks.get((server, batch.rank))
         if st is None:
             st = self._ranks[(server, batch.rank)] = _RankState()
-        alert, low = self._step(server, batch.rank, st, batch.timestamp, batch.accept_length, batch, None)
+        accept = batch.accept_length
+        assert accept is not None  # acceptance_valid
+        alert, low = self._step(server, batch.rank, st, batch.timestamp, accept, batch, None)
         if alert is None and low:
             firing = self.active.get(alert_key(server, batch.rank))
             if firing is not None:

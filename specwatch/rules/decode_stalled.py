@@ -177,7 +177,7 @@ class DecodeStalledRule(ActiveAlertsRule):
                 first, fseq = rs, p[0][SEQ]
             if last is None or e[SEQ] > lseq:
                 last, lseq = rs, e[SEQ]
-        if self.config.enabled and lo is not None and hi - lo >= self._shortest():
+        if self.config.enabled and lo is not None and hi is not None and hi - lo >= self._shortest():
             return self._one_by_one(server, st, ranks)
         running = st.running
         if last is not None:  # `draining`: the last decode line against its rank's line before it
@@ -292,7 +292,7 @@ class DecodeStalledRule(ActiveAlertsRule):
         if not self.config.enabled or server in self.active or st.last_decode is None \
                 or now - st.last_decode < self._shortest():
             return []
-        out = self._check(server, st, now)
+        out = self._check(server, st, now, st.last_decode)
         return [copy.deepcopy(a) for a in out] if handed else out
 
     def on_event(self, server: str, event: object, now: float) -> list[Alert]:
@@ -328,47 +328,48 @@ class DecodeStalledRule(ActiveAlertsRule):
             out += self._seen(server, st, now)
         return out
 
-    def _threshold(self, st: _State) -> float | None:
+    def _threshold(self, st: _State, last_decode: float) -> float | None:
         """How long without a decode line is a stall: `for` after a failed health check since the
         last decode line, None after a passed one (the scheduler answers), else `silent_for`."""
-        if st.unhealthy is not None and st.unhealthy[0] >= st.last_decode:
+        if st.unhealthy is not None and st.unhealthy[0] >= last_decode:
             return self.config.hold
-        if st.healthy is not None and st.healthy >= st.last_decode:
+        if st.healthy is not None and st.healthy >= last_decode:
             return None
         return self.config.silent_for
 
-    def _check(self, server: str, st: _State, now: float) -> list[Alert]:
+    def _check(self, server: str, st: _State, now: float, last_decode: float) -> list[Alert]:
         """The one decision: fire when the last decode line showed running requests, the server
         runs (or nothing says it does not), and no decode line came for `_threshold`."""
-        limit = self._threshold(st)
-        if limit is None or not limit <= now - st.last_decode <= limit + self._watchdog(st):
+        limit = self._threshold(st, last_decode)
+        if limit is None or not limit <= now - last_decode <= limit + self._watchdog(st):
             return []  # a longer gap is not seen live: lines spliced together, specwatch itself stopped
         if not any(r for r, _ in st.running.values()) or (st.watched and st.process is None):
             return []
-        return self.active.fire(server, self._alert(server, st, now, limit))
+        return self.active.fire(server, self._alert(server, st, now, limit, last_decode))
 
-    def _alert(self, server: str, st: _State, now: float, limit: float) -> Alert:
+    def _alert(self, server: str, st: _State, now: float, limit: float, last_decode: float) -> Alert:
         running = sum(r for r, _ in st.running.values())
         queued = sum(q for _, q in st.running.values())
         last = (self.last_lines(server) if self.last_lines else {}) or {}
         alive = []
         if st.process is not None:
             alive.append(f"process {st.process.pid} runs")
-        if st.api_reachable is not None and st.api_reachable > st.last_decode:
+        if st.api_reachable is not None and st.api_reachable > last_decode:
             alive.append("the HTTP API answers")
         other = last.get("other")
-        if other is not None and other > st.last_decode:
+        if other is not None and other > last_decode:
             alive.append(f"other log lines until {iso8601(other)}")
         later = [f"{k} lines until {iso8601(t)}" for k, t in sorted(last.items())
-                 if k not in ("decode",) and t > st.last_decode]
-        log_only = st.unhealthy is None or st.unhealthy[0] < st.last_decode
+                 if k not in ("decode",) and t > last_decode]
+        unhealthy = st.unhealthy
+        log_only = unhealthy is None or unhealthy[0] < last_decode
         evidence = [
             ("running requests at the last decode line", str(running)),
             ("queued requests at the last decode line", str(queued)),
-            ("last decode line", _describe(st.last_batch, st.last_decode)),
-            ("no decode line for", f"{now - st.last_decode:.0f}s"),
+            ("last decode line", _describe(st.last_batch, last_decode)),
+            ("no decode line for", f"{now - last_decode:.0f}s"),
             ("health check", "none seen since the last decode line (the log alone: silent_for "
-             f"{limit:.0f}s)" if log_only else f"{st.unhealthy[1]} at {iso8601(st.unhealthy[0])}"),
+             f"{limit:.0f}s)" if unhealthy is None or log_only else f"{unhealthy[1]} at {iso8601(unhealthy[0])}"),
             ("still arriving", "; ".join(later) or "nothing: the log is silent"),
             ("server alive", "; ".join(alive) or "unknown"),
         ]
@@ -384,11 +385,11 @@ class DecodeStalledRule(ActiveAlertsRule):
         certain = not log_only or queued > 0 or bool(later) or not st.draining
         return new_alert(
             ALERT_NAME, "critical" if certain else "warning", server, "",
-            summary=f"Decoding stalled on {server}: {running} request(s) running, no decode line for {now - st.last_decode:.0f}s",
+            summary=f"Decoding stalled on {server}: {running} request(s) running, no decode line for {now - last_decode:.0f}s",
             description=(
                 f"The last decode line showed {running} running request(s); no decode line since "
-                f"{iso8601(st.last_decode)}"
-                + (f" ({now - st.last_decode:.0f}s), and nothing else says the scheduler moves. "
+                f"{iso8601(last_decode)}"
+                + (f" ({now - last_decode:.0f}s), and nothing else says the scheduler moves. "
                    "The scheduler makes no progress: every request hangs (or traffic stopped with that "
                    "batch, if its requests were about to finish)." if log_only else
                    ", and the health check fails, which sends a one-token generation through the "

@@ -35,7 +35,7 @@ from specwatch.rules.active import ActiveAlerts
 from specwatch.rules.base import Rule, RuleContext, ServerArgsMemory, alert_key, args_evidence, fmt, new_alert, register
 from specwatch.rules.collapse import CollapseConfig
 from specwatch.rules.stats import Baseline, Recent, drop_transition
-from specwatch.rules.summary import ACCEPT, FLAGS, RUNNING, SEQ, TS, VALID_ACCEPT
+from specwatch.rules.summary import ACCEPT, FLAGS, RUNNING, SEQ, TS, VALID_ACCEPT, RankSummary
 
 if TYPE_CHECKING:  # annotations only: rule files never import config.py
     from specwatch.config import Config
@@ -79,7 +79,7 @@ class _Rank:
     recent: Recent  # accept len
     running: Recent  # running requests, same lines
     low_since: float | None = None
-    akey: str | None = None  # alert_key(server, rank), built once
+    akey: str = ""  # alert_key(server, rank), built once
     open: tuple | None = None  # its timestamp's lines being judged (`DegradationRule._open`)
 
 
@@ -175,7 +175,7 @@ class DegradationRule(Rule):
         if not cfg.enabled:
             return []
         cmax = self.collapse_max
-        seconds: list[tuple[int, object, list]] = []  # (seq of the first line, rank, the lines of one timestamp)
+        seconds: list[tuple[int, RankSummary, list]] = []  # (seq of the first line, rank, the lines of one timestamp)
         valid, ts_, accept_, flags_ = VALID_ACCEPT, TS, ACCEPT, FLAGS  # locals: per line
         for rs in ranks:
             t0 = None
@@ -199,10 +199,10 @@ class DegradationRule(Rule):
             st = self._ranks.get(rs.key)
             if st is None:
                 st = self._ranks[rs.key] = _Rank(Recent(cfg.window), Recent(cfg.window), akey=alert_key(*rs.key))
-            elif st.akey is None:  # loaded with its pending time
+            elif not st.akey:  # loaded with its pending time
                 st.akey = alert_key(*rs.key)
             if st.open is not None:  # the rank's previous timestamp: judged before this one opens
-                self._judge(server, st, steps, emit)
+                self._judge(server, st, st.open, steps, emit)
             aged = self._open(st, rs, lines)
             if aged:
                 learned = self._baselines.get(pair[2])
@@ -215,7 +215,7 @@ class DegradationRule(Rule):
             opened.append(st)
         for st in opened:
             if st.open is not None:
-                self._judge(server, st, steps, emit)
+                self._judge(server, st, st.open, steps, emit)
         return []
 
     def _baseline_of(self, pair: str, configured: tuple) -> tuple[float | None, int]:
@@ -254,11 +254,11 @@ class DegradationRule(Rule):
             return []  # a degradation never teaches the baseline that it is normal
         return aged
 
-    def _judge(self, server: str, st: _Rank, steps: list[tuple[int, float | None]], emit) -> None:
-        """The lines of the rank's open timestamp (`st.open`), one at a time, each against the
-        baseline of the last of `steps` before it (None: none yet)."""
+    def _judge(self, server: str, st: _Rank, opened: tuple, steps: list[tuple[int, float | None, int]], emit) -> None:
+        """The lines of the rank's open timestamp (`opened`, its `st.open`), one at a time, each
+        against the baseline of the last of `steps` before it (None: none yet)."""
         cfg = self.config
-        rs, t, lines, sw, nw, rsw = st.open
+        rs, t, lines, sw, nw, rsw = opened
         st.open = None
         # the step in force at the first line: the last one at or before it (a timestamp that
         # taught the baseline is judged after learning, as its first line was)
@@ -298,7 +298,7 @@ class DegradationRule(Rule):
                 emit(self.active.resolve(akey, t, ("recovered mean accept len", fmt(mean))), e)
                 firing = False
             elif firing:
-                self.active.get(akey).evidence[:2] = self._evidence(mean, base)
+                self.active[akey].evidence[:2] = self._evidence(mean, base)
         st.low_since = since
 
     @staticmethod
@@ -309,6 +309,8 @@ class DegradationRule(Rule):
                running: float) -> Alert:
         """The alert at line `b`: the window then held `n` lines, `running` requests on average."""
         cfg = self.config
+        since = st.low_since
+        assert since is not None  # it fired: the drop's pending time began
         args = self.args.get(server)
         where = f"{server} {b.rank}".strip()
         drop = 1 - mean / base
@@ -316,7 +318,7 @@ class DegradationRule(Rule):
             ("drop", f"{drop:.0%}"),
             ("baseline from", source),
             ("window", f"{n} decode lines over {cfg.window:g}s"),
-            ("below for", f"{b.timestamp - st.low_since:.0f}s"),
+            ("below for", f"{b.timestamp - since:.0f}s"),
             ("mean running requests", fmt(running, ".1f")),
         ] + args_evidence(args)
         draft = str((args or {}).get("speculative_draft_model_path") or "<draft>")
@@ -328,7 +330,7 @@ class DegradationRule(Rule):
                 f"below this model pair's baseline for {cfg.hold:g}s. The draft still helps, but less than it "
                 "did: this is a regression in the serving stack or the traffic, not a broken draft."
             ),
-            starts_at=st.low_since,
+            starts_at=since,
             evidence=evidence,
             fixes=[
                 "Engine change: compare `pip show sglang` with the version the baseline was measured on; "

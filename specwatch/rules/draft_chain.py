@@ -28,7 +28,7 @@ from specwatch.alerts.model import Alert
 from specwatch.sections import Count, Ratio, Seconds, Section, rule_section
 from specwatch.rules.base import alert_key, new_alert, register
 from specwatch.rules.collapse import MTP, draft_kind
-from specwatch.rules.draft_length import DraftLengthRule, _Positions, suggestion
+from specwatch.rules.draft_length import DraftPositionsRule, _Positions, suggestion
 
 if TYPE_CHECKING:  # annotations only: rule files never import config.py
     from specwatch.config import Config
@@ -50,8 +50,8 @@ ALERT_NAME = "DraftChainBroken"
 
 
 @register
-class DraftChainRule(DraftLengthRule):
-    """The window and event handling of `DraftLengthRule`, another decision (`_judge`)."""
+class DraftChainRule(DraftPositionsRule[DraftChainConfig]):
+    """The window and event handling of `DraftLengthRule` (`DraftPositionsRule`), another decision (`_judge`)."""
 
     name = "draft_chain"
     alert_names = (ALERT_NAME,)

@@ -19,7 +19,7 @@ again, or the server restarts.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Generic, Protocol, TypeVar
 
 import json
 import shlex
@@ -94,27 +94,28 @@ def suggestion(args: dict[str, object], useful: int) -> str:
     return code(f"--speculative-num-steps {useful} --speculative-num-draft-tokens {useful + 1}")
 
 
-@register
-class DraftLengthRule(Rule):
-    name = "draft_length"
-    alert_names = (ALERT_NAME,)
-    order = 60
+class _WindowSection(Protocol):
+    """What the window and event handling read of a rule's section."""
 
-    @classmethod
-    def build(cls, config: Config, ctx) -> "DraftLengthRule":
-        return cls(config.draft_length, config.collapse.max_accept_length)
+    enabled: bool
+    window: float
+    min_drafts: int
 
-    def __init__(self, config: DraftLengthConfig, collapse_accept_length: float = 1.10):
+
+_S = TypeVar("_S", bound=_WindowSection)
+
+
+class DraftPositionsRule(Rule, Generic[_S]):
+    """Each rank's window of per-position rates, from vLLM's lines or /metrics; `_judge` decides
+    (DraftLengthRule's and DraftChainRule's, each reading its own section)."""
+
+    def __init__(self, config: _S, collapse_accept_length: float = 1.10):
         self.config = config
         self.collapse_accept_length = collapse_accept_length  # at or below: the collapse rule's case
         self.args = ServerArgsMemory()
         self._ranks: dict[tuple[str, str], _Positions] = {}
         self._from_log: set[str] = set()  # servers whose log gives the positions: /metrics not used
         self.active = ActiveAlerts()
-
-    def reconfigure(self, config: Config) -> None:
-        self.config = config.draft_length
-        self.collapse_accept_length = config.collapse.max_accept_length
 
     def on_event(self, server: str, event: object, now: float) -> list[Alert]:
         if isinstance(event, ServerArgs):
@@ -174,6 +175,31 @@ class DraftLengthRule(Rule):
 
     def _judge(self, server: str, rank: str, ts: float, pos: _Positions, engine: str | None) -> list[Alert]:
         """The decision on a rank's window of rates (`pos`, at least min_drafts drafts)."""
+        raise NotImplementedError
+
+    def to_state(self) -> dict:
+        return {"active": self.active.to_state(), **self.args.to_state()}
+
+    def load_state(self, state: dict) -> None:
+        self.active.load_state(state.get("active", {}))
+        self.args.load_state(state)
+
+
+@register
+class DraftLengthRule(DraftPositionsRule[DraftLengthConfig]):
+    name = "draft_length"
+    alert_names = (ALERT_NAME,)
+    order = 60
+
+    @classmethod
+    def build(cls, config: Config, ctx) -> "DraftLengthRule":
+        return cls(config.draft_length, config.collapse.max_accept_length)
+
+    def reconfigure(self, config: Config) -> None:
+        self.config = config.draft_length
+        self.collapse_accept_length = config.collapse.max_accept_length
+
+    def _judge(self, server: str, rank: str, ts: float, pos: _Positions, engine: str | None) -> list[Alert]:
         k, key = len(pos.accepted), (server, rank)
         avg = pos.rates()
         thr = self.config.max_position_rate
@@ -212,10 +238,3 @@ class DraftLengthRule(Rule):
                 "docs/bugreports.md) or the training sequence length.",
             ],
         )
-
-    def to_state(self) -> dict:
-        return {"active": self.active.to_state(), **self.args.to_state()}
-
-    def load_state(self, state: dict) -> None:
-        self.active.load_state(state.get("active", {}))
-        self.args.load_state(state)

@@ -105,9 +105,9 @@ class DriftRule(Rule):
     def on_restart(self, server: str, at: float, why: str) -> list[Alert]:
         if not self.config.enabled:
             return []
+        firing = [k.partition("|") for k in self.active.keys()]  # alert_key(server, rank)
         return self._reset([k for k in self._buckets if k[0] == server]
-                           + [tuple(k.split("|", 1)) for k in self.active.keys() if k.split("|", 1)[0] == server],
-                           at, "server restarted")
+                           + [(s, rank) for s, _, rank in firing if s == server], at, "server restarted")
 
     def on_lines(self, server: str, ranks: list, emit) -> list[Alert]:
         """The pending decode lines of each rank (`rules/summary.py`), in line order: every line
@@ -129,7 +129,8 @@ class DriftRule(Rule):
             buckets = self._buckets.get(key)
             ob = buckets[-1] if buckets else None  # the open bucket: its sum and count in s, c
             s, c = (ob[1], ob[2]) if ob else (0.0, 0)
-            t0 = idx = None
+            t0: float | None = None
+            idx = 0  # set by the first line that counts (t0 is None then)
             for e in p:
                 t = e[TS]
                 if last is not None and t - last > gap:
@@ -146,12 +147,10 @@ class DriftRule(Rule):
                     s += e[ACCEPT]
                     c += 1
                     continue
-                if ob:
+                if buckets is None:  # none yet, or reset above (ob None then)
+                    buckets = self._buckets[key] = []
+                elif ob:
                     ob[1], ob[2] = s, c
-                else:
-                    buckets = self._buckets.get(key)
-                    if buckets is None:
-                        buckets = self._buckets[key] = []
                 closed = bool(buckets)
                 ob = [idx, e[ACCEPT], 1]
                 s, c = ob[1], 1
@@ -165,7 +164,7 @@ class DriftRule(Rule):
                         emit(alerts, e)
             if ob:
                 ob[1], ob[2] = s, c
-            self._last_seen[key] = last
+            self._last_seen[key] = p[-1][TS]  # last
         return []
 
     def _reset(self, keys: list[tuple[str, str]], at: float, why: str) -> list[Alert]:

@@ -24,7 +24,7 @@ def first_and_last(ranks: list[RankSummary]) -> tuple | None:
             e = p[-1]
             if last is None or e[SEQ] > hi:
                 last, hi = (rs, e), e[SEQ]
-    return None if first is None else first + last
+    return None if first is None or last is None else first + last
 
 
 def in_file_order(ranks: list[RankSummary]) -> list[tuple[RankSummary, tuple]]:

@@ -227,7 +227,7 @@ class GpuErrorsRule(ActiveAlertsRule):
         out: list[Alert] = []
         for key in self.active.keys():
             if key.startswith(("xid|", "ecc|")):
-                last = self._last_hit.get(key, self.active.get(key).starts_at)
+                last = self._last_hit.get(key, self.active[key].starts_at)
                 if now - last >= self.config.window:
                     self._last_hit.pop(key, None)
                     out += self.active.resolve(key, now, ("quiet for (s)", f"{now - last:.0f}"))

@@ -145,7 +145,7 @@ class GpuThrottleRule(ActiveAlertsRule):
                 return self.active.resolve(akey, now, ("gen throughput (token/s)", f"{current:.1f}"),
                                            ("throttled now", "no" if not throttled else "yes"))
             return []
-        if dropped:
+        if dropped and baseline is not None:
             return self.active.fire(akey, self._alert(server, rs.batch(e), now, current, baseline, running,
                                                       len(base_lines), throttled))
         return []

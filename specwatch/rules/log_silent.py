@@ -26,6 +26,7 @@ from specwatch.events import (
     ApiSample,
     ProcessSample,
     ServerArgs,
+    ServerInfo,
     ServerProcess,
     ServerRestarted,
     ServerStarted,
@@ -105,11 +106,17 @@ class LogSilentRule(ActiveAlertsRule):
             return []  # prefill lines only
         st = self._s[server]
         last = self.last_lines(server).get("decode") if self.last_lines is not None else None
-        st.last_decode = last if last is not None else first_and_last(ranks)[3][CLOCK]
+        if last is None:
+            ends = first_and_last(ranks)
+            assert ends is not None  # a rank has pending decode lines (above)
+            last = ends[3][CLOCK]
+        st.last_decode = last
         st.intervals = 0
         if server not in self.active:
             return []  # the common case
-        return self.active.resolve(server, first_and_last(ranks)[1][CLOCK], ("decode lines", "arriving again"))
+        ends = first_and_last(ranks)
+        assert ends is not None
+        return self.active.resolve(server, ends[1][CLOCK], ("decode lines", "arriving again"))
 
     def on_event(self, server: str, event: object, now: float) -> list[Alert]:
         if isinstance(event, ServerArgs):
@@ -127,22 +134,22 @@ class LogSilentRule(ActiveAlertsRule):
             st.throughput.clear()  # a new scheduler starts its counters again
             st.intervals = 0
         elif isinstance(event, ApiSample) and event.info is not None:
-            return self._poll(server, event, now)
+            return self._poll(server, event.info, now)
         return []
 
-    def _poll(self, server: str, s: ApiSample, now: float) -> list[Alert]:
+    def _poll(self, server: str, info: ServerInfo, now: float) -> list[Alert]:
         st = self._s[server]
         if st.first_poll is None:
             st.first_poll = now
         advanced = False
-        for dp in s.info.dp_states:
+        for dp in info.dp_states:
             prev = st.throughput.get(dp.dp_rank)
             if dp.dp_rank in st.throughput and dp.last_gen_throughput is not None and dp.last_gen_throughput != prev:
                 advanced = True
             st.throughput[dp.dp_rank] = dp.last_gen_throughput
         if not advanced or not self.log_paths.get(server):
             return []
-        args = {**s.info.args, **st.args}  # st.args: the pipeline's merge of every source
+        args = {**info.args, **st.args}  # st.args: the pipeline's merge of every source
         if str(args.get("disaggregation_mode") or "null").lower() == "prefill":
             return []  # a prefill server prints no decode lines
         if st.watched and st.process is None:

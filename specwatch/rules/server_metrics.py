@@ -178,8 +178,10 @@ class MetricsCrossCheckRule(ActiveAlertsRule):
         cfg = self.config
         key = alert_key(server, rm.rank)
         run = self._runs.setdefault(key, [0, 0, now])
-        nearest = min(values, key=lambda v: abs(v - rm.accept_length))
-        if abs(nearest - rm.accept_length) > cfg.max_difference:
+        accept = rm.accept_length
+        assert accept is not None  # on_event judges only samples with one
+        nearest = min(values, key=lambda v: abs(v - accept))
+        if abs(nearest - accept) > cfg.max_difference:
             if run[0] == 0:
                 run[2] = now
             run[0], run[1] = run[0] + 1, 0

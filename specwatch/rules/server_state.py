@@ -111,7 +111,7 @@ class Watching:
     @classmethod
     def of(cls, cfg: Config) -> "Watching":
         return cls(ProcessTies.of(cfg).configured if cfg.process.enabled else None,
-                   frozenset(a.server for a in cfg.server_apis))
+                   frozenset(a.server or "" for a in cfg.server_apis))
 
     def why_not(self, server: str, kind: str) -> str | None:
         """None when a running source can resolve the `kind` alert of `server`, else why not."""
@@ -425,6 +425,5 @@ class ServerStateRule(ActiveAlertsRule):
         for key in self.active.keys():
             server, _, kind = key.rpartition("|")
             if kind == "down":
-                a = self.active.get(key)
-                self._down_since.setdefault(server, a.starts_at)  # resolved by the next sample
+                self._down_since.setdefault(server, self.active[key].starts_at)  # resolved by the next sample
         self._find_stale()  # e.g. saved while process watching was on, loaded with it off

@@ -73,8 +73,8 @@ def configured_sources(config: Config) -> set[tuple[str, str]]:
     if config.server_apis or config.server_metrics:
         from specwatch.sources.server_api import shown_url  # urllib3: only with HTTP sources
 
-        out |= {("server_api", shown_url(a.url).rstrip("/")) for a in config.server_apis}
-        out |= {("server_metrics", shown_url(m.url)) for m in config.server_metrics}
+        out |= {("server_api", shown_url(a.url or "").rstrip("/")) for a in config.server_apis}
+        out |= {("server_metrics", shown_url(m.url or "")) for m in config.server_metrics}
     return out
 
 
@@ -119,8 +119,8 @@ class SourceDownRule(ActiveAlertsRule):
     def _state(self, server: str, kind: str, name: str, bad: str | None, now: float) -> list[Alert]:
         key = (server, kind, name)
         if bad is not None:
-            since = self._failing.setdefault(key, [now, bad])
-            since[1] = bad
+            failing = self._failing.setdefault(key, [now, bad])
+            failing[1] = bad
             return []
         since = self._failing.pop(key, None)
         if since is None and self.active.empty():

@@ -98,6 +98,7 @@ class SpeculationInactiveRule(Rule):
             return []
         n = self._plain.get(server, 0)
         run: list[tuple] = []  # the lines without accept fields since the last one with them
+        spec_args = args or {}  # a run is counted only when configured: args were seen
         for rs, e in in_file_order(ranks):
             if e[RUNNING] <= 0:
                 continue
@@ -106,12 +107,12 @@ class SpeculationInactiveRule(Rule):
                     run.append((rs, e))
                 continue
             if run:
-                self._count(server, args, n, run, emit)
+                self._count(server, spec_args, n, run, emit)
                 run = []
             n = 0
             self._drafted(server, e, emit)
         if run:
-            self._count(server, args, n, run, emit)
+            self._count(server, spec_args, n, run, emit)
             n += len(run)
         if n:
             self._plain[server] = n

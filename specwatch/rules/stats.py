@@ -233,7 +233,7 @@ class Baseline:
     def load_state(self, state: list) -> None:
         self.buckets = deque([float(i), float(s), int(n)] for i, s, n in state)
         self._sum = sum(b[1] for b in self.buckets)
-        self.count = sum(b[2] for b in self.buckets)
+        self.count = sum(int(b[2]) for b in self.buckets)
         self._trim()
 
 

@@ -89,7 +89,7 @@ class _Rank:
     # is exactly the sum of sum / baseline over the used levels, in the same order.
     terms: list[float] = field(default_factory=list)
     n: int = 0  # lines in the window at levels with a usable baseline
-    akey: str | None = None  # alert_key(server, rank), built once
+    akey: str = ""  # alert_key(server, rank), built once
 
 
 @register
@@ -122,12 +122,12 @@ class ThroughputDropRule(Rule):
         for (server, rank), st in self._ranks.items():
             for lv in st.levels.values():
                 lv.learned = self._baselines.get((server, rank, lv.level))
-                lv.base = self._usable(lv.learned)
+                base = lv.base = self._usable(lv.learned)
                 recent = lv.recent
-                count = recent.count if lv.base else 0
+                count = recent.count if base else 0
                 st.n += count - lv.count
                 lv.count = count
-                st.terms[lv.index] = recent.sum / lv.base if count else 0.0
+                st.terms[lv.index] = recent.sum / base if base and count else 0.0
 
     def _usable(self, learned: Baseline | None) -> float | None:
         """The learned mean once it holds min_baseline_batches lines (as `baseline`)."""
@@ -150,15 +150,16 @@ class ThroughputDropRule(Rule):
         thr, minw = 1 - cfg.max_drop_ratio, cfg.min_window_batches
         valid, ts_, running_, throughput_, flags_ = VALID_THROUGHPUT, TS, RUNNING, THROUGHPUT, FLAGS  # locals: per line
         for rs in ranks:
-            st = None
-            t0 = since = None
+            t0: float | None = None  # None until the rank's first line (then st, levels, akey are its)
+            since: float | None = None
+            runs: list[tuple[int, float, int]]
             runs, lv0, s, c = [], 0, 0.0, 0  # set at a rank's first line (names for the checkers)
             for e in rs.pending:
                 if not e[flags_] & valid:
                     continue
                 t = e[ts_]
                 if t != t0:
-                    if st is None:
+                    if t0 is None:
                         st = self._rank(rs.key)
                         levels, akey = st.levels, st.akey
                     else:
@@ -193,7 +194,7 @@ class ThroughputDropRule(Rule):
                     runs.append((lv0, s, c))  # the window as of this line, for the evidence
                     self._close(st, t, runs, since)
                     runs, s, c = [], 0.0, 0
-                    used = [(lv.recent.sum, lv.count, lv.base) for lv in levels.values() if lv.count]
+                    used = [(lv.recent.sum, lv.count, lv.base) for lv in levels.values() if lv.count and lv.base]
                     emit(self.active.fire(akey, self._alert(server, rs.batch(e), st, used, ratio)), e)
                     firing = True
                 elif action == "resolve":
@@ -213,7 +214,7 @@ class ThroughputDropRule(Rule):
         st = self._ranks.get(key)
         if st is None:
             st = self._ranks[key] = _Rank()
-        if st.akey is None:  # new, or loaded with its pending time
+        if not st.akey:  # new, or loaded with its pending time
             st.akey = alert_key(*key)
         return st
 
@@ -244,10 +245,14 @@ class ThroughputDropRule(Rule):
                         learned.add(at, v, k)
                     lv.base = learned.mean() if learned.count >= self.config.min_baseline_batches else None  # _usable
                 base = lv.base  # this level's share of the window average
-                count = recent.count if base else 0
+                if base:
+                    count = recent.count
+                    terms[lv.index] = recent.sum / base if count else 0.0
+                else:
+                    count = 0
+                    terms[lv.index] = 0.0
                 n += count - lv.count
                 lv.count = count
-                terms[lv.index] = recent.sum / base if count else 0.0
         st.n = n
         return sum(terms), n
 
@@ -272,6 +277,8 @@ class ThroughputDropRule(Rule):
     def _alert(self, server: str, b: DecodeBatch, st: _Rank, used: list[tuple[float, int, float]],
                ratio: float) -> Alert:
         cfg = self.config
+        since = st.low_since
+        assert since is not None  # it fired: the drop's pending time began
         where = f"{server} {b.rank}".strip()
         n = sum(c for _, c, _ in used)
         mean_thr = sum(s for s, _, _ in used) / n
@@ -298,7 +305,7 @@ class ThroughputDropRule(Rule):
                 f"than it did before with the same number of running requests, for {cfg.hold:g}s. Lower load "
                 "is already accounted for: the comparison is per load level."
             ),
-            starts_at=st.low_since,
+            starts_at=since,
             evidence=evidence,
             fixes=[
                 "GPU clocks: `nvidia-smi -q -d PERFORMANCE,TEMPERATURE,POWER` shows thermal or power "

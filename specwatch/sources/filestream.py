@@ -18,6 +18,7 @@ be found is counted (`rotated_files_lost_total`) and logged as a warning.
 
 from __future__ import annotations
 
+import enum
 import errno
 import hashlib
 import logging
@@ -28,7 +29,7 @@ import time
 import zlib
 from collections.abc import Callable, Iterator
 from itertools import accumulate, repeat
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Final, Literal
 
 from specwatch.events import LogLine
 from specwatch.sources.rotated import (
@@ -47,8 +48,18 @@ RELIST_TRIES, RELIST_PAUSE = 5, 0.02
 CHECKPOINT_VERSION = 1
 _EMPTY_SHA = hashlib.sha256(b"").hexdigest()
 _READ_FROM = ("beginning", "end")
-_LIST = object()  # list the rotated copies now
-_UNKNOWN = object()  # a checkpoint without "prior": where our file stood among its copies
+
+
+class _Mark(enum.Enum):
+    """What a `prior` argument says instead of a fingerprint: enum members, so that `prior is
+    _LIST` leaves a fingerprint (or None) to the type checker."""
+
+    LIST = "list"  # list the rotated copies now
+    UNKNOWN = "unknown"  # a checkpoint without "prior": where our file stood among its copies
+
+
+_LIST: Final = _Mark.LIST
+_UNKNOWN: Final = _Mark.UNKNOWN
 
 
 def _sha(data: bytes) -> str:
@@ -163,20 +174,26 @@ class LineBatch:
                  raw_ok: list[bool] | None = None, bounds: list[int] | None = None) -> None:
         self.path, self.start, self.end, self.raw_ok = path, start, end, raw_ok
         self._text, self._lines, self._block, self._bounds = text, lines, block, bounds
-        self._n = None
+        self._n: int | None = None
 
     def __len__(self) -> int:
         if self._lines is not None:
             return len(self._lines)
         if self._n is None:
-            self._n = self._block.count(b"\n") if self._text is None else self._text.count("\n")  # type: ignore
+            self._n = self._text.count("\n") if self._text is not None else self._kept_block().count(b"\n")
         return self._n
+
+    def _kept_block(self) -> bytes:
+        """The read's bytes (`block`: given whenever neither `lines` nor `text` is)."""
+        block = self._block
+        assert block is not None
+        return block
 
     @property
     def text(self) -> str:
         if self._text is None:
             if self._lines is None:  # an ASCII block: its text is its bytes
-                self._text = self._block.decode("ascii")  # type: ignore[union-attr]
+                self._text = self._kept_block().decode("ascii")
             else:
                 self._text = "\n".join(self._lines) + "\n" if self._lines else ""
         return self._text
@@ -199,7 +216,7 @@ class LineBatch:
             if self._block is None or self._block.isascii():  # characters are bytes
                 parts: list = self.lines
             else:
-                parts = self._block.split(b"\n")  # type: ignore[union-attr]
+                parts = self._block.split(b"\n")
                 parts.pop()
             self._bounds = list(accumulate(map(_PLUS_ONE, map(len, parts)), initial=self.start))
         return self._bounds
@@ -497,7 +514,7 @@ class Follower:
             return
         self._later.append(_Stream(fd, fst))
 
-    def _open(self, prior: Fingerprint | None | object = _LIST) -> None:
+    def _open(self, prior: Fingerprint | None | Literal[_Mark.LIST] = _LIST) -> None:
         """Open `path` (resuming a checkpoint first); `prior`: the newest rotated copy, listed
         now when not given."""
         cp, self._resume = self._resume, None
@@ -523,9 +540,8 @@ class Follower:
         self._set_current(s, prior)
         self._read_or_truncate(s)
 
-    def _set_current(self, s: _Stream, prior: Fingerprint | None | object = _LIST) -> None:
-        s.prior = newest_fingerprint(rotated_files(self.path), HEAD_BYTES) if prior is _LIST \
-            else prior  # type: ignore[assignment]
+    def _set_current(self, s: _Stream, prior: Fingerprint | None | Literal[_Mark.LIST] = _LIST) -> None:
+        s.prior = newest_fingerprint(rotated_files(self.path), HEAD_BYTES) if prior is _LIST else prior
         self._cur = s
         self._ckpt = s
 
@@ -587,10 +603,11 @@ class Follower:
             return
         self._opened_once = True
         try:
-            if st is not None and (st.st_dev, st.st_ino) == (dev, ino):
+            if fd is not None and st is not None and (st.st_dev, st.st_ino) == (dev, ino):
                 head = os.pread(fd, hlen, 0)
                 if st.st_size >= off and _sha(head) == hsha:
-                    fd, s = None, _Stream(fd, st, off, head)  # the stream owns the fd now
+                    s = _Stream(fd, st, off, head)
+                    fd = None  # the stream owns the fd now
                     self._set_current(s)
                     self._read_or_truncate(s)
                     return
@@ -612,8 +629,9 @@ class Follower:
                     return
                 if fd is not None:
                     self.rotations_total += 1
-            if fd is not None:
-                fd, s = None, _Stream(fd, st)
+            if fd is not None and st is not None:  # (both or neither)
+                s = _Stream(fd, st)
+                fd = None
                 self._set_current(s, prior)
                 self._read_or_truncate(s)
         except BaseException:
@@ -622,7 +640,7 @@ class Follower:
             raise
 
     def _catch_up(
-        self, ours: Fingerprint, off: int, prior: Fingerprint | None | object, *,
+        self, ours: Fingerprint, off: int, prior: Fingerprint | None | Literal[_Mark.UNKNOWN], *,
         read_match: bool = True, known_end: int = 0, unfinished: _Stream | None = None,
         follow: bool = False, counter: str = "rotations_total", restart: bool = False,
     ) -> tuple[Fingerprint | None, Fingerprint | None]:
@@ -649,9 +667,10 @@ class Follower:
             path_has_data = os.stat(self.path).st_size > 0
         except OSError:
             path_has_data = False
-        cands = files if prior is _UNKNOWN else since(files, prior)  # type: ignore[arg-type]
+        cands = files if prior is _UNKNOWN else since(files, prior)
         at = next((i for i in range(len(cands) - 1, -1, -1)
                    if cands[i].is_(ours) and (cands[i].compressed or cands[i].size >= off)), None)
+        todo: list[tuple[RotatedFile, int | None]]  # (file, where to start reading; None: a later one, from 0)
         if at is None:
             if unfinished is not None:
                 self._finish(unfinished)  # the unterminated tail is all that is left of it
@@ -837,7 +856,7 @@ class Follower:
                 if f.head(HEAD_BYTES):
                     log.info("%s: a file rotated before its first bytes were seen", self.path)
                     self.rotations_total += 1
-                    self._read_rotated(f, 0, s.prior)  # type: ignore[arg-type]
+                    self._read_rotated(f, 0, s.prior)
                     s.prior = f.fingerprint(HEAD_BYTES)
         finally:
             for f in late:
@@ -945,11 +964,12 @@ class Follower:
                 # Hot loop (a backlog is millions of lines): after each line, the checkpoint
                 # moves to the next line's start (past any over-long line skipped between).
                 on_line = self._on_line
+                assert on_line is not None  # one of on_line and on_lines (__init__)
                 stops = iter(batch._bounds_list())
                 next(stops)
                 for line, stop in zip(batch, stops):
                     try:
-                        on_line(line)  # type: ignore[misc]
+                        on_line(line)
                     except Exception:
                         self._callback_failed(line.path, line.offset)
                     s.emitted = stop

@@ -15,9 +15,10 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from specwatch.sources.filestream import Follower
+if TYPE_CHECKING:
+    from specwatch.sources.stream import LineStream
 
 log = logging.getLogger(__name__)
 
@@ -55,7 +56,7 @@ class FollowerGroup:
 
     def __init__(
         self,
-        followers: Iterable[Follower] = (),
+        followers: Iterable[LineStream] = (),
         *,
         poll_interval: float = 1.0,
         use_watchdog: bool = True,
@@ -85,7 +86,7 @@ class FollowerGroup:
         self._after_poll = after_poll
         self._due = due
         self._cadence = cadence
-        self._followers: dict[str, Follower] = {}
+        self._followers: dict[str, LineStream] = {}
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -97,13 +98,13 @@ class FollowerGroup:
         self.poll_errors_total = 0
         self.catching_up = False  # a follower had not read its first backlog at the last round
         self.polled = False  # the thread's first poll (every file's backlog, a journal's first turn) ended
-        self._pending: list[tuple[list[Follower], list[str]]] = []  # update() calls not yet applied
+        self._pending: list[tuple[list[LineStream], list[str]]] = []  # update() calls not yet applied
         self._pending_lock = threading.Lock()
         for f in followers:
             self.add(f)
 
     @property
-    def followers(self) -> dict[str, Follower]:
+    def followers(self) -> dict[str, LineStream]:
         """Followers by path (a copy)."""
         return dict(self._followers)
 
@@ -116,7 +117,7 @@ class FollowerGroup:
         """The thread that runs every poll and every on_line call (None before `start()`)."""
         return self._thread
 
-    def add(self, follower: Follower) -> None:
+    def add(self, follower: LineStream) -> None:
         """Add a follower before `start()`. Raises RuntimeError once started, ValueError for a
         path already followed."""
         if self._thread is not None:
@@ -125,7 +126,7 @@ class FollowerGroup:
             raise ValueError(f"{follower.path!r} is already followed")
         self._followers[follower.path] = follower
 
-    def update(self, add: Iterable[Follower] = (), remove: Iterable[str] = ()) -> None:
+    def update(self, add: Iterable[LineStream] = (), remove: Iterable[str] = ()) -> None:
         """Follow more paths and stop following others, also while running (a config reload).
 
         Before `start()` this applies at once. Once started, the change is queued and applied on

@@ -41,6 +41,7 @@ import select
 import shutil
 import signal
 import subprocess
+import threading
 import time
 from collections.abc import Callable
 from datetime import datetime, timezone
@@ -146,6 +147,7 @@ class JournalFollower:
     first_read_is_history: ClassVar[bool] = False  # resumes by cursor; its first turn may not end before a stop
     warns_when_closed: ClassVar[bool] = True  # `_say`: journalctl's complaint, with the fix
     collector: ClassVar[Any] = None  # JournalCollector (below): specwatch_journal_*
+    stopping: threading.Event | None = None  # set by its FollowerGroup; a journal turn is short and never reads it
 
     def __init__(self, cfg: JournalConfig, on_lines: Callable[[LineBatch], None], *,
                  max_line_bytes: int = 1_048_576, checkpoint: dict[str, Any] | None = None,

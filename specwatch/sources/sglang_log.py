@@ -298,7 +298,8 @@ def parse_server_args(text: str) -> dict[str, object]:
         return {}
     source = text[start:]
     try:
-        call = pyast.parse(source, mode="eval").body
+        tree = pyast.parse(source, mode="eval")  # an ast.Expression
+        call = tree.body if isinstance(tree, ast.Expression) else None
         if isinstance(call, ast.Call):
             return {kw.arg: _literal(kw.value, source) for kw in call.keywords if kw.arg}
     except (SyntaxError, ValueError, MemoryError, RecursionError):
@@ -436,9 +437,9 @@ def parse_line(text: str, *, container_prefix: re.Pattern | None = None, tz: tzi
         else:
             m = _CANONICAL_PREFILL.match(text)
             if m is not None:
-                event = canonical_prefill(m.groups(), tz)
-                if event is not None:
-                    return event
+                prefill = canonical_prefill(m.groups(), tz)
+                if prefill is not None:
+                    return prefill
     if container_prefix is not None or text[:1] != "[":
         text = strip_container_prefix(text, container_prefix)
         if text[:1] == "(":

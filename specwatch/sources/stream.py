@@ -17,6 +17,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Callable, ClassVar, Protocol
 
 if TYPE_CHECKING:
+    import threading
+
     from specwatch.config import LogSource
     from specwatch.sources.filestream import LineBatch
 
@@ -28,6 +30,7 @@ class LineStream(Protocol):
     first_read_is_history: ClassVar[bool]
     warns_when_closed: ClassVar[bool]
     collector: ClassVar[Any]  # a Collector class taking `() -> {path: stream}`, or None
+    stopping: threading.Event | None  # set by the FollowerGroup: a long read ends when it is
 
     @property
     def is_open(self) -> bool: ...
