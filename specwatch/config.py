@@ -408,11 +408,13 @@ def _show(value, limit: int = 60) -> str:
 
 NonEmpty = Annotated[str, Meta(min_length=1)]
 Secret = Annotated[str, Meta(extra={"secret": True})]  # a message never shows it
-FilePath = Annotated[str, Meta(min_length=1, extra={"path": True})]  # a string, never a number
+FilePath = Annotated[str, Meta(min_length=1, pattern=r"\A[^\x00]*\Z", extra={"path": True})]  # never a number; no NUL
 UnitName = Annotated[str, Meta(min_length=1, description="a non-empty string, e.g. `sglang.service`",
                                extra={"string": True})]  # a systemd unit: never a number
 _KINDS = {bool: "true or false", int: "an integer", float: "a number", str: "a string"}
 _PLURAL = {int: "integers", float: "numbers", str: "strings"}
+_AT = re.compile(r"(?:key` in `)?\$\.(\w+)")  # the field msgspec names: `$.key...`, `key` in `$.key`
+_PLACEHOLDER = object()  # stands for a missing required key, last, so msgspec checks every other first
 
 
 class _Bad(Exception):
@@ -433,66 +435,80 @@ def _unwrap(t) -> tuple[object, Meta | None]:
     return t, meta
 
 
-def _convert(raw, t, key: str, default):
-    """`raw` (not None) as the field type `t`, checked by msgspec against its type and bounds.
-    Raises _Bad with today's wording of the problem (never the whole value)."""
+def _written(t, raw):
+    """`raw` as msgspec is to check it against the field type `t`: a duration (`5m`) in seconds,
+    a number where a string is declared (`server: 1`) as its text. Raises _Bad for a duration
+    that is none."""
+    base, meta = _unwrap(t)
+    extra = (meta.extra or {}) if meta is not None else {}
+    if extra.get("duration"):
+        try:
+            return parse_duration(raw)
+        except (ValueError, OverflowError):
+            raise _Bad(f"not a duration: {_show(raw)}; write e.g. `30s`, `5m`, `4h` or a number of seconds") from None
+    if base is str and type(raw) is int and not (extra.get("path") or extra.get("string")):
+        return str(raw)
+    return raw
+
+
+def _wrong(t, raw, error: str, key: str, default) -> str:
+    """msgspec's `error` about `raw` (as written) for the field type `t`, said as what the value
+    must be and how to fix it (never the whole value; a secret not at all)."""
     base, meta = _unwrap(t)
     lo, hi = (meta.ge, meta.le) if meta is not None else (None, None)
     extra = (meta.extra or {}) if meta is not None else {}
-    if extra.get("secret") and not isinstance(raw, (str, int)):
-        raise _Bad("must be a string (value not shown: it is a secret)")
+    what = meta.description if meta is not None else None
+    if extra.get("secret"):
+        return "must be a string (value not shown: it is a secret)"
     if extra.get("duration"):
-        try:
-            v = parse_duration(raw)
-        except ValueError:
-            raise _Bad(f"not a duration: {_show(raw)}; write e.g. `30s`, `5m`, `4h` or a number of seconds") from None
-        if not math.isfinite(v) or (lo is not None and v < lo):
-            raise _Bad(f"must be a finite duration of at least {lo or 0:g}s, got {_show(raw)}")
-        if hi is not None and v > hi:
-            raise _Bad(f"must be at most {hi / 86400:g}d, got {_show(raw)}")
-        return v
-    origin = get_origin(base)
-    if origin in (list, tuple):
-        item = get_args(base)[0]
-        what = (meta.description if meta is not None and meta.description else None) or \
-            _PLURAL.get(_unwrap(item)[0], "values")
+        if "<=" in error and math.isfinite(parse_duration(raw)):
+            return f"must be at most {hi / 86400:g}d, got {_show(raw)}"
+        return f"must be a finite duration of at least {lo or 0:g}s, got {_show(raw)}"
+    if get_origin(base) in (list, tuple):
         example = f"; e.g. `{key}: [{', '.join(map(str, default))}]`" if default else ""
-        if not isinstance(raw, list):
-            raise _Bad(f"must be a list of {what}, got {_show(raw)}{example}")
-        try:
-            items = [_convert(x, item, key, None) for x in raw]
-        except _Bad:
-            raise _Bad(f"must be a list of {what}, got {_show(raw)}{example}") from None
-        return tuple(items) if origin is tuple else items
-    what = (meta.description if meta is not None and meta.description else None) or _KINDS.get(base, str(base))
-    if base is bool:
-        if not isinstance(raw, bool):
-            raise _Bad(f"must be {what}, got {_show(raw)}")
-        return raw
-    if base is str:
-        if isinstance(raw, int) and not isinstance(raw, bool) and not (extra.get("path") or extra.get("string")):
-            raw = str(raw)  # `server: 1`
-        if not isinstance(raw, str):
-            raise _Bad(f"must be {what}, got {_show(raw)}")
-        if extra.get("path") and "\0" in raw:  # the OS cannot open it: every use would raise
-            raise _Bad(f"contains a NUL character (\\0), which no file name can hold; got {_show(raw)}; "
-                       "give the path without it")
-    elif base in (int, float):
-        if (isinstance(raw, bool) or not isinstance(raw, (int, float)) or (base is int and not isinstance(raw, int))
-                or (isinstance(raw, float) and not math.isfinite(raw))):
-            raise _Bad(f"must be {what}, got {_show(raw)}; e.g. `{key}: {default}`")
-    try:
-        return msgspec.convert(raw, t)
-    except msgspec.ValidationError:
-        if base is str:
-            raise _Bad(f"must be {what if meta is not None and meta.description else 'a non-empty string'}, "
-                       f"got {_show(raw)}") from None
+        return f"must be a list of {what or _PLURAL.get(_unwrap(get_args(base)[0])[0], 'values')}, got {_show(raw)}{example}"
+    if base is str and extra.get("path") and "regex" in error:  # the OS cannot open it: every use would raise
+        return (f"contains a NUL character (\\0), which no file name can hold; got {_show(raw)}; "
+                "give the path without it")
+    if base is str and "length" in error:
+        return f"must be {what or 'a non-empty string'}, got {_show(raw)}"
+    if base in (int, float) and any(s in error for s in ("<=", ">=", "out of range")):
         # A narrow range is stated whole (a ratio, a port); a wide one (a sanity cap) by the bound crossed.
         if lo is not None and hi is not None and hi - lo <= 65535:
             rng = f"between {lo} and {hi}"
         else:
-            rng = f">= {lo}" if lo is not None and not (isinstance(raw, (int, float)) and raw > lo) else f"<= {hi}"
-        raise _Bad(f"must be {rng}, got {_show(raw)}; the default is {default}") from None
+            rng = f">= {lo}" if lo is not None and not raw > lo else f"<= {hi}"
+        return f"must be {rng}, got {_show(raw)}" + (f"; the default is {default}" if default is not None else "")
+    example = f"; e.g. `{key}: {default}`" if base in (int, float) else ""
+    return f"must be {what or _KINDS.get(base, str(base))}, got {_show(raw)}{example}"
+
+
+def _line(path: str, msg: str) -> str:
+    if len(msg) > 500:  # a value from the file echoed by a message (a path, a matcher)
+        msg = msg[:500] + "…"
+    return f"{path}: {msg}"
+
+
+def _default(f: msgspec.structs.FieldInfo):
+    return f.default_factory() if f.default_factory is not msgspec.NODEFAULT else (
+        None if f.default is msgspec.NODEFAULT else f.default)
+
+
+def _entries(t, raw: dict, path: str) -> tuple[dict, list[str]]:
+    """The entries of the mapping `raw` that fit the dict type `t`, and a problem for each other
+    one, named by its own key path."""
+    kt, vt = get_args(_unwrap(t)[0])
+    kmeta = _unwrap(kt)[1]
+    kept, lines = {}, []
+    for k, v in raw.items():
+        try:
+            msgspec.convert({k: v}, t)
+            kept[k] = v
+        except msgspec.ValidationError as e:
+            error, _, at = str(e).partition(" - at `")
+            lines.append(_line(_join(path, k), f"the key must be {kmeta.description if kmeta is not None else _KINDS.get(kt)}"
+                               if at.startswith("key") else _wrong(vt, v, error, str(k), None)))
+    return kept, lines
 
 
 def _is_section(t) -> bool:
@@ -507,9 +523,7 @@ class _Reader:
         self.secrets = secrets  # False: `*_env` / `*_file` secrets are left unread (None)
 
     def bad(self, path: str, msg: str) -> None:
-        if len(msg) > 500:  # a value from the file echoed by a message (a path, a matcher)
-            msg = msg[:500] + "…"
-        self.problems.append(f"{path}: {msg}")
+        self.problems.append(_line(path, msg))
 
     def section(self, data: dict, key: str, path: str, known: Iterable[str]) -> dict:
         value = data.get(key)
@@ -531,44 +545,68 @@ class _Reader:
                 self.bad(_join(path, k), f"unknown key; known keys here: {', '.join(known)}{hint}")
 
     def section_of(self, cls: type[Section], data, path: str, base: Section | None = None) -> Section | None:
-        """`data` (a mapping; None: the defaults) as the Section `cls`, unset keys from `base`
-        (default: the declared defaults). None when a required key is missing."""
+        """`data` (a mapping; None: the defaults) as the Section `cls`, converted by msgspec, unset
+        keys from `base` (default: the declared defaults). msgspec stops at a section's first wrong
+        value: that one is reported and left out, and the rest converted again, so every problem is
+        reported at once. None when a required key is missing or wrong."""
         if data is None:
             data = {}
         if not isinstance(data, dict):
             key = path.rsplit(".", 1)[-1]
             self.bad(path, f"must be a mapping, got {type(data).__name__}; write `{key}:` followed by indented keys")
             data = {}
-        fields = msgspec.structs.fields(cls)
-        self.unknown(data, path, [f.encode_name for f in fields])
-        values, complete, wrong = {}, True, set()
-        for f in fields:
-            raw, full = data.get(f.encode_name), _join(path, f.encode_name)
-            t, meta = _unwrap(f.type)
-            if raw is None:
-                if f.required:
-                    self.bad(full, f"missing; {meta.description if meta is not None else 'required'}")
-                    complete = False
+        fields = {f.encode_name: f for f in msgspec.structs.fields(cls)}
+        self.unknown(data, path, fields)
+        place = {k: i for i, k in enumerate(fields)}
+        found: list[tuple[int, str]] = []  # (field's place, problem): said in field order
+        given: dict = {}
+        for k, raw in data.items():
+            f = fields.get(k)
+            if f is None or raw is None:
                 continue
-            if get_origin(t) is dict:
-                values[f.name] = self.mapping(raw, full, f.type)
+            t = _unwrap(f.type)[0]
+            if get_origin(t) is list and _is_section(get_args(t)[0]):  # each item a section: all its problems
+                item, n = get_args(t)[0], len(self.problems)
+                given[k] = [x for ip, e in self.items(data, k, path, item.example)
+                            if (x := self.section_of(item, e, ip)) is not None]
+                found += [(place[k], line) for line in self.problems[n:]]
+                del self.problems[n:]
                 continue
-            if get_origin(t) is list and _is_section(get_args(t)[0]):
-                item = get_args(t)[0]
-                got = [self.section_of(item, e, ip) for ip, e in self.items(data, f.encode_name, path, item.example)]
-                values[f.name] = [x for x in got if x is not None]
-                continue
-            default = f.default if f.default is not msgspec.NODEFAULT else None
             try:
-                values[f.name] = _convert(raw, f.type, f.encode_name, getattr(base, f.name, default))
+                given[k] = _written(f.type, raw)
             except _Bad as e:
-                self.bad(full, str(e))
-                wrong.add(f.encode_name)
-                complete = complete and not f.required
-        if not complete:
+                found.append((place[k], _line(_join(path, k), str(e))))
+        wrong = {k for k in data if k in fields and data[k] is not None and k not in given}
+        missing = [k for k, f in fields.items() if f.required and k not in given]
+        for k in missing:
+            if k not in wrong:
+                meta = _unwrap(fields[k].type)[1]
+                found.append((place[k], _line(_join(path, k), f"missing; {meta.description if meta is not None else 'required'}")))
+        obj = None
+        while obj is None:
+            try:
+                obj = msgspec.convert({**given, **dict.fromkeys(missing, _PLACEHOLDER)}, cls)
+            except msgspec.ValidationError as e:
+                error, _, at = str(e).partition(" - at `")
+                k = m.group(1) if (m := _AT.match(at)) else None
+                if k is None or k in missing:
+                    break
+                f, full = fields[k], _join(path, k)
+                wrong.add(k)
+                if f.required:
+                    missing.append(k)
+                raw = given.pop(k)
+                if get_origin(_unwrap(f.type)[0]) is dict and isinstance(raw, dict):  # msgspec names no entry
+                    given[k], lines = _entries(f.type, raw, full)
+                    found += [(place[k], line) for line in lines]
+                else:
+                    found.append((place[k], _line(full, _wrong(f.type, data[k], error, k, getattr(base, f.name, _default(f))))))
+        self.problems += [line for _, line in sorted(found, key=lambda x: x[0])]
+        if obj is None:
             return None
-        obj = msgspec.structs.replace(base, **values) if base is not None else cls(**values)
-        obj, stuck = _bound_defaults(obj, {f.name for f in fields if data.get(f.encode_name) is not None})
+        if base is not None:
+            obj = msgspec.structs.replace(base, **{fields[k].name: getattr(obj, fields[k].name) for k in given})
+        obj, stuck = _bound_defaults(obj, {f.name for k, f in fields.items() if data.get(k) is not None})
         for key, msg in obj.problems():
             head = re.split(r"[.\[]", key, maxsplit=1)[0]
             if head in stuck:  # a default that cannot give way: the written key it follows is the one to change
@@ -579,40 +617,17 @@ class _Reader:
                 self.bad(_join(path, key), msg)
         return obj
 
-    def mapping(self, raw, path: str, t) -> dict:
-        """A mapping field: each key and value checked, a problem named by its own key path."""
-        base, meta = _unwrap(t)
-        kt, vt = get_args(base)
-        if not isinstance(raw, dict):
-            self.bad(path, f"must be {meta.description if meta is not None else 'a mapping'}, got {_show(raw)}")
-            return {}
-        out = {}
-        for k, v in raw.items():
-            where = _join(path, k)
-            try:
-                key = _convert(k, kt, str(k), None)
-            except _Bad:
-                kmeta = _unwrap(kt)[1]
-                self.bad(where, f"the key must be {kmeta.description if kmeta is not None else _KINDS.get(kt)}")
-                continue
-            try:
-                out[key] = _convert(v, vt, str(k), None)
-            except _Bad as e:
-                self.bad(where, str(e))
-        return out
-
     def value(self, data: dict, key: str, path: str, t, default):
         """data[key] as the type `t` (`default` when absent or null)."""
         if key not in data or data[key] is None:
             return default
         try:
-            return _convert(data[key], t, key, default)
+            return msgspec.convert(_written(t, data[key]), t)
         except _Bad as e:
             self.bad(_join(path, key), str(e))
-            return default
-
-    def number(self, data: dict, key: str, path: str, default, *, kind=float, lo=None, hi=None):
-        return self.value(data, key, path, Annotated[kind, Meta(ge=lo, le=hi)], default)
+        except msgspec.ValidationError as e:
+            self.bad(_join(path, key), _wrong(t, data[key], str(e).partition(" - at `")[0], key, default))
+        return default
 
     def duration(self, data: dict, key: str, path: str, default, minimum: float = 0.001):
         """A duration in seconds, at least `minimum` (0: zero allowed), at most a year."""
