@@ -28,7 +28,7 @@ import types
 from dataclasses import dataclass, field
 from pathlib import Path
 from operator import attrgetter
-from typing import Annotated, ClassVar, Iterable, Union, get_args, get_origin
+from typing import Annotated, Any, ClassVar, Iterable, Union, get_args, get_origin
 
 import msgspec
 import yaml
@@ -70,6 +70,13 @@ def rule_sections() -> dict[str, tuple[str, type[Section]]]:
 
     all_rules()
     return _RULE_SECTIONS
+
+
+def _rules_section() -> type[Section]:
+    """`rules:`, a Section of the registered rule sections (made anew: a rule file may register
+    one after the first config is read)."""
+    return msgspec.defstruct("RulesConfig", [(key, cls, msgspec.field(default_factory=cls))
+                                             for key, (_, cls) in rule_sections().items()], bases=(Section,), kw_only=True)
 
 
 def _default_rules() -> dict[str, Section]:
@@ -337,28 +344,77 @@ class DiagnosisConfig(Section):
     timeout: Seconds = 60.0
 
 
+Raw = Any  # a key read apart, by a reader of its own that says what it must be
+
+
+class AlertsConfig(Section):
+    """`alerts:`: Alertmanager's route defaults, kept on `Config` as `group_by`, `group_wait`, ...
+    The receivers, routes and inhibit rules are read apart (`_alerts`: secrets, names, matchers,
+    a route's Slack keys inherited from alerts.slack)."""
+
+    # Alertmanager's default is [] (one group); per alert name and server, an XID on one GPU
+    # never holds back a collapse by a group_interval.
+    group_by: list[NonEmpty] = msgspec.field(default_factory=lambda: ["alertname", "server"])
+    group_wait: Delay = 0.0  # Alertmanager: 30s; see config.example.yaml
+    group_interval: Delay = 60.0  # Alertmanager: 5m; a resolve goes out within a minute
+    repeat_interval: Seconds = 4 * 3600.0
+    runbook_url: str = ""
+    external_url: str = ""
+    inhibit_rules: Raw = None
+    slack: Raw = None
+    webhooks: Raw = None
+    alertmanager: AlertmanagerConfig = msgspec.field(default_factory=AlertmanagerConfig)
+    routes: Raw = None
+
+
+ROUTE_DEFAULTS = ("group_by", "group_wait", "group_interval", "repeat_interval", "runbook_url", "external_url")
+
+
+class Document(Section):
+    """The keys at the top of a config file. A key typed as a Section is read as that section;
+    a Raw one apart (`build_config`)."""
+
+    server: str | None = None  # the default `server` label; None: this host's name
+    log_timezone: str | None = None  # the default zone of log timestamps; None: this host's local time
+    logs: Raw = None
+    follow: FollowConfig = msgspec.field(default_factory=FollowConfig)
+    limits: LimitsConfig = msgspec.field(default_factory=LimitsConfig)
+    gpu: GpuConfig = msgspec.field(default_factory=GpuConfig)
+    process: ProcessConfig = msgspec.field(default_factory=ProcessConfig)
+    server_api: Raw = None
+    server_metrics: Raw = None
+    diagnosis: DiagnosisConfig = msgspec.field(default_factory=DiagnosisConfig)
+    metrics: MetricsSection = msgspec.field(default_factory=MetricsSection)
+    state_dir: FilePath = "/var/lib/specwatch"
+    rules: Raw = None
+    alerts: AlertsConfig = msgspec.field(default_factory=AlertsConfig)
+
+
+_DEFAULTS, _ALERTS, _METRICS = Document(), AlertsConfig(), MetricsSection()
+
+
 @dataclass
 class Config:
+    """A config as specwatch uses it: `build_config` reads it from a `Document`."""
+
     server: str = ""  # default `server` label (host name)
     log_timezone: str | None = None  # default zone of log timestamps (None: local time)
     logs: list[LogSource] = field(default_factory=list)
     follow: FollowConfig = field(default_factory=FollowConfig)
     limits: LimitsConfig = field(default_factory=LimitsConfig)
-    listen_address: str = "127.0.0.1"
-    listen_port: int = DEFAULT_PORT
-    state_dir: str = "/var/lib/specwatch"
+    listen_address: str = _METRICS.listen_address
+    listen_port: int = _METRICS.listen_port
+    state_dir: str = _DEFAULTS.state_dir
     # rules.*: each rule file's Section, by Config attribute (`config.collapse`, ...: __getattr__)
     rules: dict[str, Section] = field(default_factory=_default_rules)
-    # alerts: Alertmanager's route defaults
-    # Alertmanager's default is [] (one group); per alert name and server, an XID on one GPU
-    # never holds back a collapse by a group_interval.
-    group_by: list[str] = field(default_factory=lambda: ["alertname", "server"])
-    group_wait: float = 0.0  # Alertmanager: 30s; see config.example.yaml
-    group_interval: float = 60.0  # Alertmanager: 5m; a resolve goes out within a minute
-    repeat_interval: float = 4 * 3600.0
+    # alerts: (AlertsConfig)
+    group_by: list[str] = field(default_factory=lambda: list(_ALERTS.group_by))
+    group_wait: float = _ALERTS.group_wait
+    group_interval: float = _ALERTS.group_interval
+    repeat_interval: float = _ALERTS.repeat_interval
     inhibit_rules: list[InhibitRule] = field(default_factory=default_inhibit_rules)
-    runbook_url: str = ""
-    external_url: str = ""
+    runbook_url: str = _ALERTS.runbook_url
+    external_url: str = _ALERTS.external_url
     slack: SlackConfig = field(default_factory=SlackConfig)
     webhooks: list[WebhookConfig] = field(default_factory=list)
     alertmanager: AlertmanagerConfig = field(default_factory=AlertmanagerConfig)
@@ -409,6 +465,7 @@ def _show(value, limit: int = 60) -> str:
 NonEmpty = Annotated[str, Meta(min_length=1)]
 Secret = Annotated[str, Meta(extra={"secret": True})]  # a message never shows it
 FilePath = Annotated[str, Meta(min_length=1, pattern=r"\A[^\x00]*\Z", extra={"path": True})]  # never a number; no NUL
+Delay = Annotated[float, Meta(ge=0.0, le=YEAR, extra=DURATION)]  # a duration that may be 0
 UnitName = Annotated[str, Meta(min_length=1, description="a non-empty string, e.g. `sglang.service`",
                                extra={"string": True})]  # a systemd unit: never a number
 _KINDS = {bool: "true or false", int: "an integer", float: "a number", str: "a string"}
@@ -525,17 +582,6 @@ class _Reader:
     def bad(self, path: str, msg: str) -> None:
         self.problems.append(_line(path, msg))
 
-    def section(self, data: dict, key: str, path: str, known: Iterable[str]) -> dict:
-        value = data.get(key)
-        full = _join(path, key)
-        if value is None:
-            return {}
-        if not isinstance(value, dict):
-            self.bad(full, f"must be a mapping, got {type(value).__name__}; write `{key}:` followed by indented keys")
-            return {}
-        self.unknown(value, full, known)
-        return value
-
     def unknown(self, data: dict, path: str, known: Iterable[str]) -> None:
         known = sorted(known)
         for k in data:
@@ -564,11 +610,14 @@ class _Reader:
             f = fields.get(k)
             if f is None or raw is None:
                 continue
-            t = _unwrap(f.type)[0]
-            if get_origin(t) is list and _is_section(get_args(t)[0]):  # each item a section: all its problems
-                item, n = get_args(t)[0], len(self.problems)
-                given[k] = [x for ip, e in self.items(data, k, path, item.example)
-                            if (x := self.section_of(item, e, ip)) is not None]
+            t, n = _unwrap(f.type)[0], len(self.problems)
+            if _is_section(t) or (get_origin(t) is list and _is_section(get_args(t)[0])):  # all its problems, its checks
+                if _is_section(t):
+                    if (x := self.section_of(t, raw, _join(path, k))) is not None:
+                        given[k] = x
+                else:
+                    given[k] = [x for ip, e in self.items(data, k, path, get_args(t)[0].example)
+                                if (x := self.section_of(get_args(t)[0], e, ip)) is not None]
                 found += [(place[k], line) for line in self.problems[n:]]
                 del self.problems[n:]
                 continue
@@ -772,15 +821,14 @@ def _check_diagnosis_paths(r: _Reader, d: DiagnosisConfig) -> None:
               "(e.g. the server's site-packages), or remove the key to find it automatically")
 
 
-def _timezone(r: _Reader, data: dict, path: str, default: str | None) -> str | None:
-    key = "timezone" if path else "log_timezone"
-    name = r.string(data, key, path, default)
+def _timezone(r: _Reader, name: str | None, path: str, default: str | None) -> str | None:
+    """`name` (at `path`), or `default` where it is not a time zone (reported)."""
     if name is None or name == default:
-        return name
+        return default
     try:
         ZoneInfo(name)
     except (ZoneInfoNotFoundError, ValueError):
-        r.bad(_join(path, key), f"unknown time zone {name!r}; use an IANA name such as UTC or Europe/Berlin")
+        r.bad(path, f"unknown time zone {name!r}; use an IANA name such as UTC or Europe/Berlin")
         return default
     return name
 
@@ -822,14 +870,13 @@ def build_config(data: dict | None, source_path: str | None = None, *, for_run: 
         data = {}
     if not isinstance(data, dict):
         raise ConfigError(["(top level): must be a mapping of keys such as `logs:`, `metrics:`, `alerts:`"])
-    r.unknown(data, "", {"server", "log_timezone", "logs", "follow", "metrics", "state_dir", "rules", "alerts", "gpu",
-                         "process", "server_api", "server_metrics", "diagnosis", "limits"})
-    default_server = r.string(data, "server", "", None) or socket.gethostname()
+    doc = r.section_of(Document, data, "")
+    default_server = doc.server or socket.gethostname()
     cfg.server = default_server
-    default_tz = _timezone(r, data, "", None)
+    default_tz = _timezone(r, doc.log_timezone, "log_timezone", None)
     cfg.log_timezone = default_tz
 
-    logs = data.get("logs")
+    logs = doc.logs
     if logs is None:
         logs = []
     if not isinstance(logs, list):
@@ -877,7 +924,8 @@ def build_config(data: dict | None, source_path: str | None = None, *, for_run: 
         if journal is not None and entry.get("format") is not None:
             r.bad(f"{p}.format", "applies to files only; a journal entry's MESSAGE is the line itself")
         cfg.logs.append(LogSource(path=path, server=server, container_prefix=prefix,
-                                  timezone=_timezone(r, entry, p, default_tz), envelope=envelope, grammar=grammar,
+                                  timezone=_timezone(r, r.string(entry, "timezone", p, None), f"{p}.timezone",
+                                                     default_tz), envelope=envelope, grammar=grammar,
                                   journal=journal))
     if len(defaulted) > 1:
         # Two servers' lines under one name would merge their ranks (a collapse hidden in a mean).
@@ -885,30 +933,21 @@ def build_config(data: dict | None, source_path: str | None = None, *, for_run: 
               f"server {default_server!r}; give each log its own `server:` (the same name twice only "
               "if both files come from one SGLang server)")
 
-    cfg.follow = r.section_of(FollowConfig, data.get("follow"), "follow")
-    cfg.limits = r.section_of(LimitsConfig, data.get("limits"), "limits")
-    cfg.gpu = r.section_of(GpuConfig, data.get("gpu"), "gpu")
-    cfg.process = r.section_of(ProcessConfig, data.get("process"), "process")
-    cfg.server_apis = _server_api_section(r, data, default_server)
-    cfg.server_metrics = _server_metrics_section(r, data, default_server)
-    dg = r.section_of(DiagnosisConfig, data.get("diagnosis"), "diagnosis")
+    cfg.follow, cfg.limits, cfg.gpu, cfg.process = doc.follow, doc.limits, doc.gpu, doc.process
+    cfg.server_apis = _server_api_section(r, doc.server_api, default_server)
+    cfg.server_metrics = _server_metrics_section(r, doc.server_metrics, default_server)
+    dg = doc.diagnosis
     cfg.diagnosis = msgspec.structs.replace(dg, **{  # relative to the config file, like logs[].path
         k: os.path.normpath(os.path.join(source_dir, v))
         for k in ("draft", "target", "sglang_root", "vllm_root") if (v := getattr(dg, k)) and source_dir})
     _check_diagnosis_paths(r, cfg.diagnosis)
 
-    m = r.section_of(MetricsSection, data.get("metrics"), "metrics")
-    cfg.listen_address, cfg.listen_port = m.listen_address, m.listen_port
-    cfg.state_dir = r.value(data, "state_dir", "", FilePath, cfg.state_dir)
+    cfg.listen_address, cfg.listen_port = doc.metrics.listen_address, doc.metrics.listen_port
+    cfg.state_dir = doc.state_dir
 
-    sections = rule_sections()
-    rules = r.section(data, "rules", "", sections)
-    for key, (attr, cls) in sections.items():
-        cfg.rules[attr] = r.section_of(cls, rules.get(key), f"rules.{key}")
-    _alerts(r, cfg, r.section(data, "alerts", "", {
-        "group_by", "group_wait", "group_interval", "repeat_interval", "inhibit_rules", "runbook_url",
-        "external_url", "slack", "webhooks", "alertmanager", "routes",
-    }))
+    rules = r.section_of(_rules_section(), doc.rules, "rules")
+    cfg.rules = {attr: getattr(rules, key) for key, (attr, _) in rule_sections().items()}
+    _alerts(r, cfg, doc.alerts)
     if for_run and not cfg.logs and not cfg.server_metrics and not any(
             p.startswith(("logs", "server_metrics")) for p in r.problems):
         r.bad("logs", "no log file configured; add `logs: [{path: /var/log/sglang/server.log}]` "
@@ -1014,9 +1053,8 @@ def _regex_error(pattern: str) -> str | None:
     return None
 
 
-def _server_api_section(r: _Reader, data: dict, default_server: str) -> list[ServerApiConfig]:
+def _server_api_section(r: _Reader, raw, default_server: str) -> list[ServerApiConfig]:
     """`server_api:` is one mapping or a list of them (one per SGLang server on the box)."""
-    raw = data.get("server_api")
     if raw is None:
         return []
     entries = raw if isinstance(raw, list) else [raw]
@@ -1035,9 +1073,8 @@ def _server_api_section(r: _Reader, data: dict, default_server: str) -> list[Ser
     return out
 
 
-def _server_metrics_section(r: _Reader, data: dict, default_server: str) -> list[ServerMetricsConfig]:
+def _server_metrics_section(r: _Reader, raw, default_server: str) -> list[ServerMetricsConfig]:
     """`server_metrics:` is a list of mappings (or one mapping); each URL once."""
-    raw = data.get("server_metrics")
     if raw is None:
         return []
     listed = isinstance(raw, list)
@@ -1132,14 +1169,12 @@ def _backoff_problems(initial: float, maximum: float) -> list[tuple[str, str]]:
     return [("backoff_initial", f"({initial:g}s) must not exceed backoff_max ({maximum:g}s)")] if initial > maximum else []
 
 
-def _alerts(r: _Reader, cfg: Config, a: dict) -> None:
-    cfg.group_by = r.strings(a, "group_by", "alerts", ["alertname", "server"])
-    cfg.group_wait = r.duration(a, "group_wait", "alerts", 0.0, minimum=0.0)
-    cfg.group_interval = r.duration(a, "group_interval", "alerts", 60.0, minimum=0.0)
-    cfg.repeat_interval = r.duration(a, "repeat_interval", "alerts", 4 * 3600.0)
-    cfg.runbook_url = r.string(a, "runbook_url", "alerts", "")
-    cfg.external_url = r.string(a, "external_url", "alerts", "")
-    if "inhibit_rules" in a and a["inhibit_rules"] is not None:
+def _alerts(r: _Reader, cfg: Config, al: AlertsConfig) -> None:
+    for key in ROUTE_DEFAULTS:
+        setattr(cfg, key, getattr(al, key))
+    cfg.alertmanager = al.alertmanager
+    a = {k: v for k in ("inhibit_rules", "slack", "webhooks", "routes") if (v := getattr(al, k)) is not None}
+    if "inhibit_rules" in a:
         cfg.inhibit_rules = []
         example = "{source_matchers: [alertname=AcceptanceCollapse], target_matchers: [alertname=ThroughputDrop], equal: [server, rank]}"
         for ip, rule in r.items(a, "inhibit_rules", "alerts", example):
@@ -1166,8 +1201,6 @@ def _alerts(r: _Reader, cfg: Config, a: dict) -> None:
             r.bad(f"{wp}.name", f"{hook.name!r} is used twice; give each webhook its own name")
         elif hook is not None and url:
             cfg.webhooks.append(msgspec.structs.replace(hook, url=url, url_env=None, url_file=None))
-
-    cfg.alertmanager = r.section_of(AlertmanagerConfig, a.get("alertmanager"), "alerts.alertmanager")
 
     hooks = {w.name for w in cfg.webhooks}
     for i, (rp, rt) in enumerate(r.items(a, "routes", "alerts", "{matchers: [severity=critical], slack: {channel: '#oncall'}}")):
