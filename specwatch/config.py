@@ -129,6 +129,22 @@ class LogSource:
     grammar: str | None = None
 
 
+class LogEntry(Section):
+    """One of `logs:` as written (a bare string is its path), read into a `LogSource` by
+    `build_config`: `journal` by `_journal` (it or `path`), `format` by `_log_format`."""
+
+    path: FilePath | None = None
+    journal: Raw = None
+    server: str | None = None  # None: the top-level `server`
+    container_prefix: str | None = None
+    timezone: str | None = None  # None: the top-level `log_timezone`
+    format: Raw = None
+
+    def problems(self):
+        if self.container_prefix is not None and (e := _regex_error(self.container_prefix)):
+            yield "container_prefix", f"not a valid regular expression ({e}); e.g. '^\\S+\\s+\\| '"
+
+
 class FollowConfig(Section):
     # inotify on the followers' own thread by default (sources/inotify_wait.py): a change after a
     # quiet spell is read at once, a busy file read again at its cadence (sources/cadence.py:
@@ -226,19 +242,30 @@ class AlertmanagerConfig(Section):
         yield from _backoff_problems(self.backoff_initial, self.backoff_max)
 
 
-@dataclass
-class RouteConfig:
-    """One entry of alerts.routes; None = inherit from alerts.*."""
+class RouteConfig(Section):
+    """One entry of alerts.routes; None = inherit from alerts.*. Its matchers (parsed) and its
+    Slack keys (unset ones from alerts.slack) are read apart, by `_alerts`."""
 
-    name: str
-    matchers: list[Matcher]
+    example: ClassVar[str] = "{matchers: [severity=critical], slack: {channel: '#oncall'}}"
+    name: str | None = None  # None: route<N>, N its place in the list
+    matchers: list[Matcher] = msgspec.field(default_factory=list)
     slack: SlackConfig | None = None
-    webhooks: list[str] | None = None
-    group_by: list[str] | None = None
-    group_wait: float | None = None
-    group_interval: float | None = None
-    repeat_interval: float | None = None
-    continue_matching: bool = False
+    webhooks: list[NonEmpty] | None = None
+    group_by: list[NonEmpty] | None = None
+    group_wait: Delay | None = None
+    group_interval: Delay | None = None
+    repeat_interval: Seconds | None = None
+    continue_matching: bool = msgspec.field(default=False, name="continue")
+
+
+class InhibitConfig(Section):
+    """One of alerts.inhibit_rules as written, read into an `InhibitRule` (matchers parsed apart)."""
+
+    example: ClassVar[str] = ("{source_matchers: [alertname=AcceptanceCollapse], target_matchers: "
+                              "[alertname=ThroughputDrop], equal: [server, rank]}")
+    source_matchers: Raw = None
+    target_matchers: Raw = None
+    equal: list[NonEmpty] = msgspec.field(default_factory=list)
 
 
 class MetricsSection(Section):
@@ -666,34 +693,15 @@ class _Reader:
                 self.bad(_join(path, key), msg)
         return obj
 
-    def value(self, data: dict, key: str, path: str, t, default):
-        """data[key] as the type `t` (`default` when absent or null)."""
-        if key not in data or data[key] is None:
-            return default
-        try:
-            return msgspec.convert(_written(t, data[key]), t)
-        except _Bad as e:
-            self.bad(_join(path, key), str(e))
-        except msgspec.ValidationError as e:
-            self.bad(_join(path, key), _wrong(t, data[key], str(e).partition(" - at `")[0], key, default))
-        return default
-
-    def duration(self, data: dict, key: str, path: str, default, minimum: float = 0.001):
-        """A duration in seconds, at least `minimum` (0: zero allowed), at most a year."""
-        return self.value(data, key, path, Annotated[float, Meta(ge=minimum, le=YEAR, extra=DURATION)], default)
-
-    def boolean(self, data: dict, key: str, path: str, default: bool) -> bool:
-        return self.value(data, key, path, bool, default)
-
-    def string(self, data: dict, key: str, path: str, default: str | None) -> str | None:
-        return self.value(data, key, path, str, default)
-
-    def strings(self, data: dict, key: str, path: str, default: list[str] | None) -> list[str] | None:
-        return self.value(data, key, path, list[NonEmpty], default)
-
     def matchers(self, data: dict, key: str, path: str) -> list[Matcher]:
+        """data[key], a list of matchers (`severity=critical`), parsed; each problem by its key path."""
+        try:
+            texts = msgspec.convert([] if data.get(key) is None else data[key], list[NonEmpty])
+        except msgspec.ValidationError as e:
+            self.bad(_join(path, key), _wrong(list[NonEmpty], data[key], str(e), key, None))
+            return []
         out = []
-        for i, text in enumerate(self.strings(data, key, path, []) or []):
+        for i, text in enumerate(texts):
             try:
                 out.append(follow_renames(parse_matcher(text), f"{path}.{key}[{i}]"))
             except ValueError as e:
@@ -892,41 +900,32 @@ def build_config(data: dict | None, source_path: str | None = None, *, for_run: 
         if not isinstance(entry, dict):
             r.bad(p, "must be a mapping with `path:` (and optional `server:`, `container_prefix:`)")
             continue
-        r.unknown(entry, p, {"path", "journal", "server", "container_prefix", "timezone", "format"})
+        e = r.section_of(LogEntry, entry, p)
         journal = _journal(r, entry, p, source_dir)
         if journal is None and entry.get("path") is None:
             if "journal" not in entry:
                 r.bad(f"{p}.path", "missing; give the SGLang log file to follow (or `journal: {unit: sglang.service}`)")
             continue
-        path = journal.key if journal else r.value(entry, "path", p, FilePath, None)
+        path = journal.key if journal else e.path
         if path is None:
             continue
-        prefix = r.string(entry, "container_prefix", p, None)
-        if prefix is not None:
-            try:
-                re.compile(prefix)
-            except re.error as e:
-                r.bad(f"{p}.container_prefix", f"not a valid regular expression ({e}); e.g. '^\\S+\\s+\\| '")
-                prefix = None
         if journal is None and not os.path.isabs(path) and source_dir is not None:
             path = os.path.normpath(os.path.join(source_dir, path))  # relative to the config file
         if path in seen_paths:
             r.bad(f"{p}.path", f"{path} is already followed by logs[{seen_paths[path]}]; list each file once")
             continue
         seen_paths[path] = i
-        explicit = entry.get("server") is not None
-        if not explicit:
+        if entry.get("server") is None:
             defaulted.append(i)
-        server = r.string(entry, "server", p, default_server)
+        server = default_server if e.server is None else e.server
         if server and (why := template_problem(server)):
             r.bad(f"{p}.server", why)
-        envelope, grammar = _log_format(r, entry.get("format"), f"{p}.format")
-        if journal is not None and entry.get("format") is not None:
+        envelope, grammar = _log_format(r, e.format, f"{p}.format")
+        if journal is not None and e.format is not None:
             r.bad(f"{p}.format", "applies to files only; a journal entry's MESSAGE is the line itself")
-        cfg.logs.append(LogSource(path=path, server=server, container_prefix=prefix,
-                                  timezone=_timezone(r, r.string(entry, "timezone", p, None), f"{p}.timezone",
-                                                     default_tz), envelope=envelope, grammar=grammar,
-                                  journal=journal))
+        prefix = None if e.container_prefix is None or _regex_error(e.container_prefix) else e.container_prefix
+        cfg.logs.append(LogSource(path=path, server=server, container_prefix=prefix, envelope=envelope, grammar=grammar,
+                                  timezone=_timezone(r, e.timezone, f"{p}.timezone", default_tz), journal=journal))
     if len(defaulted) > 1:
         # Two servers' lines under one name would merge their ranks (a collapse hidden in a mean).
         r.bad(f"logs[{defaulted[1]}].server", f"logs[{defaulted[0]}] and logs[{defaulted[1]}] both default to "
@@ -1176,16 +1175,15 @@ def _alerts(r: _Reader, cfg: Config, al: AlertsConfig) -> None:
     a = {k: v for k in ("inhibit_rules", "slack", "webhooks", "routes") if (v := getattr(al, k)) is not None}
     if "inhibit_rules" in a:
         cfg.inhibit_rules = []
-        example = "{source_matchers: [alertname=AcceptanceCollapse], target_matchers: [alertname=ThroughputDrop], equal: [server, rank]}"
-        for ip, rule in r.items(a, "inhibit_rules", "alerts", example):
-            r.unknown(rule, ip, {"source_matchers", "target_matchers", "equal"})
-            src, tgt = r.matchers(rule, "source_matchers", ip), r.matchers(rule, "target_matchers", ip)
-            if (not src and not rule.get("source_matchers")) or (not tgt and not rule.get("target_matchers")):
-                r.bad(ip, "needs source_matchers and target_matchers, e.g. " + example)
+        for ip, raw in r.items(a, "inhibit_rules", "alerts", InhibitConfig.example):
+            rule = r.section_of(InhibitConfig, raw, ip)
+            src, tgt = r.matchers(raw, "source_matchers", ip), r.matchers(raw, "target_matchers", ip)
+            if (not src and not rule.source_matchers) or (not tgt and not rule.target_matchers):
+                r.bad(ip, "needs source_matchers and target_matchers, e.g. " + InhibitConfig.example)
                 continue
             if not src or not tgt:  # given but invalid: already reported
                 continue
-            cfg.inhibit_rules.append(InhibitRule(tuple(src), tuple(tgt), tuple(r.strings(rule, "equal", ip, []))))
+            cfg.inhibit_rules.append(InhibitRule(tuple(src), tuple(tgt), tuple(rule.equal)))
 
     cfg.slack = _slack(r, a.get("slack"), "alerts.slack", SlackConfig())
 
@@ -1203,10 +1201,9 @@ def _alerts(r: _Reader, cfg: Config, al: AlertsConfig) -> None:
             cfg.webhooks.append(msgspec.structs.replace(hook, url=url, url_env=None, url_file=None))
 
     hooks = {w.name for w in cfg.webhooks}
-    for i, (rp, rt) in enumerate(r.items(a, "routes", "alerts", "{matchers: [severity=critical], slack: {channel: '#oncall'}}")):
-        r.unknown(rt, rp, {"name", "matchers", "slack", "webhooks", "group_by", "group_wait", "group_interval",
-                           "repeat_interval", "continue"})
-        name = r.string(rt, "name", rp, f"route{i + 1}")
+    for i, (rp, rt) in enumerate(r.items(a, "routes", "alerts", RouteConfig.example)):
+        route = r.section_of(RouteConfig, {**rt, "matchers": None, "slack": None}, rp)
+        name = f"route{i + 1}" if route.name is None else route.name
         matchers = r.matchers(rt, "matchers", rp)
         if not matchers and not rt.get("matchers"):  # (given but invalid: already reported)
             r.bad(f"{rp}.matchers", "missing; a route needs at least one matcher, e.g. [severity=critical]")
@@ -1215,20 +1212,12 @@ def _alerts(r: _Reader, cfg: Config, al: AlertsConfig) -> None:
             slack = _slack(r, rt.get("slack"), f"{rp}.slack", cfg.slack)
             if not slack.webhook_url and r.secrets:
                 r.bad(f"{rp}.slack", "no webhook: set webhook_url (or _env/_file) here or in alerts.slack")
-        webhooks = r.strings(rt, "webhooks", rp, None)
-        for j, h in enumerate(webhooks or []):
+        for j, h in enumerate(route.webhooks or []):
             if h not in hooks:
                 r.bad(f"{rp}.webhooks[{j}]", f"no webhook named {h!r} in alerts.webhooks; known: {', '.join(sorted(hooks)) or 'none'}")
         if any(x.name == name for x in cfg.routes) or name == "default":
             r.bad(f"{rp}.name", f"{name!r} is used twice (or is the reserved name 'default'); give each route its own name")
-        cfg.routes.append(RouteConfig(
-            name=name, matchers=matchers, slack=slack, webhooks=webhooks,
-            group_by=r.strings(rt, "group_by", rp, None),
-            group_wait=r.duration(rt, "group_wait", rp, None, minimum=0.0),
-            group_interval=r.duration(rt, "group_interval", rp, None, minimum=0.0),
-            repeat_interval=r.duration(rt, "repeat_interval", rp, None),
-            continue_matching=r.boolean(rt, "continue", rp, False),
-        ))
+        cfg.routes.append(msgspec.structs.replace(route, name=name, matchers=matchers, slack=slack))
 
 
 def load_run_config(path: str | os.PathLike) -> Config:
