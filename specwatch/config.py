@@ -28,7 +28,7 @@ import types
 from dataclasses import dataclass, field
 from pathlib import Path
 from operator import attrgetter
-from typing import Annotated, Any, ClassVar, Iterable, Union, get_args, get_origin
+from typing import Annotated, Any, ClassVar, Iterable, Iterator, Union, get_args, get_origin
 
 import msgspec
 import yaml
@@ -305,6 +305,7 @@ class ServerApiConfig(Section):
     """`server_api:`, one mapping or a list (one per SGLang server on the box); url null: not
     polled. The API key is a secret read like Slack's webhook URL."""
 
+    example: ClassVar[str] = "{url: http://127.0.0.1:30000}"
     url: str | None = None
     server: str | None = None  # None: the top-level `server`
     api_key: Secret | None = None
@@ -643,7 +644,7 @@ class _Reader:
                     if (x := self.section_of(t, raw, _join(path, k))) is not None:
                         given[k] = x
                 else:
-                    given[k] = [x for ip, e in self.items(data, k, path, get_args(t)[0].example)
+                    given[k] = [x for ip, e in self.items(raw, _join(path, k), get_args(t)[0].example)
                                 if (x := self.section_of(get_args(t)[0], e, ip)) is not None]
                 found += [(place[k], line) for line in self.problems[n:]]
                 del self.problems[n:]
@@ -708,21 +709,18 @@ class _Reader:
                 self.bad(f"{path}.{key}[{i}]", str(e))
         return out
 
-    def items(self, data: dict, key: str, path: str, example: str) -> list[tuple[str, dict]]:
-        """A list of mappings → [(key path, mapping)]; anything else is reported."""
-        v = data.get(key)
-        if v is None:
-            return []
-        if not isinstance(v, list):
-            self.bad(f"{path}.{key}", f"must be a list of mappings, e.g. `{key}: [{example}]`")
-            return []
-        out = []
-        for i, item in enumerate(v):
+    def items(self, v, path: str, example: str, one: bool = False) -> Iterator[tuple[str, dict]]:
+        """`v`, a list of mappings (one: or one mapping) at `path` → (key path, mapping) each;
+        anything else is reported, in its place."""
+        if one and isinstance(v, dict):
+            yield path, v
+        elif v is not None and not isinstance(v, list):
+            self.bad(path, f"must be a list of mappings, e.g. `{path.rsplit('.', 1)[-1]}: [{example}]`")
+        for i, item in enumerate(v if isinstance(v, list) else []):
             if isinstance(item, dict):
-                out.append((f"{path}.{key}[{i}]", item))
+                yield f"{path}[{i}]", item
             else:
-                self.bad(f"{path}.{key}[{i}]", f"must be a mapping, e.g. {example}")
-        return out
+                self.bad(f"{path}[{i}]", f"must be a mapping, e.g. {example}")
 
 
 def _resolve_secret(r: _Reader, data: dict, path: str, name: str) -> str | None:
@@ -1054,15 +1052,8 @@ def _regex_error(pattern: str) -> str | None:
 
 def _server_api_section(r: _Reader, raw, default_server: str) -> list[ServerApiConfig]:
     """`server_api:` is one mapping or a list of them (one per SGLang server on the box)."""
-    if raw is None:
-        return []
-    entries = raw if isinstance(raw, list) else [raw]
     out: list[ServerApiConfig] = []
-    for i, entry in enumerate(entries):
-        path = f"server_api[{i}]" if isinstance(raw, list) else "server_api"
-        if not isinstance(entry, dict):
-            r.bad(path, "must be a mapping with `url:` (e.g. `url: http://127.0.0.1:30000`)")
-            continue
+    for path, entry in r.items(raw, "server_api", ServerApiConfig.example, one=True):
         api = r.section_of(ServerApiConfig, entry, path)
         if api.url is None:
             continue  # `url: null` (the example's default): the API is not polled
@@ -1074,15 +1065,8 @@ def _server_api_section(r: _Reader, raw, default_server: str) -> list[ServerApiC
 
 def _server_metrics_section(r: _Reader, raw, default_server: str) -> list[ServerMetricsConfig]:
     """`server_metrics:` is a list of mappings (or one mapping); each URL once."""
-    if raw is None:
-        return []
-    listed = isinstance(raw, list)
     out: list[ServerMetricsConfig] = []
-    for i, entry in enumerate(raw if listed else [raw]):
-        path = f"server_metrics[{i}]" if listed else "server_metrics"
-        if not isinstance(entry, dict):
-            r.bad(path, f"must be a mapping, e.g. {ServerMetricsConfig.example}")
-            continue
+    for path, entry in r.items(raw, "server_metrics", ServerMetricsConfig.example, one=True):
         sm = r.section_of(ServerMetricsConfig, entry, path)
         if sm is None:
             continue
@@ -1172,10 +1156,9 @@ def _alerts(r: _Reader, cfg: Config, al: AlertsConfig) -> None:
     for key in ROUTE_DEFAULTS:
         setattr(cfg, key, getattr(al, key))
     cfg.alertmanager = al.alertmanager
-    a = {k: v for k in ("inhibit_rules", "slack", "webhooks", "routes") if (v := getattr(al, k)) is not None}
-    if "inhibit_rules" in a:
+    if al.inhibit_rules is not None:
         cfg.inhibit_rules = []
-        for ip, raw in r.items(a, "inhibit_rules", "alerts", InhibitConfig.example):
+        for ip, raw in r.items(al.inhibit_rules, "alerts.inhibit_rules", InhibitConfig.example):
             rule = r.section_of(InhibitConfig, raw, ip)
             src, tgt = r.matchers(raw, "source_matchers", ip), r.matchers(raw, "target_matchers", ip)
             if (not src and not rule.source_matchers) or (not tgt and not rule.target_matchers):
@@ -1185,9 +1168,9 @@ def _alerts(r: _Reader, cfg: Config, al: AlertsConfig) -> None:
                 continue
             cfg.inhibit_rules.append(InhibitRule(tuple(src), tuple(tgt), tuple(rule.equal)))
 
-    cfg.slack = _slack(r, a.get("slack"), "alerts.slack", SlackConfig())
+    cfg.slack = _slack(r, al.slack, "alerts.slack", SlackConfig())
 
-    for wp, w in r.items(a, "webhooks", "alerts", WebhookConfig.example):
+    for wp, w in r.items(al.webhooks, "alerts.webhooks", WebhookConfig.example):
         hook = r.section_of(WebhookConfig, w, wp)
         url = _resolve_secret(r, w, wp, "url")
         if url is None and not any(w.get(k) for k in ("url", "url_env", "url_file")):
@@ -1201,7 +1184,7 @@ def _alerts(r: _Reader, cfg: Config, al: AlertsConfig) -> None:
             cfg.webhooks.append(msgspec.structs.replace(hook, url=url, url_env=None, url_file=None))
 
     hooks = {w.name for w in cfg.webhooks}
-    for i, (rp, rt) in enumerate(r.items(a, "routes", "alerts", RouteConfig.example)):
+    for i, (rp, rt) in enumerate(r.items(al.routes, "alerts.routes", RouteConfig.example)):
         route = r.section_of(RouteConfig, {**rt, "matchers": None, "slack": None}, rp)
         name = f"route{i + 1}" if route.name is None else route.name
         matchers = r.matchers(rt, "matchers", rp)
