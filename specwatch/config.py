@@ -671,16 +671,14 @@ class _Reader:
                 k = m.group(1) if (m := _AT.match(at)) else None
                 if k is None or k in missing:
                     break
-                f, full = fields[k], _join(path, k)
-                wrong.add(k)
-                if f.required:
-                    missing.append(k)
-                raw = given.pop(k)
-                if get_origin(_unwrap(f.type)[0]) is dict and isinstance(raw, dict):  # msgspec names no entry
-                    given[k], lines = _entries(f.type, raw, full)
+                f, full, raw = fields[k], _join(path, k), given.pop(k)
+                if get_origin(_unwrap(f.type)[0]) is dict and isinstance(raw, dict) and k not in wrong:
+                    given[k], lines = _entries(f.type, raw, full)  # msgspec names no entry: each by its own key
                     found += [(place[k], line) for line in lines]
                 else:
                     found.append((place[k], _line(full, _wrong(f.type, data[k], error, k, getattr(base, f.name, _default(f))))))
+                    missing += [k] if f.required else []
+                wrong.add(k)
         self.problems += [line for _, line in sorted(found, key=lambda x: x[0])]
         if obj is None:
             return None
