@@ -622,10 +622,10 @@ class _Reader:
                 self.bad(_join(path, k), f"unknown key; known keys here: {', '.join(known)}{hint}")
 
     def section_of(self, cls: type[Section], data, path: str, base: Section | None = None) -> Section | None:
-        """`data` (a mapping; None: the defaults) as the Section `cls`, converted by msgspec, unset
-        keys from `base` (default: the declared defaults). msgspec stops at a section's first wrong
-        value: that one is reported and left out, and the rest converted again, so every problem is
-        reported at once. None when a required key is missing or wrong."""
+        """`data` (a mapping; None: the defaults) as the Section `cls`, converted by msgspec
+        (`_convert`), unset keys from `base` (default: the declared defaults), its unwritten
+        defaults bent to its written keys (`default_bounds`) and its checks across fields run.
+        None when a required key is missing or wrong."""
         if data is None:
             data = {}
         if not isinstance(data, dict):
@@ -634,6 +634,28 @@ class _Reader:
             data = {}
         fields = {f.encode_name: f for f in msgspec.structs.fields(cls)}
         self.unknown(data, path, fields)
+        obj, given, wrong = self._convert(cls, fields, data, path, base)
+        if obj is None:
+            return None
+        if base is not None:
+            obj = msgspec.structs.replace(base, **{fields[k].name: getattr(obj, fields[k].name) for k in given})
+        obj, stuck = _bound_defaults(obj, {f.name for k, f in fields.items() if data.get(k) is not None})
+        for key, msg in obj.problems():
+            head = re.split(r"[.\[]", key, maxsplit=1)[0]
+            if head in stuck:  # a default that cannot give way: the written key it follows is the one to change
+                w, need = stuck[head]
+                self.bad(_join(path, w), f"{getattr(obj, w):g} leaves no value for {head} (not written: it "
+                                         f"follows {w}, but its range has no value {need}); change {w}, or write both")
+            elif head not in wrong:  # said already, as a wrong value
+                self.bad(_join(path, key), msg)
+        return obj
+
+    def _convert(self, cls: type[Section], fields: dict, data: dict, path: str, base: Section | None):
+        """`data` converted by msgspec into `cls` (None where a required key is missing or
+        wrong), the keys it took and the keys it refused. msgspec stops at the first wrong value:
+        that one is reported and left out, and the rest converted again, so every problem is said
+        at once, in the order of the fields. A field that is a Section (or a list of them) is read
+        as its own section, with its checks."""
         place = {k: i for i, k in enumerate(fields)}
         found: list[tuple[int, str]] = []  # (field's place, problem): said in field order
         given: dict = {}
@@ -680,20 +702,7 @@ class _Reader:
                     missing += [k] if f.required else []
                 wrong.add(k)
         self.problems += [line for _, line in sorted(found, key=lambda x: x[0])]
-        if obj is None:
-            return None
-        if base is not None:
-            obj = msgspec.structs.replace(base, **{fields[k].name: getattr(obj, fields[k].name) for k in given})
-        obj, stuck = _bound_defaults(obj, {f.name for k, f in fields.items() if data.get(k) is not None})
-        for key, msg in obj.problems():
-            head = re.split(r"[.\[]", key, maxsplit=1)[0]
-            if head in stuck:  # a default that cannot give way: the written key it follows is the one to change
-                w, need = stuck[head]
-                self.bad(_join(path, w), f"{getattr(obj, w):g} leaves no value for {head} (not written: it "
-                                         f"follows {w}, but its range has no value {need}); change {w}, or write both")
-            elif head not in wrong:  # said already, as a wrong value
-                self.bad(_join(path, key), msg)
-        return obj
+        return obj, given, wrong
 
     def matchers(self, data: dict, key: str, path: str) -> list[Matcher]:
         """data[key], a list of matchers (`severity=critical`), parsed; each problem by its key path."""
