@@ -475,7 +475,10 @@ def parse_duration(value) -> float:
     if isinstance(value, bool):
         raise ValueError(value)
     if isinstance(value, (int, float)):
-        return float(value)
+        try:
+            return float(value)
+        except OverflowError:  # an int too large for a float: infinite, as float("1e400") is
+            return math.inf if value > 0 else -math.inf
     m = _DURATION.match(str(value))
     if not m:
         raise ValueError(value)
@@ -532,7 +535,7 @@ def _written(t, raw):
     if extra.get("duration"):
         try:
             return parse_duration(raw)
-        except (ValueError, OverflowError):
+        except ValueError:
             raise _Bad(f"not a duration: {_show(raw)}; write e.g. `30s`, `5m`, `4h` or a number of seconds") from None
     if base is str and type(raw) is int and not (extra.get("path") or extra.get("string")):
         return str(raw)
@@ -725,7 +728,8 @@ class _Reader:
         if one and isinstance(v, dict):
             yield path, v
         elif v is not None and not isinstance(v, list):
-            self.bad(path, f"must be a list of mappings, e.g. `{path.rsplit('.', 1)[-1]}: [{example}]`")
+            self.bad(path, f"must be {'a mapping or ' if one else ''}a list of mappings, e.g. "
+                           f"`{path.rsplit('.', 1)[-1]}: [{example}]`")
         for i, item in enumerate(v if isinstance(v, list) else []):
             if isinstance(item, dict):
                 yield f"{path}[{i}]", item

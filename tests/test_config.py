@@ -465,6 +465,8 @@ def test_the_keys_each_mapping_accepts_are_its_sections_fields():
     assert any(p.startswith("alerts.inhibit_rules[0].equals: unknown key;") and "did you mean `equal`?" in p for p in ps)
     assert "logs[0].timezone: must be a string, got ['UTC']" in ps
     assert any(p.startswith("logs[0].sever: unknown key;") and "did you mean `server`?" in p for p in ps)
+    assert problems({"follow": {"poll_interval": 10 ** 400}})[0].startswith(  # once a traceback (OverflowError)
+        "follow.poll_interval: must be a finite duration of at least 0.05s, got 1000")
     cfg = build_config({"alerts": {"group_wait": "5s", "routes": [{"matchers": ["severity=critical"], "continue": True,
                                                                   "repeat_interval": "1h"}]}})
     [route] = cfg.routes
