@@ -323,9 +323,7 @@ class ServerApiConfig(Section):
     def problems(self):
         if self.url is not None and not _valid_url(self.url):
             yield "url", "must be an http(s) base URL such as http://127.0.0.1:30000"
-        if self.timeout > self.interval:
-            yield "timeout", (f"must not exceed interval ({self.interval:g}s) or polls fall behind it; "
-                              f"e.g. {max(self.interval / 2, 0.1):g}s, or leave it out (then min(2s, interval))")
+        yield from _timeout_problems(self, "polls")
 
     def __repr__(self) -> str:  # the API key is a secret
         return (f"ServerApiConfig(url={self.url!r}, server={self.server!r}, "
@@ -350,12 +348,19 @@ class ServerMetricsConfig(Section):
             yield "url", f"{_show(self.url)} is not an http(s) URL; e.g. http://127.0.0.1:30000/metrics"
         elif not urlsplit(self.url).path.rstrip("/"):
             yield "url", f"{_show(self.url)} has no path; the engine serves its metrics at /metrics, e.g. {self.url.rstrip('/')}/metrics"
-        if self.timeout > self.interval:
-            yield "timeout", (f"must not exceed interval ({self.interval:g}s) or scrapes fall behind it; "
-                              f"e.g. {max(self.interval / 2, 0.1):g}s, or leave it out (then min(2s, interval))")
+        yield from _timeout_problems(self, "scrapes")
         if self.backoff_max < self.interval:
-            yield "backoff_max", (f"must be at least interval ({self.interval:g}s); e.g. {max(self.interval, 120):g}s, "
-                                  "or leave it out (then max(2m, interval))")
+            backoff = _default_of(type(self), "backoff_max")
+            yield "backoff_max", (f"must be at least interval ({self.interval:g}s); e.g. {max(self.interval, backoff):g}s, "
+                                  f"or leave it out (then max({backoff:g}s, interval))")
+
+
+def _timeout_problems(s: ServerApiConfig | ServerMetricsConfig, what: str) -> list[tuple[str, str]]:
+    """The problem of a poll whose timeout exceeds its interval."""
+    if s.timeout <= s.interval:
+        return []
+    return [("timeout", f"must not exceed interval ({s.interval:g}s) or {what} fall behind it; e.g. "
+                        f"{max(s.interval / 2, 0.1):g}s, or leave it out (then min({_default_of(type(s), 'timeout'):g}s, interval))")]
 
 
 class DiagnosisConfig(Section):
@@ -583,6 +588,11 @@ def _line(path: str, msg: str) -> str:
 def _default(f: msgspec.structs.FieldInfo):
     return f.default_factory() if f.default_factory is not msgspec.NODEFAULT else (
         None if f.default is msgspec.NODEFAULT else f.default)
+
+
+def _default_of(cls: type[Section], name: str):
+    """The declared default of the field `name` of `cls` (a message that names it says this one)."""
+    return _default(next(f for f in msgspec.structs.fields(cls) if f.name == name))
 
 
 def _entries(t, raw: dict, path: str) -> tuple[dict, list[str]]:
