@@ -5,9 +5,11 @@ Each section is declared once, as a `Section` (a msgspec Struct: fields, types, 
 `build_config` composes `rules:` from the registered ones. The file itself is one too
 (`Document`), and msgspec converts each section (`_Reader.section_of`); what this module adds is
 the wording of msgspec's errors, the checks across fields (`Section.problems`), and the keys read
-apart (secrets, matchers, log formats, a route's Slack keys inherited from alerts.slack). msgspec was chosen over pydantic v2 for
-the daemon's RSS budget (45 MB without a GPU): measured in a bare Python 3.11 interpreter (13.3 MB),
-`import msgspec` adds 2.9 MB, `import pydantic` 15 MB (18 MB with one model).
+apart (secrets, matchers, log formats, a route's Slack keys inherited from alerts.slack).
+
+msgspec was chosen over pydantic v2 for the daemon's RSS budget (45 MB without a GPU): measured
+in a bare Python 3.11 interpreter (13.3 MB), `import msgspec` adds 2.9 MB, `import pydantic` 15 MB
+(18 MB with one model).
 
 Every problem is reported with its key path (`alerts.slack.webhook_url: ...`) and how to fix it;
 `load_config` collects all problems before raising `ConfigError`, so a user fixes a file in one
@@ -401,9 +403,6 @@ class AlertsConfig(Section):
     webhooks: Raw = None
     alertmanager: AlertmanagerConfig = msgspec.field(default_factory=AlertmanagerConfig)
     routes: Raw = None
-
-
-ROUTE_DEFAULTS = ("group_by", "group_wait", "group_interval", "repeat_interval", "runbook_url", "external_url")
 
 
 class Document(Section):
@@ -1177,9 +1176,9 @@ def _backoff_problems(initial: float, maximum: float) -> list[tuple[str, str]]:
 
 
 def _alerts(r: _Reader, cfg: Config, al: AlertsConfig) -> None:
-    for key in ROUTE_DEFAULTS:
-        setattr(cfg, key, getattr(al, key))
-    cfg.alertmanager = al.alertmanager
+    for f in msgspec.structs.fields(al):  # the keys not read apart are Config's of the same name
+        if f.type is not Raw:
+            setattr(cfg, f.name, getattr(al, f.name))
     if al.inhibit_rules is not None:
         cfg.inhibit_rules = []
         for ip, raw in r.items(al.inhibit_rules, "alerts.inhibit_rules", InhibitConfig.example):
