@@ -532,8 +532,9 @@ def _unwrap(t) -> tuple[object, Meta | None]:
 
 def _written(t, raw):
     """`raw` as msgspec is to check it against the field type `t`: a duration (`5m`) in seconds,
-    a number where a string is declared (`server: 1`) as its text. Raises _Bad for a duration
-    that is none."""
+    an integer where a string is declared (`server: 1`, `equal: [rank, 0]`, a mapping's value)
+    as its text. Raises
+    _Bad for a duration that is none."""
     base, meta = _unwrap(t)
     extra = (meta.extra or {}) if meta is not None else {}
     if extra.get("duration"):
@@ -541,6 +542,10 @@ def _written(t, raw):
             return parse_duration(raw)
         except ValueError:
             raise _Bad(f"not a duration: {_show(raw)}; write e.g. `30s`, `5m`, `4h` or a number of seconds") from None
+    if get_origin(base) in (list, tuple) and isinstance(raw, list):
+        return [_written(get_args(base)[0], x) for x in raw]
+    if get_origin(base) is dict and isinstance(raw, dict):
+        return {k: _written(get_args(base)[1], v) for k, v in raw.items()}
     if base is str and type(raw) is int and not (extra.get("path") or extra.get("string")):
         return str(raw)
     return raw
@@ -719,7 +724,7 @@ class _Reader:
     def matchers(self, data: dict, key: str, path: str) -> list[Matcher]:
         """data[key], a list of matchers (`severity=critical`), parsed; each problem by its key path."""
         try:
-            texts = msgspec.convert([] if data.get(key) is None else data[key], list[NonEmpty])
+            texts = msgspec.convert([] if data.get(key) is None else _written(list[NonEmpty], data[key]), list[NonEmpty])
         except msgspec.ValidationError as e:
             self.bad(_join(path, key), _wrong(list[NonEmpty], data[key], str(e), key, None))
             return []
