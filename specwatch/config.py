@@ -2,9 +2,14 @@
 
 Each section is declared once, as a `Section` (a msgspec Struct: fields, types, bounds in
 `msgspec.Meta`, defaults); a rule's section lives in its rule file (`@rule_section`), and
-`build_config` composes `rules:` from the registered ones. msgspec was chosen over pydantic v2 for
-the daemon's RSS budget (45 MB without a GPU): measured in a bare Python 3.11 interpreter (13.3 MB),
-`import msgspec` adds 2.9 MB, `import pydantic` 15 MB (18 MB with one model).
+`build_config` composes `rules:` from the registered ones. The file itself is one too
+(`Document`), and msgspec converts each section (`_Reader.section_of`); what this module adds is
+the wording of msgspec's errors, the checks across fields (`Section.problems`), and the keys read
+apart (secrets, matchers, log formats, a route's Slack keys inherited from alerts.slack).
+
+msgspec was chosen over pydantic v2 for the daemon's RSS budget (45 MB without a GPU): measured
+in a bare Python 3.11 interpreter (13.3 MB), `import msgspec` adds 2.9 MB, `import pydantic` 15 MB
+(18 MB with one model).
 
 Every problem is reported with its key path (`alerts.slack.webhook_url: ...`) and how to fix it;
 `load_config` collects all problems before raising `ConfigError`, so a user fixes a file in one
@@ -28,7 +33,7 @@ import types
 from dataclasses import dataclass, field
 from pathlib import Path
 from operator import attrgetter
-from typing import Annotated, ClassVar, Iterable, Union, get_args, get_origin
+from typing import Annotated, Any, ClassVar, Iterable, Iterator, Union, get_args, get_origin
 
 import msgspec
 import yaml
@@ -70,6 +75,13 @@ def rule_sections() -> dict[str, tuple[str, type[Section]]]:
 
     all_rules()
     return _RULE_SECTIONS
+
+
+def _rules_section() -> type[Section]:
+    """`rules:`, a Section of the registered rule sections (made anew: a rule file may register
+    one after the first config is read)."""
+    return msgspec.defstruct("RulesConfig", [(key, cls, msgspec.field(default_factory=cls))
+                                             for key, (_, cls) in rule_sections().items()], bases=(Section,), kw_only=True)
 
 
 def _default_rules() -> dict[str, Section]:
@@ -120,6 +132,22 @@ class LogSource:
     # template ("{pod}"): `specwatch.sources.logfiles` turns them into one entry per file.
     envelope: str = "auto"
     grammar: str | None = None
+
+
+class LogEntry(Section):
+    """One of `logs:` as written (a bare string is its path), read into a `LogSource` by
+    `build_config`: `journal` by `_journal` (it or `path`), `format` by `_log_format`."""
+
+    path: FilePath | None = None
+    journal: Raw = None
+    server: str | None = None  # None: the top-level `server`
+    container_prefix: str | None = None
+    timezone: str | None = None  # None: the top-level `log_timezone`
+    format: Raw = None
+
+    def problems(self):
+        if self.container_prefix is not None and (e := _regex_error(self.container_prefix)):
+            yield "container_prefix", f"not a valid regular expression ({e}); e.g. '^\\S+\\s+\\| '"
 
 
 class FollowConfig(Section):
@@ -219,19 +247,30 @@ class AlertmanagerConfig(Section):
         yield from _backoff_problems(self.backoff_initial, self.backoff_max)
 
 
-@dataclass
-class RouteConfig:
-    """One entry of alerts.routes; None = inherit from alerts.*."""
+class RouteConfig(Section):
+    """One entry of alerts.routes; None = inherit from alerts.*. Its matchers (parsed) and its
+    Slack keys (unset ones from alerts.slack) are read apart, by `_alerts`."""
 
-    name: str
-    matchers: list[Matcher]
+    example: ClassVar[str] = "{matchers: [severity=critical], slack: {channel: '#oncall'}}"
+    name: str | None = None  # None: route<N>, N its place in the list
+    matchers: list[Matcher] = msgspec.field(default_factory=list)
     slack: SlackConfig | None = None
-    webhooks: list[str] | None = None
-    group_by: list[str] | None = None
-    group_wait: float | None = None
-    group_interval: float | None = None
-    repeat_interval: float | None = None
-    continue_matching: bool = False
+    webhooks: list[NonEmpty] | None = None
+    group_by: list[NonEmpty] | None = None
+    group_wait: Delay | None = None
+    group_interval: Delay | None = None
+    repeat_interval: Seconds | None = None
+    continue_matching: bool = msgspec.field(default=False, name="continue")
+
+
+class InhibitConfig(Section):
+    """One of alerts.inhibit_rules as written, read into an `InhibitRule` (matchers parsed apart)."""
+
+    example: ClassVar[str] = ("{source_matchers: [alertname=AcceptanceCollapse], target_matchers: "
+                              "[alertname=ThroughputDrop], equal: [server, rank]}")
+    source_matchers: Raw = None
+    target_matchers: Raw = None
+    equal: list[NonEmpty] = msgspec.field(default_factory=list)
 
 
 class MetricsSection(Section):
@@ -271,6 +310,7 @@ class ServerApiConfig(Section):
     """`server_api:`, one mapping or a list (one per SGLang server on the box); url null: not
     polled. The API key is a secret read like Slack's webhook URL."""
 
+    example: ClassVar[str] = "{url: http://127.0.0.1:30000}"
     url: str | None = None
     server: str | None = None  # None: the top-level `server`
     api_key: Secret | None = None
@@ -285,9 +325,7 @@ class ServerApiConfig(Section):
     def problems(self):
         if self.url is not None and not _valid_url(self.url):
             yield "url", "must be an http(s) base URL such as http://127.0.0.1:30000"
-        if self.timeout > self.interval:
-            yield "timeout", (f"must not exceed interval ({self.interval:g}s) or polls fall behind it; "
-                              f"e.g. {max(self.interval / 2, 0.1):g}s, or leave it out (then min(2s, interval))")
+        yield from _timeout_problems(self, "polls")
 
     def __repr__(self) -> str:  # the API key is a secret
         return (f"ServerApiConfig(url={self.url!r}, server={self.server!r}, "
@@ -312,12 +350,19 @@ class ServerMetricsConfig(Section):
             yield "url", f"{_show(self.url)} is not an http(s) URL; e.g. http://127.0.0.1:30000/metrics"
         elif not urlsplit(self.url).path.rstrip("/"):
             yield "url", f"{_show(self.url)} has no path; the engine serves its metrics at /metrics, e.g. {self.url.rstrip('/')}/metrics"
-        if self.timeout > self.interval:
-            yield "timeout", (f"must not exceed interval ({self.interval:g}s) or scrapes fall behind it; "
-                              f"e.g. {max(self.interval / 2, 0.1):g}s, or leave it out (then min(2s, interval))")
+        yield from _timeout_problems(self, "scrapes")
         if self.backoff_max < self.interval:
-            yield "backoff_max", (f"must be at least interval ({self.interval:g}s); e.g. {max(self.interval, 120):g}s, "
-                                  "or leave it out (then max(2m, interval))")
+            backoff = _default_of(type(self), "backoff_max")
+            yield "backoff_max", (f"must be at least interval ({self.interval:g}s); e.g. {max(self.interval, backoff):g}s, "
+                                  f"or leave it out (then max({backoff:g}s, interval))")
+
+
+def _timeout_problems(s: ServerApiConfig | ServerMetricsConfig, what: str) -> list[tuple[str, str]]:
+    """The problem of a poll whose timeout exceeds its interval."""
+    if s.timeout <= s.interval:
+        return []
+    return [("timeout", f"must not exceed interval ({s.interval:g}s) or {what} fall behind it; e.g. "
+                        f"{max(s.interval / 2, 0.1):g}s, or leave it out (then min({_default_of(type(s), 'timeout'):g}s, interval))")]
 
 
 class DiagnosisConfig(Section):
@@ -337,28 +382,74 @@ class DiagnosisConfig(Section):
     timeout: Seconds = 60.0
 
 
+Raw = Any  # a key read apart, by a reader of its own that says what it must be
+
+
+class AlertsConfig(Section):
+    """`alerts:`: Alertmanager's route defaults, kept on `Config` as `group_by`, `group_wait`, ...
+    The receivers, routes and inhibit rules are read apart (`_alerts`: secrets, names, matchers,
+    a route's Slack keys inherited from alerts.slack)."""
+
+    # Alertmanager's default is [] (one group); per alert name and server, an XID on one GPU
+    # never holds back a collapse by a group_interval.
+    group_by: list[NonEmpty] = msgspec.field(default_factory=lambda: ["alertname", "server"])
+    group_wait: Delay = 0.0  # Alertmanager: 30s; see config.example.yaml
+    group_interval: Delay = 60.0  # Alertmanager: 5m; a resolve goes out within a minute
+    repeat_interval: Seconds = 4 * 3600.0
+    runbook_url: str = ""
+    external_url: str = ""
+    inhibit_rules: Raw = None
+    slack: Raw = None
+    webhooks: Raw = None
+    alertmanager: AlertmanagerConfig = msgspec.field(default_factory=AlertmanagerConfig)
+    routes: Raw = None
+
+
+class Document(Section):
+    """The keys at the top of a config file. A key typed as a Section is read as that section;
+    a Raw one apart (`build_config`)."""
+
+    server: str | None = None  # the default `server` label; None: this host's name
+    log_timezone: str | None = None  # the default zone of log timestamps; None: this host's local time
+    logs: Raw = None
+    follow: FollowConfig = msgspec.field(default_factory=FollowConfig)
+    limits: LimitsConfig = msgspec.field(default_factory=LimitsConfig)
+    gpu: GpuConfig = msgspec.field(default_factory=GpuConfig)
+    process: ProcessConfig = msgspec.field(default_factory=ProcessConfig)
+    server_api: Raw = None
+    server_metrics: Raw = None
+    diagnosis: DiagnosisConfig = msgspec.field(default_factory=DiagnosisConfig)
+    metrics: MetricsSection = msgspec.field(default_factory=MetricsSection)
+    state_dir: FilePath = "/var/lib/specwatch"
+    rules: Raw = None
+    alerts: AlertsConfig = msgspec.field(default_factory=AlertsConfig)
+
+
+_DEFAULTS, _ALERTS, _METRICS = Document(), AlertsConfig(), MetricsSection()
+
+
 @dataclass
 class Config:
+    """A config as specwatch uses it: `build_config` reads it from a `Document`."""
+
     server: str = ""  # default `server` label (host name)
     log_timezone: str | None = None  # default zone of log timestamps (None: local time)
     logs: list[LogSource] = field(default_factory=list)
     follow: FollowConfig = field(default_factory=FollowConfig)
     limits: LimitsConfig = field(default_factory=LimitsConfig)
-    listen_address: str = "127.0.0.1"
-    listen_port: int = DEFAULT_PORT
-    state_dir: str = "/var/lib/specwatch"
+    listen_address: str = _METRICS.listen_address
+    listen_port: int = _METRICS.listen_port
+    state_dir: str = _DEFAULTS.state_dir
     # rules.*: each rule file's Section, by Config attribute (`config.collapse`, ...: __getattr__)
     rules: dict[str, Section] = field(default_factory=_default_rules)
-    # alerts: Alertmanager's route defaults
-    # Alertmanager's default is [] (one group); per alert name and server, an XID on one GPU
-    # never holds back a collapse by a group_interval.
-    group_by: list[str] = field(default_factory=lambda: ["alertname", "server"])
-    group_wait: float = 0.0  # Alertmanager: 30s; see config.example.yaml
-    group_interval: float = 60.0  # Alertmanager: 5m; a resolve goes out within a minute
-    repeat_interval: float = 4 * 3600.0
+    # alerts: (AlertsConfig)
+    group_by: list[str] = field(default_factory=lambda: list(_ALERTS.group_by))
+    group_wait: float = _ALERTS.group_wait
+    group_interval: float = _ALERTS.group_interval
+    repeat_interval: float = _ALERTS.repeat_interval
     inhibit_rules: list[InhibitRule] = field(default_factory=default_inhibit_rules)
-    runbook_url: str = ""
-    external_url: str = ""
+    runbook_url: str = _ALERTS.runbook_url
+    external_url: str = _ALERTS.external_url
     slack: SlackConfig = field(default_factory=SlackConfig)
     webhooks: list[WebhookConfig] = field(default_factory=list)
     alertmanager: AlertmanagerConfig = field(default_factory=AlertmanagerConfig)
@@ -388,7 +479,10 @@ def parse_duration(value) -> float:
     if isinstance(value, bool):
         raise ValueError(value)
     if isinstance(value, (int, float)):
-        return float(value)
+        try:
+            return float(value)
+        except OverflowError:  # an int too large for a float: infinite, as float("1e400") is
+            return math.inf if value > 0 else -math.inf
     m = _DURATION.match(str(value))
     if not m:
         raise ValueError(value)
@@ -408,11 +502,14 @@ def _show(value, limit: int = 60) -> str:
 
 NonEmpty = Annotated[str, Meta(min_length=1)]
 Secret = Annotated[str, Meta(extra={"secret": True})]  # a message never shows it
-FilePath = Annotated[str, Meta(min_length=1, extra={"path": True})]  # a string, never a number
+FilePath = Annotated[str, Meta(min_length=1, pattern=r"\A[^\x00]*\Z", extra={"path": True})]  # never a number; no NUL
+Delay = Annotated[float, Meta(ge=0.0, le=YEAR, extra=DURATION)]  # a duration that may be 0
 UnitName = Annotated[str, Meta(min_length=1, description="a non-empty string, e.g. `sglang.service`",
                                extra={"string": True})]  # a systemd unit: never a number
 _KINDS = {bool: "true or false", int: "an integer", float: "a number", str: "a string"}
 _PLURAL = {int: "integers", float: "numbers", str: "strings"}
+_AT = re.compile(r"(?:key` in `)?\$\.(\w+)")  # the field msgspec names: `$.key...`, `key` in `$.key`
+_PLACEHOLDER = object()  # stands for a missing required key, last, so msgspec checks every other first
 
 
 class _Bad(Exception):
@@ -433,66 +530,90 @@ def _unwrap(t) -> tuple[object, Meta | None]:
     return t, meta
 
 
-def _convert(raw, t, key: str, default):
-    """`raw` (not None) as the field type `t`, checked by msgspec against its type and bounds.
-    Raises _Bad with today's wording of the problem (never the whole value)."""
+def _written(t, raw):
+    """`raw` as msgspec is to check it against the field type `t`: a duration (`5m`) in seconds,
+    an integer where a string is declared (`server: 1`, `equal: [rank, 0]`, a mapping's value)
+    as its text. Raises
+    _Bad for a duration that is none."""
+    base, meta = _unwrap(t)
+    extra = (meta.extra or {}) if meta is not None else {}
+    if extra.get("duration"):
+        try:
+            return parse_duration(raw)
+        except ValueError:
+            raise _Bad(f"not a duration: {_show(raw)}; write e.g. `30s`, `5m`, `4h` or a number of seconds") from None
+    if get_origin(base) in (list, tuple) and isinstance(raw, list):
+        return [_written(get_args(base)[0], x) for x in raw]
+    if get_origin(base) is dict and isinstance(raw, dict):
+        return {k: _written(get_args(base)[1], v) for k, v in raw.items()}
+    if base is str and type(raw) is int and not (extra.get("path") or extra.get("string")):
+        return str(raw)
+    return raw
+
+
+def _wrong(t, raw, error: str, key: str, default) -> str:
+    """msgspec's `error` about `raw` (as written) for the field type `t`, said as what the value
+    must be and how to fix it (never the whole value; a secret not at all)."""
     base, meta = _unwrap(t)
     lo, hi = (meta.ge, meta.le) if meta is not None else (None, None)
     extra = (meta.extra or {}) if meta is not None else {}
-    if extra.get("secret") and not isinstance(raw, (str, int)):
-        raise _Bad("must be a string (value not shown: it is a secret)")
+    what = meta.description if meta is not None else None
+    if extra.get("secret"):
+        return "must be a string (value not shown: it is a secret)"
     if extra.get("duration"):
-        try:
-            v = parse_duration(raw)
-        except ValueError:
-            raise _Bad(f"not a duration: {_show(raw)}; write e.g. `30s`, `5m`, `4h` or a number of seconds") from None
-        if not math.isfinite(v) or (lo is not None and v < lo):
-            raise _Bad(f"must be a finite duration of at least {lo or 0:g}s, got {_show(raw)}")
-        if hi is not None and v > hi:
-            raise _Bad(f"must be at most {hi / 86400:g}d, got {_show(raw)}")
-        return v
-    origin = get_origin(base)
-    if origin in (list, tuple):
-        item = get_args(base)[0]
-        what = (meta.description if meta is not None and meta.description else None) or \
-            _PLURAL.get(_unwrap(item)[0], "values")
+        if "<=" in error and math.isfinite(parse_duration(raw)):
+            return f"must be at most {hi / 86400:g}d, got {_show(raw)}"
+        return f"must be a finite duration of at least {lo or 0:g}s, got {_show(raw)}"
+    if get_origin(base) in (list, tuple):
         example = f"; e.g. `{key}: [{', '.join(map(str, default))}]`" if default else ""
-        if not isinstance(raw, list):
-            raise _Bad(f"must be a list of {what}, got {_show(raw)}{example}")
-        try:
-            items = [_convert(x, item, key, None) for x in raw]
-        except _Bad:
-            raise _Bad(f"must be a list of {what}, got {_show(raw)}{example}") from None
-        return tuple(items) if origin is tuple else items
-    what = (meta.description if meta is not None and meta.description else None) or _KINDS.get(base, str(base))
-    if base is bool:
-        if not isinstance(raw, bool):
-            raise _Bad(f"must be {what}, got {_show(raw)}")
-        return raw
-    if base is str:
-        if isinstance(raw, int) and not isinstance(raw, bool) and not (extra.get("path") or extra.get("string")):
-            raw = str(raw)  # `server: 1`
-        if not isinstance(raw, str):
-            raise _Bad(f"must be {what}, got {_show(raw)}")
-        if extra.get("path") and "\0" in raw:  # the OS cannot open it: every use would raise
-            raise _Bad(f"contains a NUL character (\\0), which no file name can hold; got {_show(raw)}; "
-                       "give the path without it")
-    elif base in (int, float):
-        if (isinstance(raw, bool) or not isinstance(raw, (int, float)) or (base is int and not isinstance(raw, int))
-                or (isinstance(raw, float) and not math.isfinite(raw))):
-            raise _Bad(f"must be {what}, got {_show(raw)}; e.g. `{key}: {default}`")
-    try:
-        return msgspec.convert(raw, t)
-    except msgspec.ValidationError:
-        if base is str:
-            raise _Bad(f"must be {what if meta is not None and meta.description else 'a non-empty string'}, "
-                       f"got {_show(raw)}") from None
+        return f"must be a list of {what or _PLURAL.get(_unwrap(get_args(base)[0])[0], 'values')}, got {_show(raw)}{example}"
+    if base is str and extra.get("path") and "regex" in error:  # the OS cannot open it: every use would raise
+        return (f"contains a NUL character (\\0), which no file name can hold; got {_show(raw)}; "
+                "give the path without it")
+    if base is str and "length" in error:
+        return f"must be {what or 'a non-empty string'}, got {_show(raw)}"
+    if base in (int, float) and any(s in error for s in ("<=", ">=", "out of range")):
         # A narrow range is stated whole (a ratio, a port); a wide one (a sanity cap) by the bound crossed.
         if lo is not None and hi is not None and hi - lo <= 65535:
             rng = f"between {lo} and {hi}"
         else:
-            rng = f">= {lo}" if lo is not None and not (isinstance(raw, (int, float)) and raw > lo) else f"<= {hi}"
-        raise _Bad(f"must be {rng}, got {_show(raw)}; the default is {default}") from None
+            rng = f">= {lo}" if lo is not None and not raw > lo else f"<= {hi}"
+        return f"must be {rng}, got {_show(raw)}" + (f"; the default is {default}" if default is not None else "")
+    example = f"; e.g. `{key}: {default}`" if base in (int, float) else ""
+    return f"must be {what or _KINDS.get(base, str(base))}, got {_show(raw)}{example}"
+
+
+def _line(path: str, msg: str) -> str:
+    if len(msg) > 500:  # a value from the file echoed by a message (a path, a matcher)
+        msg = msg[:500] + "…"
+    return f"{path}: {msg}"
+
+
+def _default(f: msgspec.structs.FieldInfo):
+    return f.default_factory() if f.default_factory is not msgspec.NODEFAULT else (
+        None if f.default is msgspec.NODEFAULT else f.default)
+
+
+def _default_of(cls: type[Section], name: str):
+    """The declared default of the field `name` of `cls` (a message that names it says this one)."""
+    return _default(next(f for f in msgspec.structs.fields(cls) if f.name == name))
+
+
+def _entries(t, raw: dict, path: str) -> tuple[dict, list[str]]:
+    """The entries of the mapping `raw` that fit the dict type `t`, and a problem for each other
+    one, named by its own key path."""
+    kt, vt = get_args(_unwrap(t)[0])
+    kmeta = _unwrap(kt)[1]
+    kept, lines = {}, []
+    for k, v in raw.items():
+        try:
+            msgspec.convert({k: v}, t)
+            kept[k] = v
+        except msgspec.ValidationError as e:
+            error, _, at = str(e).partition(" - at `")
+            lines.append(_line(_join(path, k), f"the key must be {kmeta.description if kmeta is not None else _KINDS.get(kt)}"
+                               if at.startswith("key") else _wrong(vt, v, error, str(k), None)))
+    return kept, lines
 
 
 def _is_section(t) -> bool:
@@ -507,20 +628,7 @@ class _Reader:
         self.secrets = secrets  # False: `*_env` / `*_file` secrets are left unread (None)
 
     def bad(self, path: str, msg: str) -> None:
-        if len(msg) > 500:  # a value from the file echoed by a message (a path, a matcher)
-            msg = msg[:500] + "…"
-        self.problems.append(f"{path}: {msg}")
-
-    def section(self, data: dict, key: str, path: str, known: Iterable[str]) -> dict:
-        value = data.get(key)
-        full = _join(path, key)
-        if value is None:
-            return {}
-        if not isinstance(value, dict):
-            self.bad(full, f"must be a mapping, got {type(value).__name__}; write `{key}:` followed by indented keys")
-            return {}
-        self.unknown(value, full, known)
-        return value
+        self.problems.append(_line(path, msg))
 
     def unknown(self, data: dict, path: str, known: Iterable[str]) -> None:
         known = sorted(known)
@@ -531,44 +639,24 @@ class _Reader:
                 self.bad(_join(path, k), f"unknown key; known keys here: {', '.join(known)}{hint}")
 
     def section_of(self, cls: type[Section], data, path: str, base: Section | None = None) -> Section | None:
-        """`data` (a mapping; None: the defaults) as the Section `cls`, unset keys from `base`
-        (default: the declared defaults). None when a required key is missing."""
+        """`data` (a mapping; None: the defaults) as the Section `cls`, converted by msgspec
+        (`_convert`), unset keys from `base` (default: the declared defaults), its unwritten
+        defaults bent to its written keys (`default_bounds`) and its checks across fields run.
+        None when a required key is missing or wrong."""
         if data is None:
             data = {}
         if not isinstance(data, dict):
             key = path.rsplit(".", 1)[-1]
             self.bad(path, f"must be a mapping, got {type(data).__name__}; write `{key}:` followed by indented keys")
             data = {}
-        fields = msgspec.structs.fields(cls)
-        self.unknown(data, path, [f.encode_name for f in fields])
-        values, complete, wrong = {}, True, set()
-        for f in fields:
-            raw, full = data.get(f.encode_name), _join(path, f.encode_name)
-            t, meta = _unwrap(f.type)
-            if raw is None:
-                if f.required:
-                    self.bad(full, f"missing; {meta.description if meta is not None else 'required'}")
-                    complete = False
-                continue
-            if get_origin(t) is dict:
-                values[f.name] = self.mapping(raw, full, f.type)
-                continue
-            if get_origin(t) is list and _is_section(get_args(t)[0]):
-                item = get_args(t)[0]
-                got = [self.section_of(item, e, ip) for ip, e in self.items(data, f.encode_name, path, item.example)]
-                values[f.name] = [x for x in got if x is not None]
-                continue
-            default = f.default if f.default is not msgspec.NODEFAULT else None
-            try:
-                values[f.name] = _convert(raw, f.type, f.encode_name, getattr(base, f.name, default))
-            except _Bad as e:
-                self.bad(full, str(e))
-                wrong.add(f.encode_name)
-                complete = complete and not f.required
-        if not complete:
+        fields = {f.encode_name: f for f in msgspec.structs.fields(cls)}
+        self.unknown(data, path, fields)
+        obj, given, wrong = self._convert(cls, fields, data, path, base)
+        if obj is None:
             return None
-        obj = msgspec.structs.replace(base, **values) if base is not None else cls(**values)
-        obj, stuck = _bound_defaults(obj, {f.name for f in fields if data.get(f.encode_name) is not None})
+        if base is not None:
+            obj = msgspec.structs.replace(base, **{fields[k].name: getattr(obj, fields[k].name) for k in given})
+        obj, stuck = _bound_defaults(obj, {f.name for k, f in fields.items() if data.get(k) is not None})
         for key, msg in obj.problems():
             head = re.split(r"[.\[]", key, maxsplit=1)[0]
             if head in stuck:  # a default that cannot give way: the written key it follows is the one to change
@@ -579,78 +667,88 @@ class _Reader:
                 self.bad(_join(path, key), msg)
         return obj
 
-    def mapping(self, raw, path: str, t) -> dict:
-        """A mapping field: each key and value checked, a problem named by its own key path."""
-        base, meta = _unwrap(t)
-        kt, vt = get_args(base)
-        if not isinstance(raw, dict):
-            self.bad(path, f"must be {meta.description if meta is not None else 'a mapping'}, got {_show(raw)}")
-            return {}
-        out = {}
-        for k, v in raw.items():
-            where = _join(path, k)
-            try:
-                key = _convert(k, kt, str(k), None)
-            except _Bad:
-                kmeta = _unwrap(kt)[1]
-                self.bad(where, f"the key must be {kmeta.description if kmeta is not None else _KINDS.get(kt)}")
+    def _convert(self, cls: type[Section], fields: dict, data: dict, path: str, base: Section | None):
+        """`data` converted by msgspec into `cls` (None where a required key is missing or
+        wrong), the keys it took and the keys it refused. msgspec stops at the first wrong value:
+        that one is reported and left out, and the rest converted again, so every problem is said
+        at once, in the order of the fields. A field that is a Section (or a list of them) is read
+        as its own section, with its checks."""
+        place = {k: i for i, k in enumerate(fields)}
+        found: list[tuple[int, str]] = []  # (field's place, problem): said in field order
+        given: dict = {}
+        for k, raw in data.items():
+            f = fields.get(k)
+            if f is None or raw is None:
+                continue
+            t, n = _unwrap(f.type)[0], len(self.problems)
+            if _is_section(t) or (get_origin(t) is list and _is_section(get_args(t)[0])):  # all its problems, its checks
+                if _is_section(t):
+                    if (x := self.section_of(t, raw, _join(path, k))) is not None:
+                        given[k] = x
+                else:
+                    given[k] = [x for ip, e in self.items(raw, _join(path, k), get_args(t)[0].example)
+                                if (x := self.section_of(get_args(t)[0], e, ip)) is not None]
+                found += [(place[k], line) for line in self.problems[n:]]
+                del self.problems[n:]
                 continue
             try:
-                out[key] = _convert(v, vt, str(k), None)
+                given[k] = _written(f.type, raw)
             except _Bad as e:
-                self.bad(where, str(e))
-        return out
-
-    def value(self, data: dict, key: str, path: str, t, default):
-        """data[key] as the type `t` (`default` when absent or null)."""
-        if key not in data or data[key] is None:
-            return default
-        try:
-            return _convert(data[key], t, key, default)
-        except _Bad as e:
-            self.bad(_join(path, key), str(e))
-            return default
-
-    def number(self, data: dict, key: str, path: str, default, *, kind=float, lo=None, hi=None):
-        return self.value(data, key, path, Annotated[kind, Meta(ge=lo, le=hi)], default)
-
-    def duration(self, data: dict, key: str, path: str, default, minimum: float = 0.001):
-        """A duration in seconds, at least `minimum` (0: zero allowed), at most a year."""
-        return self.value(data, key, path, Annotated[float, Meta(ge=minimum, le=YEAR, extra=DURATION)], default)
-
-    def boolean(self, data: dict, key: str, path: str, default: bool) -> bool:
-        return self.value(data, key, path, bool, default)
-
-    def string(self, data: dict, key: str, path: str, default: str | None) -> str | None:
-        return self.value(data, key, path, str, default)
-
-    def strings(self, data: dict, key: str, path: str, default: list[str] | None) -> list[str] | None:
-        return self.value(data, key, path, list[NonEmpty], default)
+                found.append((place[k], _line(_join(path, k), str(e))))
+        wrong = {k for k in data if k in fields and data[k] is not None and k not in given}
+        missing = [k for k, f in fields.items() if f.required and k not in given]
+        for k in missing:
+            if k not in wrong:
+                meta = _unwrap(fields[k].type)[1]
+                found.append((place[k], _line(_join(path, k), f"missing; {meta.description if meta is not None else 'required'}")))
+        obj = None
+        while obj is None:
+            try:
+                obj = msgspec.convert({**given, **dict.fromkeys(missing, _PLACEHOLDER)}, cls)
+            except msgspec.ValidationError as e:
+                error, _, at = str(e).partition(" - at `")
+                k = m.group(1) if (m := _AT.match(at)) else None
+                if k is None or k in missing:
+                    break
+                f, full, raw = fields[k], _join(path, k), given.pop(k)
+                if get_origin(_unwrap(f.type)[0]) is dict and isinstance(raw, dict) and k not in wrong:
+                    given[k], lines = _entries(f.type, raw, full)  # msgspec names no entry: each by its own key
+                    found += [(place[k], line) for line in lines]
+                else:
+                    found.append((place[k], _line(full, _wrong(f.type, data[k], error, k, getattr(base, f.name, _default(f))))))
+                    missing += [k] if f.required else []
+                wrong.add(k)
+        self.problems += [line for _, line in sorted(found, key=lambda x: x[0])]
+        return obj, given, wrong
 
     def matchers(self, data: dict, key: str, path: str) -> list[Matcher]:
+        """data[key], a list of matchers (`severity=critical`), parsed; each problem by its key path."""
+        try:
+            texts = msgspec.convert([] if data.get(key) is None else _written(list[NonEmpty], data[key]), list[NonEmpty])
+        except msgspec.ValidationError as e:
+            self.bad(_join(path, key), _wrong(list[NonEmpty], data[key], str(e), key, None))
+            return []
         out = []
-        for i, text in enumerate(self.strings(data, key, path, []) or []):
+        for i, text in enumerate(texts):
             try:
                 out.append(follow_renames(parse_matcher(text), f"{path}.{key}[{i}]"))
             except ValueError as e:
                 self.bad(f"{path}.{key}[{i}]", str(e))
         return out
 
-    def items(self, data: dict, key: str, path: str, example: str) -> list[tuple[str, dict]]:
-        """A list of mappings → [(key path, mapping)]; anything else is reported."""
-        v = data.get(key)
-        if v is None:
-            return []
-        if not isinstance(v, list):
-            self.bad(f"{path}.{key}", f"must be a list of mappings, e.g. `{key}: [{example}]`")
-            return []
-        out = []
-        for i, item in enumerate(v):
+    def items(self, v, path: str, example: str, one: bool = False) -> Iterator[tuple[str, dict]]:
+        """`v`, a list of mappings (one: or one mapping) at `path` → (key path, mapping) each;
+        anything else is reported, in its place."""
+        if one and isinstance(v, dict):
+            yield path, v
+        elif v is not None and not isinstance(v, list):
+            self.bad(path, f"must be {'a mapping or ' if one else ''}a list of mappings, e.g. "
+                           f"`{path.rsplit('.', 1)[-1]}: [{example}]`")
+        for i, item in enumerate(v if isinstance(v, list) else []):
             if isinstance(item, dict):
-                out.append((f"{path}.{key}[{i}]", item))
+                yield f"{path}[{i}]", item
             else:
-                self.bad(f"{path}.{key}[{i}]", f"must be a mapping, e.g. {example}")
-        return out
+                self.bad(f"{path}[{i}]", f"must be a mapping, e.g. {example}")
 
 
 def _resolve_secret(r: _Reader, data: dict, path: str, name: str) -> str | None:
@@ -757,15 +855,14 @@ def _check_diagnosis_paths(r: _Reader, d: DiagnosisConfig) -> None:
               "(e.g. the server's site-packages), or remove the key to find it automatically")
 
 
-def _timezone(r: _Reader, data: dict, path: str, default: str | None) -> str | None:
-    key = "timezone" if path else "log_timezone"
-    name = r.string(data, key, path, default)
+def _timezone(r: _Reader, name: str | None, path: str, default: str | None) -> str | None:
+    """`name` (at `path`), or `default` where it is not a time zone (reported)."""
     if name is None or name == default:
-        return name
+        return default
     try:
         ZoneInfo(name)
     except (ZoneInfoNotFoundError, ValueError):
-        r.bad(_join(path, key), f"unknown time zone {name!r}; use an IANA name such as UTC or Europe/Berlin")
+        r.bad(path, f"unknown time zone {name!r}; use an IANA name such as UTC or Europe/Berlin")
         return default
     return name
 
@@ -807,14 +904,13 @@ def build_config(data: dict | None, source_path: str | None = None, *, for_run: 
         data = {}
     if not isinstance(data, dict):
         raise ConfigError(["(top level): must be a mapping of keys such as `logs:`, `metrics:`, `alerts:`"])
-    r.unknown(data, "", {"server", "log_timezone", "logs", "follow", "metrics", "state_dir", "rules", "alerts", "gpu",
-                         "process", "server_api", "server_metrics", "diagnosis", "limits"})
-    default_server = r.string(data, "server", "", None) or socket.gethostname()
+    doc = r.section_of(Document, data, "")
+    default_server = doc.server or socket.gethostname()
     cfg.server = default_server
-    default_tz = _timezone(r, data, "", None)
+    default_tz = _timezone(r, doc.log_timezone, "log_timezone", None)
     cfg.log_timezone = default_tz
 
-    logs = data.get("logs")
+    logs = doc.logs
     if logs is None:
         logs = []
     if not isinstance(logs, list):
@@ -830,70 +926,53 @@ def build_config(data: dict | None, source_path: str | None = None, *, for_run: 
         if not isinstance(entry, dict):
             r.bad(p, "must be a mapping with `path:` (and optional `server:`, `container_prefix:`)")
             continue
-        r.unknown(entry, p, {"path", "journal", "server", "container_prefix", "timezone", "format"})
+        e = r.section_of(LogEntry, entry, p)
         journal = _journal(r, entry, p, source_dir)
         if journal is None and entry.get("path") is None:
             if "journal" not in entry:
                 r.bad(f"{p}.path", "missing; give the SGLang log file to follow (or `journal: {unit: sglang.service}`)")
             continue
-        path = journal.key if journal else r.value(entry, "path", p, FilePath, None)
+        path = journal.key if journal else e.path
         if path is None:
             continue
-        prefix = r.string(entry, "container_prefix", p, None)
-        if prefix is not None:
-            try:
-                re.compile(prefix)
-            except re.error as e:
-                r.bad(f"{p}.container_prefix", f"not a valid regular expression ({e}); e.g. '^\\S+\\s+\\| '")
-                prefix = None
         if journal is None and not os.path.isabs(path) and source_dir is not None:
             path = os.path.normpath(os.path.join(source_dir, path))  # relative to the config file
         if path in seen_paths:
             r.bad(f"{p}.path", f"{path} is already followed by logs[{seen_paths[path]}]; list each file once")
             continue
         seen_paths[path] = i
-        explicit = entry.get("server") is not None
-        if not explicit:
+        if entry.get("server") is None:
             defaulted.append(i)
-        server = r.string(entry, "server", p, default_server)
+        server = default_server if e.server is None else e.server
         if server and (why := template_problem(server)):
             r.bad(f"{p}.server", why)
-        envelope, grammar = _log_format(r, entry.get("format"), f"{p}.format")
-        if journal is not None and entry.get("format") is not None:
+        envelope, grammar = _log_format(r, e.format, f"{p}.format")
+        if journal is not None and e.format is not None:
             r.bad(f"{p}.format", "applies to files only; a journal entry's MESSAGE is the line itself")
-        cfg.logs.append(LogSource(path=path, server=server, container_prefix=prefix,
-                                  timezone=_timezone(r, entry, p, default_tz), envelope=envelope, grammar=grammar,
-                                  journal=journal))
+        prefix = None if e.container_prefix is None or _regex_error(e.container_prefix) else e.container_prefix
+        cfg.logs.append(LogSource(path=path, server=server, container_prefix=prefix, envelope=envelope, grammar=grammar,
+                                  timezone=_timezone(r, e.timezone, f"{p}.timezone", default_tz), journal=journal))
     if len(defaulted) > 1:
         # Two servers' lines under one name would merge their ranks (a collapse hidden in a mean).
         r.bad(f"logs[{defaulted[1]}].server", f"logs[{defaulted[0]}] and logs[{defaulted[1]}] both default to "
               f"server {default_server!r}; give each log its own `server:` (the same name twice only "
               "if both files come from one SGLang server)")
 
-    cfg.follow = r.section_of(FollowConfig, data.get("follow"), "follow")
-    cfg.limits = r.section_of(LimitsConfig, data.get("limits"), "limits")
-    cfg.gpu = r.section_of(GpuConfig, data.get("gpu"), "gpu")
-    cfg.process = r.section_of(ProcessConfig, data.get("process"), "process")
-    cfg.server_apis = _server_api_section(r, data, default_server)
-    cfg.server_metrics = _server_metrics_section(r, data, default_server)
-    dg = r.section_of(DiagnosisConfig, data.get("diagnosis"), "diagnosis")
+    cfg.follow, cfg.limits, cfg.gpu, cfg.process = doc.follow, doc.limits, doc.gpu, doc.process
+    cfg.server_apis = _server_api_section(r, doc.server_api, default_server)
+    cfg.server_metrics = _server_metrics_section(r, doc.server_metrics, default_server)
+    dg = doc.diagnosis
     cfg.diagnosis = msgspec.structs.replace(dg, **{  # relative to the config file, like logs[].path
         k: os.path.normpath(os.path.join(source_dir, v))
         for k in ("draft", "target", "sglang_root", "vllm_root") if (v := getattr(dg, k)) and source_dir})
     _check_diagnosis_paths(r, cfg.diagnosis)
 
-    m = r.section_of(MetricsSection, data.get("metrics"), "metrics")
-    cfg.listen_address, cfg.listen_port = m.listen_address, m.listen_port
-    cfg.state_dir = r.value(data, "state_dir", "", FilePath, cfg.state_dir)
+    cfg.listen_address, cfg.listen_port = doc.metrics.listen_address, doc.metrics.listen_port
+    cfg.state_dir = doc.state_dir
 
-    sections = rule_sections()
-    rules = r.section(data, "rules", "", sections)
-    for key, (attr, cls) in sections.items():
-        cfg.rules[attr] = r.section_of(cls, rules.get(key), f"rules.{key}")
-    _alerts(r, cfg, r.section(data, "alerts", "", {
-        "group_by", "group_wait", "group_interval", "repeat_interval", "inhibit_rules", "runbook_url",
-        "external_url", "slack", "webhooks", "alertmanager", "routes",
-    }))
+    rules = r.section_of(_rules_section(), doc.rules, "rules")
+    cfg.rules = {attr: getattr(rules, key) for key, (attr, _) in rule_sections().items()}
+    _alerts(r, cfg, doc.alerts)
     if for_run and not cfg.logs and not cfg.server_metrics and not any(
             p.startswith(("logs", "server_metrics")) for p in r.problems):
         r.bad("logs", "no log file configured; add `logs: [{path: /var/log/sglang/server.log}]` "
@@ -999,18 +1078,10 @@ def _regex_error(pattern: str) -> str | None:
     return None
 
 
-def _server_api_section(r: _Reader, data: dict, default_server: str) -> list[ServerApiConfig]:
+def _server_api_section(r: _Reader, raw, default_server: str) -> list[ServerApiConfig]:
     """`server_api:` is one mapping or a list of them (one per SGLang server on the box)."""
-    raw = data.get("server_api")
-    if raw is None:
-        return []
-    entries = raw if isinstance(raw, list) else [raw]
     out: list[ServerApiConfig] = []
-    for i, entry in enumerate(entries):
-        path = f"server_api[{i}]" if isinstance(raw, list) else "server_api"
-        if not isinstance(entry, dict):
-            r.bad(path, "must be a mapping with `url:` (e.g. `url: http://127.0.0.1:30000`)")
-            continue
+    for path, entry in r.items(raw, "server_api", ServerApiConfig.example, one=True):
         api = r.section_of(ServerApiConfig, entry, path)
         if api.url is None:
             continue  # `url: null` (the example's default): the API is not polled
@@ -1020,18 +1091,10 @@ def _server_api_section(r: _Reader, data: dict, default_server: str) -> list[Ser
     return out
 
 
-def _server_metrics_section(r: _Reader, data: dict, default_server: str) -> list[ServerMetricsConfig]:
+def _server_metrics_section(r: _Reader, raw, default_server: str) -> list[ServerMetricsConfig]:
     """`server_metrics:` is a list of mappings (or one mapping); each URL once."""
-    raw = data.get("server_metrics")
-    if raw is None:
-        return []
-    listed = isinstance(raw, list)
     out: list[ServerMetricsConfig] = []
-    for i, entry in enumerate(raw if listed else [raw]):
-        path = f"server_metrics[{i}]" if listed else "server_metrics"
-        if not isinstance(entry, dict):
-            r.bad(path, f"must be a mapping, e.g. {ServerMetricsConfig.example}")
-            continue
+    for path, entry in r.items(raw, "server_metrics", ServerMetricsConfig.example, one=True):
         sm = r.section_of(ServerMetricsConfig, entry, path)
         if sm is None:
             continue
@@ -1117,29 +1180,25 @@ def _backoff_problems(initial: float, maximum: float) -> list[tuple[str, str]]:
     return [("backoff_initial", f"({initial:g}s) must not exceed backoff_max ({maximum:g}s)")] if initial > maximum else []
 
 
-def _alerts(r: _Reader, cfg: Config, a: dict) -> None:
-    cfg.group_by = r.strings(a, "group_by", "alerts", ["alertname", "server"])
-    cfg.group_wait = r.duration(a, "group_wait", "alerts", 0.0, minimum=0.0)
-    cfg.group_interval = r.duration(a, "group_interval", "alerts", 60.0, minimum=0.0)
-    cfg.repeat_interval = r.duration(a, "repeat_interval", "alerts", 4 * 3600.0)
-    cfg.runbook_url = r.string(a, "runbook_url", "alerts", "")
-    cfg.external_url = r.string(a, "external_url", "alerts", "")
-    if "inhibit_rules" in a and a["inhibit_rules"] is not None:
+def _alerts(r: _Reader, cfg: Config, al: AlertsConfig) -> None:
+    for f in msgspec.structs.fields(al):  # the keys not read apart are Config's of the same name
+        if f.type is not Raw:
+            setattr(cfg, f.name, getattr(al, f.name))
+    if al.inhibit_rules is not None:
         cfg.inhibit_rules = []
-        example = "{source_matchers: [alertname=AcceptanceCollapse], target_matchers: [alertname=ThroughputDrop], equal: [server, rank]}"
-        for ip, rule in r.items(a, "inhibit_rules", "alerts", example):
-            r.unknown(rule, ip, {"source_matchers", "target_matchers", "equal"})
-            src, tgt = r.matchers(rule, "source_matchers", ip), r.matchers(rule, "target_matchers", ip)
-            if (not src and not rule.get("source_matchers")) or (not tgt and not rule.get("target_matchers")):
-                r.bad(ip, "needs source_matchers and target_matchers, e.g. " + example)
+        for ip, raw in r.items(al.inhibit_rules, "alerts.inhibit_rules", InhibitConfig.example):
+            rule = r.section_of(InhibitConfig, raw, ip)
+            src, tgt = r.matchers(raw, "source_matchers", ip), r.matchers(raw, "target_matchers", ip)
+            if (not src and not rule.source_matchers) or (not tgt and not rule.target_matchers):
+                r.bad(ip, "needs source_matchers and target_matchers, e.g. " + InhibitConfig.example)
                 continue
             if not src or not tgt:  # given but invalid: already reported
                 continue
-            cfg.inhibit_rules.append(InhibitRule(tuple(src), tuple(tgt), tuple(r.strings(rule, "equal", ip, []))))
+            cfg.inhibit_rules.append(InhibitRule(tuple(src), tuple(tgt), tuple(rule.equal)))
 
-    cfg.slack = _slack(r, a.get("slack"), "alerts.slack", SlackConfig())
+    cfg.slack = _slack(r, al.slack, "alerts.slack", SlackConfig())
 
-    for wp, w in r.items(a, "webhooks", "alerts", WebhookConfig.example):
+    for wp, w in r.items(al.webhooks, "alerts.webhooks", WebhookConfig.example):
         hook = r.section_of(WebhookConfig, w, wp)
         url = _resolve_secret(r, w, wp, "url")
         if url is None and not any(w.get(k) for k in ("url", "url_env", "url_file")):
@@ -1152,13 +1211,10 @@ def _alerts(r: _Reader, cfg: Config, a: dict) -> None:
         elif hook is not None and url:
             cfg.webhooks.append(msgspec.structs.replace(hook, url=url, url_env=None, url_file=None))
 
-    cfg.alertmanager = r.section_of(AlertmanagerConfig, a.get("alertmanager"), "alerts.alertmanager")
-
     hooks = {w.name for w in cfg.webhooks}
-    for i, (rp, rt) in enumerate(r.items(a, "routes", "alerts", "{matchers: [severity=critical], slack: {channel: '#oncall'}}")):
-        r.unknown(rt, rp, {"name", "matchers", "slack", "webhooks", "group_by", "group_wait", "group_interval",
-                           "repeat_interval", "continue"})
-        name = r.string(rt, "name", rp, f"route{i + 1}")
+    for i, (rp, rt) in enumerate(r.items(al.routes, "alerts.routes", RouteConfig.example)):
+        route = r.section_of(RouteConfig, {**rt, "matchers": None, "slack": None}, rp)
+        name = f"route{i + 1}" if route.name is None else route.name
         matchers = r.matchers(rt, "matchers", rp)
         if not matchers and not rt.get("matchers"):  # (given but invalid: already reported)
             r.bad(f"{rp}.matchers", "missing; a route needs at least one matcher, e.g. [severity=critical]")
@@ -1167,20 +1223,12 @@ def _alerts(r: _Reader, cfg: Config, a: dict) -> None:
             slack = _slack(r, rt.get("slack"), f"{rp}.slack", cfg.slack)
             if not slack.webhook_url and r.secrets:
                 r.bad(f"{rp}.slack", "no webhook: set webhook_url (or _env/_file) here or in alerts.slack")
-        webhooks = r.strings(rt, "webhooks", rp, None)
-        for j, h in enumerate(webhooks or []):
+        for j, h in enumerate(route.webhooks or []):
             if h not in hooks:
                 r.bad(f"{rp}.webhooks[{j}]", f"no webhook named {h!r} in alerts.webhooks; known: {', '.join(sorted(hooks)) or 'none'}")
         if any(x.name == name for x in cfg.routes) or name == "default":
             r.bad(f"{rp}.name", f"{name!r} is used twice (or is the reserved name 'default'); give each route its own name")
-        cfg.routes.append(RouteConfig(
-            name=name, matchers=matchers, slack=slack, webhooks=webhooks,
-            group_by=r.strings(rt, "group_by", rp, None),
-            group_wait=r.duration(rt, "group_wait", rp, None, minimum=0.0),
-            group_interval=r.duration(rt, "group_interval", rp, None, minimum=0.0),
-            repeat_interval=r.duration(rt, "repeat_interval", rp, None),
-            continue_matching=r.boolean(rt, "continue", rp, False),
-        ))
+        cfg.routes.append(msgspec.structs.replace(route, name=name, matchers=matchers, slack=slack))
 
 
 def load_run_config(path: str | os.PathLike) -> Config:

@@ -447,3 +447,27 @@ def test_an_unwritten_default_bends_to_the_keys_written_next_to_it():
                    "server_api": {"url": url, "interval": "1s", "timeout": "1500ms"}})
     assert sorted(p.split(":")[0] for p in ps) == ["server_api.timeout", "server_metrics[0].timeout"]
     assert build_config({"server_api": {"url": url, "interval": "1s", "timeout": "1s"}}).server_apis[0].timeout == 1.0
+
+
+def test_the_keys_each_mapping_accepts_are_its_sections_fields():
+    """Every mapping of the file is a Section: a key it does not declare is refused by its path,
+    naming the keys it does, and a wrong value there is said in the same words as anywhere."""
+    ps = problems({"bogus": 1, "alerts": {"group_wiat": "5s", "routes": [{"matchers": ["a=b"], "continue": "yes",
+                                                                           "group_wait": "soon", "name": "r"}],
+                                          "inhibit_rules": [{"source_matchers": ["a=b"], "target_matchers": ["c=d"],
+                                                             "equals": ["server"]}]},
+                   "logs": [{"path": "/l/a.log", "timezone": ["UTC"], "sever": "a"}]})
+    assert ps[0].startswith("bogus: unknown key; known keys here: alerts, diagnosis, follow, ")
+    assert "alerts.group_wiat: unknown key; known keys here: alertmanager, external_url, group_by, group_interval, " \
+           "group_wait, inhibit_rules, repeat_interval, routes, runbook_url, slack, webhooks; did you mean `group_wait`?" in ps
+    assert "alerts.routes[0].continue: must be true or false, got 'yes'" in ps
+    assert any(p.startswith("alerts.routes[0].group_wait: not a duration: 'soon'") for p in ps)
+    assert any(p.startswith("alerts.inhibit_rules[0].equals: unknown key;") and "did you mean `equal`?" in p for p in ps)
+    assert "logs[0].timezone: must be a string, got ['UTC']" in ps
+    assert any(p.startswith("logs[0].sever: unknown key;") and "did you mean `server`?" in p for p in ps)
+    assert problems({"follow": {"poll_interval": 10 ** 400}})[0].startswith(  # once a traceback (OverflowError)
+        "follow.poll_interval: must be a finite duration of at least 0.05s, got 1000")
+    cfg = build_config({"alerts": {"group_wait": "5s", "routes": [{"matchers": ["severity=critical"], "continue": True,
+                                                                  "repeat_interval": "1h"}]}})
+    [route] = cfg.routes
+    assert (cfg.group_wait, route.name, route.continue_matching, route.repeat_interval) == (5.0, "route1", True, 3600.0)
