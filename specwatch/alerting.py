@@ -71,6 +71,7 @@ def build_alerting(cfg: Config, *, state_dir: str | Path | None, replay: bool = 
     timers = (lambda v, d: 0.0) if replay else (lambda v, d: d if v is None else v)
     routes = []
     for rc in cfg.routes:
+        assert rc.name is not None  # every route is named by config.py (`route<N>` when unnamed)
         receivers: list[Receiver]
         if rc.slack is None and rc.webhooks is None:
             receivers = default
