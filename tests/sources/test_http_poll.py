@@ -8,6 +8,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -106,3 +107,39 @@ def test_polling_sources_load_no_requests(tmp_path):
                        cwd=Path(__file__).resolve().parents[2], env=env)
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == "False"
+
+
+class _KeepAlive(_Handler):
+    """HTTP/1.1: the connection stays open between answers until idle for `timeout` s (as uvicorn's
+    `timeout_keep_alive`), then the server closes it."""
+
+    protocol_version = "HTTP/1.1"
+    timeout = 0.3
+    connections: list[tuple] = []
+
+    def setup(self):
+        super().setup()
+        self.connections.append(self.client_address)
+
+    def handle(self):
+        try:
+            super().handle()
+        except TimeoutError:  # idle past `timeout`: closed, as a keep-alive server does
+            self.close_connection = True
+
+
+def test_one_connection_kept_alive_and_a_closed_one_replaced(no_proxy_env):
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), _KeepAlive)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    _KeepAlive.connections = []
+    url = f"http://127.0.0.1:{srv.server_address[1]}"
+    try:
+        c = PollClient()
+        assert [c.get(f"{url}/{i}", timeout=2) for i in range(3)] == [(200, f"got /{i}".encode()) for i in range(3)]
+        assert len(_KeepAlive.connections) == 1  # one connection for the three GETs
+        time.sleep(0.8)  # the server closes the idle connection
+        assert c.get(f"{url}/again", timeout=2) == (200, b"got /again")
+        assert len(_KeepAlive.connections) == 2
+    finally:
+        srv.shutdown()
+        srv.server_close()
