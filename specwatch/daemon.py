@@ -234,10 +234,10 @@ class Daemon:
         self.registry = CollectorRegistry()
         OwnProcessCollector(registry=self.registry)  # specwatch's own process_* (CPU, RSS, fds)
         self.registry.register(PipelineCollector(self.pipeline))
-        self.registry.register(FollowerCollector(lambda: dict(self.followers.followers)))  # a dict[str, object]
+        self.registry.register(FollowerCollector(lambda: dict(self.followers.followers)))  # a copy: a rescan may change it meanwhile
         self._stream_collectors: set = set()
         self._register_stream_metrics()
-        self.registry.register(SelfCollector(self.pipeline, lambda: dict(self.notifiers),  # a dict[str, object]
+        self.registry.register(SelfCollector(self.pipeline, lambda: dict(self.notifiers),  # a copy: a reload may change it meanwhile
                                              reload_status=lambda: (self.reload_success, self.last_reload_success),
                                              store=self.store))
         self.registry.register(ServerCollector(self.pipeline))
