@@ -33,7 +33,7 @@ import types
 from dataclasses import dataclass, field
 from pathlib import Path
 from operator import attrgetter
-from typing import Annotated, Any, ClassVar, Iterable, Iterator, Union, get_args, get_origin
+from typing import Annotated, Any, ClassVar, Iterable, Iterator, TypeGuard, TypeVar, Union, cast, get_args, get_origin
 
 import msgspec
 import yaml
@@ -80,8 +80,10 @@ def rule_sections() -> dict[str, tuple[str, type[Section]]]:
 def _rules_section() -> type[Section]:
     """`rules:`, a Section of the registered rule sections (made anew: a rule file may register
     one after the first config is read)."""
-    return msgspec.defstruct("RulesConfig", [(key, cls, msgspec.field(default_factory=cls))
-                                             for key, (_, cls) in rule_sections().items()], bases=(Section,), kw_only=True)
+    # cast: defstruct is typed as making a bare Struct, whatever its bases
+    return cast("type[Section]", msgspec.defstruct(
+        "RulesConfig", [(key, cls, msgspec.field(default_factory=cls)) for key, (_, cls) in rule_sections().items()],
+        bases=(Section,), kw_only=True))
 
 
 def _default_rules() -> dict[str, Section]:
@@ -506,8 +508,8 @@ FilePath = Annotated[str, Meta(min_length=1, pattern=r"\A[^\x00]*\Z", extra={"pa
 Delay = Annotated[float, Meta(ge=0.0, le=YEAR, extra=DURATION)]  # a duration that may be 0
 UnitName = Annotated[str, Meta(min_length=1, description="a non-empty string, e.g. `sglang.service`",
                                extra={"string": True})]  # a systemd unit: never a number
-_KINDS = {bool: "true or false", int: "an integer", float: "a number", str: "a string"}
-_PLURAL = {int: "integers", float: "numbers", str: "strings"}
+_KINDS: dict[object, str] = {bool: "true or false", int: "an integer", float: "a number", str: "a string"}
+_PLURAL: dict[object, str] = {int: "integers", float: "numbers", str: "strings"}
 _AT = re.compile(r"(?:key` in `)?\$\.(\w+)")  # the field msgspec names: `$.key...`, `key` in `$.key`
 _PLACEHOLDER = object()  # stands for a missing required key, last, so msgspec checks every other first
 
@@ -561,7 +563,7 @@ def _wrong(t, raw, error: str, key: str, default) -> str:
     if extra.get("secret"):
         return "must be a string (value not shown: it is a secret)"
     if extra.get("duration"):
-        if "<=" in error and math.isfinite(parse_duration(raw)):
+        if "<=" in error and hi is not None and math.isfinite(parse_duration(raw)):
             return f"must be at most {hi / 86400:g}d, got {_show(raw)}"
         return f"must be a finite duration of at least {lo or 0:g}s, got {_show(raw)}"
     if get_origin(base) in (list, tuple):
@@ -616,7 +618,10 @@ def _entries(t, raw: dict, path: str) -> tuple[dict, list[str]]:
     return kept, lines
 
 
-def _is_section(t) -> bool:
+S = TypeVar("S", bound=Section)  # the Section a reader reads: what it returns
+
+
+def _is_section(t: object) -> TypeGuard[type[Section]]:
     return isinstance(t, type) and issubclass(t, Section)
 
 
@@ -638,7 +643,7 @@ class _Reader:
                 hint = f"; did you mean `{close[0]}`?" if close else ""
                 self.bad(_join(path, k), f"unknown key; known keys here: {', '.join(known)}{hint}")
 
-    def section_of(self, cls: type[Section], data, path: str, base: Section | None = None) -> Section | None:
+    def section_of(self, cls: type[S], data, path: str, base: S | None = None) -> S | None:
         """`data` (a mapping; None: the defaults) as the Section `cls`, converted by msgspec
         (`_convert`), unset keys from `base` (default: the declared defaults), its unwritten
         defaults bent to its written keys (`default_bounds`) and its checks across fields run.
@@ -667,7 +672,15 @@ class _Reader:
                 self.bad(_join(path, key), msg)
         return obj
 
-    def _convert(self, cls: type[Section], fields: dict, data: dict, path: str, base: Section | None):
+    def section(self, cls: type[S], data, path: str, base: S | None = None) -> S:
+        """`section_of` for a Section whose every key has a default: never None (a wrong value is
+        reported and its default kept)."""
+        obj = self.section_of(cls, data, path, base)
+        assert obj is not None, f"{cls.__name__} has a required key: read it with section_of"
+        return obj
+
+    def _convert(self, cls: type[S], fields: dict, data: dict, path: str,
+                 base: S | None) -> tuple[S | None, dict, set[str]]:
         """`data` converted by msgspec into `cls` (None where a required key is missing or
         wrong), the keys it took and the keys it refused. msgspec stops at the first wrong value:
         that one is reported and left out, and the rest converted again, so every problem is said
@@ -893,7 +906,7 @@ def _valid_url(url: str) -> bool:
     return u.scheme in ("http", "https") and bool(u.hostname)
 
 
-def build_config(data: dict | None, source_path: str | None = None, *, for_run: bool = False,
+def build_config(data: object, source_path: str | None = None, *, for_run: bool = False,
                  secrets: bool = True) -> Config:
     """Validate a parsed YAML document. Raises ConfigError listing every problem. for_run: at
     least one log is required (`specwatch run`). secrets=False: secrets named by a variable or a
@@ -904,7 +917,7 @@ def build_config(data: dict | None, source_path: str | None = None, *, for_run: 
         data = {}
     if not isinstance(data, dict):
         raise ConfigError(["(top level): must be a mapping of keys such as `logs:`, `metrics:`, `alerts:`"])
-    doc = r.section_of(Document, data, "")
+    doc = r.section(Document, data, "")
     default_server = doc.server or socket.gethostname()
     cfg.server = default_server
     default_tz = _timezone(r, doc.log_timezone, "log_timezone", None)
@@ -926,7 +939,7 @@ def build_config(data: dict | None, source_path: str | None = None, *, for_run: 
         if not isinstance(entry, dict):
             r.bad(p, "must be a mapping with `path:` (and optional `server:`, `container_prefix:`)")
             continue
-        e = r.section_of(LogEntry, entry, p)
+        e = r.section(LogEntry, entry, p)
         journal = _journal(r, entry, p, source_dir)
         if journal is None and entry.get("path") is None:
             if "journal" not in entry:
@@ -970,7 +983,7 @@ def build_config(data: dict | None, source_path: str | None = None, *, for_run: 
     cfg.listen_address, cfg.listen_port = doc.metrics.listen_address, doc.metrics.listen_port
     cfg.state_dir = doc.state_dir
 
-    rules = r.section_of(_rules_section(), doc.rules, "rules")
+    rules = r.section(_rules_section(), doc.rules, "rules")
     cfg.rules = {attr: getattr(rules, key) for key, (attr, _) in rule_sections().items()}
     _alerts(r, cfg, doc.alerts)
     if for_run and not cfg.logs and not cfg.server_metrics and not any(
@@ -1082,7 +1095,7 @@ def _server_api_section(r: _Reader, raw, default_server: str) -> list[ServerApiC
     """`server_api:` is one mapping or a list of them (one per SGLang server on the box)."""
     out: list[ServerApiConfig] = []
     for path, entry in r.items(raw, "server_api", ServerApiConfig.example, one=True):
-        api = r.section_of(ServerApiConfig, entry, path)
+        api = r.section(ServerApiConfig, entry, path)
         if api.url is None:
             continue  # `url: null` (the example's default): the API is not polled
         out.append(msgspec.structs.replace(
@@ -1130,7 +1143,7 @@ def load_config(path: str | os.PathLike, *, for_run: bool = False, secrets: bool
 
 def _slack(r: _Reader, raw, path: str, base: SlackConfig) -> SlackConfig:
     """A Slack section; unset keys come from `base` (alerts.slack for a route)."""
-    sc = r.section_of(SlackConfig, raw, path, base)
+    sc = r.section(SlackConfig, raw, path, base)
     url = _resolve_secret(r, raw if isinstance(raw, dict) else {}, path, "webhook_url")
     if url is not None and not _valid_url(url):
         r.bad(f"{path}.webhook_url", "must be an http(s) URL such as https://hooks.slack.com/services/T000/B000/XXXX (value not shown: it is a secret)")
@@ -1153,7 +1166,7 @@ def _slack(r: _Reader, raw, path: str, base: SlackConfig) -> SlackConfig:
 _FITS = {"at_most": float.__le__, "at_least": float.__ge__, "below": float.__lt__, "above": float.__gt__}
 
 
-def _bound_defaults(obj: Section, written: set[str]) -> tuple[Section, dict[str, tuple[str, str]]]:
+def _bound_defaults(obj: S, written: set[str]) -> tuple[S, dict[str, tuple[str, str]]]:
     """`obj` with each unwritten key of its `default_bounds` moved within its bound (in their
     order: a later bound reads the keys an earlier one moved), and {key that no value of its
     range fits: (the written key its bound reads, what the key would have to be)}."""
@@ -1187,7 +1200,7 @@ def _alerts(r: _Reader, cfg: Config, al: AlertsConfig) -> None:
     if al.inhibit_rules is not None:
         cfg.inhibit_rules = []
         for ip, raw in r.items(al.inhibit_rules, "alerts.inhibit_rules", InhibitConfig.example):
-            rule = r.section_of(InhibitConfig, raw, ip)
+            rule = r.section(InhibitConfig, raw, ip)
             src, tgt = r.matchers(raw, "source_matchers", ip), r.matchers(raw, "target_matchers", ip)
             if (not src and not rule.source_matchers) or (not tgt and not rule.target_matchers):
                 r.bad(ip, "needs source_matchers and target_matchers, e.g. " + InhibitConfig.example)
@@ -1213,7 +1226,7 @@ def _alerts(r: _Reader, cfg: Config, al: AlertsConfig) -> None:
 
     hooks = {w.name for w in cfg.webhooks}
     for i, (rp, rt) in enumerate(r.items(al.routes, "alerts.routes", RouteConfig.example)):
-        route = r.section_of(RouteConfig, {**rt, "matchers": None, "slack": None}, rp)
+        route = r.section(RouteConfig, {**rt, "matchers": None, "slack": None}, rp)
         name = f"route{i + 1}" if route.name is None else route.name
         matchers = r.matchers(rt, "matchers", rp)
         if not matchers and not rt.get("matchers"):  # (given but invalid: already reported)
@@ -1280,5 +1293,5 @@ def source_servers(cfg: Config) -> set[str]:
     """The servers a source of `cfg` names: each followed log's (globs expanded), each HTTP API's
     and /metrics endpoint's, and `process.servers`' (the default `server` only where one of
     them uses it)."""
-    return ({s.server for s in cfg.logs} | {a.server for a in cfg.server_apis} | {m.server for m in cfg.server_metrics}
-            | set(cfg.process.servers.values()))
+    apis = [a.server for a in cfg.server_apis] + [m.server for m in cfg.server_metrics]  # set on each by build_config
+    return ({s.server for s in cfg.logs} | {s for s in apis if s is not None} | set(cfg.process.servers.values()))

@@ -19,11 +19,14 @@ import queue
 import socket
 import threading
 import time
-from collections.abc import Callable
-from socketserver import BaseServer
-from typing import Any
+from collections.abc import Callable, Iterable
+from socketserver import TCPServer
+from typing import TYPE_CHECKING, Any
 
 from specwatch.exposition import Exposition, metrics_answer
+
+if TYPE_CHECKING:
+    from wsgiref.types import StartResponse, WSGIApplication, WSGIEnvironment
 
 POKE_EVERY = 0.05  # seconds between connections that wake a loop asked to stop
 WRITE_BUFFER = 1 << 16  # bytes; a compressed /metrics answer fits in one send
@@ -31,7 +34,7 @@ WORKERS = 4  # threads answering requests: a few stalled connections leave the s
 REQUEST_TIMEOUT = 10.0  # seconds a connection may take to send its request and read the answer
 
 
-def serve_quietly(httpd: BaseServer, thread: threading.Thread | None = None) -> threading.Thread:
+def serve_quietly(httpd: TCPServer, thread: threading.Thread | None = None) -> threading.Thread:
     """Stop `thread`'s `serve_forever` loop (start_http_server's), then serve `httpd` on a new
     daemon thread that sleeps until a connection arrives. Returns that thread."""
     if thread is not None:
@@ -65,12 +68,14 @@ def serve_pooled(httpd: Any, workers: int = WORKERS) -> list[threading.Thread]:
     return threads
 
 
-def stop_serving(httpd: BaseServer, thread: threading.Thread, timeout: float = 5.0) -> bool:
+def stop_serving(httpd: TCPServer, thread: threading.Thread, timeout: float = 5.0) -> bool:
     """End the `serve_forever` loop running on `thread` (the listening socket stays open).
     Returns False when it did not end within `timeout` seconds."""
     stopper = threading.Thread(target=httpd.shutdown, daemon=True)  # blocks until the loop ends
     stopper.start()
     host, port = httpd.server_address[:2]
+    if isinstance(host, (bytes, bytearray)):  # typed as bind's argument; a bound server's is getsockname()'s str
+        host = host.decode()
     deadline = time.monotonic() + timeout
     while stopper.is_alive() and time.monotonic() < deadline:
         try:  # a connection makes select return; the loop then sees the request to stop
@@ -82,24 +87,26 @@ def stop_serving(httpd: BaseServer, thread: threading.Thread, timeout: float = 5
     return not thread.is_alive()
 
 
-def _text(start_response, status: str, text: str, headers: tuple = ()) -> list[bytes]:
+def _text(start_response: StartResponse, status: str, text: str,
+          headers: tuple[tuple[str, str], ...] = ()) -> list[bytes]:
     body = text.encode()
     start_response(status, [("Content-Type", "text/plain; charset=utf-8"), ("Content-Length", str(len(body))),
                             *headers])
     return [body]
 
 
-def not_found(environ, start_response) -> list[bytes]:
+def not_found(environ: WSGIEnvironment, start_response: StartResponse) -> list[bytes]:
     """404 with Go's net/http text, as Prometheus answers an unknown path."""
     return _text(start_response, "404 Not Found", "404 page not found\n")
 
 
-def listener_app(exposition: Exposition, app, ready: Callable[[], str | None], name: str = "specwatch"):
+def listener_app(exposition: Exposition, app: WSGIApplication, ready: Callable[[], str | None],
+                 name: str = "specwatch") -> WSGIApplication:
     """WSGI app: `/metrics` from `exposition`, `/-/healthy`, `/-/ready` (`ready()`: None when
     ready, else why not, one line), anything else to `app`. Bodies of health answers are
     Prometheus' sentences with `name`."""
 
-    def route(environ, start_response):
+    def route(environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
         path = environ.get("PATH_INFO") or "/"
         if path == "/metrics":
             status, headers, body = metrics_answer(exposition, environ)
@@ -114,7 +121,7 @@ def listener_app(exposition: Exposition, app, ready: Callable[[], str | None], n
             return _text(start_response, "503 Service Unavailable", f"{name} is not ready: {why}\n")
         return app(environ, start_response)
 
-    def methods(environ, start_response):
+    def methods(environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
         method = environ.get("REQUEST_METHOD", "GET")
         if method == "GET":
             return route(environ, start_response)
@@ -123,7 +130,7 @@ def listener_app(exposition: Exposition, app, ready: Callable[[], str | None], n
                          (("Allow", "GET, HEAD"),))
         got: dict = {}
 
-        def start(status, headers, exc_info=None):
+        def start(status: str, headers: list[tuple[str, str]], exc_info: Any = None) -> Callable[[bytes], object]:
             got.update(status=status, headers=headers)
             return lambda data: None  # a HEAD answer has no body
 

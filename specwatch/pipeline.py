@@ -19,6 +19,7 @@ import os
 import re
 import threading
 import time
+from datetime import tzinfo
 from zoneinfo import ZoneInfo
 from dataclasses import dataclass, field
 from typing import Callable
@@ -109,7 +110,7 @@ class ServerStats:
     # replay: the last other lines read (their text; `Pipeline._last_lines` dates the last one
     # by its stamp when a rule asks), and their file's zone
     other_text: str | None = None
-    other_tz: object = None
+    other_tz: tzinfo | None = None
     # Error stage: LogError events by kind; the clock of the last line of each kind (KINDS + "error").
     errors: dict[str, int] = field(default_factory=lambda: dict.fromkeys(ERROR_KINDS, 0))
     last_line: dict[str, float] = field(default_factory=dict)
@@ -199,7 +200,7 @@ class Pipeline:
         self._server_of = {src.path: src.server for src in config.logs}
         self._prefix = {src.path: re.compile(src.container_prefix) if src.container_prefix else None
                         for src in config.logs}
-        self._tz = {src.path: ZoneInfo(src.timezone) if src.timezone else None for src in config.logs}
+        self._tz: dict[str, tzinfo | None] = {src.path: ZoneInfo(src.timezone) if src.timezone else None for src in config.logs}
         self.clocks = LogClocks()  # re-learned under the new zones
         # `format: sglang`, or a grammar that rewrites lines into SGLang's form: the log is SGLang's
         self._sglang_form = {src.path for src in config.logs if src.grammar or src.envelope == "plain"}
@@ -483,8 +484,10 @@ class Pipeline:
         dirty = self._dirty
         seq = self._seq
         decodes = prefills = 0
-        clock = now
-        last_decode = last_prefill = None
+        # a replay's clock is each line's stamp, set at the line before any use; a kind's last
+        # clock is read only once a line of it was counted (`_count`)
+        clock = -math.inf if now is None else now
+        last_decode = last_prefill = -math.inf
         for ts, token, running, queued, accept, thr, drafted, src in records:
             rs = ranks.get(token)
             if rs is None:
@@ -536,7 +539,7 @@ class Pipeline:
             if due or seq - self._evaluated >= EVALUATE_LINES:
                 self._count(stats, decodes, prefills, last_decode, last_prefill)
                 decodes = prefills = 0
-                last_decode = last_prefill = None
+                last_decode = last_prefill = -math.inf
                 self._seq = seq
                 self.evaluate()
                 if due:  # time-based rules need no finer clock
@@ -545,8 +548,7 @@ class Pipeline:
         self._count(stats, decodes, prefills, last_decode, last_prefill)
 
     @staticmethod
-    def _count(stats: ServerStats, decodes: int, prefills: int, last_decode: float | None,
-               last_prefill: float | None) -> None:
+    def _count(stats: ServerStats, decodes: int, prefills: int, last_decode: float, last_prefill: float) -> None:
         lines = stats.lines
         if decodes:
             lines["decode"] += decodes
@@ -749,9 +751,11 @@ class Pipeline:
                 rs = self.scraped[(server, b.rank)] = RankSummary(server, b.rank, dict(b.ranks))
             rs.decode_batches += 1
             rs.last_decode = b
-            rs.add_accept(b.accept_length)
+            accept = b.accept_length
+            assert accept is not None  # metrics_windows yields the ranks with one
+            rs.add_accept(accept)
             if not rs.history.floor <= b.timestamp < rs.history.due:
-                rs.history.add(b.timestamp, b.accept_length, rs.accept_length_sum, rs.accept_length_count,
+                rs.history.add(b.timestamp, accept, rs.accept_length_sum, rs.accept_length_count,
                                self.alert_state(server, b.rank))
 
     @staticmethod
@@ -793,22 +797,22 @@ class Pipeline:
         each rank of the old process that the new one has not printed within
         `rules.windows.max_gap` of its first line (a DP rank the restart dropped). A server that
         went quiet keeps its ranks (the stall and silence rules speak of them)."""
-        by_server: dict[str, list[RankSummary]] = {}
+        by_server: dict[str, list[tuple[float, RankSummary]]] = {}  # (when last seen, rank)
         for rs in self.ranks.values():
             if rs.seen is None:
                 rs.seen = now  # restored from the saved state: its clock starts now
-            by_server.setdefault(rs.server, []).append(rs)
+            by_server.setdefault(rs.server, []).append((rs.seen, rs))
         expiry, max_gap = self.config.limits.rank_expiry, self.config.windows.max_gap
         for server, ranks in by_server.items():
-            latest = max(rs.seen for rs in ranks)
-            gone = [rs for rs in ranks if latest - rs.seen > expiry]
+            latest = max(seen for seen, _ in ranks)
+            gone = [rs for seen, rs in ranks if latest - seen > expiry]
             restart = self._restarts.get(server)
             if restart is not None:
                 if restart[1] is None and latest >= restart[0]:
                     restart[1] = now  # the new process prints
                 if restart[1] is not None:
                     if latest - restart[1] > max_gap:
-                        gone += [rs for rs in ranks if rs.seen < restart[0] and rs not in gone]
+                        gone += [rs for seen, rs in ranks if seen < restart[0] and rs not in gone]
                         del self._restarts[server]
             for rs in gone:
                 self._forget_rank(rs, now)
