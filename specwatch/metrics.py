@@ -215,8 +215,9 @@ class FollowerCollector(Collector):
             stage = getattr(f, "stage", None)  # a container log's Unwrap counts what it rejoins and drops
             for attr, fam in fams.items():
                 fam.add_metric([path], getattr(f, attr, 0) + getattr(stage, attr, 0))
-            if getattr(f, "last_line_timestamp", None) is not None:
-                last.add_metric([path], f.last_line_timestamp)
+            at = getattr(f, "last_line_timestamp", None)
+            if at is not None:
+                last.add_metric([path], at)
             is_open.add_metric([path], 1.0 if getattr(f, "is_open", False) else 0.0)
         yield from fams.values()
         yield last
@@ -257,13 +258,13 @@ class SelfCollector(Collector):
         build.add_metric([__version__, platform.python_version()], 1.0)
         yield build
         if self.reload_status is not None:
-            ok, last_ok = self.reload_status()
+            ok, reloaded_at = self.reload_status()
             # Named like Prometheus' own prometheus_config_last_reload_success* pair.
             g = GaugeMetricFamily("specwatch_config_reload_success", "1 when the last config reload (SIGHUP) succeeded or none was tried, 0 when it was refused (the previous config keeps running).")
             g.add_metric([], 1.0 if ok else 0.0)
             yield g
             g = GaugeMetricFamily("specwatch_config_last_reload_success_timestamp_seconds", "Wall time of the last successful config load (start-up or reload), seconds since the epoch.")
-            g.add_metric([], last_ok)
+            g.add_metric([], reloaded_at)
             yield g
         if self.store is not None:
             c = CounterMetricFamily("specwatch_state_write_errors", "Failed commits of the state to state_dir/state.db (disk full, I/O error); specwatch runs on from memory and writes it once it works again.")
@@ -300,12 +301,13 @@ class SelfCollector(Collector):
         depth = GaugeMetricFamily("specwatch_notification_queue_depth", "Notifications waiting for delivery, by notifier.", labels=("notifier",))
         last_ok = GaugeMetricFamily("specwatch_notification_last_success_timestamp_seconds", "Wall time of the last successful delivery.", labels=("notifier",))
         dead = GaugeMetricFamily("specwatch_notifications_dead_letter", "Notifications the receiver refused (e.g. HTTP 404), kept in state_dir and retried when it takes one again or its URL changes (`specwatch notifications list`).", labels=("notifier",))
-        for name, n in self.notifiers().items():
-            sent.add_metric([name], getattr(n, "sent_total", 0))
-            for reason, c in sorted(getattr(n, "failed_total", {}).items()):
+        for name, notifier in self.notifiers().items():
+            sent.add_metric([name], getattr(notifier, "sent_total", 0))
+            for reason, c in sorted(getattr(notifier, "failed_total", {}).items()):
                 failed.add_metric([name, reason], c)
-            depth.add_metric([name], getattr(n, "queue_depth", 0))
-            dead.add_metric([name], getattr(n, "dead_letter_count", 0))
-            if getattr(n, "last_success_timestamp", None):
-                last_ok.add_metric([name], n.last_success_timestamp)
+            depth.add_metric([name], getattr(notifier, "queue_depth", 0))
+            dead.add_metric([name], getattr(notifier, "dead_letter_count", 0))
+            ok_at = getattr(notifier, "last_success_timestamp", None)
+            if ok_at:
+                last_ok.add_metric([name], ok_at)
         yield from (sent, failed, depth, last_ok, dead)

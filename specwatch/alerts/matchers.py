@@ -37,7 +37,7 @@ class Matcher:
             return v == self.value
         if self.op == "!=":
             return v != self.value
-        hit = self._re.fullmatch(v) is not None  # type: ignore[attr-defined]
+        hit = self._re.fullmatch(v) is not None  # type: ignore[attr-defined]  # set by __post_init__ for a regex op only
         return hit if self.op == "=~" else not hit
 
     def __str__(self) -> str:
