@@ -38,7 +38,7 @@ def _print_problems(path: str, e: ConfigError) -> int:
 
 
 def cmd_check_config(args) -> int:
-    from specwatch import envfile
+    from specwatch.system import envfile
 
     env_file = args.env_file or os.path.join(os.path.dirname(os.path.abspath(args.file)), "environment")
     for w in envfile.apply(env_file)[1]:

@@ -39,7 +39,7 @@ import msgspec
 import yaml
 from msgspec import Meta
 
-from specwatch import safe_yaml
+from specwatch.system import safe_yaml
 from specwatch.alerts.inhibit import InhibitRule, default_inhibit_rules
 from specwatch.alerts.matchers import Matcher, parse_matcher
 from specwatch.alerts.renamed import follow_renames
@@ -1248,7 +1248,7 @@ def load_run_config(path: str | os.PathLike) -> Config:
     """`load_config(path, for_run=True)`, so start-up, a reload (SIGHUP) and `check-config` accept
     exactly the same files, and its state_dir is a folder the daemon can write in (or create).
     Raises ConfigError."""
-    from specwatch.storage import state_dir_problem
+    from specwatch.system.storage import state_dir_problem
 
     cfg = load_config(path, for_run=True)
     problem = state_dir_problem(cfg.state_dir)

@@ -13,7 +13,7 @@ interval, and a busy log's rounds at its cadence), one scan of /proc every `proc
 one HTTP GET per `server_api.interval`, one per `server_metrics[].interval`, plus these wake-ups
 (each costs: README "Performance").
 
-State (`<state_dir>/state.db`, `specwatch.storage.StateStore`): file offsets, the rule/alert
+State (`<state_dir>/state.db`, `specwatch.system.storage.StateStore`): file offsets, the rule/alert
 state, the line counters and each notifier's queue, committed in one transaction by the
 followers' thread after a poll round that queued or delivered a notification (at once: an alert
 transition is durable before it is sent), and otherwise at most every `STATE_EVERY` seconds
@@ -67,12 +67,12 @@ from specwatch import __version__
 from specwatch.alerting import build_alerting
 from specwatch.config import Config, ConfigError, LogSource, ProcessTies, load_run_config, source_servers
 from specwatch.exposition import Exposition
-from specwatch.listener import listener_app, not_found, serve_pooled, serve_quietly, stop_serving
+from specwatch.system.listener import listener_app, not_found, serve_pooled, serve_quietly, stop_serving
 from specwatch.metrics import FollowerCollector, PipelineCollector, SelfCollector, ServerCollector
 from specwatch.notifiers import dead_letter, failing
 from specwatch.notifiers.queue import QueuedNotifier
 from specwatch.pipeline import Pipeline
-from specwatch.sdnotify import Watchdog, monotonic_usec, notify
+from specwatch.system.sdnotify import Watchdog, monotonic_usec, notify
 from specwatch.sources.cadence import ReadCadence
 from specwatch.sources.stream import LineStream, open_stream
 from specwatch.sources.follow import FollowerGroup
@@ -80,7 +80,7 @@ from specwatch.sources.log_health import LogHealth
 from specwatch.sources.logfiles import LogSet
 from specwatch.status.view import StatusView
 from specwatch.status.web import status_app
-from specwatch.storage import STATE_DB, StateDirLocked, StateStore, lock_state_dir, private_dir, read_json
+from specwatch.system.storage import STATE_DB, StateDirLocked, StateStore, lock_state_dir, private_dir, read_json
 
 if TYPE_CHECKING:
     from wsgiref.simple_server import WSGIServer
@@ -295,7 +295,7 @@ class Daemon:
         self.pipeline.feed_batch(batch, now=time.time())
 
     def _app(self):
-        """The WSGI app served (specwatch/listener.py): the registry at `/metrics`, `/-/healthy`,
+        """The WSGI app served (specwatch/system/listener.py): the registry at `/metrics`, `/-/healthy`,
         `/-/ready`, the status page at `/` and `/api/status` (specwatch/status/), 404 elsewhere."""
         view = StatusView(self.pipeline, sources=lambda: [*self.followers.followers.values(), *self.sources,
                                                           *self.notifiers.values()],

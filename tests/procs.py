@@ -15,7 +15,7 @@ from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from specwatch.childproc import die_with_parent
+from specwatch.system.childproc import die_with_parent
 
 SAMPLES = Path(__file__).resolve().parent / "data" / "samples"
 
@@ -48,7 +48,7 @@ def release_ports(keep: int = 0) -> None:
 def popen(argv, **kw) -> subprocess.Popen:
     """`subprocess.Popen` of a child that is SIGKILLed when the test process (the calling thread)
     ends, however it ends: a killed or timed-out test run leaves no daemon behind (a
-    parent-death signal, specwatch/childproc.py; the pid is the command's)."""
+    parent-death signal, specwatch/system/childproc.py; the pid is the command's)."""
     proc = subprocess.Popen(wrapped := die_with_parent(argv, signal.SIGKILL), **kw)
     # The wrapper sets the signal, then execs argv: until then /proc shows the wrapper's command
     # line (which names argv), and a process scan started at once would see that process.

@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import ast
 
-from specwatch import pyast
+from specwatch.system import pyast
 from pathlib import Path
 
 

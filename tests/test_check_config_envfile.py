@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from specwatch import envfile
+from specwatch.system import envfile
 
 ROOT = Path(__file__).resolve().parents[1]
 URL = "https://hooks.slack.com/services/T000/B000/XXXX"

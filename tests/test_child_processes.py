@@ -16,7 +16,7 @@ import psutil
 from journal_files import JournalDir
 import procs
 from procs import popen, wait_for
-from specwatch.childproc import die_with_parent
+from specwatch.system.childproc import die_with_parent
 from specwatch_daemon import SpecwatchDaemon
 
 TESTS = Path(__file__).resolve().parent

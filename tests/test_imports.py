@@ -86,6 +86,16 @@ def test_no_import_circles():
     assert circles(graph) == []
 
 
+def test_the_os_layer_imports_nothing_above_it():
+    """specwatch/system/ (sd_notify, the listener, child processes, storage, ...) is the bottom
+    layer: it imports none of specwatch's other modules (docs/development.md)."""
+    known = modules()
+    above = {name: sorted(m for m in imports(name, path, known) if m not in ("specwatch", "specwatch.system")
+                          and not m.startswith("specwatch.system."))
+             for name, path in known.items() if name.startswith("specwatch.system")}
+    assert above and all(not v for v in above.values()), above
+
+
 def test_the_circle_finder_finds_one():
     assert circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
 

@@ -18,7 +18,7 @@ from slack_endpoint import SlackEndpoint
 from specwatch_daemon import SpecwatchDaemon
 from specwatch import daemon as daemon_mod
 from specwatch.config import load_run_config
-from specwatch.sdnotify import Watchdog
+from specwatch.system.sdnotify import Watchdog
 
 
 @pytest.fixture

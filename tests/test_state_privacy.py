@@ -11,7 +11,7 @@ import urllib.request
 from pathlib import Path
 
 from procs import decode_line, free_port, wait_for
-from specwatch.storage import StateStore
+from specwatch.system.storage import StateStore
 from specwatch_daemon import SpecwatchDaemon, read_state
 
 PASSWORD = "hunter2-pw-0b5cure"

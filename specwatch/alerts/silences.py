@@ -24,7 +24,7 @@ from pathlib import Path
 
 from specwatch.alerts.matchers import Matcher, matches_all, parse_matcher
 from specwatch.alerts.renamed import follow_renames
-from specwatch.storage import PRIVATE_FILE, private_dir, read_json, write_json_atomic
+from specwatch.system.storage import PRIVATE_FILE, private_dir, read_json, write_json_atomic
 
 log = logging.getLogger(__name__)
 

@@ -19,7 +19,7 @@ import sqlite3
 from pathlib import Path
 
 from specwatch.notifiers.queue import DEAD, describe_alerts
-from specwatch.storage import LOCK_NAME, STATE_DB, StateDirLocked, lock_state_dir, read_json, write_json_atomic
+from specwatch.system.storage import LOCK_NAME, STATE_DB, StateDirLocked, lock_state_dir, read_json, write_json_atomic
 
 REQUEST = "notifications-retry.json"
 

@@ -50,7 +50,7 @@ from typing import TextIO
 
 from specwatch.alerts.model import Notification
 from specwatch.notifiers.http import PERMANENT, RETRY, SENT, Attempt
-from specwatch.storage import write_json_atomic
+from specwatch.system.storage import write_json_atomic
 
 DESCRIBE_MAX = 5  # alerts named in one log line about a notification
 DEAD = "dead_letter"  # the key of a refused item's data that marks it kept in the dead letter
@@ -83,7 +83,7 @@ class QueuedNotifier:
     queue_path: JSON file holding pending items across restarts (None: memory only). With
         `store`, the file of an earlier version to migrate: its items are taken into the outbox
         and `migrated()` renames it `<name>.migrated` once they are committed.
-    store: a `specwatch.storage.StateStore` whose outbox holds the queue (see the module doc).
+    store: a `specwatch.system.storage.StateStore` whose outbox holds the queue (see the module doc).
     timeout: seconds per attempt. backoff_initial / backoff_max: seconds; the n-th consecutive
         transient failure waits min(backoff_max, backoff_initial × 2^n) minus up to 10 % jitter.
         A wait the receiver asks for (Retry-After) is used instead and leaves the backoff alone.

@@ -37,7 +37,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TypeGuard
 
-from specwatch import pyast
+from specwatch.system import pyast
 from specwatch.alerts.model import code
 from specwatch.probes.known_versions import TableFacts
 from specwatch.probes.sglang_facts import (  # noqa: F401  (re-exported: where probes import them from)

@@ -44,7 +44,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import TypedDict
 
-from specwatch import pyast
+from specwatch.system import pyast
 
 EAGLE3_FILE = "model_executor/models/llama_eagle3.py"
 _VERSION = re.compile(r"""__version__\s*=\s*(?:version\s*=\s*)?['"]([^'"]+)['"]""")

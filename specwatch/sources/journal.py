@@ -8,7 +8,7 @@ every systemd host, needs no build, adds no RSS to the daemon (the child holds ~
 own) and idles on inotify: 0 CPU ticks in 10 s measured with journalctl 252. The daemon side
 reads the pipe (non-blocking) for at most `TURN` s per poll round of the followers' thread, so
 a large backlog never holds up the other followed logs' lines; that thread starts
-journalctl with a parent-death signal (`specwatch.childproc`): a killed daemon leaves none
+journalctl with a parent-death signal (`specwatch.system.childproc`): a killed daemon leaves none
 behind; a stopped one ends it in `close()`.
 
 `JournalFollower` has `Follower`'s shape (`path`, `poll()`, `checkpoint()`, `close()`,
@@ -51,7 +51,7 @@ import msgspec
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from specwatch.childproc import die_with_parent
+from specwatch.system.childproc import die_with_parent
 from specwatch.config import JOURNALCTL, JournalConfig
 from specwatch.sources.filestream import LineBatch
 

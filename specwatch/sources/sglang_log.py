@@ -29,7 +29,7 @@ import math
 import re
 from datetime import datetime, tzinfo
 
-from specwatch import pyast
+from specwatch.system import pyast
 from specwatch.events import (
     DecodeBatch,
     MalformedLine,

@@ -1,4 +1,4 @@
-"""The status page of `specwatch run`'s listener (specwatch/listener.py routes to it): the page
+"""The status page of `specwatch run`'s listener (specwatch/system/listener.py routes to it): the page
 at `/`, its data as JSON at `/api/status`, and another app (the listener's 404) at every other path.
 
 `/?refresh=N` sets the page's reload interval in seconds (0: no reload; default 10). The page is

@@ -23,7 +23,7 @@ import psutil
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
-from specwatch.childproc import die_with_parent  # noqa: E402  (the daemon dies with this script)
+from specwatch.system.childproc import die_with_parent  # noqa: E402  (the daemon dies with this script)
 
 SAMPLE = ROOT / "tests" / "data" / "samples" / "kimi-k25-eagle3-collapse.log"
 GPU_FAMILIES = ("specwatch_gpu_utilization_ratio", "specwatch_gpu_memory_used_bytes", "specwatch_gpu_power_watts",

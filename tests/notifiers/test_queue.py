@@ -48,7 +48,7 @@ def test_queue_file_names():
 def test_with_a_store_an_item_is_sent_only_once_committed(slack, tmp_path):
     """Daemon mode (issue #10 item 18): `enqueue` stages; the commit writes the outbox row and
     releases it; delivery deletes the row. Coalescing replaces a staged item."""
-    from specwatch.storage import StateStore
+    from specwatch.system.storage import StateStore
 
     store = StateStore(tmp_path)
     hook = WebhookNotifier(slack.url, store=store, name="webhook/ops")
@@ -74,7 +74,7 @@ def test_sequence_numbers_survive_a_reopened_store_and_a_renamed_receiver(slack,
     """The next number is committed with the rows (the `sequence` table), so a store opened again
     (the daemon restarted) numbers on though every row was delivered and deleted; a renamed
     receiver keeps counting under its new name."""
-    from specwatch.storage import StateStore
+    from specwatch.system.storage import StateStore
 
     store = StateStore(tmp_path)
     n = SlackNotifier(slack.url, store=store, name="slack")
@@ -100,7 +100,7 @@ def test_a_refused_item_is_kept_in_the_store_and_goes_to_a_changed_url_after_a_r
     there (not sent), one with another URL (the webhook was re-created) sends it at once."""
     from slack_endpoint import SlackEndpoint
     from specwatch.notifiers.queue import DEAD
-    from specwatch.storage import StateStore
+    from specwatch.system.storage import StateStore
 
     store = StateStore(tmp_path)
     slack.script.append((404, {}, "no_service"))

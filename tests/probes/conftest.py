@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from checkpoints import OUT as CK
-from specwatch import pyast
+from specwatch.system import pyast
 from specwatch.probes.base import ProbeContext, ServerSettings
 from specwatch.probes.checkpoint import load_draft, load_target
 

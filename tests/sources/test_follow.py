@@ -30,7 +30,7 @@ from specwatch.metrics import FollowerCollector
 from specwatch.sources.filestream import HEAD_BYTES, Follower, LineBatch
 from specwatch.sources.follow import FollowerGroup
 from specwatch.sources.rotated import rotated_files
-from specwatch.storage import read_json, write_json_atomic
+from specwatch.system.storage import read_json, write_json_atomic
 
 LINE_BYTES = len("line 000000\n")
 

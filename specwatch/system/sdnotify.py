@@ -14,7 +14,7 @@ import os
 import socket
 import time
 
-log = logging.getLogger("specwatch.sdnotify")
+log = logging.getLogger("specwatch.system.sdnotify")
 
 
 def notify(message: str) -> bool:
