@@ -66,7 +66,7 @@ from prometheus_client import ProcessCollector as OwnProcessCollector
 from specwatch import __version__
 from specwatch.alerting import build_alerting
 from specwatch.config import Config, ConfigError, LogSource, ProcessTies, load_run_config, source_servers
-from specwatch.exposition import Exposition
+from specwatch.system.exposition import Exposition
 from specwatch.system.listener import listener_app, not_found, serve_pooled, serve_quietly, stop_serving
 from specwatch.metrics import FollowerCollector, PipelineCollector, SelfCollector, ServerCollector
 from specwatch.notifiers import dead_letter, failing

@@ -1,4 +1,4 @@
-"""specwatch/exposition.py writes, byte for byte, what prometheus-client's own encoders write for
+"""specwatch/system/exposition.py writes, byte for byte, what prometheus-client's own encoders write for
 the same registry (text 0.0.4, text 1.0.0, OpenMetrics), from its cache too: unchanged families,
 families whose values moved, series that came and went, label values that need escaping."""
 
@@ -17,7 +17,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.exposition import choose_encoder
 from prometheus_client.registry import Collector
 
-from specwatch.exposition import Exposition
+from specwatch.system.exposition import Exposition
 
 ACCEPTS = ("", "text/plain;version=1.0.0",
            ("application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,"

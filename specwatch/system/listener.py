@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterable
 from socketserver import TCPServer
 from typing import TYPE_CHECKING, Any
 
-from specwatch.exposition import Exposition, metrics_answer
+from specwatch.system.exposition import Exposition, metrics_answer
 
 if TYPE_CHECKING:
     from wsgiref.types import StartResponse, WSGIApplication, WSGIEnvironment
