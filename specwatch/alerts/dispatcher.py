@@ -459,10 +459,14 @@ class Dispatcher:
             key = (g.route.name, g.key, rcv.name)
             send_resolved = getattr(rcv, "send_resolved", True)
             last = self._nflog.get(key)
-            # a resolve only to a receiver told the alert fired: one that fired and resolved
-            # before the group flushed (within group_wait, or one batch) is never sent
+            # a resolve only to a receiver told the alert fired, or of an episode longer than a
+            # flash: one that fired and resolved within group_wait (or one batch's moment) is never
+            # sent; one that joined an open incident and resolved before its follow-up is, as
+            # Alertmanager sends a group's resolved alerts (a rank's collapse never lost)
             told = set(last["firing"]) | set(last["resolved"]) if last else set()
-            gone = [a for a in resolved if a.fingerprint in told]
+            flash = max(g.route.group_wait, FLASH_SECONDS)
+            gone = [a for a in resolved if a.fingerprint in told
+                    or last and a.ends_at is not None and a.ends_at - a.starts_at > flash]
             r_fps = {a.fingerprint for a in gone}
             if not update and not _needs_update(last, f_fps, r_fps, send_resolved, g.route.repeat_interval, now):
                 continue

@@ -193,6 +193,29 @@ def test_another_rank_after_the_incident_resolved_is_a_new_incident():
                              ("firing:AcceptanceCollapse:DP1", "resolved:AcceptanceCollapse:DP0")]
 
 
+def test_a_rank_that_joins_an_open_incident_and_resolves_before_its_follow_up_is_still_sent():
+    """DP0's collapse is notified; DP1 collapses a moment later (it joins the open incident: the
+    follow-up waits for group_interval) and recovers after 21 s, before that follow-up: it is in
+    the follow-up as resolved, not lost. A flash (fired and resolved within FLASH_SECONDS) is not."""
+    rec = Recorder()
+    d = Dispatcher([rec], group_wait=0, group_interval=30)
+    a0 = alert(rank="DP0", starts_at=100)
+    d.handle(a0, now=100)
+    assert rec.summary() == [("firing:AcceptanceCollapse:DP0",)]
+    a1, a2 = alert(rank="DP1", starts_at=100.3), alert(rank="DP2", starts_at=100.5)
+    d.handle(a1, now=100.3)
+    d.handle(a2, now=100.5)
+    d.handle(resolved(a1, 121.3), now=121.3)  # a 21 s collapse, over before the follow-up
+    flash = alert(rank="DP3", starts_at=101)
+    d.handle(flash, now=101)
+    d.handle(resolved(flash, 101.5), now=101.5)
+    d.tick(129.9)
+    assert len(rec.got) == 1
+    d.tick(130)
+    assert sorted(rec.summary()[1]) == ["firing:AcceptanceCollapse:DP0", "firing:AcceptanceCollapse:DP2",
+                                        "resolved:AcceptanceCollapse:DP1"]
+
+
 def test_group_by_splits_groups():
     rec = Recorder()
     d = Dispatcher([rec], group_by=["alertname"], group_wait=0, group_interval=0)
