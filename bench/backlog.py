@@ -40,6 +40,7 @@ import psutil
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT))  # this checkout's specwatch, not an installed copy
 from sglang_lines import mixed_log  # noqa: E402
 
 _RUNS = itertools.count()
