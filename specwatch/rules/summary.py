@@ -23,7 +23,7 @@ from __future__ import annotations
 import math
 
 from specwatch.events import DecodeBatch
-from specwatch.sources.sglang_log import decode_at
+from specwatch.engines.sglang.log import decode_at
 from specwatch.status.history import AcceptHistory
 
 # bits of a pending entry's flags (`rules/windows.Window`'s booleans)

@@ -50,9 +50,9 @@ from collections import deque
 from datetime import datetime, tzinfo
 
 from specwatch.events import LogError
-from specwatch.sources.engines import LogEngine
-from specwatch.sources.sglang_log import bracket_prefix, record_message
-from specwatch.sources.vllm_log import ENGINE as VLLM, header_time
+from specwatch.engines import LogEngine
+from specwatch.engines.sglang.log import bracket_prefix, record_message
+from specwatch.engines.vllm.log import ENGINE as VLLM, header_time
 
 KINDS = ("cuda_oom", "nccl_timeout", "shape_mismatch", "health_check", "watchdog_timeout", "subprocess_crash",
          "cuda_graph", "device_assert", "unsupported", "shutdown", "other")

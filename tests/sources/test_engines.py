@@ -1,4 +1,4 @@
-"""The engine of each log (specwatch/sources/engines.py): both grammars until a line of one is
+"""The engine of each log (specwatch/engines/__init__.py): both grammars until a line of one is
 read, then that engine's alone, through the real pipeline and Follower (`replay_files`)."""
 
 from __future__ import annotations
@@ -12,7 +12,9 @@ from specwatch.config import build_config
 from specwatch.events import DecodeBatch, OtherLine
 from specwatch.pipeline import Pipeline
 from specwatch.replay import replay_files
-from specwatch.sources import engines, sglang_log, vllm_log
+import specwatch.engines as engines
+from specwatch.engines.sglang import log as sglang_log
+from specwatch.engines.vllm import log as vllm_log
 
 V = "0.33.0"
 SG_DECODE = sglang_lines.decode_line("0.5.23", ts="2026-03-01 10:00:00", accept_len=2.8, running=4)[0]

@@ -1,7 +1,7 @@
 """The log grammars of the engines specwatch reads, behind the two calls the pipeline makes.
 
-SGLang's grammar (sources/sglang_log.py) reads a line first; a line it leaves as OtherLine that
-could be vLLM's goes to sources/vllm_log.py. The two never both match: SGLang lines start with a
+SGLang's grammar (engines/sglang/log.py) reads a line first; a line it leaves as OtherLine that
+could be vLLM's goes to engines/vllm/log.py. The two never both match: SGLang lines start with a
 `[YYYY-MM-DD …]` bracket, vLLM lines with `LEVEL MM-DD …` (after a process tag).
 
 A log is one engine's: `LogEngine` (one per log source) tries both only until a line of one is
@@ -15,7 +15,8 @@ import re
 from datetime import tzinfo
 
 from specwatch.events import MalformedLine, OtherLine, UnrecognizedLine
-from specwatch.sources import sglang_log, vllm_log
+from specwatch.engines.sglang import log as sglang_log
+from specwatch.engines.vllm import log as vllm_log
 
 _sglang_maybe, _vllm_maybe = sglang_log.maybe_event, vllm_log.maybe_event
 _sglang_parse, _vllm_parse = sglang_log.parse_line, vllm_log.parse_line
