@@ -106,7 +106,7 @@ def mtail(log: Path, out: Path) -> tuple[float, float, int]:
 SCAN_FLOOR = """
 import sys
 import specwatch.cli, specwatch.replay, specwatch.pipeline
-from specwatch.sources.sglang_log import CANONICAL_LINES
+from specwatch.engines.sglang.log import CANONICAL_LINES
 from specwatch.sources.filestream import READ_BYTES
 n = 0
 with open(sys.argv[1], encoding="utf-8", errors="replace") as f:

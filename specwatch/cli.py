@@ -422,7 +422,7 @@ def cmd_run(args) -> int:
 def _settings(args: argparse.Namespace) -> tuple[ServerSettings, dict]:
     """ServerSettings from --server-args-from / --server-info / --pid, then explicit flags over them."""
     from specwatch.probes.base import ServerSettings, normalize_algorithm
-    from specwatch.sources import server_settings
+    from specwatch.engines.sglang import settings as server_settings
 
     found: dict = {}
     if args.server_args_from:
@@ -445,7 +445,7 @@ def _facts(args):
     whose command line names --draft), else the importable sglang, else the table for
     --sglang-version. Raises NoSGLangSource (nothing checked) when none of them is there."""
     from specwatch.diagnosis import NoSGLangSource, facts_for, server_of_draft
-    from specwatch.probes.sglang_source import sglang_root_of_process
+    from specwatch.engines.sglang.source import sglang_root_of_process
 
     root, pid = args.sglang_root, args.pid
     if root is None and pid is None and args.draft is not None:
@@ -465,7 +465,7 @@ def _vllm_facts(args, found: dict):
     """VllmFacts for `diagnose`, or None for an SGLang server: `--engine vllm`, or (auto) a
     server whose settings (`--pid`, `--server-info`) say vLLM. Raises FileNotFoundError when no
     vLLM source is found."""
-    from specwatch.probes.vllm_source import VllmFacts, find_vllm_root, vllm_root_of_process
+    from specwatch.engines.vllm.source import VllmFacts, find_vllm_root, vllm_root_of_process
 
     if args.engine == "sglang" or (args.engine == "auto" and found.get("engine") != "vllm"):
         return None
@@ -479,7 +479,7 @@ def _vllm_facts(args, found: dict):
 def cmd_diagnose(args) -> int:
     from specwatch.diagnosis import NoSGLangSource, diagnose
     from specwatch.probes.checkpoint import CheckpointError
-    from specwatch.probes.vllm_probes import diagnose_vllm
+    from specwatch.engines.vllm.probes import diagnose_vllm
 
     missing = [f"--{flag} {path}: no such file or directory" for flag, path in (("draft", args.draft), ("target", args.target))
                if path is not None and not os.path.exists(os.path.expanduser(path))]

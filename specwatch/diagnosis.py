@@ -44,8 +44,8 @@ def facts_for(sglang_root: str | Path | None = None, version: str | None = None,
     """SGLang facts: from `sglang_root`, else the importable `sglang` (found, never imported),
     else specwatch's table for `version` (asked for explicitly). Raises FileNotFoundError for a
     bad `sglang_root`, NoSGLangSource when there is neither a source nor a `version`."""
-    from specwatch.probes.known_versions import TableFacts
-    from specwatch.probes.sglang_source import SourceFacts, find_sglang_root
+    from specwatch.engines.sglang.known_versions import TableFacts
+    from specwatch.engines.sglang.source import SourceFacts, find_sglang_root
 
     if sglang_root:
         return SourceFacts(sglang_root)
@@ -64,7 +64,7 @@ def server_of_draft(draft: str | Path) -> int | None:
     server runs), or None. Command lines are read as data; nothing is run."""
     import psutil
 
-    from specwatch.sources.server_settings import launcher_args, parse_server_argv
+    from specwatch.engines.sglang.settings import launcher_args, parse_server_argv
 
     want = Path(draft).resolve()
     try:
@@ -157,7 +157,7 @@ class Inputs:
     sglang_root: str | None
     settings: ServerSettings
     stamp: tuple = ()
-    engine: str = "sglang"  # "vllm": sglang_root is the folder holding vllm/ (probes/vllm_probes.py)
+    engine: str = "sglang"  # "vllm": sglang_root is the folder holding vllm/ (engines/vllm/probes.py)
 
 
 def _stamp(path: str) -> tuple:
@@ -317,8 +317,8 @@ class _NotChecked(Exception):
 def _diagnose_vllm(draft: Path, target: Path | None, root: str | None) -> Report | None:
     """The vLLM probes against `root` (the server process's vllm, or `diagnosis.vllm_root`), else
     the importable vllm; None when no vLLM source is on this host."""
-    from specwatch.probes.vllm_probes import diagnose_vllm
-    from specwatch.probes.vllm_source import VllmFacts, find_vllm_root
+    from specwatch.engines.vllm.probes import diagnose_vllm
+    from specwatch.engines.vllm.source import VllmFacts, find_vllm_root
 
     where = root or find_vllm_root()
     if where is None:
@@ -331,7 +331,7 @@ def _discover_facts():
     """Facts from the importable sglang (specwatch's own environment). The server's own SGLang
     comes from its process (`Diagnoser.observe_install`, fed by the process source for the
     configured servers only); nothing found on the box is ever run. Raises NoSGLangSource."""
-    from specwatch.probes.sglang_source import SourceFacts, find_sglang_root
+    from specwatch.engines.sglang.source import SourceFacts, find_sglang_root
 
     root = find_sglang_root()
     if root is None:

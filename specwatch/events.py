@@ -63,7 +63,7 @@ class DecodeBatch(BatchLine):
     accept_rate: float | None = None
     gen_throughput: float | None = None
     num_tokens: int | None = None
-    # Which server printed it ("sglang", "vllm": sources/vllm_log.py), and what only some engines say:
+    # Which server printed it ("sglang", "vllm": engines/vllm/log.py), and what only some engines say:
     # acceptance rate of draft position 0..k-1 (vLLM `Per-position acceptance rate`, 0.8.5+), and
     # the interval's accepted / drafted token counts.
     engine: str = "sglang"
@@ -196,7 +196,7 @@ class ServerProcess:
     pids: tuple[int, ...]
     roles: dict[str, RoleUsage]
     output_paths: tuple[str, ...] = ()
-    # "sglang" or "vllm" (sources/vllm_settings.py): for vLLM, args are vLLM's settings and
+    # "sglang" or "vllm" (engines/vllm/settings.py): for vLLM, args are vLLM's settings and
     # sglang_version / sglang_location are those of the `vllm` distribution.
     engine: str = "sglang"
 

@@ -29,7 +29,7 @@ import os
 import time
 from datetime import datetime, timedelta, timezone, tzinfo
 
-from specwatch.sources.sglang_log import bracket_prefix
+from specwatch.engines.sglang.log import bracket_prefix
 
 log = logging.getLogger(__name__)
 

@@ -58,11 +58,11 @@ from specwatch.rules.summary import (AFTER_GAP, IDLE, OTHER_RANK, PREFILL_DOMINA
 from specwatch.sources.filestream import LineBatch
 from specwatch.sources.log_errors import KINDS as ERROR_KINDS
 from specwatch.sources.log_errors import ErrorGrouper, maybe_error
-from specwatch.sources.engines import SGLANG, VLLM, LogEngine
-from specwatch.sources.sglang_log import (bracket_prefix, strip_container_prefix,
+from specwatch.engines import SGLANG, VLLM, LogEngine
+from specwatch.engines.sglang.log import (bracket_prefix, strip_container_prefix,
                                          timestamp_of)
-from specwatch.sources.sglang_log import CANONICAL_LINES, rank_numbers
-from specwatch.sources.vllm_log import VllmAssembler, VllmLine
+from specwatch.engines.sglang.log import CANONICAL_LINES, rank_numbers
+from specwatch.engines.vllm.log import VllmAssembler, VllmLine
 from specwatch.status.history import AlertState
 
 _OTHER = OtherLine()

@@ -132,7 +132,7 @@ def sglang_roots() -> dict[str, Path]:
 @pytest.fixture(scope="session")
 def facts(sglang_roots):
     """SourceFacts per version, shared by the session (they cache parsed files)."""
-    from specwatch.probes.sglang_source import SourceFacts
+    from specwatch.engines.sglang.source import SourceFacts
 
     return {v: SourceFacts(root) for v, root in sglang_roots.items()}
 
@@ -167,7 +167,7 @@ def _unpack_vllm(root: Path, version: str) -> None:
 @pytest.fixture(scope="session")
 def vllm_facts():
     """VllmFacts per version (tests/probes/test_vllm_probes.py)."""
-    from specwatch.probes.vllm_source import VllmFacts
+    from specwatch.engines.vllm.source import VllmFacts
 
     return {v: VllmFacts(vllm_root(v)) for v in VLLM_VERSIONS}
 

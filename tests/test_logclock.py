@@ -12,7 +12,7 @@ from datetime import datetime, timezone
 
 from procs import decode_line
 from specwatch.logclock import LogClocks
-from specwatch.sources.sglang_log import bracket_prefix
+from specwatch.engines.sglang.log import bracket_prefix
 
 UTC = timezone.utc
 # BR-47's second exception, printed without SGLang's stamp (tests/data/samples/bugreport-logs/BR-47.log).

@@ -1,6 +1,6 @@
 """Generator of vLLM log lines with known values, one variant per format vLLM printed (0.5 to 0.33).
 
-Formats follow the printing code named in specwatch/sources/vllm_log.py and docs/vllm.md; each
+Formats follow the printing code named in specwatch/engines/vllm/log.py and docs/vllm.md; each
 builder returns the line text. `VERSIONS` are the format changes:
 
     V0 0.5.0 ("tokens tokens"), 0.6.6 (V0), V1 0.8.3 (no mean acceptance length), 0.8.5 (mean

@@ -2,9 +2,9 @@
 
 One probe per module; each exposes `PROBE_ID` and `run(ctx) -> list[Finding]` and knows nothing
 of alerts or Slack. `checkpoint.py` reads the draft and target (headers, configs, bounded tensor
-samples), `sglang_source.py` reads what the installed SGLang does (with `ast`, never importing
-it), `known_versions.py` is the fallback when no source is available. `specwatch.diagnosis`
-runs them all, or, when the draft is the target itself (MTP/NEXTN), `mtp_head.py` alone.
+samples), `engines/sglang/source.py` reads what the installed SGLang does (with `ast`, never
+importing it), `engines/sglang/known_versions.py` is the fallback when no source is available.
+`specwatch.diagnosis` runs them all, or, when the draft is the target itself (MTP/NEXTN), `mtp_head.py` alone.
 """
 
 from specwatch.probes.base import ERROR, INFO, SEVERITIES, WARNING, Finding, ProbeContext, ServerSettings

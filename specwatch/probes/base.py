@@ -10,7 +10,7 @@ from specwatch.alerts.model import code
 
 if TYPE_CHECKING:  # heavy or circular imports stay out of module import time
     from specwatch.probes.checkpoint import DraftCheckpoint, TargetModel
-    from specwatch.probes.sglang_source import SGLangFacts
+    from specwatch.engines.sglang.source import SGLangFacts
 
 ERROR = "error"
 WARNING = "warning"
@@ -156,7 +156,7 @@ class Report:
     target: str | None
     findings: list[Finding] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
-    engine: str = "sglang"  # "vllm": `sglang_version` / `sglang` then describe the vLLM read (probes/vllm_probes.py)
+    engine: str = "sglang"  # "vllm": `sglang_version` / `sglang` then describe the vLLM read (engines/vllm/probes.py)
 
     @property
     def has_errors(self) -> bool:

@@ -29,7 +29,7 @@ from typing import TypeGuard
 
 from specwatch.probes.base import ProbeContext
 from specwatch.probes.checkpoint import DraftCheckpoint, TensorInfo
-from specwatch.probes.sglang_source import DraftRules
+from specwatch.engines.sglang.source import DraftRules
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from specwatch.probes.base import ERROR, INFO, WARNING, Finding, ProbeContext, sentence
-from specwatch.probes.sglang_source import PLUS_ONE, UNKNOWN, capturable, capture_indices
+from specwatch.engines.sglang.source import PLUS_ONE, UNKNOWN, capturable, capture_indices
 
 PROBE_ID = "layer_ids"
 IDS_KEY = "eagle_aux_hidden_state_layer_ids"
@@ -48,7 +48,7 @@ def _ids(v) -> list[int] | None:
 def family_rule(ctx: ProbeContext) -> str:
     """The newest known rule for the target family (the convention drafts are trained in).
     Callers check first that the target and its architecture are known."""
-    from specwatch.probes.known_versions import CAPTURE, RULE_CHANGES
+    from specwatch.engines.sglang.known_versions import CAPTURE, RULE_CHANGES
 
     arch = ctx.target.architecture if ctx.target is not None else None
     assert arch is not None, "family_rule needs the target's architecture"

@@ -142,7 +142,7 @@ def sglang_layout(facts, arch: str | None) -> MtpLayout | str:
 
 
 def _vllm_override(facts) -> ast.FunctionDef | None:
-    from specwatch.probes.vllm_source import _tree
+    from specwatch.engines.vllm.source import _tree
 
     for rel in ("config/speculative.py", "config.py"):
         tree = _tree(facts.pkg / rel)
@@ -197,7 +197,7 @@ def vllm_mtp_arch(facts, model_type: str | None, arch: str | None) -> tuple[str 
 
 def vllm_layout(facts, arch: str | None, model_type: str | None) -> MtpLayout | str:
     """The MTP head the installed vLLM (`VllmFacts`) builds for a target, or why none."""
-    from specwatch.probes.vllm_source import _tree
+    from specwatch.engines.vllm.source import _tree
 
     version = f"vLLM {facts.version or '?'}"
     mtp, _ = vllm_mtp_arch(facts, model_type, arch)

@@ -29,7 +29,7 @@ from specwatch.sections import AcceptLength, Count, Seconds, Section, hysteresis
 from specwatch.events import DecodeBatch, MetricsSample, ServerArgs
 from specwatch.rules.active import ActiveAlertsRule
 from specwatch.rules.base import RuleContext, alert_key, args_evidence, fmt, new_alert, register
-from specwatch.rules.collapse_vllm import vllm_causes
+from specwatch.engines.vllm.advice import vllm_causes
 from specwatch.rules.server_metrics import collapse_from_metrics
 from specwatch.rules.summary import RANK_LABELS, VALID_ACCEPT, RankSummary, rank_label_values
 from specwatch.rules.windows import Window, WindowConfig

@@ -1,7 +1,7 @@
 """The summariser: every batch line of a rank, once, into what every rule reads.
 
 The pipeline hands each decode and prefill line here, whichever parser read it (the chunk scanner
-of canonical SGLang lines, `sources.sglang_log.parse_line`, vLLM's assembler). Per line it does
+of canonical SGLang lines, `engines.sglang.log.parse_line`, vLLM's assembler). Per line it does
 only what needs the line itself: the rank's counters and last line, the window classification of
 `rules/windows.py` (idle, prefill-dominated, after a gap), and one entry in the rank's `pending`
 list. The rules read the pending lines of every rank that has some at the next evaluation
@@ -23,7 +23,7 @@ from __future__ import annotations
 import math
 
 from specwatch.events import DecodeBatch
-from specwatch.sources.sglang_log import decode_at
+from specwatch.engines.sglang.log import decode_at
 from specwatch.status.history import AcceptHistory
 
 # bits of a pending entry's flags (`rules/windows.Window`'s booleans)

@@ -28,7 +28,7 @@ import math
 import re
 import time
 
-from specwatch.sources.engines import low_accept_in
+from specwatch.engines import low_accept_in
 from specwatch.sources.filestream import LineBatch
 
 ARM_SECONDS = 5.0  # seconds of `fast` rounds after a line that may start a collapse

@@ -50,9 +50,9 @@ from collections import deque
 from datetime import datetime, tzinfo
 
 from specwatch.events import LogError
-from specwatch.sources.engines import LogEngine
-from specwatch.sources.sglang_log import bracket_prefix, record_message
-from specwatch.sources.vllm_log import ENGINE as VLLM, header_time
+from specwatch.engines import LogEngine
+from specwatch.engines.sglang.log import bracket_prefix, record_message
+from specwatch.engines.vllm.log import ENGINE as VLLM, header_time
 
 KINDS = ("cuda_oom", "nccl_timeout", "shape_mismatch", "health_check", "watchdog_timeout", "subprocess_crash",
          "cuda_graph", "device_assert", "unsupported", "shutdown", "other")
@@ -155,7 +155,7 @@ class ErrorGrouper:
     `LogError` events out. Not thread-safe (the pipeline calls it under its lock).
 
     engine: "vllm" once a line with vLLM's header (`ERROR 12-16 05:03:28 engine.py:366] `) was
-    grouped, or once `log` (the file's `sources.engines.LogEngine`) knows the file is vLLM's;
+    grouped, or once `log` (the file's `engines.LogEngine`) knows the file is vLLM's;
     every later event says so (its fixes name vLLM's options). A group with no time stamp of its
     own in a replay (`now` None) takes the file's last stamp seen here."""
 

@@ -53,8 +53,8 @@ from specwatch.events import (
 )
 from specwatch.sources.base import Emit, PollingSource
 from specwatch.sources.log_writers import LogFiles, log_writers, written_log
-from specwatch.sources import vllm_settings
-from specwatch.sources.server_settings import launcher_args, parse_server_argv
+from specwatch.engines.vllm import settings as vllm_settings
+from specwatch.engines.sglang.settings import launcher_args, parse_server_argv
 
 log = logging.getLogger("specwatch.sources.process")
 

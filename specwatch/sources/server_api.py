@@ -38,8 +38,8 @@ from prometheus_client.registry import Collector
 from specwatch.events import ApiSample, DpState, ServerArgs, ServerInfo
 from specwatch.sources.base import Emit, PollingSource
 from specwatch.sources.http_poll import PollClient, PollError
-from specwatch.sources.sglang_log import SERVER_ARG_KEYS
-from specwatch.sources.vllm_api import MODELS_PATH, VERSION_PATH, is_vllm_server_info, parse_vllm_info
+from specwatch.engines.sglang.log import SERVER_ARG_KEYS
+from specwatch.engines.vllm.api import MODELS_PATH, VERSION_PATH, is_vllm_server_info, parse_vllm_info
 
 log = logging.getLogger("specwatch.sources.server_api")
 
@@ -151,7 +151,7 @@ class ServerApiSource(PollingSource):
         self.client = client or PollClient()
         self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._info_path: str | None = None  # the endpoint that answered; None: probe again
-        self._vllm = False  # a vLLM server: /version and /v1/models instead (sources/vllm_api.py)
+        self._vllm = False  # a vLLM server: /version and /v1/models instead (engines/vllm/api.py)
         self._model_path: str | None = None
         self._architectures: tuple[str, ...] | None = None
         self._last_args: dict | None = None

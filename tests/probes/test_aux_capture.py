@@ -8,7 +8,7 @@ from conftest import CK, one, stripped_gemma3_site
 from specwatch.probes import aux_capture, fc_bypass
 from specwatch.probes.base import ProbeContext
 from specwatch.probes.checkpoint import load_draft, load_target
-from specwatch.probes.sglang_source import SourceFacts
+from specwatch.engines.sglang.source import SourceFacts
 
 
 def _target(tmp_path, arch, **text):

@@ -16,7 +16,7 @@ from safetensors.numpy import save_file
 from checkpoints import ROOT
 from specwatch.diagnosis import diagnose
 from specwatch.probes.base import ServerSettings
-from specwatch.probes.vllm_probes import diagnose_vllm
+from specwatch.engines.vllm.probes import diagnose_vllm
 
 BR50 = ROOT / "tests" / "data" / "samples" / "bugreport-logs" / "BR-50" / "target"
 H = 8
@@ -223,7 +223,7 @@ def test_the_missing_head_fix_names_the_engine_flag(facts, vllm_facts, tmp_path)
 
 def test_without_an_engine_source_the_head_is_not_judged(tmp_path):
     """specwatch's version table knows no MTP classes: not checked (info), never a made-up error."""
-    from specwatch.probes.known_versions import TableFacts
+    from specwatch.engines.sglang.known_versions import TableFacts
 
     r = diagnose(None, target(tmp_path, "deepseek"), facts=TableFacts("0.5.23"), settings=ServerSettings(algorithm="EAGLE"))
     assert [(f.id, f.severity) for f in r.findings] == [("mtp_head/not_checked", "info")]

@@ -6,8 +6,8 @@ import pytest
 
 from conftest import stripped_gemma3_site
 
-from specwatch.probes.known_versions import TableFacts
-from specwatch.probes.sglang_source import (
+from specwatch.engines.sglang.known_versions import TableFacts
+from specwatch.engines.sglang.source import (
     AS_IS_IF_MAX_IS_N,
     PLUS_ONE,
     PLUS_ONE_IF_FIRST_IS_1,

@@ -14,8 +14,8 @@ import pytest
 
 from checkpoints import OUT as CKPT
 from checkpoints import variant
-from specwatch.probes.vllm_probes import diagnose_vllm
-from specwatch.probes.vllm_source import LoaderRules
+from specwatch.engines.vllm.probes import diagnose_vllm
+from specwatch.engines.vllm.source import LoaderRules
 
 TARGET = CKPT / "target-llama"  # LlamaForCausalLM, N = 8 layers, V = 256
 STACKED = ((".q_proj", ".qkv_proj"), (".k_proj", ".qkv_proj"), (".v_proj", ".qkv_proj"),

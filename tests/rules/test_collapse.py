@@ -7,7 +7,7 @@ from specwatch.rules.windows import WindowConfig
 from specwatch.events import DecodeBatch, LogLine
 from specwatch.rules.collapse import CollapseRule
 from window_tracker import WindowTracker
-from specwatch.sources.sglang_log import parse_line
+from specwatch.engines.sglang.log import parse_line
 
 SAMPLES = Path(__file__).resolve().parents[1] / "data" / "samples"
 

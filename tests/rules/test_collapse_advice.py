@@ -5,7 +5,7 @@ from pathlib import Path
 
 from specwatch.events import DecodeBatch
 from specwatch.rules.collapse import _utc, known_causes
-from specwatch.sources.sglang_log import parse_line
+from specwatch.engines.sglang.log import parse_line
 from timeline import Timeline, feed, names, pipeline, run
 
 SAMPLES = Path(__file__).resolve().parents[1] / "data" / "samples"

@@ -21,7 +21,7 @@ from specwatch.rules.server_metrics import metrics_windows
 from specwatch.rules.windows import WindowConfig
 from window_tracker import WindowTracker
 from specwatch.sources.server_metrics import VllmReader, read_families
-from specwatch.sources.vllm_log import VllmAssembler, VllmSpecDecoding, VllmStats, parse_line
+from specwatch.engines.vllm.log import VllmAssembler, VllmSpecDecoding, VllmStats, parse_line
 from timeline import names, run
 
 ROOT = Path(__file__).resolve().parents[2]

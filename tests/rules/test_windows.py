@@ -76,7 +76,7 @@ def test_the_summariser_classifies_as_the_reference_tracker():
     from timeline import pipeline
 
     from specwatch.rules.summary import AFTER_GAP, IDLE, PREFILL_DOMINATED, VALID_ACCEPT, VALID_THROUGHPUT
-    from specwatch.sources.sglang_log import parse_line
+    from specwatch.engines.sglang.log import parse_line
 
     def decode_line(accept, clock, rank, running):
         return (f"[2026-01-01 {clock} {rank}] Decode batch, #running-req: {running}, #token: 900, token usage: 0.10, "

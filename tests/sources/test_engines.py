@@ -1,18 +1,22 @@
-"""The engine of each log (specwatch/sources/engines.py): both grammars until a line of one is
+"""The engine of each log (specwatch/engines/__init__.py): both grammars until a line of one is
 read, then that engine's alone, through the real pipeline and Follower (`replay_files`)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 import sglang_lines
 import vllm_lines
+from specwatch import engines
 from specwatch.alerts.dispatcher import Dispatcher
 from specwatch.config import build_config
+from specwatch.engines.sglang import log as sglang_log
+from specwatch.engines.vllm import log as vllm_log
 from specwatch.events import DecodeBatch, OtherLine
 from specwatch.pipeline import Pipeline
 from specwatch.replay import replay_files
-from specwatch.sources import engines, sglang_log, vllm_log
 
 V = "0.33.0"
 SG_DECODE = sglang_lines.decode_line("0.5.23", ts="2026-03-01 10:00:00", accept_len=2.8, running=4)[0]
@@ -120,3 +124,13 @@ def test_low_accept_in_flags_every_vllm_spec_line_form():
         if not engines.low_accept_in((line + "\n").encode(), 1.1):
             missed.append(v)
     assert missed == [], missed
+
+
+def test_the_registry_names_each_engine_once_with_its_grammar():
+    assert engines.NAMES == (engines.SGLANG, engines.VLLM)
+    for name in engines.NAMES:
+        log = engines.LogEngine(name)
+        assert log.name == name
+        assert (log.maybe_event, log.parse_line) == tuple(engines.GRAMMARS[name])
+    with pytest.raises(ValueError):
+        engines.LogEngine("tgi")

@@ -10,7 +10,7 @@ import pytest
 
 from specwatch.sources import log_errors
 from specwatch.sources.log_errors import ErrorGrouper, classify, maybe_error
-from specwatch.sources.sglang_log import maybe_event
+from specwatch.engines.sglang.log import maybe_event
 
 SAMPLES = Path(__file__).resolve().parents[1] / "data" / "samples"
 

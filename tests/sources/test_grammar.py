@@ -17,7 +17,7 @@ from specwatch.events import DecodeBatch
 from specwatch.sources.filestream import LineBatch
 from specwatch.sources.grammar import NOT_A_RECORD, PRESETS, Grammar, problem
 from specwatch.sources.logfiles import stage
-from specwatch.sources.sglang_log import parse_line
+from specwatch.engines.sglang.log import parse_line
 
 BR30 = Path(__file__).resolve().parents[1] / "data" / "samples" / "bugreport-logs" / "BR-30.log"
 ISO = r"(?P<timestamp>\S+) \[(?P<ranks>[^\]]*)\] (?P<message>.*)"

@@ -25,7 +25,7 @@ from specwatch.events import (  # noqa: E402
     ServerStarted,
 )
 from specwatch.sources import process as process_mod  # noqa: E402
-from specwatch.sources.server_settings import launcher_args  # noqa: E402
+from specwatch.engines.sglang.settings import launcher_args  # noqa: E402
 from specwatch.sources.process import (  # noqa: E402
     ProcessSource,
     find_sglang,

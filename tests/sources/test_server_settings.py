@@ -16,7 +16,7 @@ from sglang_options import argparse_reading  # noqa: E402
 
 from specwatch.probes.base import ServerSettings  # noqa: E402
 from specwatch.sources.server_api import ApiError  # noqa: E402
-from specwatch.sources.server_settings import (  # noqa: E402
+from specwatch.engines.sglang.settings import (  # noqa: E402
     FLAGS,
     from_cmdline,
     from_server_info,

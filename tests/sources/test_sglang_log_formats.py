@@ -1,4 +1,4 @@
-"""SGLang log-line formats (docs/sglang-log-lines.md) against `specwatch.sources.sglang_log.parse_line`.
+"""SGLang log-line formats (docs/sglang-log-lines.md) against `specwatch.engines.sglang.log.parse_line`.
 
 Generated lines come from tests/sglang_lines.py (known values per version and option); real
 lines come from tests/data/samples/ (copies of the shared evidence, see SOURCE.md).
@@ -26,7 +26,7 @@ from specwatch.events import (  # noqa: E402
     PrefillBatch,
     ServerArgs,
 )
-from specwatch.sources.sglang_log import parse_line  # noqa: E402
+from specwatch.engines.sglang.log import parse_line  # noqa: E402
 
 SAMPLES = Path(__file__).resolve().parents[1] / "data" / "samples"
 COMPOSE = re.compile(r"sglang-1\s+\| ")
@@ -622,7 +622,7 @@ def test_bugreport_non_sglang_lines_are_other(name, line):
 def test_canonical_fast_paths_build_the_events_of_the_general_path(monkeypatch):
     """The one-match readers of the common decode and prefill lines return exactly what the
     general field-by-field path returns, for every generated case and real sample line."""
-    import specwatch.sources.sglang_log as sl
+    import specwatch.engines.sglang.log as sl
 
     lines = [g.decode_line(v, **kw)[0] for _, v, kw in decode_cases()]
     lines += [g.prefill_line(v, **kw)[0] for _, v, kw in prefill_cases()]
@@ -644,7 +644,7 @@ def test_timestamp_cache_stays_small_over_hours_of_lines():
     """Issue 10 item 23: a cache of parsed seconds grew for 68 minutes of log before each clear."""
     from datetime import timezone
 
-    from specwatch.sources import sglang_log
+    from specwatch.engines.sglang import log as sglang_log
 
     t0 = datetime(2026, 12, 1, tzinfo=timezone.utc).timestamp()
     for s in range(0, 7200, 7):  # two hours of log, one line every 7 s

@@ -1,4 +1,4 @@
-"""The vLLM log grammar (specwatch/sources/vllm_log.py): every vLLM line of the bug-report
+"""The vLLM log grammar (specwatch/engines/vllm/log.py): every vLLM line of the bug-report
 samples with its values, every generated format, V0 counter deltas across restarts, and lines
 that only look like stats (request logs, access logs)."""
 
@@ -9,8 +9,8 @@ import pytest
 
 import vllm_lines as g
 from specwatch.events import DecodeBatch, MalformedLine, OtherLine, ServerArgs
-from specwatch.sources.engines import parse_line as any_engine
-from specwatch.sources.vllm_log import (
+from specwatch.engines import parse_line as any_engine
+from specwatch.engines.vllm.log import (
     VllmAssembler,
     VllmConfig,
     VllmSpecDecoding,

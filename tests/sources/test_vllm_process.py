@@ -20,7 +20,7 @@ from procs import free_port  # noqa: E402
 from specwatch.events import ApiSample, ServerArgs, ServerDown, ServerRestarted, ServerStarted  # noqa: E402
 from specwatch.sources.process import ProcessSource, find_sglang, role_of  # noqa: E402
 from specwatch.sources.server_api import ServerApiSource  # noqa: E402
-from specwatch.sources.vllm_settings import launcher_args, parse_argv  # noqa: E402
+from specwatch.engines.vllm.settings import launcher_args, parse_argv  # noqa: E402
 
 SPEC = {"method": "eagle3", "model": "/models/llama-eagle3", "num_speculative_tokens": 3}
 

@@ -1,6 +1,6 @@
 """The known causes of an acceptance collapse on a vLLM server, each with a check and a fix.
 
-Used by rules/collapse.py for a server whose settings say `engine: vllm` (sources/vllm_log.py,
+Used by rules/collapse.py for a server whose settings say `engine: vllm` (engines/vllm/log.py,
 sources/process.py). Facts, all in `vllm/` of the wheels named:
 - `model_executor/models/llama_eagle3.py`: `Eagle3LlamaForCausalLM.load_weights` drops `t2d`,
   renames `d2t`, keeps `lm_head*` and prefixes every other key with `model.` (0.8.5.post1 lines

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from specwatch.alerts.model import code
 from specwatch.probes.base import ERROR, INFO, WARNING, Finding, Report, sort_findings
-from specwatch.probes.vllm_source import VllmFacts
+from specwatch.engines.vllm.source import VllmFacts
 
 # The parameters of vLLM's Llama EAGLE-3 draft decoder layer (model_executor/models/llama.py and
 # llama_eagle3.py): attribute path → the module table that must hold its first part.

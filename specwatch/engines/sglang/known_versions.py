@@ -8,7 +8,7 @@ read are assumed to follow the nearest rule below them.
 
 from __future__ import annotations
 
-from specwatch.probes.sglang_facts import (
+from specwatch.engines.sglang.facts import (
     AS_IS_IF_MAX_IS_N,
     PLUS_ONE,
     PLUS_ONE_IF_FIRST_IS_1,

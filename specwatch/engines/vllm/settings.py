@@ -21,7 +21,7 @@ import json
 from pathlib import PurePosixPath
 
 from specwatch.sources.cmdline import python_program
-from specwatch.sources.vllm_log import ENGINE, spec_settings
+from specwatch.engines.vllm.log import ENGINE, spec_settings
 
 DEFAULT_PORT = 8000  # `--port` default of vllm/entrypoints/openai/cli_args.py (0.4-0.33)
 

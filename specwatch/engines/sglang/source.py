@@ -39,8 +39,8 @@ from typing import TypeGuard
 
 from specwatch.system import pyast
 from specwatch.alerts.model import code
-from specwatch.probes.known_versions import TableFacts
-from specwatch.probes.sglang_facts import (  # noqa: F401  (re-exported: where probes import them from)
+from specwatch.engines.sglang.known_versions import TableFacts
+from specwatch.engines.sglang.facts import (  # noqa: F401  (re-exported: where probes import them from)
     AS_IS, AS_IS_IF_MAX_IS_N, METHOD, PLUS_ONE, PLUS_ONE_IF_FIRST_IS_1, UNKNOWN, CaptureSupport, DraftRules,
     SGLangFacts, capturable, capture_indices, version_tuple)
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path, PurePosixPath
 
-from specwatch.sources import vllm_settings
+from specwatch.engines.vllm import settings as vllm_settings
 from specwatch.sources.cmdline import python_program
 
 _INT, _STR, _UPPER, _TRUE = int, str, str.upper, None
@@ -153,7 +153,7 @@ def from_pid(pid: int) -> dict[str, object]:
 def from_log(path: str | Path) -> dict[str, object]:
     """The last `server_args` line of an SGLang log ({} when none). Raises OSError."""
     from specwatch.events import ServerArgs
-    from specwatch.sources.sglang_log import parse_line
+    from specwatch.engines.sglang.log import parse_line
 
     args: dict[str, object] = {}
     with open(path, encoding="utf-8", errors="replace") as f:

@@ -1,7 +1,9 @@
-"""The log grammars of the engines specwatch reads, behind the two calls the pipeline makes.
+"""The registry of the engines specwatch reads: their names (`NAMES`), each one's log grammar
+(`GRAMMARS`, the two calls the pipeline makes) and the dispatch between them. Each engine's
+modules live in its own folder, `specwatch/engines/<name>/` (docs/engines.md).
 
-SGLang's grammar (sources/sglang_log.py) reads a line first; a line it leaves as OtherLine that
-could be vLLM's goes to sources/vllm_log.py. The two never both match: SGLang lines start with a
+SGLang's grammar (engines/sglang/log.py) reads a line first; a line it leaves as OtherLine that
+could be vLLM's goes to engines/vllm/log.py. The two never both match: SGLang lines start with a
 `[YYYY-MM-DD …]` bracket, vLLM lines with `LEVEL MM-DD …` (after a process tag).
 
 A log is one engine's: `LogEngine` (one per log source) tries both only until a line of one is
@@ -12,14 +14,29 @@ substring scans, and a vLLM log's skip SGLang's).
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from datetime import tzinfo
+from typing import NamedTuple
 
 from specwatch.events import MalformedLine, OtherLine, UnrecognizedLine
-from specwatch.sources import sglang_log, vllm_log
+from specwatch.engines.sglang import log as sglang_log
+from specwatch.engines.vllm import log as vllm_log
 
 _sglang_maybe, _vllm_maybe = sglang_log.maybe_event, vllm_log.maybe_event
 _sglang_parse, _vllm_parse = sglang_log.parse_line, vllm_log.parse_line
 SGLANG, VLLM = "sglang", vllm_log.ENGINE
+
+
+class Grammar(NamedTuple):
+    """What one engine's `log` module gives the registry."""
+
+    maybe_event: Callable[[str], bool]
+    parse_line: Callable[..., object]
+
+
+# In the order `parse_line` tries them.
+GRAMMARS = {SGLANG: Grammar(_sglang_maybe, _sglang_parse), VLLM: Grammar(_vllm_maybe, _vllm_parse)}
+NAMES = tuple(GRAMMARS)
 _NOT_PROOF = (OtherLine, UnrecognizedLine, MalformedLine)  # lines that do not tell the engine
 
 
@@ -66,18 +83,17 @@ class LogEngine:
 
     def __init__(self, name: str | None = None):
         self.name: str | None = None
-        self.maybe_event, self.parse_line = maybe_event, self._detect
+        self.maybe_event: Callable[[str], bool] = maybe_event
+        self.parse_line: Callable[..., object] = self._detect
         if name is not None:
             self.settle(name)
 
     def settle(self, name: str) -> None:
         """From now on read this log as `name`'s ("sglang" or "vllm"; ValueError otherwise)."""
-        if name == SGLANG:
-            self.maybe_event, self.parse_line = _sglang_maybe, _sglang_parse
-        elif name == VLLM:
-            self.maybe_event, self.parse_line = _vllm_maybe, _vllm_parse
-        else:
+        grammar = GRAMMARS.get(name)
+        if grammar is None:
             raise ValueError(f"unknown engine {name!r}")
+        self.maybe_event, self.parse_line = grammar
         self.name = name
 
     def _detect(self, text: str, *, container_prefix: re.Pattern | None = None, tz: tzinfo | None = None) -> object:

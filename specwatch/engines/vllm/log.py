@@ -385,7 +385,7 @@ def parse_line(text: str, *, container_prefix: re.Pattern | None = None, tz: tzi
         if m:
             text = text[m.end():]
     elif text[:1] not in ("(", "I", "D", "W", "E", "C") and "| " in text[:80]:
-        from specwatch.sources.sglang_log import strip_container_prefix
+        from specwatch.sources.container import strip_container_prefix
 
         text = strip_container_prefix(text, None)
     if text[:1] == "(":
