@@ -190,7 +190,7 @@ class Pipeline:
         self._last_tick = -math.inf
         self._due_tick: float | None = None  # a live read's clock whose tick waits for its evaluation (`_decide`)
         self._groupers: dict[str, ErrorGrouper] = {}  # path → its traceback grouping (error stage)
-        self._engines: dict[str, LogEngine] = {}  # path → its engine's grammar (sources/engines.py)
+        self._engines: dict[str, LogEngine] = {}  # path → its engine's grammar (specwatch/engines/__init__.py)
         self._vllm: dict[str, VllmAssembler] = {}  # server → its vLLM lines into decode batches
         self._path = ""  # the file being fed
         self._map_logs(config)
