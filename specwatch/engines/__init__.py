@@ -37,6 +37,7 @@ class Grammar(NamedTuple):
 # In the order `parse_line` tries them.
 GRAMMARS = {SGLANG: Grammar(_sglang_maybe, _sglang_parse), VLLM: Grammar(_vllm_maybe, _vllm_parse)}
 NAMES = tuple(GRAMMARS)
+TITLES = {SGLANG: "SGLang", VLLM: "vLLM"}  # each engine as its project writes its name, for messages
 _NOT_PROOF = (OtherLine, UnrecognizedLine, MalformedLine)  # lines that do not tell the engine
 
 

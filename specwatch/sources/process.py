@@ -53,6 +53,7 @@ from specwatch.events import (
 )
 from specwatch.sources.base import Emit, PollingSource
 from specwatch.sources.log_writers import LogFiles, log_writers, written_log
+from specwatch.engines import TITLES
 from specwatch.engines.vllm import settings as vllm_settings
 from specwatch.engines.sglang.settings import launcher_args, parse_server_argv
 
@@ -850,17 +851,18 @@ class ProcessSource(PollingSource):
                     assert known is not None  # not found, not configured: found at an earlier scan
                     now_named = next((n for n, sp in found.items() if sp.identity == known.identity), None)
                     if now_named is not None:
-                        log.info("SGLang server %s (pid %d) is %s from now on (tied to its log)", name,
+                        log.info("%s server %s (pid %d) is %s from now on (tied to its log)", _title(known), name,
                                  known.pid, now_named)
                     else:
-                        log.info("SGLang server %s (pid %d) exited; not a configured server, so it is forgotten "
-                                 "(no down alert)", name, known.pid)
+                        log.info("%s server %s (pid %d) exited; not a configured server, so it is forgotten "
+                                 "(no down alert)", _title(known), name, known.pid)
                     del self._last_known[name]
                     self.emit(name, ProcessSample(now, None, expected=False), now)
                     continue
                 if known is None or known.identity != new.identity:  # samples only: no rule, no probe
-                    log.info("SGLang server %s: pid %d, port %d, sglang %s; not a configured server, so only "
-                             "shown in /metrics, never alerted on", name, new.pid, new.port, new.sglang_version or "unknown")
+                    log.info("%s server %s: pid %d, port %d, %s %s; not a configured server, so only "
+                             "shown in /metrics, never alerted on", _title(new), name, new.pid, new.port, new.engine,
+                             new.sglang_version or "unknown")
             elif new is not None:
                 if old is None:
                     self.emit(name, ServerStarted(now, new, first_seen=known is None, previous=known), now)
@@ -870,10 +872,10 @@ class ProcessSource(PollingSource):
                     self._restarted(name, old, new, now)
                 if known is None or known.identity != new.identity:
                     self.emit(name, ServerArgs(now, dict(new.args), source="cmdline"), now)
-                    log.info("SGLang server %s: pid %d, port %d, sglang %s, interpreter %s", name, new.pid,
-                             new.port, new.sglang_version or "unknown", new.interpreter or "unknown")
+                    log.info("%s server %s: pid %d, port %d, %s %s, interpreter %s", _title(new), name, new.pid,
+                             new.port, new.engine, new.sglang_version or "unknown", new.interpreter or "unknown")
             elif old is not None:
-                log.warning("SGLang server %s (pid %d) is gone", name, old.pid)
+                log.warning("%s server %s (pid %d) is gone", _title(old), name, old.pid)
                 self.emit(name, ServerDown(now, old), now)
             if new is not None:
                 self._last_known[name] = new
@@ -881,8 +883,13 @@ class ProcessSource(PollingSource):
 
     def _restarted(self, name: str, old: ServerProcess, new: ServerProcess, now: float) -> None:
         self.restarts_total[name] = self.restarts_total.get(name, 0) + 1
-        log.warning("SGLang server %s restarted: pid %d -> %d", name, old.pid, new.pid)
+        log.warning("%s server %s restarted: pid %d -> %d", _title(new), name, old.pid, new.pid)
         self.emit(name, ServerRestarted(now, old, new), now)
+
+
+def _title(sp: ServerProcess) -> str:
+    """The engine a server process runs, as its project writes it ("SGLang", "vLLM")."""
+    return TITLES.get(sp.engine, sp.engine)
 
 
 class ProcessCollector(Collector):

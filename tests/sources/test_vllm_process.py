@@ -87,7 +87,8 @@ def vllm_install(tmp_path_factory):
     return make_install(tmp_path_factory.mktemp("venv") / "vllm-env", version="0.33.0")
 
 
-def test_found_restarted_and_down(vllm_install):
+def test_found_restarted_and_down(vllm_install, caplog):
+    caplog.set_level("INFO", logger="specwatch.sources.process")
     port = free_port()
     procs = Launcher()
     try:
@@ -117,6 +118,12 @@ def test_found_restarted_and_down(vllm_install):
         rec.events.clear()
         src.poll(time.time())
         assert [d.last.pid for d in rec.of(ServerDown)] == [p2.pid]
+        # its log lines name the engine it runs and its version, never SGLang
+        said = [r.getMessage() for r in caplog.records]
+        assert any(m.startswith(f"vLLM server vllm-a: pid {p1.pid}, port {port}, vllm 0.33.0,") for m in said), said
+        assert f"vLLM server vllm-a restarted: pid {p1.pid} -> {p2.pid}" in said
+        assert f"vLLM server vllm-a (pid {p2.pid}) is gone" in said
+        assert not [m for m in said if "SGLang" in m or "sglang" in m]
     finally:
         procs.stop_all()
 
