@@ -250,6 +250,16 @@ def cmd_notifications(args) -> int:
     state_dir = _state_dir(args)
     try:
         if args.action == "retry":
+            refused = sorted({i["receiver"] for i in dead_letter.queued(state_dir) if i["state"] == "refused"})
+            unknown = [r for r in args.receivers if r not in refused]
+            if unknown:  # a typo, or nothing of that receiver's was refused: say so, ask no one
+                print(f"specwatch notifications retry: no refused notification for {', '.join(unknown)} "
+                      f"(refused: {', '.join(refused) or 'none'}; `specwatch notifications list` shows the queues)",
+                      file=sys.stderr)
+                return 1
+            if not refused:
+                print("no refused notification to send again")
+                return 0
             how, n = dead_letter.retry(state_dir, args.receivers)
             print(f"asked the daemon (pid {n}) to send them again; its log says how many" if how == "daemon" else
                   f"{n} refused notification(s) back in the queue; the daemon sends them when it starts")
