@@ -619,10 +619,13 @@ def build_parser() -> argparse.ArgumentParser:
                                          "here and in the configured Alertmanagers")
     silsub = sil.add_subparsers(dest="action", required=True)
 
-    def where(sp):
+    def where(sp, alertmanager: bool = True):
         g = sp.add_mutually_exclusive_group()
         g.add_argument("--state-dir", help="the daemon's state directory (default: from --config, else /var/lib/specwatch)")
-        g.add_argument("--config", help="the daemon's config file, to find its state_dir (and alerts.alertmanager.urls)")
+        g.add_argument("--config", help="the daemon's config file, to find its state_dir"
+                       + (" (and alerts.alertmanager.urls)" if alertmanager else ""))
+        if not alertmanager:  # the notification queues live in the state directory alone
+            return
         a = sp.add_mutually_exclusive_group()
         a.add_argument("--alertmanager", action="append", metavar="URL",
                        help="also in this Alertmanager (repeatable, amtool's --alertmanager.url; default: the "
@@ -650,10 +653,10 @@ def build_parser() -> argparse.ArgumentParser:
     ntsub = nt.add_subparsers(dest="action", required=True)
     nl = ntsub.add_parser("list", parents=[common], help="list what waits for delivery and what receivers refused")
     nl.add_argument("--json", action="store_true", help="print JSON")
-    where(nl)
+    where(nl, alertmanager=False)
     nr = ntsub.add_parser("retry", parents=[common], help="send refused notifications again (all receivers, or those named)")
     nr.add_argument("receivers", nargs="*", metavar="RECEIVER", help="notifier name, e.g. slack or webhook/ops")
-    where(nr)
+    where(nr, alertmanager=False)
     nt.set_defaults(func=cmd_notifications)
 
     dg = sub.add_parser("diagnose", parents=[common], help="check a draft checkpoint against the target and the installed SGLang "
