@@ -590,12 +590,17 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
 
     r = sub.add_parser("run", parents=[common],
-                       help="follow SGLang logs, serve /metrics, send alerts (the daemon); SIGHUP reloads the config")
+                       help="follow the server's logs, serve /metrics, send alerts (the daemon); SIGHUP reloads the config",
+                       description="The daemon: follows the configured logs (files, the journal, container logs), "
+                                   "polls the engine's /metrics, HTTP API, processes and GPUs, decides, alerts, and "
+                                   "serves /metrics and the status page. SIGHUP reloads the config (a bad one is "
+                                   "refused and the running config stays); SIGTERM stops it, state saved.")
     r.add_argument("--config", required=True, help="YAML config file (see config.example.yaml)")
     r.set_defaults(func=cmd_run)
 
     rp = sub.add_parser("replay", parents=[common], help="run the same pipeline over recorded logs and print a summary")
-    rp.add_argument("logs", nargs="+", metavar="LOG")
+    rp.add_argument("logs", nargs="+", metavar="LOG",
+                    help="a recorded server log (SGLang or vLLM; a rotated copy, gzipped too)")
     rp.add_argument("--config", help="YAML config file (rules, Slack); optional")
     rp.add_argument("--json", action="store_true", help="print the summary as JSON")
     rp.add_argument("--slack-dry-run", action="store_true", help="print each Slack message as it would read instead of posting it "
@@ -676,7 +681,7 @@ def build_parser() -> argparse.ArgumentParser:
     fx.set_defaults(func=cmd_fix_checkpoint)
 
     c = sub.add_parser("check-config", parents=[common], help="validate a config file (exit 2 with every problem named)")
-    c.add_argument("file")
+    c.add_argument("file", help="the YAML config file to check (as `run --config` would read it)")
     c.add_argument("--env-file", metavar="FILE", help="KEY=value secrets the service gets (the unit's EnvironmentFile); "
                    "default: `environment` beside the config; the shell's variables win")
     c.set_defaults(func=cmd_check_config)
