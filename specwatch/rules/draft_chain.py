@@ -57,17 +57,10 @@ class DraftChainRule(DraftPositionsRule[DraftChainConfig]):
     alert_names = (ALERT_NAME,)
     order = 61
 
-    @classmethod
-    def build(cls, config: Config, ctx) -> "DraftChainRule":
-        rule = cls(config.draft_chain, config.collapse.max_accept_length)
-        rule.long_rate = config.draft_length.max_position_rate
-        return rule
-
     long_rate = 0.02  # rules.draft_length.max_position_rate: a position under it is that rule's case
 
     def reconfigure(self, config: Config) -> None:
-        self.config = config.draft_chain
-        self.collapse_accept_length = config.collapse.max_accept_length
+        super().reconfigure(config)
         self.long_rate = config.draft_length.max_position_rate
 
     def _judge(self, server: str, rank: str, ts: float, pos: _Positions, engine: str | None) -> list[Alert]:

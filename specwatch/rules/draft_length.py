@@ -177,6 +177,17 @@ class DraftPositionsRule(Rule, Generic[_S]):
         """The decision on a rank's window of rates (`pos`, at least min_drafts drafts)."""
         raise NotImplementedError
 
+    @classmethod
+    def build(cls, config: Config, ctx) -> "DraftPositionsRule":
+        rule = cls(getattr(config, cls.name))
+        rule.reconfigure(config)
+        return rule
+
+    def reconfigure(self, config: Config) -> None:
+        """Its own section (`rules.<name>`) and the collapse rule's threshold."""
+        self.config = getattr(config, self.name)
+        self.collapse_accept_length = config.collapse.max_accept_length
+
     def to_state(self) -> dict:
         return {"active": self.active.to_state(), **self.args.to_state()}
 
@@ -190,14 +201,6 @@ class DraftLengthRule(DraftPositionsRule[DraftLengthConfig]):
     name = "draft_length"
     alert_names = (ALERT_NAME,)
     order = 60
-
-    @classmethod
-    def build(cls, config: Config, ctx) -> "DraftLengthRule":
-        return cls(config.draft_length, config.collapse.max_accept_length)
-
-    def reconfigure(self, config: Config) -> None:
-        self.config = config.draft_length
-        self.collapse_accept_length = config.collapse.max_accept_length
 
     def _judge(self, server: str, rank: str, ts: float, pos: _Positions, engine: str | None) -> list[Alert]:
         k, key = len(pos.accepted), (server, rank)
