@@ -105,7 +105,7 @@ def mtail(log: Path, out: Path) -> tuple[float, float, int]:
 # imports, and `CANONICAL_LINES` over the file in replay's reads, with nothing done per match.
 SCAN_FLOOR = """
 import sys
-import specwatch.cli, specwatch.replay, specwatch.pipeline
+import specwatch.cli, specwatch.replay, specwatch.core.pipeline
 from specwatch.engines.sglang.log import CANONICAL_LINES
 from specwatch.sources.filestream import READ_BYTES
 n = 0

@@ -35,7 +35,7 @@ from sglang_lines import decode_line  # noqa: E402
 
 from specwatch.alerting import build_alerting  # noqa: E402
 from specwatch.config import build_config  # noqa: E402
-from specwatch.pipeline import Pipeline  # noqa: E402
+from specwatch.core.pipeline import Pipeline  # noqa: E402
 from specwatch.sources.filestream import LineBatch  # noqa: E402
 
 RANKS = 8

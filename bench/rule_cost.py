@@ -21,7 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from specwatch.alerting import build_alerting  # noqa: E402
 from specwatch.config import LogSource, load_config  # noqa: E402
-from specwatch.pipeline import Pipeline  # noqa: E402
+from specwatch.core.pipeline import Pipeline  # noqa: E402
 from specwatch.replay import replay_files  # noqa: E402
 from specwatch.rules.base import Rule, RuleContext, all_rules, log_paths_of, overrides  # noqa: E402
 

@@ -68,7 +68,7 @@ class _Format(TypedDict, total=False):
 def cmd_replay(args) -> int:
     from specwatch.alerting import build_alerting
     from specwatch.notifiers.http import PERMANENT
-    from specwatch.pipeline import Pipeline
+    from specwatch.core.pipeline import Pipeline
     from specwatch.replay import format_text, replay_files, server_of_file, summary
     from specwatch.sources.logfiles import is_pattern, resolve
 

@@ -43,7 +43,7 @@ from specwatch.system import safe_yaml
 from specwatch.alerts.inhibit import InhibitRule, default_inhibit_rules
 from specwatch.alerts.matchers import Matcher, parse_matcher
 from specwatch.alerts.renamed import follow_renames
-from specwatch.sections import (  # noqa: F401  (re-exported: the names every caller knows config by)
+from specwatch.core.sections import (  # noqa: F401  (re-exported: the names every caller knows config by)
     _RULE_SECTIONS, DROP_BOUNDS, DURATION, LOCAL_HOSTS, YEAR, AcceptLength, Bound, Count, ProcessTies, Ratio,
     Seconds, Section, drop_hysteresis, hysteresis, rule_section)
 

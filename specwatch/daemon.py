@@ -68,10 +68,10 @@ from specwatch.alerting import build_alerting
 from specwatch.config import Config, ConfigError, LogSource, ProcessTies, load_run_config, source_servers
 from specwatch.system.exposition import Exposition
 from specwatch.system.listener import listener_app, not_found, serve_pooled, serve_quietly, stop_serving
-from specwatch.metrics import FollowerCollector, PipelineCollector, SelfCollector, ServerCollector
+from specwatch.core.metrics import FollowerCollector, PipelineCollector, SelfCollector, ServerCollector
 from specwatch.notifiers import dead_letter, failing
 from specwatch.notifiers.queue import QueuedNotifier
-from specwatch.pipeline import Pipeline
+from specwatch.core.pipeline import Pipeline
 from specwatch.system.sdnotify import Watchdog, monotonic_usec, notify
 from specwatch.sources.cadence import ReadCadence
 from specwatch.sources.stream import LineStream, open_stream

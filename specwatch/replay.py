@@ -16,7 +16,7 @@ import tempfile
 from typing import Iterable, Iterator
 
 from specwatch.alerts.model import RESOLVED, Alert, iso8601
-from specwatch.pipeline import KINDS, Pipeline
+from specwatch.core.pipeline import KINDS, Pipeline
 from specwatch.sources.filestream import READ_BYTES, Follower
 from specwatch.sources.logfiles import stage
 

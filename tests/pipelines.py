@@ -6,7 +6,7 @@ import random
 
 from specwatch.alerting import build_alerting
 from specwatch.config import LogSource, build_config
-from specwatch.pipeline import Pipeline
+from specwatch.core.pipeline import Pipeline
 from specwatch.sources.filestream import Follower
 
 
@@ -30,7 +30,7 @@ def transitions_two_ways(tmp_path, lines: list[str], doc: dict) -> tuple[list, l
     reads it (`read_log`: an evaluation holds a second of lines of every rank), each as
     (alertname, rank, status, starts_at, ends_at, evidence)."""
     from specwatch.alerts.dispatcher import Dispatcher
-    from specwatch.events import LogLine
+    from specwatch.core.events import LogLine
 
     path = tmp_path / "server.log"
     path.write_text("".join(line + "\n" for line in lines))

@@ -1,7 +1,7 @@
 """Generator of SGLang log lines with known values, one variant per format SGLang printed (0.4.6 to 0.5.23).
 
 Every builder returns `(line, expected)`; `expected` uses the attribute names of the events in
-`specwatch.events` (`timestamp` is the naive local `datetime` the line encodes; `fields` is the
+`specwatch.core.events` (`timestamp` is the naive local `datetime` the line encodes; `fields` is the
 subset of `name: value` pairs, as printed text, that the line must yield).
 Formats follow docs/sglang-log-lines.md (version → layout; the § numbers below are its sections);
 real lines that the generator reproduces byte for byte are checked in

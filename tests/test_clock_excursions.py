@@ -104,7 +104,7 @@ def test_an_excursion_ahead_while_running_leaves_no_future_window(tmp_path):
 def _points(lines: list[str], columns: bool) -> list[tuple[float, float, int]]:
     from specwatch.alerts.dispatcher import Dispatcher
     from specwatch.config import build_config
-    from specwatch.pipeline import Pipeline
+    from specwatch.core.pipeline import Pipeline
     from specwatch.sources.filestream import LineBatch
 
     cfg = build_config({"server": "box", "log_timezone": "UTC", "logs": [{"path": "s.log"}],

@@ -150,7 +150,7 @@ def test_kimi_k25_story_three_faults_in_one_report(facts, tmp_path):
 
 
 def test_no_heavy_imports_at_daemon_import_time():
-    code = ("import sys, specwatch.cli, specwatch.daemon, specwatch.pipeline, specwatch.diagnosis, "
+    code = ("import sys, specwatch.cli, specwatch.daemon, specwatch.core.pipeline, specwatch.diagnosis, "
             "specwatch.rules.collapse; print(sorted(m for m in ('numpy', 'safetensors', 'torch') if m in sys.modules))")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr

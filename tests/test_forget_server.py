@@ -9,8 +9,8 @@ from procs import decode_line
 from sglang_lines import prefill_line, server_args_line
 from specwatch.alerts.dispatcher import Dispatcher
 from specwatch.config import build_config
-from specwatch.events import LogLine
-from specwatch.pipeline import Pipeline
+from specwatch.core.events import LogLine
+from specwatch.core.pipeline import Pipeline
 
 
 def test_a_forgotten_server_leaves_no_state_and_its_alerts_resolve():

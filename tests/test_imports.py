@@ -110,3 +110,15 @@ def test_every_module_imports_alone():
         # __main__ runs the command line when imported: that is its job
         failed = [(n, err) for n, rc, err in pool.map(alone, sorted(set(modules()) - {"specwatch.__main__"})) if rc]
     assert failed == []
+
+
+def test_the_core_imports_no_wiring_above_it():
+    """specwatch/core/ (events, pipeline, log clock, metrics, sections) is read by the wiring
+    (daemon, replay, cli, alerting), never the other way round; the two it may reach are the
+    `Config` it runs on and the diagnosis a collapse asks for (docs/development.md)."""
+    known = modules()
+    wiring = {"specwatch.daemon", "specwatch.replay", "specwatch.cli", "specwatch.alerting", "specwatch.plot",
+              "specwatch.__main__"}
+    core = {name: sorted(imports(name, path, known) & wiring) for name, path in known.items()
+            if name.startswith("specwatch.core")}
+    assert len(core) >= 6 and all(not v for v in core.values()), core

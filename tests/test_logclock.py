@@ -1,4 +1,4 @@
-"""`LogClocks` on real files: which stamps decide a log's zone (specwatch/logclock.py).
+"""`LogClocks` on real files: which stamps decide a log's zone (specwatch/core/logclock.py).
 
 The file's mtime dates only its last line; stamps before an unstamped line may be any idle gap
 old, so they decide nothing, and no zone ever reads a line later than the file was written.
@@ -11,7 +11,7 @@ import time
 from datetime import datetime, timezone
 
 from procs import decode_line
-from specwatch.logclock import LogClocks
+from specwatch.core.logclock import LogClocks
 from specwatch.engines.sglang.log import bracket_prefix
 
 UTC = timezone.utc

@@ -35,7 +35,7 @@ from hypothesis import strategies as st
 
 from specwatch.alerting import build_alerting
 from specwatch.config import LogSource, build_config
-from specwatch.pipeline import Pipeline
+from specwatch.core.pipeline import Pipeline
 from specwatch.replay import replay_files, summary
 from specwatch.sources.filestream import Follower
 from specwatch.sources.logfiles import stage

@@ -17,7 +17,7 @@ from test_dispatcher import Recorder  # noqa: E402
 
 from specwatch.alerts.dispatcher import Dispatcher  # noqa: E402
 from specwatch.config import build_config  # noqa: E402
-from specwatch.pipeline import Pipeline  # noqa: E402
+from specwatch.core.pipeline import Pipeline  # noqa: E402
 from specwatch.sources.filestream import Follower  # noqa: E402
 
 DATA = Path(__file__).resolve().parent / "data" / "samples" / "bugreport-logs"

@@ -94,7 +94,7 @@ def test_drift_counts_a_line_stamped_before_its_open_bucket_in_that_bucket():
     """A read per line and one read of all lines: the same buckets, indexes only grow."""
     from specwatch.config import build_config
     from specwatch.alerts.dispatcher import Dispatcher
-    from specwatch.pipeline import Pipeline
+    from specwatch.core.pipeline import Pipeline
     from specwatch.sources.filestream import LineBatch
 
     lines = out_of_order_lines(repeats=80, collapse_from=10 ** 6)[1:]  # 320 healthy decode lines
@@ -138,9 +138,9 @@ def test_a_rule_that_raises_loses_its_own_result_only(caplog):
 
     from specwatch.config import build_config
     from specwatch.alerts.dispatcher import Dispatcher
-    from specwatch.pipeline import Pipeline
+    from specwatch.core.pipeline import Pipeline
     from specwatch.sources.filestream import LineBatch
-    from specwatch.metrics import PipelineCollector
+    from specwatch.core.metrics import PipelineCollector
 
     rule = type("RaisingRule", (_Raising, Rule), {})()
     cfg = build_config({"server": "box", "log_timezone": "UTC", "logs": [{"path": "s.log"}],
@@ -149,7 +149,7 @@ def test_a_rule_that_raises_loses_its_own_result_only(caplog):
     lines = [decode_line("0.5.23", ts=f"2026-01-01 10:00:{s:02d}", accept_len=2.8 if s < 10 else 1.0,
                          running=8)[0] for s in range(20)]
     text = "".join(ln + "\n" for ln in lines)
-    with caplog.at_level(logging.ERROR, logger="specwatch.pipeline"):
+    with caplog.at_level(logging.ERROR, logger="specwatch.core.pipeline"):
         p.feed_batch(LineBatch("s.log", 0, len(text.encode()), block=text.encode(), text=text))
     assert p.servers["box"].lines["decode"] == 20
     assert [(a.name, a.status) for a in p.dispatcher.history] == [("AcceptanceCollapse", "firing")]
@@ -162,12 +162,12 @@ def test_a_rule_that_raises_loses_its_own_result_only(caplog):
 
 
 def test_rule_failures_are_logged_once_a_minute_with_the_count_between(caplog):
-    from specwatch.rulefaults import LOG_EVERY, RuleFaults
+    from specwatch.core.rulefaults import LOG_EVERY, RuleFaults
 
     clock = [1000.0]
     faults = RuleFaults(clock=lambda: clock[0])
     rule = _Raising()
-    with caplog.at_level(logging.ERROR, logger="specwatch.pipeline"):
+    with caplog.at_level(logging.ERROR, logger="specwatch.core.pipeline"):
         for i in range(50):  # 50 failures over 100 s
             faults.failed(rule, "on_lines", ValueError(f"bad {i}"))
             clock[0] += 2.0

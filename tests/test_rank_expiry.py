@@ -13,7 +13,7 @@ from pipelines import read_log  # noqa: E402
 from sglang_lines import decode_line, server_args_line  # noqa: E402
 from test_decode_stalled import T0, Box, stamp  # noqa: E402
 
-from specwatch.metrics import PipelineCollector  # noqa: E402
+from specwatch.core.metrics import PipelineCollector  # noqa: E402
 
 V = "0.5.9"
 START = datetime(2026, 1, 1, 12, 0, 0)

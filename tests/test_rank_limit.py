@@ -10,7 +10,7 @@ import pytest
 
 from pipelines import read_log
 from procs import decode_line, rank_labels, wait_for
-from specwatch.pipeline import OTHER_RANK
+from specwatch.core.pipeline import OTHER_RANK
 from specwatch_daemon import SpecwatchDaemon
 
 RANKS = 3000

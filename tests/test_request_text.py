@@ -55,7 +55,7 @@ def _feed(lines: list[str], columns: bool, fmt: str | None = None):
     """`lines` as one read of a followed file (`format: fmt`), through the file's stage."""
     from specwatch.alerts.dispatcher import Dispatcher
     from specwatch.config import build_config
-    from specwatch.pipeline import Pipeline
+    from specwatch.core.pipeline import Pipeline
     from specwatch.sources.filestream import LineBatch
     from specwatch.sources.logfiles import stage
 

@@ -118,8 +118,8 @@ def test_ranks_read_only_from_metrics_are_charted_and_no_phantom_server():
     server name (the host's), add no server; the alert keeps its `read from` line as it updates."""
     from specwatch.alerts.dispatcher import Dispatcher
     from specwatch.config import build_config
-    from specwatch.events import GpuSample, MetricsSample, RankMetrics
-    from specwatch.pipeline import Pipeline
+    from specwatch.core.events import GpuSample, MetricsSample, RankMetrics
+    from specwatch.core.pipeline import Pipeline
 
     cfg = build_config({"server_metrics": [{"url": URL, "server": "sglang-a"}], "diagnosis": {"enabled": False},
                         "rules": {"collapse": {"min_batches": 2}}})
@@ -154,7 +154,7 @@ def test_ranks_read_only_from_metrics_are_charted_and_no_phantom_server():
 
 
 def test_a_log_rank_hides_the_same_rank_read_from_metrics():
-    from specwatch.events import MetricsSample, RankMetrics
+    from specwatch.core.events import MetricsSample, RankMetrics
 
     p = pipeline({"diagnosis": {"enabled": False}, "server_metrics": [{"url": URL, "server": "box"}]})
     feed(p, Timeline().decode(n=3, every=5, ranks=[{"TP": 0}]).lines)
@@ -208,7 +208,7 @@ def test_the_ranks_of_a_server_share_one_y_scale():
 def test_a_configured_server_without_a_decode_line_says_what_it_waits_for():
     from specwatch.config import build_config
     from specwatch.alerts.dispatcher import Dispatcher
-    from specwatch.pipeline import Pipeline
+    from specwatch.core.pipeline import Pipeline
 
     p = pipeline({"diagnosis": {"enabled": False}})
     feed(p, Timeline().lines + ["plain line one", "plain line two"])

@@ -16,8 +16,8 @@ from datetime import datetime, timedelta
 from sglang_lines import decode_line, prefill_line, server_args_line
 from specwatch.alerts.dispatcher import Dispatcher
 from specwatch.config import build_config
-from specwatch.events import LogLine
-from specwatch.pipeline import Pipeline
+from specwatch.core.events import LogLine
+from specwatch.core.pipeline import Pipeline
 from specwatch.rules.base import alert_names_of
 
 START = "2026-03-01 10:00:00"

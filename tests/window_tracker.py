@@ -4,7 +4,7 @@ and the classifier of rule tests that feed a rule's one-line decision (`Collapse
 
 from __future__ import annotations
 
-from specwatch.events import DecodeBatch, PrefillBatch
+from specwatch.core.events import DecodeBatch, PrefillBatch
 from specwatch.rules.windows import Window, WindowConfig, running_in_window
 
 

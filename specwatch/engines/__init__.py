@@ -18,7 +18,7 @@ from collections.abc import Callable
 from datetime import tzinfo
 from typing import NamedTuple
 
-from specwatch.events import MalformedLine, OtherLine, UnrecognizedLine
+from specwatch.core.events import MalformedLine, OtherLine, UnrecognizedLine
 from specwatch.engines.sglang import log as sglang_log
 from specwatch.engines.vllm import log as vllm_log
 

@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
 from specwatch.alerts.model import Alert
-from specwatch.sections import Bound, Count, Ratio, Seconds, Section, hysteresis, rule_section
-from specwatch.events import DecodeBatch, ServerArgs
+from specwatch.core.sections import Bound, Count, Ratio, Seconds, Section, hysteresis, rule_section
+from specwatch.core.events import DecodeBatch, ServerArgs
 from specwatch.rules.active import ActiveAlerts
 from specwatch.rules.base import (
     Rule, ServerArgsMemory, alert_key, args_evidence, fmt, new_alert, register, speculation_configured,

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable
 
 from specwatch.alerts.model import FIRING, Alert
-from specwatch.events import ServerArgs, ServerRestarted, ServerStarted
+from specwatch.core.events import ServerArgs, ServerRestarted, ServerStarted
 
 if TYPE_CHECKING:  # annotations only: rule files never import config.py
     from specwatch.config import Config
@@ -100,7 +100,7 @@ class Rule:
 
     def metric_families(self) -> list:
         """The Prometheus families this rule exports about its own state (`prometheus_client`
-        metric families; read under the pipeline's lock at each scrape, specwatch/metrics.py)."""
+        metric families; read under the pipeline's lock at each scrape, specwatch/core/metrics.py)."""
         return []
 
     def to_state(self) -> dict:

@@ -25,8 +25,8 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING, ClassVar
 
 from specwatch.alerts.model import Alert, code
-from specwatch.sections import AcceptLength, Count, Seconds, Section, hysteresis, rule_section
-from specwatch.events import DecodeBatch, MetricsSample, ServerArgs
+from specwatch.core.sections import AcceptLength, Count, Seconds, Section, hysteresis, rule_section
+from specwatch.core.events import DecodeBatch, MetricsSample, ServerArgs
 from specwatch.rules.active import ActiveAlertsRule
 from specwatch.rules.base import RuleContext, alert_key, args_evidence, fmt, new_alert, register
 from specwatch.engines.vllm.advice import vllm_causes

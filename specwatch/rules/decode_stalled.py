@@ -36,9 +36,9 @@ from collections import defaultdict
 import msgspec
 
 from specwatch.alerts.model import Alert, iso8601
-from specwatch.sections import Seconds, Section, rule_section
-from specwatch.events import ApiSample, LogError, ProcessSample, ServerArgs, ServerProcess
-from specwatch.logclock import MAX_ZONE
+from specwatch.core.sections import Seconds, Section, rule_section
+from specwatch.core.events import ApiSample, LogError, ProcessSample, ServerArgs, ServerProcess
+from specwatch.core.logclock import MAX_ZONE
 from specwatch.rules.active import ActiveAlertsRule
 from specwatch.rules.base import RuleContext, args_evidence, new_alert, register
 from specwatch.rules.summary import CLOCK, QUEUED, RUNNING, SEQ, SRC, TS, prefill_counts

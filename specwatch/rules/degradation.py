@@ -29,8 +29,8 @@ import msgspec
 from msgspec import Meta
 
 from specwatch.alerts.model import Alert
-from specwatch.sections import Count, DROP_BOUNDS, Ratio, Seconds, Section, drop_hysteresis, rule_section
-from specwatch.events import DecodeBatch, ServerArgs
+from specwatch.core.sections import Count, DROP_BOUNDS, Ratio, Seconds, Section, drop_hysteresis, rule_section
+from specwatch.core.events import DecodeBatch, ServerArgs
 from specwatch.rules.active import ActiveAlerts
 from specwatch.rules.base import Rule, RuleContext, ServerArgsMemory, alert_key, args_evidence, fmt, new_alert, register
 from specwatch.rules.collapse import CollapseConfig

@@ -25,7 +25,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from specwatch.alerts.model import Alert
-from specwatch.sections import Count, Ratio, Seconds, Section, rule_section
+from specwatch.core.sections import Count, Ratio, Seconds, Section, rule_section
 from specwatch.rules.base import alert_key, new_alert, register
 from specwatch.rules.collapse import MTP, draft_kind
 from specwatch.rules.draft_length import DraftPositionsRule, _Positions, suggestion

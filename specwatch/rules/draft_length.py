@@ -26,8 +26,8 @@ import shlex
 from collections import deque
 
 from specwatch.alerts.model import Alert, code
-from specwatch.sections import Count, Ratio, Seconds, Section, rule_section
-from specwatch.events import MetricsSample, ServerArgs
+from specwatch.core.sections import Count, Ratio, Seconds, Section, rule_section
+from specwatch.core.events import MetricsSample, ServerArgs
 from specwatch.rules.active import ActiveAlerts
 from specwatch.rules.base import Rule, ServerArgsMemory, alert_key, new_alert, register
 from specwatch.rules.summary import FLAGS, SEQ, SRC, TS, VALID_ACCEPT

@@ -27,8 +27,8 @@ from typing import TYPE_CHECKING, Annotated, ClassVar
 from msgspec import Meta
 
 from specwatch.alerts.model import Alert
-from specwatch.sections import Bound, Count, Ratio, Seconds, Section, rule_section
-from specwatch.events import DecodeBatch, ServerArgs
+from specwatch.core.sections import Bound, Count, Ratio, Seconds, Section, rule_section
+from specwatch.core.events import DecodeBatch, ServerArgs
 from specwatch.rules.active import ActiveAlerts
 from specwatch.rules.base import (Rule, RuleContext, ServerArgsMemory, alert_key, args_evidence, fmt, new_alert,
                                   register)

@@ -22,8 +22,8 @@ from typing import TYPE_CHECKING, Annotated
 from msgspec import Meta
 
 from specwatch.alerts.model import Alert, iso8601
-from specwatch.sections import Seconds, Section, rule_section
-from specwatch.events import GpuSample, GpuState
+from specwatch.core.sections import Seconds, Section, rule_section
+from specwatch.core.events import GpuSample, GpuState
 from specwatch.rules.active import ActiveAlertsRule
 from specwatch.rules.base import register
 

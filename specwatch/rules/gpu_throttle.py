@@ -24,8 +24,8 @@ from typing import TYPE_CHECKING, Annotated
 from msgspec import Meta
 
 from specwatch.alerts.model import Alert
-from specwatch.sections import Count, Seconds, Section, rule_section
-from specwatch.events import DecodeBatch, GpuSample, GpuState
+from specwatch.core.sections import Count, Seconds, Section, rule_section
+from specwatch.core.events import DecodeBatch, GpuSample, GpuState
 from specwatch.rules.active import ActiveAlertsRule
 from specwatch.rules.base import register
 from specwatch.rules.summary import CLOCK, RUNNING, THROUGHPUT

@@ -25,8 +25,8 @@ import re
 import shlex
 
 from specwatch.alerts.model import Alert, code, iso8601
-from specwatch.sections import Seconds, Section, rule_section
-from specwatch.events import LogError, ServerArgs
+from specwatch.core.sections import Seconds, Section, rule_section
+from specwatch.core.events import LogError, ServerArgs
 from specwatch.rules.active import ActiveAlertsRule
 from specwatch.rules.base import RuleContext, alert_key, args_evidence, new_alert, register, speculation_configured
 

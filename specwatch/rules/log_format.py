@@ -14,8 +14,8 @@ import shlex
 from collections import defaultdict
 
 from specwatch.alerts.model import Alert, code
-from specwatch.sections import Seconds, Section, rule_section
-from specwatch.events import UnrecognizedLine
+from specwatch.core.sections import Seconds, Section, rule_section
+from specwatch.core.events import UnrecognizedLine
 from specwatch.rules.active import ActiveAlertsRule
 from specwatch.rules.base import register
 

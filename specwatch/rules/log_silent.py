@@ -21,8 +21,8 @@ from collections import defaultdict
 from typing import TYPE_CHECKING, Callable
 
 from specwatch.alerts.model import Alert, code, iso8601
-from specwatch.sections import Count, Section, rule_section
-from specwatch.events import (
+from specwatch.core.sections import Count, Section, rule_section
+from specwatch.core.events import (
     ApiSample,
     ProcessSample,
     ServerArgs,

@@ -18,7 +18,7 @@ from collections import deque
 from typing import TYPE_CHECKING, ClassVar
 
 from specwatch.alerts.model import Alert
-from specwatch.sections import AcceptLength, Count, Seconds, Section, hysteresis, rule_section
+from specwatch.core.sections import AcceptLength, Count, Seconds, Section, hysteresis, rule_section
 from specwatch.rules.active import ActiveAlerts
 from specwatch.rules.base import Rule, RuleContext, alert_key, fmt, log_paths_of, new_alert, register
 from specwatch.rules.summary import VALID_ACCEPT

@@ -27,8 +27,8 @@ from typing import TYPE_CHECKING, Annotated, Iterable, Iterator
 from msgspec import Meta
 
 from specwatch.alerts.model import FIRING, Alert
-from specwatch.sections import Count, Seconds, Section, rule_section
-from specwatch.events import DecodeBatch, MetricsSample, RankMetrics
+from specwatch.core.sections import Count, Seconds, Section, rule_section
+from specwatch.core.events import DecodeBatch, MetricsSample, RankMetrics
 from specwatch.rules.active import ActiveAlertsRule
 from specwatch.rules.base import alert_key, fmt, new_alert, register
 from specwatch.rules.summary import ACCEPT, CLOCK, FLAGS, VALID_ACCEPT

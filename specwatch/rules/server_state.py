@@ -31,8 +31,8 @@ import shlex
 from dataclasses import dataclass
 
 from specwatch.alerts.model import Alert, code, iso8601
-from specwatch.sections import ProcessTies, Seconds, Section, rule_section
-from specwatch.events import (
+from specwatch.core.sections import ProcessTies, Seconds, Section, rule_section
+from specwatch.core.events import (
     ApiSample,
     ProcessSample,
     ServerDown,

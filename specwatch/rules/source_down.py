@@ -30,8 +30,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from specwatch.alerts.model import Alert, code, iso8601
-from specwatch.sections import Seconds, Section, rule_section
-from specwatch.events import ApiSample, MetricsSample, ProcessSample, SourceHealth
+from specwatch.core.sections import Seconds, Section, rule_section
+from specwatch.core.events import ApiSample, MetricsSample, ProcessSample, SourceHealth
 from specwatch.rules.active import ActiveAlertsRule
 from specwatch.rules.base import RuleContext, alert_key, new_alert, register
 

@@ -15,8 +15,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from specwatch.alerts.model import Alert
-from specwatch.sections import Count, Section, rule_section
-from specwatch.events import DecodeBatch, ServerArgs
+from specwatch.core.sections import Count, Section, rule_section
+from specwatch.core.events import DecodeBatch, ServerArgs
 from specwatch.rules.active import ActiveAlerts
 from specwatch.rules.base import Rule, ServerArgsMemory, args_evidence, new_alert, register, speculation_configured
 from specwatch.rules.fileorder import in_file_order

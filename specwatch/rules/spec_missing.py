@@ -18,8 +18,8 @@ from collections import deque
 from itertools import chain
 
 from specwatch.alerts.model import Alert
-from specwatch.sections import Count, Seconds, Section, rule_section
-from specwatch.events import ServerArgs
+from specwatch.core.sections import Count, Seconds, Section, rule_section
+from specwatch.core.events import ServerArgs
 from specwatch.rules.active import ActiveAlerts
 from specwatch.rules.base import Rule, ServerArgsMemory, args_evidence, new_alert, register, speculation_configured
 from specwatch.rules.fileorder import first_and_last

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 
-from specwatch.events import DecodeBatch
+from specwatch.core.events import DecodeBatch
 from specwatch.engines.sglang.log import decode_at
 from specwatch.status.history import AcceptHistory
 
@@ -102,7 +102,7 @@ class RankSummary:
 
 
 
-# The rank labels of every per-rank series (specwatch/metrics.py, the rules' own families).
+# The rank labels of every per-rank series (specwatch/core/metrics.py, the rules' own families).
 RANK_LABELS = ("server", "dp_rank", "tp_rank", "pp_rank", "ep_rank", "engine")
 OTHER_RANK = "other"  # the rank the lines of ranks past `limits.max_ranks_per_server` are summed into
 

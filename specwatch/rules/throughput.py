@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING, ClassVar
 import msgspec
 
 from specwatch.alerts.model import Alert
-from specwatch.sections import Count, DROP_BOUNDS, Ratio, Seconds, Section, drop_hysteresis, rule_section
-from specwatch.events import DecodeBatch
+from specwatch.core.sections import Count, DROP_BOUNDS, Ratio, Seconds, Section, drop_hysteresis, rule_section
+from specwatch.core.events import DecodeBatch
 from specwatch.rules.active import ActiveAlerts
 from specwatch.rules.base import Rule, alert_key, fmt, new_alert, register
 from specwatch.rules.stats import Baseline, Recent, drop_transition

@@ -19,8 +19,8 @@ from typing import Annotated
 
 from msgspec import Meta
 
-from specwatch.sections import Count, Seconds, Section, rule_section
-from specwatch.events import DecodeBatch
+from specwatch.core.sections import Count, Seconds, Section, rule_section
+from specwatch.core.events import DecodeBatch
 
 
 @rule_section("windows")

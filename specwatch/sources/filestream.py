@@ -31,7 +31,7 @@ from collections.abc import Callable, Iterator
 from itertools import accumulate, repeat
 from typing import Any, ClassVar, Final, Literal
 
-from specwatch.events import LogLine
+from specwatch.core.events import LogLine
 from specwatch.sources.rotated import (
     Fingerprint, RotatedFile, newest_fingerprint, rotated_files, since,
 )

@@ -49,7 +49,7 @@ import time
 from collections import deque
 from datetime import datetime, tzinfo
 
-from specwatch.events import LogError
+from specwatch.core.events import LogError
 from specwatch.engines import LogEngine
 from specwatch.engines.sglang.log import bracket_prefix, record_message
 from specwatch.engines.vllm.log import ENGINE as VLLM, header_time

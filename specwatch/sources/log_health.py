@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from specwatch.events import SourceHealth
+from specwatch.core.events import SourceHealth
 from specwatch.sources.stream import LineStream
 
 

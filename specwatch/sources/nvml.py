@@ -1,7 +1,7 @@
 """GPU state from NVML (``nvidia-ml-py``, imported as ``pynvml``): typed events and their metrics.
 
 :class:`GpuSampler` reads every GPU on its own thread every ``interval`` seconds and turns
-each cycle into one :class:`~specwatch.events.GpuSample` event: it keeps the latest and hands
+each cycle into one :class:`~specwatch.core.events.GpuSample` event: it keeps the latest and hands
 each to ``emit`` (the daemon passes it to ``Pipeline.feed_event`` for the GPU rules). XID
 errors are read on a second thread through an NVML event set, so an XID raised between two
 samples is still counted. :class:`GpuCollector` only renders: ``collect()`` turns the
@@ -83,7 +83,7 @@ from typing import Any, Callable, Iterator
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from specwatch.events import GpuSample, GpuState
+from specwatch.core.events import GpuSample, GpuState
 
 log = logging.getLogger("specwatch.sources.nvml")
 

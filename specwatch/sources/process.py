@@ -41,8 +41,8 @@ import psutil
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from specwatch.sections import ProcessTies
-from specwatch.events import (
+from specwatch.core.sections import ProcessTies
+from specwatch.core.events import (
     ProcessSample,
     RoleUsage,
     ServerArgs,

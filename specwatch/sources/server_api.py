@@ -35,7 +35,7 @@ from typing import Iterable
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from specwatch.events import ApiSample, DpState, ServerArgs, ServerInfo
+from specwatch.core.events import ApiSample, DpState, ServerArgs, ServerInfo
 from specwatch.sources.base import Emit, PollingSource
 from specwatch.sources.http_poll import PollClient, PollError
 from specwatch.engines.sglang.log import SERVER_ARG_KEYS

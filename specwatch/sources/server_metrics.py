@@ -44,7 +44,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import Collector
 
-from specwatch.events import MetricsSample, RankMetrics
+from specwatch.core.events import MetricsSample, RankMetrics
 from specwatch.sources.base import Emit, PollingSource
 from specwatch.sources.http_poll import PollClient, PollError
 from specwatch.sources.server_api import shown_url

@@ -22,7 +22,7 @@ from specwatch.alerts.model import Alert  # noqa: E402
 from specwatch.alerts.renamed import RENAMED, follow_renames  # noqa: E402
 from specwatch.alerts.silences import SilenceStore  # noqa: E402
 from specwatch.config import build_config  # noqa: E402
-from specwatch.pipeline import Pipeline  # noqa: E402
+from specwatch.core.pipeline import Pipeline  # noqa: E402
 from specwatch.sources.process import ProcessSource  # noqa: E402
 
 MODEL = "/models/meta-llama/Llama-3.1-8B-Instruct"

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
-from specwatch.metrics import PipelineCollector
+from specwatch.core.metrics import PipelineCollector
 from specwatch.rules.acceptance_ceiling import accept_length_ceiling
 from timeline import Timeline, feed, names, pipeline, run
 

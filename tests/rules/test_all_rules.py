@@ -123,7 +123,7 @@ def test_the_pipeline_decides_a_restart_once_for_every_rule():
     """A server_args log line after an earlier one (or after the server's lines) is a restart;
     the same line again, settings from the API or the command line, or a first start are not.
     The decision survives a specwatch restart through the saved state."""
-    from specwatch.events import ServerArgs, ServerRestarted
+    from specwatch.core.events import ServerArgs, ServerRestarted
 
     p = pipeline()
     got = []

@@ -4,7 +4,7 @@ from pathlib import Path
 
 from specwatch.rules.collapse import CollapseConfig
 from specwatch.rules.windows import WindowConfig
-from specwatch.events import DecodeBatch, LogLine
+from specwatch.core.events import DecodeBatch, LogLine
 from specwatch.rules.collapse import CollapseRule
 from window_tracker import WindowTracker
 from specwatch.engines.sglang.log import parse_line
@@ -148,7 +148,7 @@ def test_restart_resolves_the_collapse_and_resets_ranks():
     process resolves; decode lines without accept fields afterwards keep it resolved."""
     from specwatch.alerts.dispatcher import Dispatcher
     from specwatch.config import build_config
-    from specwatch.pipeline import Pipeline
+    from specwatch.core.pipeline import Pipeline
 
     cfg = build_config({"server": "s", "logs": [{"path": "s.log"}], "diagnosis": {"enabled": False}})
     p = Pipeline(cfg, Dispatcher([], group_wait=0, group_interval=0, keep_history=True))
@@ -186,7 +186,7 @@ def test_after_a_restart_repeats_carry_the_rules_current_evidence(tmp_path):
     again, so a repeat after the restart shows the newest accept len, not the saved one."""
     from specwatch.alerts.dispatcher import Dispatcher
     from specwatch.config import build_config
-    from specwatch.pipeline import Pipeline
+    from specwatch.core.pipeline import Pipeline
 
     cfg = build_config({"server": "s", "diagnosis": {"enabled": False}})
     p1 = Pipeline(cfg, Dispatcher([], group_wait=0))

@@ -3,7 +3,7 @@ evidence with the load and the settings that matter (issue #10 item 4)."""
 
 from pathlib import Path
 
-from specwatch.events import DecodeBatch
+from specwatch.core.events import DecodeBatch
 from specwatch.rules.collapse import _utc, known_causes
 from specwatch.engines.sglang.log import parse_line
 from timeline import Timeline, feed, names, pipeline, run

@@ -11,8 +11,8 @@ from checkpoints import OUT as CK
 from specwatch import diagnosis
 from specwatch.alerts.dispatcher import Dispatcher
 from specwatch.config import build_config
-from specwatch.events import LogLine
-from specwatch.pipeline import Pipeline
+from specwatch.core.events import LogLine
+from specwatch.core.pipeline import Pipeline
 
 
 class Recorder:

@@ -19,7 +19,7 @@ from test_log_error_rule import scrape  # noqa: E402
 
 from specwatch.alerts.dispatcher import Dispatcher  # noqa: E402
 from specwatch.config import build_config  # noqa: E402
-from specwatch.pipeline import Pipeline  # noqa: E402
+from specwatch.core.pipeline import Pipeline  # noqa: E402
 from specwatch.rules.decode_stalled import ALERT_NAME  # noqa: E402
 from specwatch.sources.filestream import Follower  # noqa: E402
 from specwatch.sources.server_api import ServerApiSource  # noqa: E402

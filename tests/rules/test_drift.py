@@ -70,14 +70,14 @@ def test_decline_stopping_resolves():
 
 
 def _process(pid):
-    from specwatch.events import ServerProcess
+    from specwatch.core.events import ServerProcess
     return ServerProcess(pid=pid, start_time=T0 + pid, port=30000, cmdline=("python", "-m", "sglang.launch_server"),
                          args={}, interpreter=None, fs_root="/", sglang_version=None, sglang_location=None,
                          pids=(pid,), roles={})
 
 
 def test_settings_re_sent_by_other_sources_do_not_reset_but_a_process_restart_does():
-    from specwatch.events import ServerArgs, ServerRestarted
+    from specwatch.core.events import ServerArgs, ServerRestarted
     from timeline import feed, pipeline
 
     rnd = random.Random(15)

@@ -18,11 +18,11 @@ from test_hostile_paths import HOSTILE, _check_slack_text, _mrkdwn_texts  # noqa
 
 from specwatch.alerts.dispatcher import Dispatcher  # noqa: E402
 from specwatch.config import build_config  # noqa: E402
-from specwatch.metrics import PipelineCollector  # noqa: E402
+from specwatch.core.metrics import PipelineCollector  # noqa: E402
 from specwatch.notifiers.slack import build_payload  # noqa: E402
-from specwatch.pipeline import Pipeline  # noqa: E402
+from specwatch.core.pipeline import Pipeline  # noqa: E402
 from specwatch.replay import replay_files  # noqa: E402
-from specwatch.events import LogError  # noqa: E402
+from specwatch.core.events import LogError  # noqa: E402
 from specwatch.rules.log_errors import ALERT_NAME, fixes_for  # noqa: E402
 from specwatch.sources.log_errors import KINDS  # noqa: E402
 
@@ -120,7 +120,7 @@ def test_log_text_reaches_slack_escaped(tmp_path):
 
 def test_commands_in_fixes_quote_the_log_path():
     from specwatch.alerts.model import split_code
-    from specwatch.events import LogError
+    from specwatch.core.events import LogError
     from specwatch.rules.log_errors import fixes_for
 
     e = LogError(None, "/var/log/my log;$(touch x).log", "other", "KeyError: '`x`'", (), 1)

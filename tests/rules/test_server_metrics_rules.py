@@ -14,9 +14,9 @@ from engine_metrics import EngineMetrics  # noqa: E402
 from procs import decode_line  # noqa: E402
 from specwatch.alerts.dispatcher import Dispatcher  # noqa: E402
 from specwatch.config import build_config  # noqa: E402
-from specwatch.events import LogLine  # noqa: E402
-from specwatch.metrics import PipelineCollector  # noqa: E402
-from specwatch.pipeline import Pipeline  # noqa: E402
+from specwatch.core.events import LogLine  # noqa: E402
+from specwatch.core.metrics import PipelineCollector  # noqa: E402
+from specwatch.core.pipeline import Pipeline  # noqa: E402
 from specwatch.sources.server_metrics import ServerMetricsSource  # noqa: E402
 
 

@@ -14,7 +14,7 @@ from sglang_http import SGLangHTTP  # noqa: E402
 
 from specwatch.alerts.dispatcher import Dispatcher  # noqa: E402
 from specwatch.config import build_config  # noqa: E402
-from specwatch.pipeline import Pipeline  # noqa: E402
+from specwatch.core.pipeline import Pipeline  # noqa: E402
 from specwatch.sources.process import ProcessSource  # noqa: E402
 from specwatch.sources.server_api import ServerApiSource  # noqa: E402
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 from specwatch.alerts.dispatcher import Dispatcher
 from specwatch.alerts.inhibit import default_inhibit_rules
 from specwatch.config import build_config
-from specwatch.events import ApiSample, MetricsSample, SourceHealth
-from specwatch.pipeline import Pipeline
+from specwatch.core.events import ApiSample, MetricsSample, SourceHealth
+from specwatch.core.pipeline import Pipeline
 from timeline import Recorder
 
 T0 = 1.9e9
@@ -72,7 +72,7 @@ def test_a_down_server_mutes_its_api_source_alert_only():
     api = "http://127.0.0.1:30000"
     p.feed_event("sglang-0", ApiSample(T0, api, False, "connection_error"), T0)
     p.feed_event("sglang-0", SourceHealth(T0, "file", "/var/log/sglang/server.log", False, "is a directory"), T0)
-    from specwatch.events import ProcessSample
+    from specwatch.core.events import ProcessSample
     p.feed_event("sglang-0", ProcessSample(T0, None, expected=True), T0)  # declared, never seen: down
     p.tick(T0 + 61)
     fired = {(a.name, a.labels.get("source_kind", "")) for a in p.dispatcher.history if a.status == "firing"}
@@ -93,7 +93,7 @@ def test_a_source_removed_from_the_config_resolves_its_alert():
 
 
 def _process(start_time):
-    from specwatch.events import ServerProcess
+    from specwatch.core.events import ServerProcess
     return ServerProcess(pid=4242, start_time=start_time, port=30000, cmdline=("python", "-m", "sglang.launch_server"),
                          args={}, interpreter=None, fs_root="/", sglang_version=None, sglang_location=None,
                          pids=(4242,), roles={})
@@ -102,7 +102,7 @@ def _process(start_time):
 def test_an_api_that_does_not_answer_while_the_model_loads_waits_for_startup_grace():
     """SGLang serves HTTP once its model is loaded: a process started a moment ago whose API
     refuses connections is loading; one running for long beside a failing URL is a wrong URL."""
-    from specwatch.events import ProcessSample
+    from specwatch.core.events import ProcessSample
 
     api = "http://127.0.0.1:30000"
     p = _pipeline()

@@ -1,6 +1,6 @@
 """Speculation inactive and spec metrics missing: kept apart from each other and from a collapse."""
 
-from specwatch.events import ServerArgs
+from specwatch.core.events import ServerArgs
 from pipelines import read_log
 from timeline import T0, Timeline, feed, names, pipeline, run
 

@@ -9,7 +9,7 @@ from checkpoints import OUT as CKPT
 from checkpoints import variant
 from specwatch.alerts.dispatcher import Dispatcher
 from specwatch.config import build_config
-from specwatch.pipeline import Pipeline
+from specwatch.core.pipeline import Pipeline
 from specwatch.probes.checkpoint import load_draft
 from test_vllm_reports import VllmLog
 from timeline import feed, names
@@ -34,7 +34,7 @@ def test_a_vllm_collapse_with_absolute_d2t_never_suggests_fix_checkpoint(vllm_fa
 def test_no_vllm_collapse_advice_of_any_draft_kind_names_fix_checkpoint():
     """Every algorithm a vLLM server may run (EAGLE, EAGLE-3, MTP heads, n-gram, a draft model,
     none known), paths known or not: the collapse's causes and the runtime checks are vLLM's."""
-    from specwatch.events import DecodeBatch
+    from specwatch.core.events import DecodeBatch
     from specwatch.rules.collapse import known_causes, runtime_causes
 
     batch = DecodeBatch(timestamp=0.0, rank="", ranks={}, fields={}, engine="vllm", running_requests=8, queued_requests=0, accept_length=1.0,

@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 from specwatch.config import build_config
-from specwatch.events import MetricsSample
+from specwatch.core.events import MetricsSample
 from specwatch.rules.server_metrics import metrics_windows
 from specwatch.rules.windows import WindowConfig
 from window_tracker import WindowTracker

@@ -8,11 +8,11 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 import vllm_lines as g
-from specwatch.events import LogLine
-from specwatch.metrics import PipelineCollector
+from specwatch.core.events import LogLine
+from specwatch.core.metrics import PipelineCollector
 from specwatch.alerts.dispatcher import Dispatcher
 from specwatch.config import build_config
-from specwatch.pipeline import Pipeline
+from specwatch.core.pipeline import Pipeline
 from timeline import feed, names, pipeline, run
 
 SAMPLES = Path(__file__).resolve().parents[1] / "data" / "samples" / "bugreport-logs"

@@ -2,7 +2,7 @@
 reference tracker (tests/window_tracker.py) does, and every rule reads it."""
 
 from specwatch.rules.windows import WindowConfig
-from specwatch.events import DecodeBatch, PrefillBatch
+from specwatch.core.events import DecodeBatch, PrefillBatch
 from window_tracker import WindowTracker
 
 
@@ -46,7 +46,7 @@ def test_the_pipeline_classifies_each_decode_line_once_for_every_rule():
     """One pending entry per decode line, classified once, reaches every rule that reads lines."""
     from timeline import Timeline, pipeline
 
-    from specwatch.events import LogLine
+    from specwatch.core.events import LogLine
     from specwatch.rules.summary import AFTER_GAP, VALID_ACCEPT
 
     p = pipeline()
@@ -109,7 +109,7 @@ def test_the_summariser_classifies_as_the_reference_tracker():
         seen.extend(e for rs in ranks for e in rs.pending)
         return orig(server, ranks, emit)
     rule.on_lines = spy
-    from specwatch.events import LogLine
+    from specwatch.core.events import LogLine
     for x in lines:
         p.feed(LogLine("server.log", x))
     got = [(bool(f & IDLE), bool(f & PREFILL_DOMINATED), bool(f & AFTER_GAP), bool(f & VALID_ACCEPT),

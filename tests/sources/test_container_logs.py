@@ -84,7 +84,7 @@ def test_a_followed_container_logs_dropped_lines_and_bad_records_are_in_metrics(
     record that is not CRI) shows in the file's counters, as a plain file's long line does."""
     from prometheus_client import CollectorRegistry
 
-    from specwatch.metrics import FollowerCollector
+    from specwatch.core.metrics import FollowerCollector
 
     p = tmp_path / "0.log"
     p.write_text("".join(records("cri", "first", 0)) + "".join(records("cri", "y" * (SPLIT * 5), 1))

@@ -14,8 +14,8 @@ from specwatch.alerts.dispatcher import Dispatcher
 from specwatch.config import build_config
 from specwatch.engines.sglang import log as sglang_log
 from specwatch.engines.vllm import log as vllm_log
-from specwatch.events import DecodeBatch, OtherLine
-from specwatch.pipeline import Pipeline
+from specwatch.core.events import DecodeBatch, OtherLine
+from specwatch.core.pipeline import Pipeline
 from specwatch.replay import replay_files
 
 V = "0.33.0"

@@ -25,8 +25,8 @@ from prometheus_client import CollectorRegistry
 from procs import popen
 from rotating_writer import RotatingWriter, tally
 from specwatch.daemon import READ_SPAN
-from specwatch.events import LogLine
-from specwatch.metrics import FollowerCollector
+from specwatch.core.events import LogLine
+from specwatch.core.metrics import FollowerCollector
 from specwatch.sources.filestream import HEAD_BYTES, Follower, LineBatch
 from specwatch.sources.follow import FollowerGroup
 from specwatch.sources.rotated import rotated_files

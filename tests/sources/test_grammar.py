@@ -11,9 +11,9 @@ import pytest
 
 from sglang_lines import _DECODE_TEXT, decode_line, request_log_lines
 from specwatch.config import build_config
-from specwatch.pipeline import Pipeline
+from specwatch.core.pipeline import Pipeline
 from specwatch.alerts.dispatcher import Dispatcher
-from specwatch.events import DecodeBatch
+from specwatch.core.events import DecodeBatch
 from specwatch.sources.filestream import LineBatch
 from specwatch.sources.grammar import NOT_A_RECORD, PRESETS, Grammar, problem
 from specwatch.sources.logfiles import stage

@@ -18,7 +18,7 @@ from journal_files import REMOTE, JournalDir, export_entry
 from procs import decode_line, wait_for
 from specwatch.alerts.dispatcher import Dispatcher
 from specwatch.config import ConfigError, JournalConfig, build_config
-from specwatch.pipeline import Pipeline
+from specwatch.core.pipeline import Pipeline
 from specwatch.sources.filestream import Follower
 from specwatch.sources.follow import FollowerGroup
 from specwatch.sources.journal import JournalFollower, journalctl_command

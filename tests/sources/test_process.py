@@ -17,7 +17,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/ has no __
 from fake_sglang import launch, stop, wait_children  # noqa: E402
 from procs import free_port, popen, popen_at, wait_for  # noqa: E402
 
-from specwatch.events import (  # noqa: E402
+from specwatch.core.events import (  # noqa: E402
     ProcessSample,
     ServerArgs,
     ServerDown,

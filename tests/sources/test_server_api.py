@@ -16,7 +16,7 @@ from prometheus_client.parser import text_string_to_metric_families
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/ has no __init__.py
 from sglang_http import SGLangHTTP  # noqa: E402
 
-from specwatch.events import ApiSample, ServerArgs  # noqa: E402
+from specwatch.core.events import ApiSample, ServerArgs  # noqa: E402
 from specwatch.sources.server_api import (  # noqa: E402
     ServerApiCollector,
     ServerApiSource,

@@ -19,7 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/ for sglan
 
 import sglang_lines as g  # noqa: E402
 
-from specwatch.events import (  # noqa: E402
+from specwatch.core.events import (  # noqa: E402
     DecodeBatch,
     MalformedLine,
     OtherLine,

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 import vllm_lines as g
-from specwatch.events import DecodeBatch, MalformedLine, OtherLine, ServerArgs
+from specwatch.core.events import DecodeBatch, MalformedLine, OtherLine, ServerArgs
 from specwatch.engines import parse_line as any_engine
 from specwatch.engines.vllm.log import (
     VllmAssembler,

@@ -17,7 +17,7 @@ from fake_sglang import Launcher  # noqa: E402
 from fake_vllm import VllmHTTP, make_install  # noqa: E402
 from procs import free_port  # noqa: E402
 
-from specwatch.events import ApiSample, ServerArgs, ServerDown, ServerRestarted, ServerStarted  # noqa: E402
+from specwatch.core.events import ApiSample, ServerArgs, ServerDown, ServerRestarted, ServerStarted  # noqa: E402
 from specwatch.sources.process import ProcessSource, find_sglang, role_of  # noqa: E402
 from specwatch.sources.server_api import ServerApiSource  # noqa: E402
 from specwatch.engines.vllm.settings import launcher_args, parse_argv  # noqa: E402

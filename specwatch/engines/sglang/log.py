@@ -30,7 +30,7 @@ import re
 from datetime import datetime, tzinfo
 
 from specwatch.system import pyast
-from specwatch.events import (
+from specwatch.core.events import (
     DecodeBatch,
     MalformedLine,
     OtherLine,

@@ -152,7 +152,7 @@ def from_pid(pid: int) -> dict[str, object]:
 
 def from_log(path: str | Path) -> dict[str, object]:
     """The last `server_args` line of an SGLang log ({} when none). Raises OSError."""
-    from specwatch.events import ServerArgs
+    from specwatch.core.events import ServerArgs
     from specwatch.engines.sglang.log import parse_line
 
     args: dict[str, object] = {}

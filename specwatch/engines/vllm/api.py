@@ -10,7 +10,7 @@ specwatch reads); `vllm/entrypoints/openai/api_server.py` (0.8.5.post1) and
 
 from __future__ import annotations
 
-from specwatch.events import ServerInfo
+from specwatch.core.events import ServerInfo
 
 VERSION_PATH = "/version"
 MODELS_PATH = "/v1/models"

@@ -53,7 +53,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, tzinfo
 
-from specwatch.events import DecodeBatch, MalformedLine, OtherLine, ServerArgs
+from specwatch.core.events import DecodeBatch, MalformedLine, OtherLine, ServerArgs
 
 _OTHER = OtherLine()
 ENGINE = "vllm"

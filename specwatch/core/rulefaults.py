@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import time
 
-log = logging.getLogger("specwatch.pipeline")
+log = logging.getLogger("specwatch.core.pipeline")
 
 LOG_EVERY = 60.0  # seconds between two log lines about the same rule's failures
 

@@ -24,7 +24,7 @@ from prometheus_client.samples import Sample
 
 from specwatch import __version__
 from specwatch.config import source_servers
-from specwatch.pipeline import KINDS, Pipeline
+from specwatch.core.pipeline import KINDS, Pipeline
 from specwatch.rules.base import alert_names_of
 from specwatch.rules.summary import RANK_LABELS, rank_label_values
 
@@ -77,10 +77,10 @@ class PipelineCollector(Collector):
             "Speculative settings (value 1) from the server's startup server_args line, /server_info and its command line, merged.",
             labels=("server", "algorithm", "draft_model", "model", "num_steps", "eagle_topk", "num_draft_tokens"),
         )
-        skew = GaugeMetricFamily("specwatch_log_clock_offset_seconds", "How far the timestamps of the server's logs run ahead of the wall clock (negative: behind), seconds, measured at the first live read and again when the stamps leave it (specwatch/logclock.py); 0 within 5 minutes. Hours off: `logs[].timezone` is wrong or unset (specwatch/logclock.py).", labels=("server",))
+        skew = GaugeMetricFamily("specwatch_log_clock_offset_seconds", "How far the timestamps of the server's logs run ahead of the wall clock (negative: behind), seconds, measured at the first live read and again when the stamps leave it (specwatch/core/logclock.py); 0 within 5 minutes. Hours off: `logs[].timezone` is wrong or unset (specwatch/core/logclock.py).", labels=("server",))
         for server, off in p.clocks.by_server().items():
             skew.add_metric([server], off)
-        rule_errors = CounterMetricFamily("specwatch_rule_errors", "Exceptions a rule raised on a line or tick (specwatch/rulefaults.py): that rule's result for that line is dropped, the read goes on. Nonzero is a specwatch bug: see its log.", labels=("rule",))
+        rule_errors = CounterMetricFamily("specwatch_rule_errors", "Exceptions a rule raised on a line or tick (specwatch/core/rulefaults.py): that rule's result for that line is dropped, the read goes on. Nonzero is a specwatch bug: see its log.", labels=("rule",))
         for name, n in dict(p.rule_faults.counts).items():
             rule_errors.add_metric([name], n)
         named = source_servers(p.config)

@@ -24,12 +24,12 @@ from zoneinfo import ZoneInfo
 from dataclasses import dataclass, field
 from typing import Callable
 
-from specwatch.logclock import LogClocks, last_line
-from specwatch.rulefaults import RuleFaults
+from specwatch.core.logclock import LogClocks, last_line
+from specwatch.core.rulefaults import RuleFaults
 from specwatch.alerts.dispatcher import Dispatcher
 from specwatch.alerts.model import FIRING, Alert
 from specwatch.config import Config
-from specwatch.events import (
+from specwatch.core.events import (
     ApiSample,
     DecodeBatch,
     LogError,
