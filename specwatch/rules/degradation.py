@@ -334,17 +334,17 @@ class DegradationRule(Rule):
             evidence=evidence,
             fixes=[
                 "Engine change: compare `pip show sglang` with the version the baseline was measured on; "
-                "SGLang releases changed rejection sampling and speculative code paths (BR-18). Pin the old "
+                "SGLang releases changed rejection sampling and speculative code paths (vllm-project/vllm#40551). Pin the old "
                 "version on one server and compare accept len.",
                 "Sampling: higher temperature / top_p lowers acceptance. Check what clients send (request "
                 "logs, `--log-requests`) against what the baseline saw.",
                 "Traffic: another chat template or thinking mode the draft was not trained on lowers "
-                "acceptance (BR-19). Compare accept len per client or per `enable_thinking`.",
-                "Deployment: PD disaggregation loses draft state on the decode node (BR-10, BR-11); "
-                "larger batches lower accept len on some engines (BR-17): compare with the mean running "
+                "acceptance (z-lab/dflash#133). Compare accept len per client or per `enable_thinking`.",
+                "Deployment: PD disaggregation loses draft state on the decode node (vllm-project/vllm-ascend#13665, sgl-project/sglang#7927); "
+                "larger batches lower accept len on some engines (NVIDIA/TensorRT-LLM#9208): compare with the mean running "
                 "requests above.",
                 f"Pairing: confirm the draft at {draft} is the one trained for this target revision "
-                "(`config.json` of both); a re-quantized target changes hidden states (BR-09). If the "
+                "(`config.json` of both); a re-quantized target changes hidden states (vllm-project/vllm-ascend#5974). If the "
                 "new level is expected, set rules.degradation.expected for this model pair.",
             ],
         )

@@ -237,7 +237,7 @@ class DraftLengthRule(DraftPositionsRule[DraftLengthConfig]):
                 "stays about the same and each step gets cheaper.",
                 f"If the draft was trained to predict {k} positions, positions past {useful} failing points at a "
                 "mismatch between training and serving rather than a short draft: its config (e.g. a "
-                "`partial_rotary_factor` copied into a DFlash draft that was trained with full RoPE, BR-06 in "
-                "docs/bugreports.md) or the training sequence length.",
+                "`partial_rotary_factor` copied into a DFlash draft that was trained with full RoPE, "
+                "vllm-project/speculators#613) or the training sequence length.",
             ],
         )

@@ -235,7 +235,7 @@ class DriftRule(Rule):
             evidence=evidence,
             fixes=[
                 "Prefix cache: a race that reused KV blocks before they were written made accept len sink "
-                "over hours for high-volume prompt types (BR-13). Compare with `--disable-radix-cache` on "
+                "over hours for high-volume prompt types (vllm-project/vllm#41838). Compare with `--disable-radix-cache` on "
                 "one server, and upgrade SGLang.",
                 "Confirm the reset: restart this server during a quiet period and check that accept len "
                 "returns to its start value (specwatch resets this rule on restart).",

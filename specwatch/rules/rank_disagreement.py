@@ -213,11 +213,11 @@ class RankDisagreementRule(Rule):
             fixes=[
                 f"Compare how each rank built its drafter: `grep -n -E '{rank.split()[0] if rank else 'TP0'} ' {log} "
                 "| grep -i -E 'draft|eagle|load weight|embed|lm_head'` against a healthy rank; ranks that "
-                "disagree on weight sharing or loading build different drafters (BR-05).",
+                "disagree on weight sharing or loading build different drafters (vllm-project/vllm#50158).",
                 "Check the GPU of this rank: `nvidia-smi -q -d ECC,PERFORMANCE` and "
                 "`dmesg | grep -i xid` (`specwatch_gpu_*` metrics); a faulty GPU corrupts draft logits first.",
                 "PD disaggregation / transfer: if only some ranks receive requests through a KV transfer "
-                "path, the draft may miss its hidden states there (BR-10).",
+                "path, the draft may miss its hidden states there (vllm-project/vllm-ascend#13665).",
                 "Routing: a load-balance method that sends one kind of request to one DP rank "
                 "(`--load-balance-method`) makes that rank's acceptance differ; check what it serves.",
             ],
